@@ -1,0 +1,799 @@
+//! Client commands of protocol V2: decoding them from a byte stream the way nsqd does, and
+//! encoding them for clients.
+//!
+//! A command is a line of words separated by single spaces and ended by `\n` (a trailing `\r`
+//! is stripped). IDENTIFY, AUTH, PUB, MPUB and DPUB are followed by `[u32 BE size][bytes]`.
+//!
+//! [`decode_command`] checks in the order nsqd checks (connection state, then parameters, then
+//! body size, then body), so that every error carries nsqd's code and text; size limits are
+//! enforced as soon as the size is known, before the body arrives. All errors found while
+//! decoding are fatal: the stream cannot be resynchronised. Errors that depend on broker state
+//! (FIN of an unknown ID, ...) are the broker's to raise.
+//!
+//! One place where we are stricter than nsqd: an MPUB body must hold exactly the messages it
+//! announces (nsqd would read trailing bytes as the next command).
+
+use crate::error::{ErrorCode, ProtocolError};
+use crate::message::MessageId;
+use crate::names::{is_valid_channel_name, is_valid_topic_name};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+
+/// Longest command line accepted (nsqd's read buffer size).
+pub const MAX_LINE_LEN: usize = 16 * 1024;
+
+/// Where a connection is in its life; decides which commands are allowed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ConnPhase {
+    /// Before SUB: IDENTIFY, AUTH, SUB and the publishing commands.
+    #[default]
+    Init,
+    /// After SUB: RDY, FIN, REQ, TOUCH, CLS and the publishing commands.
+    Subscribed,
+    /// After CLS: FIN, REQ, TOUCH still count; RDY is ignored.
+    Closing,
+}
+
+/// The broker's limits that decoding enforces, with nsqd's defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub max_msg_size: u64,
+    pub max_body_size: u64,
+    pub max_rdy_count: u64,
+    pub max_req_timeout_ms: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_msg_size: 1024 * 1024,
+            max_body_size: 5 * 1024 * 1024,
+            max_rdy_count: 2500,
+            max_req_timeout_ms: 60 * 60 * 1000,
+        }
+    }
+}
+
+/// What the decoder needs to know about the connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DecodeContext {
+    pub phase: ConnPhase,
+    /// False once IDENTIFY set `heartbeat_interval` to -1; SUB then fails as in nsqd.
+    pub heartbeats_enabled: bool,
+    pub limits: Limits,
+}
+
+impl Default for DecodeContext {
+    fn default() -> Self {
+        DecodeContext {
+            phase: ConnPhase::Init,
+            heartbeats_enabled: true,
+            limits: Limits::default(),
+        }
+    }
+}
+
+/// One client command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    /// IDENTIFY with its JSON body (see [`crate::identify`]).
+    Identify(Bytes),
+    /// AUTH with its secret.
+    Auth(Bytes),
+    Sub {
+        topic: String,
+        channel: String,
+    },
+    Pub {
+        topic: String,
+        body: Bytes,
+    },
+    Mpub {
+        topic: String,
+        bodies: Vec<Bytes>,
+    },
+    Dpub {
+        topic: String,
+        defer_ms: u64,
+        body: Bytes,
+    },
+    Rdy(u64),
+    Fin(MessageId),
+    /// REQ with the delay as sent; the broker clamps it to 0..max-req-timeout.
+    Req {
+        id: MessageId,
+        delay_ms: u64,
+    },
+    Touch(MessageId),
+    Cls,
+    Nop,
+}
+
+impl Command {
+    /// The command's name as on the wire.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Command::Identify(_) => "IDENTIFY",
+            Command::Auth(_) => "AUTH",
+            Command::Sub { .. } => "SUB",
+            Command::Pub { .. } => "PUB",
+            Command::Mpub { .. } => "MPUB",
+            Command::Dpub { .. } => "DPUB",
+            Command::Rdy(_) => "RDY",
+            Command::Fin(_) => "FIN",
+            Command::Req { .. } => "REQ",
+            Command::Touch(_) => "TOUCH",
+            Command::Cls => "CLS",
+            Command::Nop => "NOP",
+        }
+    }
+
+    /// Appends the command's bytes to `out` (what a client sends).
+    pub fn encode(&self, out: &mut BytesMut) {
+        match self {
+            Command::Identify(body) => line_with_body(out, &["IDENTIFY"], body),
+            Command::Auth(body) => line_with_body(out, &["AUTH"], body),
+            Command::Sub { topic, channel } => line(out, &["SUB", topic, channel]),
+            Command::Pub { topic, body } => line_with_body(out, &["PUB", topic], body),
+            Command::Mpub { topic, bodies } => {
+                line(out, &["MPUB", topic]);
+                let total: usize = 4 + bodies.iter().map(|b| 4 + b.len()).sum::<usize>();
+                out.reserve(4 + total);
+                out.put_u32(total as u32);
+                out.put_u32(bodies.len() as u32);
+                for b in bodies {
+                    out.put_u32(b.len() as u32);
+                    out.put_slice(b);
+                }
+            }
+            Command::Dpub {
+                topic,
+                defer_ms,
+                body,
+            } => line_with_body(out, &["DPUB", topic, &defer_ms.to_string()], body),
+            Command::Rdy(n) => line(out, &["RDY", &n.to_string()]),
+            Command::Fin(id) => line(out, &["FIN", &id.to_string()]),
+            Command::Req { id, delay_ms } => {
+                line(out, &["REQ", &id.to_string(), &delay_ms.to_string()])
+            }
+            Command::Touch(id) => line(out, &["TOUCH", &id.to_string()]),
+            Command::Cls => line(out, &["CLS"]),
+            Command::Nop => line(out, &["NOP"]),
+        }
+    }
+}
+
+fn line(out: &mut BytesMut, words: &[&str]) {
+    for (i, w) in words.iter().enumerate() {
+        if i > 0 {
+            out.put_u8(b' ');
+        }
+        out.put_slice(w.as_bytes());
+    }
+    out.put_u8(b'\n');
+}
+
+fn line_with_body(out: &mut BytesMut, words: &[&str], body: &[u8]) {
+    line(out, words);
+    out.reserve(4 + body.len());
+    out.put_u32(body.len() as u32);
+    out.put_slice(body);
+}
+
+/// Cuts one command off the front of `buf`.
+///
+/// `Ok(None)`: more bytes are needed; nothing was consumed. `Ok(Some(cmd))`: the command's bytes
+/// were consumed and bodies are shared slices of `buf`'s allocation. `Err(e)`: a fatal protocol
+/// error with nsqd's code and text; the connection should send it and close.
+pub fn decode_command(
+    buf: &mut BytesMut,
+    ctx: &DecodeContext,
+) -> Result<Option<Command>, ProtocolError> {
+    let Some(nl) = buf.iter().position(|&b| b == b'\n') else {
+        if buf.len() > MAX_LINE_LEN {
+            return Err(invalid(format!(
+                "command line too long (more than {MAX_LINE_LEN} bytes)"
+            )));
+        }
+        return Ok(None);
+    };
+    let mut line_end = nl;
+    if line_end > 0 && buf[line_end - 1] == b'\r' {
+        line_end -= 1;
+    }
+    let parsed = {
+        let line = &buf[..line_end];
+        let params: Vec<&[u8]> = line.split(|&b| b == b' ').collect();
+        parse_line(&params, buf, nl + 1, ctx)?
+    };
+    match parsed {
+        Parsed::NeedMore => Ok(None),
+        Parsed::Done(cmd, consumed) => {
+            buf.advance(consumed);
+            Ok(Some(cmd))
+        }
+        Parsed::WithBody(kind, body_start, body_len) => {
+            buf.advance(body_start);
+            let body = buf.split_to(body_len).freeze();
+            finish_body_command(kind, body, ctx).map(Some)
+        }
+    }
+}
+
+/// What a command line says, before any body is cut out.
+enum Parsed {
+    NeedMore,
+    /// A command and the bytes it took.
+    Done(Command, usize),
+    /// A command whose body is complete in the buffer at `[start, start + len)`.
+    WithBody(BodyKind, usize, usize),
+}
+
+enum BodyKind {
+    Identify,
+    Auth,
+    Pub(String),
+    Mpub(String),
+    Dpub(String, u64),
+}
+
+fn parse_line(
+    params: &[&[u8]],
+    buf: &[u8],
+    after_line: usize,
+    ctx: &DecodeContext,
+) -> Result<Parsed, ProtocolError> {
+    let limits = &ctx.limits;
+    let phase = ctx.phase;
+    let consumed_line = |cmd| Ok(Parsed::Done(cmd, after_line));
+    match params[0] {
+        b"IDENTIFY" => {
+            if phase != ConnPhase::Init {
+                return Err(invalid("cannot IDENTIFY in current state"));
+            }
+            body_after(buf, after_line, |size| {
+                if size as i64 > limits.max_body_size as i64 {
+                    return Err(bad_body(format!(
+                        "IDENTIFY body too big {size} > {}",
+                        limits.max_body_size
+                    )));
+                }
+                if size <= 0 {
+                    return Err(bad_body(format!("IDENTIFY invalid body size {size}")));
+                }
+                Ok(BodyKind::Identify)
+            })
+        }
+        b"AUTH" => {
+            if phase != ConnPhase::Init {
+                return Err(invalid("cannot AUTH in current state"));
+            }
+            if params.len() != 1 {
+                return Err(invalid("AUTH invalid number of parameters"));
+            }
+            body_after(buf, after_line, |size| {
+                if size as i64 > limits.max_body_size as i64 {
+                    return Err(bad_body(format!(
+                        "AUTH body too big {size} > {}",
+                        limits.max_body_size
+                    )));
+                }
+                if size <= 0 {
+                    return Err(bad_body(format!("AUTH invalid body size {size}")));
+                }
+                Ok(BodyKind::Auth)
+            })
+        }
+        b"SUB" => {
+            if phase != ConnPhase::Init {
+                return Err(invalid("cannot SUB in current state"));
+            }
+            if !ctx.heartbeats_enabled {
+                return Err(invalid("cannot SUB with heartbeats disabled"));
+            }
+            if params.len() < 3 {
+                return Err(invalid("SUB insufficient number of parameters"));
+            }
+            let topic = topic_param(params[1], "SUB topic name")?;
+            let channel = name_param(params[2]).ok_or_else(|| {
+                ProtocolError::fatal(
+                    ErrorCode::BadChannel,
+                    format!("SUB channel name {} is not valid", go_quote(params[2])),
+                )
+            })?;
+            if !is_valid_channel_name(&channel) {
+                return Err(ProtocolError::fatal(
+                    ErrorCode::BadChannel,
+                    format!("SUB channel name {} is not valid", go_quote(params[2])),
+                ));
+            }
+            consumed_line(Command::Sub { topic, channel })
+        }
+        b"PUB" => {
+            if params.len() < 2 {
+                return Err(invalid("PUB insufficient number of parameters"));
+            }
+            let topic = topic_param(params[1], "PUB topic name")?;
+            body_after(buf, after_line, |size| {
+                if size <= 0 {
+                    return Err(bad_message(format!("PUB invalid message body size {size}")));
+                }
+                if size as u64 > limits.max_msg_size {
+                    return Err(bad_message(format!(
+                        "PUB message too big {size} > {}",
+                        limits.max_msg_size
+                    )));
+                }
+                Ok(BodyKind::Pub(topic))
+            })
+        }
+        b"MPUB" => {
+            if params.len() < 2 {
+                return Err(invalid("MPUB insufficient number of parameters"));
+            }
+            // nsqd really does repeat the code inside the text here.
+            let topic = topic_param(params[1], "E_BAD_TOPIC MPUB topic name")?;
+            let parsed = body_after(buf, after_line, |size| {
+                if size <= 0 {
+                    return Err(bad_body(format!("MPUB invalid body size {size}")));
+                }
+                if size as u64 > limits.max_body_size {
+                    return Err(bad_body(format!(
+                        "MPUB body too big {size} > {}",
+                        limits.max_body_size
+                    )));
+                }
+                Ok(BodyKind::Mpub(topic))
+            })?;
+            if let Parsed::NeedMore = parsed {
+                // Report a bad message count as soon as it arrives, as nsqd does.
+                if buf.len() >= after_line + 8 {
+                    let count = read_i32(&buf[after_line + 4..]);
+                    check_mpub_count(count, limits)?;
+                }
+            }
+            Ok(parsed)
+        }
+        b"DPUB" => {
+            if params.len() < 3 {
+                return Err(invalid("DPUB insufficient number of parameters"));
+            }
+            let topic = topic_param(params[1], "DPUB topic name")?;
+            let defer_ms = parse_base10(params[2]).ok_or_else(|| {
+                invalid(format!(
+                    "DPUB could not parse timeout {}",
+                    String::from_utf8_lossy(params[2])
+                ))
+            })?;
+            if defer_ms > limits.max_req_timeout_ms {
+                return Err(invalid(format!(
+                    "DPUB timeout {defer_ms} out of range 0-{}",
+                    limits.max_req_timeout_ms
+                )));
+            }
+            body_after(buf, after_line, |size| {
+                if size <= 0 {
+                    return Err(bad_message(format!(
+                        "DPUB invalid message body size {size}"
+                    )));
+                }
+                if size as u64 > limits.max_msg_size {
+                    return Err(bad_message(format!(
+                        "DPUB message too big {size} > {}",
+                        limits.max_msg_size
+                    )));
+                }
+                Ok(BodyKind::Dpub(topic, defer_ms))
+            })
+        }
+        b"RDY" => {
+            if phase == ConnPhase::Closing {
+                // nsqd ignores RDY on a closing connection, whatever it says.
+                return consumed_line(Command::Nop);
+            }
+            if phase != ConnPhase::Subscribed {
+                return Err(invalid("cannot RDY in current state"));
+            }
+            let count = match params.get(1) {
+                None => 1,
+                Some(p) => parse_base10(p).ok_or_else(|| {
+                    invalid(format!(
+                        "RDY could not parse count {}",
+                        String::from_utf8_lossy(p)
+                    ))
+                })?,
+            };
+            if count > limits.max_rdy_count {
+                return Err(invalid(format!(
+                    "RDY count {count} out of range 0-{}",
+                    limits.max_rdy_count
+                )));
+            }
+            consumed_line(Command::Rdy(count))
+        }
+        b"FIN" => {
+            require_subscribed(phase, "FIN")?;
+            if params.len() < 2 {
+                return Err(invalid("FIN insufficient number of params"));
+            }
+            consumed_line(Command::Fin(message_id(params[1])?))
+        }
+        b"REQ" => {
+            require_subscribed(phase, "REQ")?;
+            if params.len() < 3 {
+                return Err(invalid("REQ insufficient number of params"));
+            }
+            let id = message_id(params[1])?;
+            let delay_ms = parse_base10(params[2]).ok_or_else(|| {
+                invalid(format!(
+                    "REQ could not parse timeout {}",
+                    String::from_utf8_lossy(params[2])
+                ))
+            })?;
+            consumed_line(Command::Req { id, delay_ms })
+        }
+        b"TOUCH" => {
+            require_subscribed(phase, "TOUCH")?;
+            if params.len() < 2 {
+                return Err(invalid("TOUCH insufficient number of params"));
+            }
+            consumed_line(Command::Touch(message_id(params[1])?))
+        }
+        b"CLS" => {
+            if phase != ConnPhase::Subscribed {
+                return Err(invalid("cannot CLS in current state"));
+            }
+            consumed_line(Command::Cls)
+        }
+        b"NOP" => consumed_line(Command::Nop),
+        other => Err(invalid(format!(
+            "invalid command {}",
+            String::from_utf8_lossy(other)
+        ))),
+    }
+}
+
+/// Reads the `[u32 size]` after the line, lets `check` judge it, and reports whether the whole
+/// body is in the buffer.
+fn body_after(
+    buf: &[u8],
+    start: usize,
+    check: impl FnOnce(i32) -> Result<BodyKind, ProtocolError>,
+) -> Result<Parsed, ProtocolError> {
+    if buf.len() < start + 4 {
+        return Ok(Parsed::NeedMore);
+    }
+    let size = read_i32(&buf[start..]);
+    let kind = check(size)?;
+    let len = size as usize;
+    if buf.len() < start + 4 + len {
+        return Ok(Parsed::NeedMore);
+    }
+    Ok(Parsed::WithBody(kind, start + 4, len))
+}
+
+fn finish_body_command(
+    kind: BodyKind,
+    body: Bytes,
+    ctx: &DecodeContext,
+) -> Result<Command, ProtocolError> {
+    Ok(match kind {
+        BodyKind::Identify => Command::Identify(body),
+        BodyKind::Auth => Command::Auth(body),
+        BodyKind::Pub(topic) => Command::Pub { topic, body },
+        BodyKind::Dpub(topic, defer_ms) => Command::Dpub {
+            topic,
+            defer_ms,
+            body,
+        },
+        BodyKind::Mpub(topic) => Command::Mpub {
+            topic,
+            bodies: split_mpub_body(body, &ctx.limits)?,
+        },
+    })
+}
+
+fn check_mpub_count(count: i32, limits: &Limits) -> Result<(), ProtocolError> {
+    // 4 bytes of count, then at least 5 bytes (size + one byte) a message.
+    let max_messages = (limits.max_body_size.saturating_sub(4)) / 5;
+    if count <= 0 || count as u64 > max_messages {
+        return Err(bad_body(format!("MPUB invalid message count {count}")));
+    }
+    Ok(())
+}
+
+/// Splits a complete MPUB body `[u32 count]([u32 size][bytes])*` into message bodies.
+pub fn split_mpub_body(mut body: Bytes, limits: &Limits) -> Result<Vec<Bytes>, ProtocolError> {
+    if body.len() < 4 {
+        return Err(bad_body("MPUB failed to read message count"));
+    }
+    let count = body.get_i32();
+    check_mpub_count(count, limits)?;
+    let mut bodies = Vec::with_capacity(count as usize);
+    for i in 0..count {
+        if body.len() < 4 {
+            return Err(bad_message(format!(
+                "MPUB failed to read message({i}) body size"
+            )));
+        }
+        let size = body.get_i32();
+        if size <= 0 {
+            return Err(bad_message(format!(
+                "MPUB invalid message({i}) body size {size}"
+            )));
+        }
+        if size as u64 > limits.max_msg_size {
+            return Err(bad_message(format!(
+                "MPUB message too big {size} > {}",
+                limits.max_msg_size
+            )));
+        }
+        if body.len() < size as usize {
+            return Err(bad_message("MPUB failed to read message body"));
+        }
+        bodies.push(body.split_to(size as usize));
+    }
+    if !body.is_empty() {
+        return Err(bad_body(format!(
+            "MPUB body has {} bytes after its {count} messages",
+            body.len()
+        )));
+    }
+    Ok(bodies)
+}
+
+fn require_subscribed(phase: ConnPhase, cmd: &str) -> Result<(), ProtocolError> {
+    match phase {
+        ConnPhase::Subscribed | ConnPhase::Closing => Ok(()),
+        ConnPhase::Init => Err(invalid(format!("cannot {cmd} in current state"))),
+    }
+}
+
+fn message_id(p: &[u8]) -> Result<MessageId, ProtocolError> {
+    MessageId::from_slice(p).ok_or_else(|| invalid("invalid message ID"))
+}
+
+fn topic_param(p: &[u8], what: &str) -> Result<String, ProtocolError> {
+    match name_param(p) {
+        Some(name) if is_valid_topic_name(&name) => Ok(name),
+        _ => Err(ProtocolError::fatal(
+            ErrorCode::BadTopic,
+            format!("{what} {} is not valid", go_quote(p)),
+        )),
+    }
+}
+
+fn name_param(p: &[u8]) -> Option<String> {
+    std::str::from_utf8(p).ok().map(str::to_owned)
+}
+
+/// nsqd's `ByteToBase10`: digits only, no sign. An empty parameter is 0, as in nsqd.
+fn parse_base10(p: &[u8]) -> Option<u64> {
+    p.iter().try_fold(0u64, |n, &c| {
+        if c.is_ascii_digit() {
+            n.checked_mul(10)?.checked_add(u64::from(c - b'0'))
+        } else {
+            None
+        }
+    })
+}
+
+fn read_i32(b: &[u8]) -> i32 {
+    i32::from_be_bytes([b[0], b[1], b[2], b[3]])
+}
+
+/// Quotes bytes the way Go's `%q` does for the names that reach error texts.
+pub fn go_quote(p: &[u8]) -> String {
+    let s = String::from_utf8_lossy(p);
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for ch in s.chars() {
+        match ch {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
+                out.push_str(&format!("\\x{:02x}", c as u32))
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+fn invalid(desc: impl Into<String>) -> ProtocolError {
+    ProtocolError::fatal(ErrorCode::Invalid, desc)
+}
+
+fn bad_body(desc: impl Into<String>) -> ProtocolError {
+    ProtocolError::fatal(ErrorCode::BadBody, desc)
+}
+
+fn bad_message(desc: impl Into<String>) -> ProtocolError {
+    ProtocolError::fatal(ErrorCode::BadMessage, desc)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ctx(phase: ConnPhase) -> DecodeContext {
+        DecodeContext {
+            phase,
+            heartbeats_enabled: true,
+            limits: Limits {
+                max_msg_size: 1024,
+                max_body_size: 4096,
+                max_rdy_count: 50,
+                max_req_timeout_ms: 60_000,
+            },
+        }
+    }
+
+    fn decode(bytes: &[u8], phase: ConnPhase) -> Result<Option<Command>, ProtocolError> {
+        let mut buf = BytesMut::from(bytes);
+        decode_command(&mut buf, &ctx(phase))
+    }
+
+    fn err_text(bytes: &[u8], phase: ConnPhase) -> String {
+        decode(bytes, phase).unwrap_err().frame_text()
+    }
+
+    #[test]
+    fn fixture_error_texts() {
+        use ConnPhase::*;
+        let cases: &[(&[u8], ConnPhase, &str)] = &[
+            (b"FOO\n", Init, "E_INVALID invalid command FOO"),
+            (
+                b"PUB bad*topic\n",
+                Init,
+                "E_BAD_TOPIC PUB topic name \"bad*topic\" is not valid",
+            ),
+            (
+                b"MPUB bad*topic\n",
+                Init,
+                "E_BAD_TOPIC E_BAD_TOPIC MPUB topic name \"bad*topic\" is not valid",
+            ),
+            (
+                b"DPUB bad*topic 10\n",
+                Init,
+                "E_BAD_TOPIC DPUB topic name \"bad*topic\" is not valid",
+            ),
+            (
+                b"PUB t\n\0\0\0\0",
+                Init,
+                "E_BAD_MESSAGE PUB invalid message body size 0",
+            ),
+            (
+                b"PUB t\n\0\0\x04\x01",
+                Init,
+                "E_BAD_MESSAGE PUB message too big 1025 > 1024",
+            ),
+            (
+                b"MPUB t\n\0\0\0\x04\0\0\0\0",
+                Init,
+                "E_BAD_BODY MPUB invalid message count 0",
+            ),
+            (
+                b"DPUB t 60001\n",
+                Init,
+                "E_INVALID DPUB timeout 60001 out of range 0-60000",
+            ),
+            (b"RDY 1\n", Init, "E_INVALID cannot RDY in current state"),
+            (
+                b"FIN 0123456789abcdef\n",
+                Init,
+                "E_INVALID cannot FIN in current state",
+            ),
+            (b"CLS\n", Init, "E_INVALID cannot CLS in current state"),
+            (
+                b"SUB t\n",
+                Init,
+                "E_INVALID SUB insufficient number of parameters",
+            ),
+            (
+                b"SUB bad!topic c\n",
+                Init,
+                "E_BAD_TOPIC SUB topic name \"bad!topic\" is not valid",
+            ),
+            (
+                b"SUB t bad!chan\n",
+                Init,
+                "E_BAD_CHANNEL SUB channel name \"bad!chan\" is not valid",
+            ),
+            (b"FIN 0123\n", Subscribed, "E_INVALID invalid message ID"),
+            (
+                b"RDY 51\n",
+                Subscribed,
+                "E_INVALID RDY count 51 out of range 0-50",
+            ),
+            (
+                b"IDENTIFY\n\0\0\0\0",
+                Init,
+                "E_BAD_BODY IDENTIFY invalid body size 0",
+            ),
+            (
+                b"SUB t c\n",
+                Subscribed,
+                "E_INVALID cannot SUB in current state",
+            ),
+            (
+                b"REQ 0123456789abcdef -1\n",
+                Subscribed,
+                "E_INVALID REQ could not parse timeout -1",
+            ),
+        ];
+        for (input, phase, want) in cases {
+            assert_eq!(
+                &err_text(input, *phase),
+                want,
+                "{}",
+                String::from_utf8_lossy(input)
+            );
+        }
+    }
+
+    #[test]
+    fn waits_for_whole_commands() {
+        assert_eq!(decode(b"PUB t", ConnPhase::Init), Ok(None));
+        assert_eq!(decode(b"PUB t\n\0\0", ConnPhase::Init), Ok(None));
+        assert_eq!(decode(b"PUB t\n\0\0\0\x03ab", ConnPhase::Init), Ok(None));
+        assert_eq!(decode(b"MPUB t\n\0\0\0\x0a\0\0", ConnPhase::Init), Ok(None));
+    }
+
+    #[test]
+    fn decodes_pipelined_commands_and_strips_cr() {
+        let mut buf = BytesMut::from(&b"NOP\r\nRDY\nFIN 0123456789abcdef\n"[..]);
+        let c = ctx(ConnPhase::Subscribed);
+        assert_eq!(decode_command(&mut buf, &c), Ok(Some(Command::Nop)));
+        assert_eq!(decode_command(&mut buf, &c), Ok(Some(Command::Rdy(1))));
+        assert_eq!(
+            decode_command(&mut buf, &c),
+            Ok(Some(Command::Fin(MessageId(*b"0123456789abcdef"))))
+        );
+        assert_eq!(decode_command(&mut buf, &c), Ok(None));
+    }
+
+    #[test]
+    fn rdy_ignored_when_closing() {
+        assert_eq!(
+            decode(b"RDY zz\n", ConnPhase::Closing),
+            Ok(Some(Command::Nop))
+        );
+    }
+
+    #[test]
+    fn mpub_trailing_bytes_rejected() {
+        let mut out = BytesMut::new();
+        out.put_slice(b"MPUB t\n");
+        out.put_u32(4 + 4 + 1 + 2);
+        out.put_u32(1);
+        out.put_u32(1);
+        out.put_slice(b"a");
+        out.put_slice(b"zz");
+        let e = decode_command(&mut out, &ctx(ConnPhase::Init)).unwrap_err();
+        assert_eq!(e.code, ErrorCode::BadBody);
+    }
+
+    #[test]
+    fn overlong_line_is_an_error() {
+        let long = vec![b'a'; MAX_LINE_LEN + 1];
+        assert_eq!(
+            decode(&long, ConnPhase::Init).unwrap_err().code,
+            ErrorCode::Invalid
+        );
+    }
+
+    #[test]
+    fn heartbeats_disabled_blocks_sub() {
+        let mut c = ctx(ConnPhase::Init);
+        c.heartbeats_enabled = false;
+        let mut buf = BytesMut::from(&b"SUB t c\n"[..]);
+        assert_eq!(
+            decode_command(&mut buf, &c).unwrap_err().frame_text(),
+            "E_INVALID cannot SUB with heartbeats disabled"
+        );
+    }
+}

@@ -1,0 +1,142 @@
+//! A message as it travels to a consumer: `[i64 BE timestamp ns][u16 BE attempts][16-byte id][body]`.
+//!
+//! The body is a [`Bytes`], so every channel and shard that holds the message shares one
+//! allocation; cloning a `Message` costs a reference count, never a copy of the body.
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use std::fmt;
+
+/// Length of a message ID on the wire.
+pub const MESSAGE_ID_LEN: usize = 16;
+/// Bytes of a message frame's data before the body: timestamp, attempts, id.
+pub const MESSAGE_HEADER_LEN: usize = 8 + 2 + MESSAGE_ID_LEN;
+
+/// A 16-byte message ID. The broker makes them as 16 lowercase hex digits (like nsqd); a client
+/// must treat them as opaque bytes and echo them back in FIN, REQ and TOUCH.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct MessageId(pub [u8; MESSAGE_ID_LEN]);
+
+impl MessageId {
+    /// The ID whose text is the 16 hex digits of `n`.
+    pub fn from_u64(n: u64) -> MessageId {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut out = [0u8; MESSAGE_ID_LEN];
+        for (i, slot) in out.iter_mut().enumerate() {
+            let shift = 60 - 4 * i;
+            *slot = HEX[((n >> shift) & 0xf) as usize];
+        }
+        MessageId(out)
+    }
+
+    /// The number behind a hex ID made by [`MessageId::from_u64`]; `None` for other IDs.
+    pub fn to_u64(&self) -> Option<u64> {
+        let s = std::str::from_utf8(&self.0).ok()?;
+        u64::from_str_radix(s, 16).ok()
+    }
+
+    /// Reads an ID from a command parameter; `None` unless it is exactly 16 bytes.
+    pub fn from_slice(b: &[u8]) -> Option<MessageId> {
+        let arr: [u8; MESSAGE_ID_LEN] = b.try_into().ok()?;
+        Some(MessageId(arr))
+    }
+
+    pub fn as_bytes(&self) -> &[u8; MESSAGE_ID_LEN] {
+        &self.0
+    }
+}
+
+impl fmt::Display for MessageId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&String::from_utf8_lossy(&self.0))
+    }
+}
+
+impl fmt::Debug for MessageId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "MessageId({self})")
+    }
+}
+
+/// One message: what a consumer receives in a message frame.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Message {
+    pub id: MessageId,
+    /// Nanoseconds since the Unix epoch at which the broker accepted the message.
+    pub timestamp: i64,
+    /// How many times the message has been delivered, this delivery included.
+    pub attempts: u16,
+    pub body: Bytes,
+}
+
+impl fmt::Debug for Message {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Message")
+            .field("id", &self.id)
+            .field("timestamp", &self.timestamp)
+            .field("attempts", &self.attempts)
+            .field("body_len", &self.body.len())
+            .finish()
+    }
+}
+
+impl Message {
+    /// Length of the frame data this message encodes to.
+    pub fn encoded_len(&self) -> usize {
+        MESSAGE_HEADER_LEN + self.body.len()
+    }
+
+    /// Appends the message layout (no frame header) to `out`.
+    pub fn encode(&self, out: &mut BytesMut) {
+        out.reserve(self.encoded_len());
+        out.put_i64(self.timestamp);
+        out.put_u16(self.attempts);
+        out.put_slice(&self.id.0);
+        out.put_slice(&self.body);
+    }
+
+    /// Reads a message from a message frame's data. The body shares `data`'s allocation.
+    pub fn decode(mut data: Bytes) -> Option<Message> {
+        if data.len() < MESSAGE_HEADER_LEN {
+            return None;
+        }
+        let timestamp = data.get_i64();
+        let attempts = data.get_u16();
+        let id = MessageId::from_slice(&data[..MESSAGE_ID_LEN])?;
+        data.advance(MESSAGE_ID_LEN);
+        Some(Message {
+            id,
+            timestamp,
+            attempts,
+            body: data,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn id_hex_round_trip() {
+        let id = MessageId::from_u64(0x0123_4567_89ab_cdef);
+        assert_eq!(&id.0, b"0123456789abcdef");
+        assert_eq!(id.to_u64(), Some(0x0123_4567_89ab_cdef));
+        assert_eq!(id.to_string(), "0123456789abcdef");
+        assert_eq!(MessageId::from_slice(b"short"), None);
+    }
+
+    #[test]
+    fn message_round_trip() {
+        let m = Message {
+            id: MessageId::from_u64(7),
+            timestamp: 1_700_000_000_000_000_000,
+            attempts: 3,
+            body: Bytes::from_static(b"hello"),
+        };
+        let mut out = BytesMut::new();
+        m.encode(&mut out);
+        assert_eq!(out.len(), m.encoded_len());
+        assert_eq!(Message::decode(out.freeze()), Some(m));
+        assert_eq!(Message::decode(Bytes::from_static(b"short")), None);
+    }
+}
