@@ -1,1 +1,152 @@
-fn main() {}
+//! `broker`: an NSQ-compatible message broker (a drop-in nsqd) with one glommio shard per core.
+//!
+//! Start-up: parse nsqd's flags, check RLIMIT_MEMLOCK, make sure the listen address is free,
+//! start one pinned executor per shard plus the control thread, all joined by the mailbox mesh;
+//! then wait for them to finish (after SIGTERM/SIGINT) and exit 0. See ARCHITECTURE.md.
+
+mod channel;
+mod config;
+mod conn;
+mod control;
+mod ids;
+mod mailbox;
+mod rlimit;
+mod shard;
+mod sync;
+mod timer;
+mod topic;
+
+use config::Config;
+use glommio::channels::channel_mesh::MeshBuilder;
+use glommio::{LocalExecutorBuilder, Placement};
+use std::process::ExitCode;
+use std::sync::Arc;
+use tracing::{error, info};
+
+/// Batches a mailbox ring holds before its sender waits.
+const MAILBOX_CAPACITY: usize = 1024;
+
+fn main() -> ExitCode {
+    let mut config = match Config::from_env() {
+        Ok(c) => c,
+        Err(e) => {
+            eprint!("{e}");
+            if !e.ends_with('\n') {
+                eprintln!();
+            }
+            // clap's --help and --version are not errors.
+            let informational = e.starts_with("Usage") || e.starts_with("broker ");
+            return if informational {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(2)
+            };
+        }
+    };
+    init_logging(&config.log_level);
+    if let Err(e) = rlimit::ensure_memlock(config.shards) {
+        error!("{e}");
+        return ExitCode::from(1);
+    }
+    if let Err(e) = claim_port(&mut config) {
+        error!("{e}");
+        return ExitCode::from(1);
+    }
+    let signals = match control::install_signals() {
+        Ok(s) => s,
+        Err(e) => {
+            error!("cannot install signal handlers: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let config = Arc::new(config);
+    let shards = config.shards;
+    info!(
+        tcp = %config.tcp_address,
+        shards,
+        cpus = ?config.cpus,
+        data_path = %config.data_path.display(),
+        version = env!("CARGO_PKG_VERSION"),
+        "broker starting"
+    );
+
+    // Shards are peers 0..shards; the control thread is the last peer.
+    let mesh = MeshBuilder::full(shards + 1, MAILBOX_CAPACITY);
+    let mut handles = Vec::new();
+    for i in 0..shards {
+        let cpu = config.cpus[i % config.cpus.len()];
+        let cfg = config.clone();
+        let mesh = mesh.clone();
+        let spawned = LocalExecutorBuilder::new(Placement::Fixed(cpu))
+            .name(&format!("shard-{i}"))
+            .io_memory(rlimit::IO_MEMORY_PER_SHARD)
+            .spawn(move || async move { shard::run(i, cfg, mesh, shards).await });
+        match spawned {
+            Ok(h) => handles.push(h),
+            Err(e) => {
+                error!("cannot start shard {i} on cpu {cpu}: {e}");
+                return ExitCode::from(1);
+            }
+        }
+    }
+    let control = LocalExecutorBuilder::new(Placement::Unbound)
+        .name("control")
+        .io_memory(rlimit::IO_MEMORY_PER_SHARD)
+        .spawn(move || async move { control::run(mesh, shards, signals).await });
+    let control = match control {
+        Ok(h) => h,
+        Err(e) => {
+            error!("cannot start the control thread: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    info!(tcp = %config.tcp_address, shards, "TCP: listening");
+
+    let mut failed = false;
+    for (i, h) in handles.into_iter().enumerate() {
+        match h.join() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                error!("{e}");
+                failed = true;
+            }
+            Err(e) => {
+                error!("shard {i} failed: {e}");
+                failed = true;
+            }
+        }
+    }
+    let _ = control.join();
+    if failed {
+        return ExitCode::from(1);
+    }
+    info!("broker stopped");
+    ExitCode::SUCCESS
+}
+
+/// Checks the TCP address is free, and resolves port 0 to one real port every shard then
+/// shares (each shard binds it with SO_REUSEPORT).
+fn claim_port(config: &mut Config) -> Result<(), String> {
+    let probe = std::net::TcpListener::bind(config.tcp_address)
+        .map_err(|e| format!("cannot listen on --tcp-address {}: {e}", config.tcp_address))?;
+    let actual = probe
+        .local_addr()
+        .map_err(|e| format!("--tcp-address {}: {e}", config.tcp_address))?;
+    config.tcp_address = actual;
+    Ok(())
+}
+
+fn init_logging(level: &str) {
+    let level = match level {
+        "fatal" => "error",
+        l => l,
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_target(false)
+        .init();
+}

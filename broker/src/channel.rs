@@ -1,0 +1,604 @@
+//! A channel of a topic, as held by the topic's owner shard: its queue of ready messages, the
+//! messages in flight and deferred, its consumers and their RDY counts, and the delivery
+//! decision.
+//!
+//! Invariants:
+//! - A message is in exactly one of `ready`, `in_flight`, `deferred` (or gone after FIN).
+//! - A consumer's `in_flight` equals the number of `in_flight` entries it owns, and the channel
+//!   delivers to a consumer only while `in_flight < rdy` and it has not sent CLS.
+//! - Deliveries go to ready consumers in turn (round robin), one message at a time, so a
+//!   channel's consumers share it fairly.
+//!
+//! Nothing here does I/O: operations push [`Delivery`]s into a vector the shard routes to
+//! connections (local, or through the mailbox of the consumer's shard).
+
+use crate::timer::{TimerKind, TimerQueue};
+use protocol::{Message, MessageId};
+use std::cell::RefCell;
+use std::collections::{HashMap, VecDeque};
+use std::rc::{Rc, Weak};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A consumer connection, wherever it lives: its shard and its connection number there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ConsumerKey {
+    pub shard: usize,
+    pub conn: u64,
+}
+
+/// What the owner knows of a consumer's client, for /stats.
+#[derive(Debug, Clone, Default)]
+pub struct ClientInfo {
+    pub client_id: String,
+    pub hostname: String,
+    pub user_agent: String,
+    pub remote_address: String,
+    pub connect_ts: i64,
+    pub sample_rate: u8,
+}
+
+/// The settings a consumer subscribes with.
+#[derive(Debug, Clone)]
+pub struct ConsumerSpec {
+    pub key: ConsumerKey,
+    pub msg_timeout: Duration,
+    pub info: Arc<ClientInfo>,
+}
+
+#[derive(Debug)]
+pub struct Consumer {
+    pub spec: ConsumerSpec,
+    pub rdy: u64,
+    pub in_flight: u64,
+    pub closing: bool,
+    pub message_count: u64,
+    pub finish_count: u64,
+    pub requeue_count: u64,
+}
+
+impl Consumer {
+    fn is_ready(&self) -> bool {
+        !self.closing && self.in_flight < self.rdy
+    }
+}
+
+/// A message handed to a consumer.
+#[derive(Debug)]
+pub struct Delivery {
+    pub to: ConsumerKey,
+    pub msg: Message,
+}
+
+struct InFlight {
+    msg: Message,
+    consumer: ConsumerKey,
+    deadline: Instant,
+    delivered_at: Instant,
+}
+
+struct Deferred {
+    msg: Message,
+    at: Instant,
+}
+
+/// Why FIN, REQ or TOUCH failed; the text is nsqd's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpError {
+    NotInFlight,
+    NotOwner,
+}
+
+impl OpError {
+    pub fn text(self) -> &'static str {
+        match self {
+            OpError::NotInFlight => "ID not in flight",
+            OpError::NotOwner => "client does not own message",
+        }
+    }
+}
+
+pub struct Channel {
+    pub topic: Arc<str>,
+    pub name: Arc<str>,
+    pub ephemeral: bool,
+    pub paused: bool,
+    ready: VecDeque<Message>,
+    in_flight: HashMap<MessageId, InFlight>,
+    deferred: HashMap<MessageId, Deferred>,
+    consumers: Vec<Consumer>,
+    next_consumer: usize,
+    /// Ephemeral channels drop messages beyond this many ready ones (they never touch disk).
+    mem_queue_size: u64,
+    rng: u64,
+    me: Weak<RefCell<Channel>>,
+    pub message_count: u64,
+    pub requeue_count: u64,
+    pub timeout_count: u64,
+}
+
+impl Channel {
+    pub fn new(topic: Arc<str>, name: &str, mem_queue_size: u64) -> Rc<RefCell<Channel>> {
+        Rc::new_cyclic(|me| {
+            RefCell::new(Channel {
+                topic,
+                ephemeral: protocol::names::is_ephemeral(name),
+                name: Arc::from(name),
+                paused: false,
+                ready: VecDeque::new(),
+                in_flight: HashMap::new(),
+                deferred: HashMap::new(),
+                consumers: Vec::new(),
+                next_consumer: 0,
+                mem_queue_size,
+                rng: 0x9E37_79B9_7F4A_7C15 ^ (me.as_ptr() as u64),
+                me: me.clone(),
+                message_count: 0,
+                requeue_count: 0,
+                timeout_count: 0,
+            })
+        })
+    }
+
+    /// Accepts a copy of a newly published message.
+    pub fn put(&mut self, msg: Message, defer: Duration, now: Instant, timers: &TimerQueue) {
+        self.message_count += 1;
+        if defer.is_zero() {
+            self.push_ready(msg);
+        } else {
+            self.defer(msg, now + defer, timers);
+        }
+    }
+
+    fn push_ready(&mut self, msg: Message) {
+        if self.ephemeral && self.ready.len() as u64 >= self.mem_queue_size {
+            tracing::debug!(topic = %self.topic, channel = %self.name, "ephemeral channel full; message dropped");
+            return;
+        }
+        self.ready.push_back(msg);
+    }
+
+    fn defer(&mut self, msg: Message, at: Instant, timers: &TimerQueue) {
+        timers.schedule(at, self.me.clone(), TimerKind::Deferred, msg.id);
+        self.deferred.insert(msg.id, Deferred { msg, at });
+    }
+
+    pub fn add_consumer(&mut self, spec: ConsumerSpec, max: u64) -> Result<(), String> {
+        if max > 0 && self.consumers.len() as u64 >= max {
+            return Err(format!(
+                "consumers for {}:{} exceeds limit of {}",
+                self.topic, self.name, max
+            ));
+        }
+        self.consumers.push(Consumer {
+            spec,
+            rdy: 0,
+            in_flight: 0,
+            closing: false,
+            message_count: 0,
+            finish_count: 0,
+            requeue_count: 0,
+        });
+        Ok(())
+    }
+
+    /// Removes a consumer and puts its in-flight messages back in front of the queue at once.
+    pub fn remove_consumer(&mut self, key: ConsumerKey) {
+        self.consumers.retain(|c| c.spec.key != key);
+        let mut returned: Vec<Message> = Vec::new();
+        self.in_flight.retain(|_, f| {
+            if f.consumer == key {
+                returned.push(f.msg.clone());
+                false
+            } else {
+                true
+            }
+        });
+        // Oldest first, ahead of newer messages: they were due first.
+        returned.sort_by_key(|m| m.timestamp);
+        for msg in returned.into_iter().rev() {
+            self.requeue_count += 1;
+            self.ready.push_front(msg);
+        }
+    }
+
+    pub fn consumer_count(&self) -> usize {
+        self.consumers.len()
+    }
+
+    pub fn consumers(&self) -> &[Consumer] {
+        &self.consumers
+    }
+
+    fn consumer_mut(&mut self, key: ConsumerKey) -> Option<&mut Consumer> {
+        self.consumers.iter_mut().find(|c| c.spec.key == key)
+    }
+
+    pub fn set_rdy(&mut self, key: ConsumerKey, rdy: u64) {
+        if let Some(c) = self.consumer_mut(key) {
+            c.rdy = rdy;
+        }
+    }
+
+    /// CLS: no more deliveries to this consumer; FIN/REQ/TOUCH still count.
+    pub fn close_consumer(&mut self, key: ConsumerKey) {
+        if let Some(c) = self.consumer_mut(key) {
+            c.closing = true;
+        }
+    }
+
+    fn take_in_flight(&mut self, key: ConsumerKey, id: MessageId) -> Result<InFlight, OpError> {
+        match self.in_flight.get(&id) {
+            None => return Err(OpError::NotInFlight),
+            Some(f) if f.consumer != key => return Err(OpError::NotOwner),
+            Some(_) => {}
+        }
+        let f = self.in_flight.remove(&id).ok_or(OpError::NotInFlight)?;
+        if let Some(c) = self.consumer_mut(key) {
+            c.in_flight = c.in_flight.saturating_sub(1);
+        }
+        Ok(f)
+    }
+
+    pub fn finish(&mut self, key: ConsumerKey, id: MessageId) -> Result<(), OpError> {
+        self.take_in_flight(key, id)?;
+        if let Some(c) = self.consumer_mut(key) {
+            c.finish_count += 1;
+        }
+        Ok(())
+    }
+
+    pub fn requeue(
+        &mut self,
+        key: ConsumerKey,
+        id: MessageId,
+        delay: Duration,
+        now: Instant,
+        timers: &TimerQueue,
+    ) -> Result<(), OpError> {
+        let f = self.take_in_flight(key, id)?;
+        self.requeue_count += 1;
+        if let Some(c) = self.consumer_mut(key) {
+            c.requeue_count += 1;
+        }
+        if delay.is_zero() {
+            self.ready.push_back(f.msg);
+        } else {
+            self.defer(f.msg, now + delay, timers);
+        }
+        Ok(())
+    }
+
+    /// TOUCH: the deadline moves to now + the consumer's timeout, but never past delivery +
+    /// max-msg-timeout.
+    pub fn touch(
+        &mut self,
+        key: ConsumerKey,
+        id: MessageId,
+        max_msg_timeout: Duration,
+        now: Instant,
+        timers: &TimerQueue,
+    ) -> Result<(), OpError> {
+        let timeout = self
+            .consumers
+            .iter()
+            .find(|c| c.spec.key == key)
+            .map(|c| c.spec.msg_timeout);
+        let f = match self.in_flight.get_mut(&id) {
+            None => return Err(OpError::NotInFlight),
+            Some(f) if f.consumer != key => return Err(OpError::NotOwner),
+            Some(f) => f,
+        };
+        let timeout = timeout.unwrap_or(max_msg_timeout);
+        let deadline = (now + timeout).min(f.delivered_at + max_msg_timeout);
+        f.deadline = deadline;
+        timers.schedule(deadline, self.me.clone(), TimerKind::InFlight, id);
+        Ok(())
+    }
+
+    /// A timer fired for message `id`. Returns true when the channel changed (so a dispatch may
+    /// deliver something). Stale timers (the message was answered or touched) are ignored.
+    pub fn on_timer(&mut self, kind: TimerKind, id: MessageId, at: Instant) -> bool {
+        match kind {
+            TimerKind::InFlight => {
+                let expired = matches!(self.in_flight.get(&id), Some(f) if f.deadline == at);
+                if !expired {
+                    return false;
+                }
+                let Some(f) = self.in_flight.remove(&id) else {
+                    return false;
+                };
+                if let Some(c) = self.consumer_mut(f.consumer) {
+                    c.in_flight = c.in_flight.saturating_sub(1);
+                }
+                self.timeout_count += 1;
+                self.ready.push_back(f.msg);
+                true
+            }
+            TimerKind::Deferred => {
+                let due = matches!(self.deferred.get(&id), Some(d) if d.at == at);
+                if !due {
+                    return false;
+                }
+                match self.deferred.remove(&id) {
+                    Some(d) => {
+                        self.push_ready(d.msg);
+                        true
+                    }
+                    None => false,
+                }
+            }
+        }
+    }
+
+    /// Hands ready messages to ready consumers, in turn, until one side runs out.
+    pub fn dispatch(
+        &mut self,
+        now: Instant,
+        max_msg_timeout: Duration,
+        timers: &TimerQueue,
+        out: &mut Vec<Delivery>,
+    ) {
+        if self.paused {
+            return;
+        }
+        while !self.ready.is_empty() {
+            let Some(ci) = self.next_ready_consumer() else {
+                break;
+            };
+            let Some(mut msg) = self.ready.pop_front() else {
+                break;
+            };
+            let sample_rate = self.consumers[ci].spec.info.sample_rate;
+            if sample_rate > 0 && self.roll_percent() > sample_rate as u64 {
+                // nsqd's sampling: this consumer's channel skips the message.
+                continue;
+            }
+            msg.attempts = msg.attempts.saturating_add(1);
+            let c = &mut self.consumers[ci];
+            c.in_flight += 1;
+            c.message_count += 1;
+            let key = c.spec.key;
+            let timeout = c.spec.msg_timeout.min(max_msg_timeout);
+            let deadline = now + timeout;
+            timers.schedule(deadline, self.me.clone(), TimerKind::InFlight, msg.id);
+            self.in_flight.insert(
+                msg.id,
+                InFlight {
+                    msg: msg.clone(),
+                    consumer: key,
+                    deadline,
+                    delivered_at: now,
+                },
+            );
+            out.push(Delivery { to: key, msg });
+        }
+    }
+
+    fn next_ready_consumer(&mut self) -> Option<usize> {
+        let n = self.consumers.len();
+        for step in 0..n {
+            let i = (self.next_consumer + step) % n;
+            if self.consumers[i].is_ready() {
+                self.next_consumer = (i + 1) % n;
+                return Some(i);
+            }
+        }
+        None
+    }
+
+    fn roll_percent(&mut self) -> u64 {
+        // xorshift64: sampling needs spread, not cryptographic quality.
+        let mut x = self.rng;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.rng = x;
+        x % 100
+    }
+
+    /// Drops every message that is not in flight (nsqd's channel empty).
+    pub fn empty(&mut self) {
+        self.ready.clear();
+        self.deferred.clear();
+    }
+
+    pub fn depth(&self) -> usize {
+        self.ready.len()
+    }
+
+    pub fn in_flight_count(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    pub fn deferred_count(&self) -> usize {
+        self.deferred.len()
+    }
+
+    /// Every message the channel still holds, for the hand-over to storage at shutdown: ready
+    /// ones, then in-flight ones (as if requeued), then deferred ones with their due time.
+    pub fn drain_all(&mut self) -> (Vec<Message>, Vec<(Message, Instant)>) {
+        let mut pending: Vec<Message> = self.ready.drain(..).collect();
+        let mut in_flight: Vec<Message> = self.in_flight.drain().map(|(_, f)| f.msg).collect();
+        in_flight.sort_by_key(|m| m.timestamp);
+        pending.extend(in_flight);
+        let deferred = self.deferred.drain().map(|(_, d)| (d.msg, d.at)).collect();
+        for c in &mut self.consumers {
+            c.in_flight = 0;
+        }
+        (pending, deferred)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    fn msg(n: u64) -> Message {
+        Message {
+            id: MessageId::from_u64(n),
+            timestamp: n as i64,
+            attempts: 0,
+            body: Bytes::from(format!("m{n}")),
+        }
+    }
+
+    fn spec(conn: u64) -> ConsumerSpec {
+        ConsumerSpec {
+            key: ConsumerKey { shard: 0, conn },
+            msg_timeout: Duration::from_secs(60),
+            info: Arc::new(ClientInfo::default()),
+        }
+    }
+
+    const MAX: Duration = Duration::from_secs(900);
+
+    #[test]
+    fn rdy_bounds_in_flight_and_delivery_is_round_robin() {
+        let timers = TimerQueue::default();
+        let ch = Channel::new(Arc::from("t"), "c", 100);
+        let mut c = ch.borrow_mut();
+        let now = Instant::now();
+        for n in 0..10 {
+            c.put(msg(n), Duration::ZERO, now, &timers);
+        }
+        c.add_consumer(spec(1), 0).unwrap();
+        c.add_consumer(spec(2), 0).unwrap();
+        c.set_rdy(spec(1).key, 2);
+        c.set_rdy(spec(2).key, 3);
+        let mut out = Vec::new();
+        c.dispatch(now, MAX, &timers, &mut out);
+        assert_eq!(out.len(), 5);
+        let to1 = out.iter().filter(|d| d.to.conn == 1).count();
+        assert_eq!(to1, 2);
+        assert_eq!(out[0].to.conn, 1);
+        assert_eq!(out[1].to.conn, 2);
+        assert!(out.iter().all(|d| d.msg.attempts == 1));
+        assert_eq!(c.depth(), 5);
+        // FIN frees one slot: exactly one more delivery.
+        c.finish(spec(1).key, out[0].msg.id).unwrap();
+        let mut more = Vec::new();
+        c.dispatch(now, MAX, &timers, &mut more);
+        assert_eq!(more.len(), 1);
+        assert_eq!(more[0].to.conn, 1);
+    }
+
+    #[test]
+    fn fin_errors_are_nsqds() {
+        let timers = TimerQueue::default();
+        let ch = Channel::new(Arc::from("t"), "c", 100);
+        let mut c = ch.borrow_mut();
+        let now = Instant::now();
+        c.put(msg(1), Duration::ZERO, now, &timers);
+        c.add_consumer(spec(1), 0).unwrap();
+        c.add_consumer(spec(2), 0).unwrap();
+        c.set_rdy(spec(1).key, 1);
+        let mut out = Vec::new();
+        c.dispatch(now, MAX, &timers, &mut out);
+        let id = out[0].msg.id;
+        assert_eq!(c.finish(spec(2).key, id), Err(OpError::NotOwner));
+        assert_eq!(
+            c.finish(spec(1).key, MessageId::from_u64(99)),
+            Err(OpError::NotInFlight)
+        );
+        c.finish(spec(1).key, id).unwrap();
+        assert_eq!(c.finish(spec(1).key, id), Err(OpError::NotInFlight));
+    }
+
+    #[test]
+    fn disconnect_requeues_in_flight_at_once_with_attempts_kept() {
+        let timers = TimerQueue::default();
+        let ch = Channel::new(Arc::from("t"), "c", 100);
+        let mut c = ch.borrow_mut();
+        let now = Instant::now();
+        c.put(msg(1), Duration::ZERO, now, &timers);
+        c.add_consumer(spec(1), 0).unwrap();
+        c.set_rdy(spec(1).key, 1);
+        let mut out = Vec::new();
+        c.dispatch(now, MAX, &timers, &mut out);
+        c.remove_consumer(spec(1).key);
+        c.add_consumer(spec(2), 0).unwrap();
+        c.set_rdy(spec(2).key, 1);
+        let mut again = Vec::new();
+        c.dispatch(now, MAX, &timers, &mut again);
+        assert_eq!(again.len(), 1);
+        assert_eq!(again[0].msg.attempts, 2);
+        assert_eq!(c.in_flight_count(), 1);
+    }
+
+    #[test]
+    fn timeout_and_touch() {
+        let timers = TimerQueue::default();
+        let ch = Channel::new(Arc::from("t"), "c", 100);
+        let mut c = ch.borrow_mut();
+        let now = Instant::now();
+        c.put(msg(1), Duration::ZERO, now, &timers);
+        c.add_consumer(spec(1), 0).unwrap();
+        c.set_rdy(spec(1).key, 1);
+        let mut out = Vec::new();
+        c.dispatch(now, MAX, &timers, &mut out);
+        let id = out[0].msg.id;
+        let first_deadline = now + Duration::from_secs(60);
+        let later = now + Duration::from_secs(10);
+        c.touch(spec(1).key, id, MAX, later, &timers).unwrap();
+        // The old deadline is stale after TOUCH.
+        assert!(!c.on_timer(TimerKind::InFlight, id, first_deadline));
+        assert!(c.on_timer(TimerKind::InFlight, id, later + Duration::from_secs(60)));
+        assert_eq!(c.timeout_count, 1);
+        assert_eq!(c.depth(), 1);
+    }
+
+    #[test]
+    fn touch_never_passes_max_msg_timeout() {
+        let timers = TimerQueue::default();
+        let ch = Channel::new(Arc::from("t"), "c", 100);
+        let mut c = ch.borrow_mut();
+        let now = Instant::now();
+        c.put(msg(1), Duration::ZERO, now, &timers);
+        c.add_consumer(spec(1), 0).unwrap();
+        c.set_rdy(spec(1).key, 1);
+        let mut out = Vec::new();
+        let max = Duration::from_secs(90);
+        c.dispatch(now, max, &timers, &mut out);
+        let id = out[0].msg.id;
+        c.touch(spec(1).key, id, max, now + Duration::from_secs(80), &timers)
+            .unwrap();
+        assert!(c.on_timer(TimerKind::InFlight, id, now + max));
+    }
+
+    #[test]
+    fn deferred_waits_for_its_timer() {
+        let timers = TimerQueue::default();
+        let ch = Channel::new(Arc::from("t"), "c", 100);
+        let mut c = ch.borrow_mut();
+        let now = Instant::now();
+        c.put(msg(1), Duration::from_secs(5), now, &timers);
+        assert_eq!(c.depth(), 0);
+        assert_eq!(c.deferred_count(), 1);
+        assert!(c.on_timer(
+            TimerKind::Deferred,
+            MessageId::from_u64(1),
+            now + Duration::from_secs(5)
+        ));
+        assert_eq!(c.depth(), 1);
+    }
+
+    #[test]
+    fn max_consumers_and_ephemeral_bound() {
+        let timers = TimerQueue::default();
+        let ch = Channel::new(Arc::from("t"), "c#ephemeral", 2);
+        let mut c = ch.borrow_mut();
+        assert!(c.ephemeral);
+        c.add_consumer(spec(1), 1).unwrap();
+        assert_eq!(
+            c.add_consumer(spec(2), 1).unwrap_err(),
+            "consumers for t:c#ephemeral exceeds limit of 1"
+        );
+        let now = Instant::now();
+        for n in 0..5 {
+            c.put(msg(n), Duration::ZERO, now, &timers);
+        }
+        assert_eq!(c.depth(), 2);
+    }
+}

@@ -1,0 +1,456 @@
+//! Command-line configuration: nsqd's flag names, meanings and defaults, plus our own
+//! (`--shards`).
+//!
+//! Go programs accept `-flag value` as well as `--flag value`; so do we, so that existing
+//! nsqd command lines and unit files work unchanged. Durations take Go's forms (`60s`,
+//! `250ms`, `1m30s`). Anything we do not understand, or do not implement yet (TLS, AUTH), is
+//! refused at start-up with a clear message rather than silently ignored.
+
+use clap::Parser;
+use protocol::duration::parse_duration;
+use protocol::identify::IdentifyLimits;
+use protocol::Limits;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Parser, Debug, Clone)]
+#[command(
+    name = "broker",
+    version,
+    about = "NSQ-compatible message broker (a drop-in nsqd), one shard per core on io_uring"
+)]
+pub struct Args {
+    /// <addr>:<port> to listen on for TCP clients
+    #[arg(long, default_value = "0.0.0.0:4150")]
+    pub tcp_address: String,
+    /// <addr>:<port> to listen on for HTTP clients
+    #[arg(long, default_value = "0.0.0.0:4151")]
+    pub http_address: String,
+    /// <addr>:<port> to listen on for HTTPS clients (needs TLS, not built yet)
+    #[arg(long, default_value = "")]
+    pub https_address: String,
+    /// address that will be registered with lookupd (defaults to the OS hostname)
+    #[arg(long)]
+    pub broadcast_address: Option<String>,
+    /// TCP port that will be registered with lookupd (defaults to the TCP port we listen on)
+    #[arg(long, default_value_t = 0)]
+    pub broadcast_tcp_port: u16,
+    /// HTTP port that will be registered with lookupd (defaults to the HTTP port we listen on)
+    #[arg(long, default_value_t = 0)]
+    pub broadcast_http_port: u16,
+    /// lookupd TCP address (may be given multiple times)
+    #[arg(long = "lookupd-tcp-address")]
+    pub lookupd_tcp_addresses: Vec<String>,
+    /// path to store disk-backed messages
+    #[arg(long, default_value = ".")]
+    pub data_path: PathBuf,
+    /// number of messages to keep in memory (per topic/channel)
+    #[arg(long, default_value_t = 10_000)]
+    pub mem_queue_size: u64,
+    /// number of bytes per diskqueue file before rolling
+    #[arg(long, default_value_t = 100 * 1024 * 1024)]
+    pub max_bytes_per_file: u64,
+    /// number of messages per diskqueue fsync
+    #[arg(long, default_value_t = 2500)]
+    pub sync_every: u64,
+    /// duration of time per diskqueue fsync
+    #[arg(long, default_value = "2s", value_parser = flag_duration)]
+    pub sync_timeout: Duration,
+    /// default duration to wait before auto-requeueing a message
+    #[arg(long, default_value = "60s", value_parser = flag_duration)]
+    pub msg_timeout: Duration,
+    /// maximum duration before a message will timeout
+    #[arg(long, default_value = "15m", value_parser = flag_duration)]
+    pub max_msg_timeout: Duration,
+    /// maximum size of a single message in bytes
+    #[arg(long, default_value_t = 1024 * 1024)]
+    pub max_msg_size: u64,
+    /// maximum requeuing timeout for a message
+    #[arg(long, default_value = "1h", value_parser = flag_duration)]
+    pub max_req_timeout: Duration,
+    /// maximum size of a single command body
+    #[arg(long, default_value_t = 5 * 1024 * 1024)]
+    pub max_body_size: u64,
+    /// maximum number of consumers per channel (0 = no limit)
+    #[arg(long, default_value_t = 0)]
+    pub max_channel_consumers: u64,
+    /// maximum RDY count for a client
+    #[arg(long, default_value_t = 2500)]
+    pub max_rdy_count: u64,
+    /// maximum client configurable duration of time between client heartbeats
+    #[arg(long, default_value = "60s", value_parser = flag_duration)]
+    pub max_heartbeat_interval: Duration,
+    /// maximum client configurable size (in bytes) for a client output buffer
+    #[arg(long, default_value_t = 64 * 1024)]
+    pub max_output_buffer_size: u64,
+    /// maximum client configurable duration of time between flushing to a client
+    #[arg(long, default_value = "30s", value_parser = flag_duration)]
+    pub max_output_buffer_timeout: Duration,
+    /// minimum client configurable duration of time between flushing to a client
+    #[arg(long, default_value = "25ms", value_parser = flag_duration)]
+    pub min_output_buffer_timeout: Duration,
+    /// default duration of time between flushing data to clients
+    #[arg(long, default_value = "250ms", value_parser = flag_duration)]
+    pub output_buffer_timeout: Duration,
+    /// maximum deflate compression level a client can negotiate (1-9)
+    #[arg(long, default_value_t = 6, value_parser = clap::value_parser!(u64).range(1..=9))]
+    pub max_deflate_level: u64,
+    /// enable deflate feature negotiation (client compression)
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub deflate: bool,
+    /// enable snappy feature negotiation (client compression)
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub snappy: bool,
+    /// message processing time percentiles (as float (0, 1.0]) to track (can be given multiple times)
+    #[arg(long = "e2e-processing-latency-percentile")]
+    pub e2e_processing_latency_percentiles: Vec<f64>,
+    /// calculate end to end latency quantiles for this duration of time
+    #[arg(long, default_value = "10m", value_parser = flag_duration)]
+    pub e2e_processing_latency_window_time: Duration,
+    /// unique part for message IDs, (int) in range [0,1024) (kept for nsqd compatibility)
+    #[arg(long, default_value_t = 0)]
+    pub node_id: u64,
+    /// log level: debug, info, warn, error or fatal
+    #[arg(long, default_value = "info")]
+    pub log_level: String,
+    /// HTTP address of an auth server (AUTH is not built yet; giving one is refused)
+    #[arg(long = "auth-http-address")]
+    pub auth_http_addresses: Vec<String>,
+    /// path to a TLS certificate (TLS is not built yet; giving one is refused)
+    #[arg(long, default_value = "")]
+    pub tls_cert: String,
+    /// path to a TLS key (TLS is not built yet; giving one is refused)
+    #[arg(long, default_value = "")]
+    pub tls_key: String,
+    /// number of shards: one glommio executor pinned to each (default: the CPUs this process may use)
+    #[arg(long)]
+    pub shards: Option<usize>,
+}
+
+/// The validated configuration every shard reads. Immutable after start-up.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub tcp_address: SocketAddr,
+    pub http_address: SocketAddr,
+    pub broadcast_address: String,
+    pub broadcast_tcp_port: u16,
+    pub broadcast_http_port: u16,
+    pub lookupd_tcp_addresses: Vec<String>,
+    pub data_path: PathBuf,
+    pub mem_queue_size: u64,
+    pub max_bytes_per_file: u64,
+    pub sync_every: u64,
+    pub sync_timeout: Duration,
+    pub msg_timeout: Duration,
+    pub max_msg_timeout: Duration,
+    pub max_msg_size: u64,
+    pub max_req_timeout: Duration,
+    pub max_body_size: u64,
+    pub max_channel_consumers: u64,
+    pub max_rdy_count: u64,
+    pub max_heartbeat_interval: Duration,
+    pub max_output_buffer_size: u64,
+    pub max_output_buffer_timeout: Duration,
+    pub min_output_buffer_timeout: Duration,
+    pub output_buffer_timeout: Duration,
+    pub max_deflate_level: u64,
+    pub e2e_processing_latency_percentiles: Vec<f64>,
+    pub e2e_processing_latency_window_time: Duration,
+    pub log_level: String,
+    /// CPUs the shards are pinned to, shard i on `cpus[i % cpus.len()]`.
+    pub cpus: Vec<usize>,
+    pub shards: usize,
+}
+
+/// Heartbeat interval used when a client does not ask for one (nsqd: client timeout / 2).
+pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(30);
+
+impl Config {
+    /// Parses the process arguments; `Err` holds the text to print (clap's, or ours).
+    pub fn from_env() -> Result<Config, String> {
+        Config::parse_from(std::env::args())
+    }
+
+    pub fn parse_from<I: IntoIterator<Item = String>>(argv: I) -> Result<Config, String> {
+        let argv = go_style_flags(argv);
+        let args = Args::try_parse_from(argv).map_err(|e| e.to_string())?;
+        Config::from_args(args)
+    }
+
+    fn from_args(a: Args) -> Result<Config, String> {
+        if !a.auth_http_addresses.is_empty() {
+            return Err(
+                "--auth-http-address: AUTH is not supported by this broker yet; \
+                        remove the flag (clients then get E_AUTH_DISABLED)"
+                    .into(),
+            );
+        }
+        if !a.tls_cert.is_empty() || !a.tls_key.is_empty() || !a.https_address.is_empty() {
+            return Err(
+                "--tls-cert/--tls-key/--https-address: TLS is not supported by this \
+                        broker yet; remove these flags"
+                    .into(),
+            );
+        }
+        if a.max_msg_size == 0 || a.max_msg_size > u32::MAX as u64 / 2 {
+            return Err(format!(
+                "--max-msg-size {} must be between 1 and {}",
+                a.max_msg_size,
+                u32::MAX / 2
+            ));
+        }
+        if a.max_body_size < a.max_msg_size || a.max_body_size > u32::MAX as u64 / 2 {
+            return Err(format!(
+                "--max-body-size {} must be at least --max-msg-size ({}) and at most {}",
+                a.max_body_size,
+                a.max_msg_size,
+                u32::MAX / 2
+            ));
+        }
+        if a.max_rdy_count == 0 {
+            return Err("--max-rdy-count must be at least 1".into());
+        }
+        if a.msg_timeout < Duration::from_millis(1) || a.msg_timeout > a.max_msg_timeout {
+            return Err(format!(
+                "--msg-timeout {:?} must be between 1ms and --max-msg-timeout ({:?})",
+                a.msg_timeout, a.max_msg_timeout
+            ));
+        }
+        if a.max_heartbeat_interval < Duration::from_secs(1) {
+            return Err("--max-heartbeat-interval must be at least 1s".into());
+        }
+        if a.min_output_buffer_timeout > a.max_output_buffer_timeout {
+            return Err("--min-output-buffer-timeout exceeds --max-output-buffer-timeout".into());
+        }
+        for p in &a.e2e_processing_latency_percentiles {
+            if !(*p > 0.0 && *p <= 1.0) {
+                return Err(format!(
+                    "--e2e-processing-latency-percentile {p} must be in (0, 1.0]"
+                ));
+            }
+        }
+        match a.log_level.to_ascii_lowercase().as_str() {
+            "debug" | "info" | "warn" | "error" | "fatal" | "trace" => {}
+            other => {
+                return Err(format!(
+                    "--log-level {other:?}: use debug, info, warn or error"
+                ))
+            }
+        }
+        let tcp_address = resolve("--tcp-address", &a.tcp_address)?;
+        let http_address = resolve("--http-address", &a.http_address)?;
+        let cpus = allowed_cpus();
+        let shards = a.shards.unwrap_or(cpus.len()).max(0);
+        if shards == 0 || shards > 256 {
+            return Err(format!("--shards {shards} must be between 1 and 256"));
+        }
+        let broadcast_address = a.broadcast_address.unwrap_or_else(hostname);
+        Ok(Config {
+            tcp_address,
+            http_address,
+            broadcast_address,
+            broadcast_tcp_port: a.broadcast_tcp_port,
+            broadcast_http_port: a.broadcast_http_port,
+            lookupd_tcp_addresses: a.lookupd_tcp_addresses,
+            data_path: a.data_path,
+            mem_queue_size: a.mem_queue_size,
+            max_bytes_per_file: a.max_bytes_per_file,
+            sync_every: a.sync_every,
+            sync_timeout: a.sync_timeout,
+            msg_timeout: a.msg_timeout,
+            max_msg_timeout: a.max_msg_timeout,
+            max_msg_size: a.max_msg_size,
+            max_req_timeout: a.max_req_timeout,
+            max_body_size: a.max_body_size,
+            max_channel_consumers: a.max_channel_consumers,
+            max_rdy_count: a.max_rdy_count,
+            max_heartbeat_interval: a.max_heartbeat_interval,
+            max_output_buffer_size: a.max_output_buffer_size,
+            max_output_buffer_timeout: a.max_output_buffer_timeout,
+            min_output_buffer_timeout: a.min_output_buffer_timeout,
+            output_buffer_timeout: a.output_buffer_timeout,
+            max_deflate_level: a.max_deflate_level,
+            e2e_processing_latency_percentiles: a.e2e_processing_latency_percentiles,
+            e2e_processing_latency_window_time: a.e2e_processing_latency_window_time,
+            log_level: a.log_level.to_ascii_lowercase(),
+            cpus,
+            shards,
+        })
+    }
+
+    /// The limits the command decoder enforces.
+    pub fn limits(&self) -> Limits {
+        Limits {
+            max_msg_size: self.max_msg_size,
+            max_body_size: self.max_body_size,
+            max_rdy_count: self.max_rdy_count,
+            max_req_timeout_ms: self.max_req_timeout.as_millis() as u64,
+        }
+    }
+
+    /// The bounds IDENTIFY is checked against.
+    pub fn identify_limits(&self) -> IdentifyLimits {
+        IdentifyLimits {
+            default_heartbeat_ms: DEFAULT_HEARTBEAT
+                .min(self.max_heartbeat_interval)
+                .as_millis() as u64,
+            max_heartbeat_ms: self.max_heartbeat_interval.as_millis() as u64,
+            default_output_buffer_size: 16 * 1024,
+            max_output_buffer_size: self.max_output_buffer_size,
+            default_output_buffer_timeout_ms: self.output_buffer_timeout.as_millis() as u64,
+            min_output_buffer_timeout_ms: self.min_output_buffer_timeout.as_millis() as u64,
+            max_output_buffer_timeout_ms: self.max_output_buffer_timeout.as_millis() as u64,
+            default_msg_timeout_ms: self.msg_timeout.as_millis() as u64,
+            max_msg_timeout_ms: self.max_msg_timeout.as_millis() as u64,
+            max_deflate_level: self.max_deflate_level,
+            tls_available: false,
+            snappy_available: false,
+            deflate_available: false,
+        }
+    }
+
+    /// The shard that owns `topic`: crc32 of its name modulo the shard count. Stable across
+    /// restarts with the same `--shards`; data on disk is laid out by name, so another count
+    /// only moves ownership.
+    pub fn owner_of(&self, topic: &str) -> usize {
+        (crc32fast::hash(topic.as_bytes()) as usize) % self.shards
+    }
+}
+
+/// nsqd's durations from the command line: Go forms with a unit (a bare `0` is allowed).
+fn flag_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    if t != "0" && t.chars().all(|c| c.is_ascii_digit()) {
+        return Err(format!(
+            "{s:?} has no unit; write it like 60s, 250ms or 1m30s"
+        ));
+    }
+    parse_duration(t)
+}
+
+/// Rewrites Go-style single-dash long flags (`-tcp-address=x`) to `--tcp-address=x`.
+fn go_style_flags<I: IntoIterator<Item = String>>(argv: I) -> Vec<String> {
+    argv.into_iter()
+        .enumerate()
+        .map(|(i, a)| {
+            let is_go_long = i > 0
+                && a.starts_with('-')
+                && !a.starts_with("--")
+                && a.len() > 2
+                && a[1..2].chars().all(|c| c.is_ascii_alphabetic());
+            if is_go_long {
+                format!("-{a}")
+            } else {
+                a
+            }
+        })
+        .collect()
+}
+
+/// Resolves `host:port`; an empty host (`:4150`) means every interface, as in Go.
+fn resolve(flag: &str, addr: &str) -> Result<SocketAddr, String> {
+    let full = if addr.starts_with(':') {
+        format!("0.0.0.0{addr}")
+    } else {
+        addr.to_string()
+    };
+    full.to_socket_addrs()
+        .map_err(|e| format!("{flag} {addr:?}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{flag} {addr:?}: resolves to no address"))
+}
+
+fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for its length; gethostname NUL-terminates within it.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr() as *mut libc::c_char, buf.len()) };
+    if rc != 0 {
+        return "localhost".into();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+/// The CPUs this process may run on (its affinity mask), in order.
+pub fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: cpu_set_t is plain data; sched_getaffinity fills it for this process.
+    let cpus = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            Vec::new()
+        } else {
+            (0..libc::CPU_SETSIZE as usize)
+                .filter(|&c| libc::CPU_ISSET(c, &set))
+                .collect()
+        }
+    };
+    if cpus.is_empty() {
+        let n = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1);
+        (0..n).collect()
+    } else {
+        cpus
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Config, String> {
+        let mut v = vec!["broker".to_string()];
+        v.extend(args.iter().map(|s| s.to_string()));
+        Config::parse_from(v)
+    }
+
+    #[test]
+    fn defaults_are_nsqds() {
+        let c = parse(&[]).unwrap();
+        assert_eq!(c.tcp_address.port(), 4150);
+        assert_eq!(c.http_address.port(), 4151);
+        assert_eq!(c.mem_queue_size, 10_000);
+        assert_eq!(c.msg_timeout, Duration::from_secs(60));
+        assert_eq!(c.max_req_timeout, Duration::from_secs(3600));
+        assert_eq!(c.max_rdy_count, 2500);
+        assert!(c.shards >= 1);
+    }
+
+    #[test]
+    fn go_style_flags_and_durations() {
+        let c = parse(&[
+            "-tcp-address=127.0.0.1:5000",
+            "--max-req-timeout=60000ms",
+            "-msg-timeout",
+            "1m30s",
+            "--shards",
+            "3",
+        ])
+        .unwrap();
+        assert_eq!(c.tcp_address.port(), 5000);
+        assert_eq!(c.max_req_timeout, Duration::from_secs(60));
+        assert_eq!(c.msg_timeout, Duration::from_secs(90));
+        assert_eq!(c.shards, 3);
+    }
+
+    #[test]
+    fn bad_flags_are_clear_errors() {
+        assert!(parse(&["--no-such-flag"]).is_err());
+        assert!(parse(&["--msg-timeout", "60"])
+            .unwrap_err()
+            .contains("unit"));
+        assert!(parse(&["--shards", "0"]).is_err());
+        assert!(parse(&["--tcp-address", "nonsense"]).is_err());
+        assert!(parse(&["--auth-http-address", "127.0.0.1:1"]).is_err());
+        assert!(parse(&["--max-msg-size", "10", "--max-body-size", "5"]).is_err());
+    }
+
+    #[test]
+    fn owner_is_stable() {
+        let c = parse(&["--shards", "4"]).unwrap();
+        let o = c.owner_of("events");
+        assert!(o < 4);
+        assert_eq!(o, c.owner_of("events"));
+    }
+}

@@ -1,0 +1,542 @@
+//! One client connection on the shard the kernel gave it: the V2 handshake, the command loop,
+//! the output buffer and its writer, heartbeats.
+//!
+//! Three tasks share a [`Conn`]: the reader (decodes and executes commands in order), the writer
+//! (flushes the output buffer whenever there is something in it: once per turn of the shard,
+//! so pipelined responses and deliveries go out in one write), and the heartbeat ticker. The
+//! socket is `dup`ed so reader and writer each own a glommio stream.
+//!
+//! Responses keep the order of commands: the reader waits for a PUB's reply from the topic's
+//! owner before it decodes the next command. A fatal protocol error sends its error frame, then
+//! closes; a non-fatal one (FIN of an unknown ID, ...) only sends the frame.
+
+use crate::channel::{ClientInfo, ConsumerKey, ConsumerSpec};
+use crate::mailbox::{ChannelOp, Mail, Reply};
+use crate::shard::Shard;
+use crate::sync::Notify;
+use bytes::{Bytes, BytesMut};
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use glommio::net::TcpStream;
+use protocol::command::ConnPhase;
+use protocol::frame::{write_frame, write_message_frame};
+use protocol::identify::{IdentifyRequest, IdentifyResponse};
+use protocol::{
+    decode_command, Command, DecodeContext, ErrorCode, FrameType, Message, ProtocolError,
+};
+use std::cell::{Cell, RefCell};
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+use tracing::{debug, info, Instrument};
+
+/// Smallest and largest read buffer; it doubles while reads fill it.
+const READ_MIN: usize = 4 * 1024;
+const READ_MAX: usize = 256 * 1024;
+/// A client that does not take its bytes for this long is closed.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The part of a connection that other tasks of the shard can reach.
+pub struct Conn {
+    pub id: u64,
+    out: RefCell<BytesMut>,
+    wake_writer: Notify,
+    wake_reader: Notify,
+    heartbeat_changed: Notify,
+    heartbeat: Cell<Option<Duration>>,
+    closed: Cell<bool>,
+    stop_requested: Cell<bool>,
+}
+
+impl Conn {
+    fn new(id: u64, heartbeat: Duration) -> Conn {
+        Conn {
+            id,
+            out: RefCell::new(BytesMut::with_capacity(16 * 1024)),
+            wake_writer: Notify::new(),
+            wake_reader: Notify::new(),
+            heartbeat_changed: Notify::new(),
+            heartbeat: Cell::new(Some(heartbeat)),
+            closed: Cell::new(false),
+            stop_requested: Cell::new(false),
+        }
+    }
+
+    fn push_frame(&self, kind: FrameType, data: &[u8]) {
+        if self.closed.get() {
+            return;
+        }
+        write_frame(&mut self.out.borrow_mut(), kind, data);
+        self.wake_writer.notify();
+    }
+
+    pub fn push_response(&self, data: &[u8]) {
+        self.push_frame(FrameType::Response, data);
+    }
+
+    pub fn push_error(&self, e: &ProtocolError) {
+        self.push_frame(FrameType::Error, e.frame_text().as_bytes());
+    }
+
+    /// Writes message frames for `msgs` (a delivery from the channel's owner).
+    pub fn deliver(&self, msgs: &[Message]) {
+        if self.closed.get() {
+            return;
+        }
+        {
+            let mut out = self.out.borrow_mut();
+            for m in msgs {
+                write_message_frame(&mut out, m);
+            }
+        }
+        self.wake_writer.notify();
+    }
+
+    /// Shutdown: finish the command in progress, answer it, then close.
+    pub fn request_stop(&self) {
+        self.stop_requested.set(true);
+        self.wake_reader.notify();
+    }
+
+    /// Close now; the writer flushes what is already buffered, then shuts the socket.
+    pub fn close(&self) {
+        self.closed.set(true);
+        self.wake_reader.notify();
+        self.wake_writer.notify();
+        self.heartbeat_changed.notify();
+    }
+}
+
+/// What the reader knows of its connection.
+struct Session {
+    phase: ConnPhase,
+    heartbeats: bool,
+    msg_timeout: Duration,
+    info: ClientInfo,
+    /// The owner shard and the channel this connection consumes, after SUB.
+    sub: Option<(usize, Arc<str>, Arc<str>)>,
+}
+
+/// Serves one accepted connection until it closes.
+pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
+    let id = shard.next_conn_id();
+    let remote = stream
+        .peer_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_else(|_| "unknown".into());
+    let span = tracing::info_span!("client", shard = shard.id, conn = id, remote = %remote);
+    async move {
+        debug!("connected");
+        let _ = stream.set_nodelay(true);
+        // SAFETY: dup returns a new descriptor we own; it is handed to exactly one stream.
+        let wfd = unsafe { libc::dup(stream.as_raw_fd()) };
+        if wfd < 0 {
+            info!("dup failed; closing");
+            return;
+        }
+        // SAFETY: wfd is a fresh, owned descriptor of the same connected socket.
+        let writer_stream = unsafe { TcpStream::from_raw_fd(wfd) };
+        let _ = writer_stream.set_write_timeout(Some(WRITE_TIMEOUT));
+        let heartbeat = shard.config.identify_limits().default_heartbeat_ms;
+        let conn = Rc::new(Conn::new(id, Duration::from_millis(heartbeat)));
+        shard.register_conn(conn.clone());
+        let writer = glommio::spawn_local(write_loop(conn.clone(), writer_stream));
+        let ticker = glommio::spawn_local(heartbeat_loop(conn.clone()));
+
+        let session = read_loop(&shard, &conn, stream, remote).await;
+
+        if let Some((owner, topic, channel)) = session.and_then(|s| s.sub) {
+            shard.route(
+                owner,
+                Mail::Channel {
+                    topic,
+                    channel,
+                    key: ConsumerKey {
+                        shard: shard.id,
+                        conn: id,
+                    },
+                    op: ChannelOp::Leave,
+                },
+            );
+        }
+        shard.unregister_conn(id);
+        conn.close();
+        writer.await;
+        ticker.cancel().await;
+        debug!("closed");
+    }
+    .instrument(span)
+    .await
+}
+
+/// Reads and executes commands until the connection ends; returns the session (for cleanup).
+async fn read_loop(
+    shard: &Rc<Shard>,
+    conn: &Rc<Conn>,
+    mut stream: TcpStream,
+    remote: String,
+) -> Option<Session> {
+    let heartbeat = conn.heartbeat.get().unwrap_or(Duration::from_secs(30));
+    let _ = stream.set_read_timeout(Some(heartbeat * 2));
+    let mut magic = [0u8; 4];
+    let got =
+        futures_lite::future::or(async { Some(stream.read_exact(&mut magic).await) }, async {
+            conn.wake_reader.notified().await;
+            None
+        })
+        .await;
+    match got {
+        Some(Ok(())) if &magic == protocol::MAGIC_V2 => {}
+        Some(Ok(())) => {
+            conn.push_frame(FrameType::Error, b"E_BAD_PROTOCOL");
+            debug!("bad protocol magic {:?}", magic);
+            return None;
+        }
+        _ => return None,
+    }
+
+    let mut session = Session {
+        phase: ConnPhase::Init,
+        heartbeats: true,
+        msg_timeout: shard.config.msg_timeout,
+        info: ClientInfo {
+            remote_address: remote,
+            connect_ts: crate::ids::now_nanos() / 1_000_000_000,
+            ..ClientInfo::default()
+        },
+        sub: None,
+    };
+    let limits = shard.decode_limits();
+    let mut rbuf = BytesMut::with_capacity(READ_MIN);
+    let mut scratch = vec![0u8; READ_MIN];
+    loop {
+        loop {
+            if conn.closed.get() {
+                return Some(session);
+            }
+            let ctx = DecodeContext {
+                phase: session.phase,
+                heartbeats_enabled: session.heartbeats,
+                limits,
+            };
+            match decode_command(&mut rbuf, &ctx) {
+                Ok(Some(cmd)) => {
+                    if let Err(e) = execute(shard, conn, &mut stream, &mut session, cmd).await {
+                        debug!(error = %e, "command failed");
+                        conn.push_error(&e);
+                        if e.fatal {
+                            return Some(session);
+                        }
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    debug!(error = %e, "protocol error");
+                    conn.push_error(&e);
+                    return Some(session);
+                }
+            }
+        }
+        if conn.stop_requested.get() {
+            return Some(session);
+        }
+        if let Some((owner, _, _)) = &session.sub {
+            wait_while_congested(shard, *owner).await;
+        }
+        let read =
+            futures_lite::future::or(async { Some(stream.read(&mut scratch).await) }, async {
+                conn.wake_reader.notified().await;
+                None
+            })
+            .await;
+        match read {
+            None => {
+                if conn.stop_requested.get() || conn.closed.get() {
+                    return Some(session);
+                }
+            }
+            Some(Ok(0)) => return Some(session),
+            Some(Ok(n)) => {
+                rbuf.extend_from_slice(&scratch[..n]);
+                if n == scratch.len() && scratch.len() < READ_MAX {
+                    scratch.resize(scratch.len() * 2, 0);
+                }
+            }
+            Some(Err(e)) => {
+                debug!("read ended: {e}");
+                return Some(session);
+            }
+        }
+    }
+}
+
+async fn wait_while_congested(shard: &Shard, peer: usize) {
+    while shard.is_congested(peer) {
+        glommio::timer::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// Executes one decoded command.
+async fn execute(
+    shard: &Rc<Shard>,
+    conn: &Rc<Conn>,
+    stream: &mut TcpStream,
+    session: &mut Session,
+    cmd: Command,
+) -> Result<(), ProtocolError> {
+    match cmd {
+        Command::Identify(body) => identify(shard, conn, stream, session, &body),
+        Command::Auth(_) => Err(ProtocolError::fatal(
+            ErrorCode::AuthDisabled,
+            "AUTH disabled",
+        )),
+        Command::Sub { topic, channel } => subscribe(shard, conn, session, topic, channel).await,
+        Command::Pub { topic, body } => {
+            publish(
+                shard,
+                conn,
+                topic,
+                vec![body],
+                Duration::ZERO,
+                ErrorCode::PubFailed,
+                "PUB",
+            )
+            .await
+        }
+        Command::Mpub { topic, bodies } => {
+            publish(
+                shard,
+                conn,
+                topic,
+                bodies,
+                Duration::ZERO,
+                ErrorCode::MpubFailed,
+                "MPUB",
+            )
+            .await
+        }
+        Command::Dpub {
+            topic,
+            defer_ms,
+            body,
+        } => {
+            let defer = Duration::from_millis(defer_ms);
+            publish(
+                shard,
+                conn,
+                topic,
+                vec![body],
+                defer,
+                ErrorCode::DpubFailed,
+                "DPUB",
+            )
+            .await
+        }
+        Command::Rdy(n) => {
+            channel_op(shard, conn, session, ChannelOp::Rdy(n));
+            Ok(())
+        }
+        Command::Fin(id) => {
+            channel_op(shard, conn, session, ChannelOp::Fin(id));
+            Ok(())
+        }
+        Command::Req { id, delay_ms } => {
+            let max = shard.config.max_req_timeout;
+            let delay = Duration::from_millis(delay_ms).min(max);
+            channel_op(shard, conn, session, ChannelOp::Req(id, delay));
+            Ok(())
+        }
+        Command::Touch(id) => {
+            channel_op(shard, conn, session, ChannelOp::Touch(id));
+            Ok(())
+        }
+        Command::Cls => {
+            channel_op(shard, conn, session, ChannelOp::Close);
+            session.phase = ConnPhase::Closing;
+            conn.push_response(protocol::CLOSE_WAIT);
+            Ok(())
+        }
+        Command::Nop => Ok(()),
+    }
+}
+
+fn identify(
+    shard: &Shard,
+    conn: &Conn,
+    stream: &mut TcpStream,
+    session: &mut Session,
+    body: &Bytes,
+) -> Result<(), ProtocolError> {
+    let req = IdentifyRequest::parse(body)?;
+    let limits = shard.config.identify_limits();
+    let n = req.negotiate(&limits)?;
+    session.info.client_id = req.client_id.clone();
+    session.info.hostname = req.hostname.clone();
+    session.info.user_agent = req.user_agent.clone();
+    session.info.sample_rate = n.sample_rate;
+    session.msg_timeout = Duration::from_millis(n.msg_timeout_ms);
+    session.heartbeats = n.heartbeat_ms.is_some();
+    let hb = n.heartbeat_ms.map(Duration::from_millis);
+    conn.heartbeat.set(hb);
+    conn.heartbeat_changed.notify();
+    let _ = stream.set_read_timeout(hb.map(|d| d * 2));
+    debug!(client_id = %req.client_id, user_agent = %req.user_agent, "identified");
+    if req.feature_negotiation {
+        let resp = IdentifyResponse::new(&n, &limits, shard.config.max_rdy_count, false);
+        conn.push_response(&resp.to_json());
+    } else {
+        conn.push_response(protocol::OK);
+    }
+    Ok(())
+}
+
+async fn subscribe(
+    shard: &Rc<Shard>,
+    conn: &Conn,
+    session: &mut Session,
+    topic: String,
+    channel: String,
+) -> Result<(), ProtocolError> {
+    let owner = shard.config.owner_of(&topic);
+    let spec = ConsumerSpec {
+        key: ConsumerKey {
+            shard: shard.id,
+            conn: conn.id,
+        },
+        msg_timeout: session.msg_timeout,
+        info: Arc::new(session.info.clone()),
+    };
+    let (t, c): (Arc<str>, Arc<str>) = (Arc::from(topic.as_str()), Arc::from(channel.as_str()));
+    let reply = shard
+        .request(owner, |reply| Mail::Subscribe {
+            topic,
+            channel,
+            consumer: spec,
+            reply,
+        })
+        .await;
+    match reply {
+        Some(Reply::Subscribe(Ok(()))) => {
+            session.phase = ConnPhase::Subscribed;
+            session.sub = Some((owner, t.clone(), c.clone()));
+            debug!(topic = %t, channel = %c, owner, "subscribed");
+            conn.push_response(protocol::OK);
+            Ok(())
+        }
+        Some(Reply::Subscribe(Err(e))) => Err(e),
+        _ => Err(ProtocolError::fatal(
+            ErrorCode::SubFailed,
+            "SUB failed broker shutting down",
+        )),
+    }
+}
+
+async fn publish(
+    shard: &Rc<Shard>,
+    conn: &Conn,
+    topic: String,
+    bodies: Vec<Bytes>,
+    defer: Duration,
+    fail: ErrorCode,
+    verb: &str,
+) -> Result<(), ProtocolError> {
+    let owner = shard.config.owner_of(&topic);
+    let reply = shard
+        .request(owner, |reply| Mail::Publish {
+            topic,
+            bodies,
+            defer,
+            reply,
+        })
+        .await;
+    match reply {
+        Some(Reply::Publish(Ok(()))) => {
+            conn.push_response(protocol::OK);
+            Ok(())
+        }
+        Some(Reply::Publish(Err(e))) => Err(ProtocolError::fatal(
+            fail,
+            format!("{verb} failed {}", e.description),
+        )),
+        _ => Err(ProtocolError::fatal(
+            fail,
+            format!("{verb} failed broker shutting down"),
+        )),
+    }
+}
+
+fn channel_op(shard: &Shard, conn: &Conn, session: &Session, op: ChannelOp) {
+    if let Some((owner, topic, channel)) = &session.sub {
+        shard.route(
+            *owner,
+            Mail::Channel {
+                topic: topic.clone(),
+                channel: channel.clone(),
+                key: ConsumerKey {
+                    shard: shard.id,
+                    conn: conn.id,
+                },
+                op,
+            },
+        );
+    }
+}
+
+/// Flushes the output buffer whenever something is in it; on close, flushes what is left and
+/// shuts the socket down.
+async fn write_loop(conn: Rc<Conn>, mut stream: TcpStream) {
+    let mut spare = BytesMut::with_capacity(16 * 1024);
+    loop {
+        conn.wake_writer.notified().await;
+        loop {
+            {
+                let mut out = conn.out.borrow_mut();
+                if out.is_empty() {
+                    break;
+                }
+                std::mem::swap(&mut *out, &mut spare);
+            }
+            if let Err(e) = stream.write_all(&spare).await {
+                debug!("write failed: {e}");
+                conn.close();
+                let _ = stream.shutdown(std::net::Shutdown::Both).await;
+                return;
+            }
+            spare.clear();
+        }
+        if conn.closed.get() {
+            let _ = stream.flush().await;
+            let _ = stream.shutdown(std::net::Shutdown::Both).await;
+            return;
+        }
+    }
+}
+
+/// Sends `_heartbeat_` every interval while heartbeats are on. A client that sends nothing for
+/// two intervals is closed by the reader's read timeout.
+async fn heartbeat_loop(conn: Rc<Conn>) {
+    loop {
+        if conn.closed.get() {
+            return;
+        }
+        match conn.heartbeat.get() {
+            None => conn.heartbeat_changed.notified().await,
+            Some(every) => {
+                let ticked = futures_lite::future::or(
+                    async {
+                        glommio::timer::sleep(every).await;
+                        true
+                    },
+                    async {
+                        conn.heartbeat_changed.notified().await;
+                        false
+                    },
+                )
+                .await;
+                if ticked {
+                    conn.push_response(protocol::HEARTBEAT);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,128 @@
+//! Cross-shard mailboxes: what shards say to each other, and the outboxes that batch it.
+//!
+//! Shards share nothing; they talk only through a glommio channel mesh (bounded SPSC rings
+//! between every pair). Each shard keeps one [`Outbox`] per peer: during a turn, anything bound
+//! for that peer is appended to it, and one pump task per peer sends the whole vector as one
+//! mesh message. Under load the pump is still busy sending the previous batch, so batches grow;
+//! when idle, a lone message leaves at once.
+//!
+//! Ordering: mail from shard A to shard B arrives in the order A queued it (one outbox, one
+//! FIFO ring). That is what keeps a consumer's FIN behind its RDY, and a disconnect behind both.
+//!
+//! Backpressure: a full ring makes the pump wait; connection readers check
+//! [`Outbox::is_congested`] after each read and wait until the outbox drains, so a fast
+//! publisher slows down instead of growing memory. Owner-side work (deliveries, replies) never
+//! waits on a mailbox, so two shards can never deadlock on each other.
+
+use crate::channel::{ConsumerKey, ConsumerSpec};
+use crate::sync::Notify;
+use bytes::Bytes;
+use glommio::channels::channel_mesh::Senders;
+use protocol::{Message, MessageId, ProtocolError};
+use std::cell::RefCell;
+use std::time::Duration;
+
+/// One batch on the wire between two shards.
+pub type Batch = Vec<Mail>;
+
+/// Where a request's answer must go: the asking shard and its waiting token.
+#[derive(Debug, Clone, Copy)]
+pub struct ReplyTo {
+    pub shard: usize,
+    pub token: u64,
+}
+
+/// A consumer's command, carried to the channel's owner.
+#[derive(Debug, Clone)]
+pub enum ChannelOp {
+    Rdy(u64),
+    Fin(MessageId),
+    Req(MessageId, Duration),
+    Touch(MessageId),
+    /// CLS: stop delivering to this consumer.
+    Close,
+    /// The connection is gone: remove the consumer, return its in-flight messages.
+    Leave,
+}
+
+/// The answer to a request.
+#[derive(Debug)]
+pub enum Reply {
+    Publish(Result<(), ProtocolError>),
+    Subscribe(Result<(), ProtocolError>),
+}
+
+#[derive(Debug)]
+pub enum Mail {
+    /// To a topic's owner: store these messages (PUB, MPUB, DPUB).
+    Publish {
+        topic: String,
+        bodies: Vec<Bytes>,
+        defer: Duration,
+        reply: ReplyTo,
+    },
+    /// To a topic's owner: add a consumer to a channel (creating both if needed).
+    Subscribe {
+        topic: String,
+        channel: String,
+        consumer: ConsumerSpec,
+        reply: ReplyTo,
+    },
+    /// To a topic's owner: a consumer's RDY/FIN/REQ/TOUCH/CLS or departure.
+    Channel {
+        topic: std::sync::Arc<str>,
+        channel: std::sync::Arc<str>,
+        key: ConsumerKey,
+        op: ChannelOp,
+    },
+    /// From an owner to a consumer's shard: messages for connection `conn`.
+    Deliver { conn: u64, msgs: Vec<Message> },
+    /// From an owner to a consumer's shard: a non-fatal error frame for connection `conn`.
+    ConnError { conn: u64, error: ProtocolError },
+    /// The answer to a request, for the waiting `token` on this shard.
+    Reply { token: u64, reply: Reply },
+    /// From the control thread: stop accepting and delivering, let connections finish.
+    Shutdown,
+    /// To the control thread: this shard has no connections left.
+    ShutdownDone { shard: usize },
+    /// From the control thread: every shard is quiet; hand over to storage and exit.
+    Exit,
+}
+
+/// Outgoing mail for one peer, sent in batches by that peer's pump.
+#[derive(Default)]
+pub struct Outbox {
+    pending: RefCell<Vec<Mail>>,
+    wake_pump: Notify,
+}
+
+/// How many queued mails make an outbox congested (readers pause above it).
+const CONGESTED: usize = 64 * 1024;
+
+impl Outbox {
+    pub fn push(&self, mail: Mail) {
+        self.pending.borrow_mut().push(mail);
+        self.wake_pump.notify();
+    }
+
+    pub fn is_congested(&self) -> bool {
+        self.pending.borrow().len() >= CONGESTED
+    }
+
+    /// Sends everything queued for `peer`, batch by batch, forever.
+    pub async fn pump(&self, senders: &Senders<Batch>, peer: usize) {
+        loop {
+            self.wake_pump.notified().await;
+            loop {
+                let batch = std::mem::take(&mut *self.pending.borrow_mut());
+                if batch.is_empty() {
+                    break;
+                }
+                if senders.send_to(peer, batch).await.is_err() {
+                    // The peer has exited (only at the very end of shutdown): nothing to do.
+                    tracing::debug!(peer, "mailbox closed; mail dropped");
+                }
+            }
+        }
+    }
+}

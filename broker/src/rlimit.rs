@@ -1,0 +1,53 @@
+//! RLIMIT_MEMLOCK: io_uring and glommio's registered I/O buffers need locked memory. The broker
+//! raises its soft limit to what the shards need when the hard limit allows, and otherwise
+//! refuses to start with a message that says what to set.
+
+/// Locked memory each shard asks glommio for (its registered I/O buffer pool).
+pub const IO_MEMORY_PER_SHARD: usize = 512 * 1024;
+/// Slack for the rings themselves on kernels that still charge them to RLIMIT_MEMLOCK.
+const RING_SLACK: u64 = 256 * 1024;
+
+/// Makes sure the soft RLIMIT_MEMLOCK covers `shards`; `Err` holds the operator's message.
+pub fn ensure_memlock(shards: usize) -> Result<(), String> {
+    let need = shards as u64 * (IO_MEMORY_PER_SHARD as u64 + RING_SLACK) + RING_SLACK;
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct we pass.
+    if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut lim) } != 0 {
+        return Err("cannot read RLIMIT_MEMLOCK".into());
+    }
+    if lim.rlim_cur == libc::RLIM_INFINITY || lim.rlim_cur >= need {
+        return Ok(());
+    }
+    if lim.rlim_max == libc::RLIM_INFINITY || lim.rlim_max >= need {
+        let raised = libc::rlimit {
+            rlim_cur: need,
+            rlim_max: lim.rlim_max,
+        };
+        // SAFETY: setrlimit reads the struct we pass.
+        if unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &raised) } == 0 {
+            tracing::info!(
+                from_kib = lim.rlim_cur / 1024,
+                to_kib = need / 1024,
+                "raised RLIMIT_MEMLOCK soft limit"
+            );
+            return Ok(());
+        }
+    }
+    Err(format!(
+        "RLIMIT_MEMLOCK is {} KiB (hard {} KiB) but {} shards need {} KiB of locked memory for \
+         io_uring. Raise it: `ulimit -l {}` in the shell, LimitMEMLOCK=infinity in the systemd \
+         unit (deploy/ has one), or run with fewer --shards.",
+        lim.rlim_cur / 1024,
+        if lim.rlim_max == libc::RLIM_INFINITY {
+            u64::MAX / 1024
+        } else {
+            lim.rlim_max / 1024
+        },
+        shards,
+        need.div_ceil(1024),
+        need.div_ceil(1024),
+    ))
+}

@@ -1,0 +1,543 @@
+//! One shard: a glommio executor pinned to a CPU, the topics it owns, the connections the kernel
+//! gave it, its timers and its mailboxes.
+//!
+//! Every piece of state here is touched only by this shard's thread (`Rc`, `RefCell`, no
+//! locks). Work for another shard leaves through [`Shard::route`]: mail for this shard is
+//! handled on the spot, mail for a peer goes to that peer's outbox. Owner-side operations
+//! ([`Shard::handle`]) are synchronous: they never wait, so handling mail cannot deadlock.
+//!
+//! The path of a PUB: a connection on any shard decodes it and sends `Mail::Publish` to the
+//! topic's owner (`Config::owner_of`), then waits for `Mail::Reply`. The owner stamps IDs,
+//! gives every channel a reference, dispatches to ready consumers and routes each delivery to
+//! the consumer's shard (`Mail::Deliver`), where the connection writes the frame. FIN, REQ,
+//! TOUCH and RDY travel back as `Mail::Channel`.
+
+use crate::channel::{ConsumerKey, ConsumerSpec, Delivery};
+use crate::config::Config;
+use crate::conn::{self, Conn};
+use crate::ids::{now_nanos, IdGen};
+use crate::mailbox::{Batch, ChannelOp, Mail, Outbox, Reply, ReplyTo};
+use crate::sync::{oneshot, Notify, Receiver, Sender};
+use crate::timer::{TimerEntry, TimerQueue};
+use crate::topic::{ChannelRef, Topic};
+use bytes::Bytes;
+use glommio::channels::channel_mesh::{Full, MeshBuilder, Senders};
+use glommio::net::TcpListener;
+use protocol::{ErrorCode, Message, ProtocolError};
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tracing::{debug, error, info, warn};
+
+pub struct Shard {
+    pub id: usize,
+    pub config: Arc<Config>,
+    /// Mesh index of the control thread (signals, shutdown).
+    control: usize,
+    topics: RefCell<HashMap<String, Rc<RefCell<Topic>>>>,
+    conns: RefCell<HashMap<u64, Rc<Conn>>>,
+    outboxes: Vec<Outbox>,
+    timers: TimerQueue,
+    ids: RefCell<IdGen>,
+    waiters: RefCell<HashMap<u64, Sender<Reply>>>,
+    next_token: Cell<u64>,
+    next_conn: Cell<u64>,
+    stopping: Cell<bool>,
+    stop_accepting: Notify,
+    exit: Notify,
+    conns_changed: Notify,
+}
+
+impl Shard {
+    fn new(id: usize, config: Arc<Config>, peers: usize, control: usize) -> Shard {
+        Shard {
+            id,
+            config,
+            control,
+            topics: RefCell::new(HashMap::new()),
+            conns: RefCell::new(HashMap::new()),
+            outboxes: (0..peers).map(|_| Outbox::default()).collect(),
+            timers: TimerQueue::default(),
+            ids: RefCell::new(IdGen::new(id)),
+            waiters: RefCell::new(HashMap::new()),
+            next_token: Cell::new(0),
+            next_conn: Cell::new(0),
+            stopping: Cell::new(false),
+            stop_accepting: Notify::new(),
+            exit: Notify::new(),
+            conns_changed: Notify::new(),
+        }
+    }
+
+    pub fn is_stopping(&self) -> bool {
+        self.stopping.get()
+    }
+
+    /// Sends `mail` to shard `to`: handled now if that is us, else queued for its pump.
+    pub fn route(&self, to: usize, mail: Mail) {
+        if to == self.id {
+            self.handle(mail);
+        } else if let Some(outbox) = self.outboxes.get(to) {
+            outbox.push(mail);
+        }
+    }
+
+    /// Sends a request built by `make` to shard `to` and returns the future of its reply.
+    pub fn request(&self, to: usize, make: impl FnOnce(ReplyTo) -> Mail) -> Receiver<Reply> {
+        let token = self.next_token.get().wrapping_add(1);
+        self.next_token.set(token);
+        let (tx, rx) = oneshot();
+        self.waiters.borrow_mut().insert(token, tx);
+        self.route(
+            to,
+            make(ReplyTo {
+                shard: self.id,
+                token,
+            }),
+        );
+        rx
+    }
+
+    /// True while the outbox towards `peer` is too full to take more from a reader.
+    pub fn is_congested(&self, peer: usize) -> bool {
+        peer != self.id && self.outboxes.get(peer).is_some_and(Outbox::is_congested)
+    }
+
+    pub fn register_conn(&self, conn: Rc<Conn>) {
+        self.conns.borrow_mut().insert(conn.id, conn);
+    }
+
+    pub fn unregister_conn(&self, id: u64) {
+        self.conns.borrow_mut().remove(&id);
+        self.conns_changed.notify();
+    }
+
+    pub fn next_conn_id(&self) -> u64 {
+        let id = self.next_conn.get() + 1;
+        self.next_conn.set(id);
+        id
+    }
+
+    /// Handles one piece of mail addressed to this shard.
+    pub fn handle(&self, mail: Mail) {
+        match mail {
+            Mail::Publish {
+                topic,
+                bodies,
+                defer,
+                reply,
+            } => {
+                let result = self.publish_here(&topic, bodies, defer);
+                self.reply(reply, Reply::Publish(result));
+            }
+            Mail::Subscribe {
+                topic,
+                channel,
+                consumer,
+                reply,
+            } => {
+                let result = self.subscribe_here(&topic, &channel, consumer);
+                self.reply(reply, Reply::Subscribe(result));
+            }
+            Mail::Channel {
+                topic,
+                channel,
+                key,
+                op,
+            } => self.channel_op_here(&topic, &channel, key, op),
+            Mail::Deliver { conn, msgs } => {
+                let c = self.conns.borrow().get(&conn).cloned();
+                // A connection that is gone has already sent Leave; its owner requeues these.
+                if let Some(c) = c {
+                    c.deliver(&msgs);
+                }
+            }
+            Mail::ConnError { conn, error } => {
+                let c = self.conns.borrow().get(&conn).cloned();
+                if let Some(c) = c {
+                    c.push_error(&error);
+                }
+            }
+            Mail::Reply { token, reply } => {
+                let waiter = self.waiters.borrow_mut().remove(&token);
+                if let Some(w) = waiter {
+                    w.send(reply);
+                }
+            }
+            Mail::Shutdown => self.begin_shutdown(),
+            Mail::Exit => self.exit.notify(),
+            Mail::ShutdownDone { .. } => {}
+        }
+    }
+
+    fn reply(&self, to: ReplyTo, reply: Reply) {
+        self.route(
+            to.shard,
+            Mail::Reply {
+                token: to.token,
+                reply,
+            },
+        );
+    }
+
+    fn topic_or_create(&self, name: &str) -> Rc<RefCell<Topic>> {
+        if let Some(t) = self.topics.borrow().get(name) {
+            return t.clone();
+        }
+        let t = Rc::new(RefCell::new(Topic::new(name, self.config.mem_queue_size)));
+        self.topics.borrow_mut().insert(name.to_string(), t.clone());
+        info!(topic = name, shard = self.id, "topic created");
+        t
+    }
+
+    fn publish_here(
+        &self,
+        topic: &str,
+        bodies: Vec<Bytes>,
+        defer: Duration,
+    ) -> Result<(), ProtocolError> {
+        let t = self.topic_or_create(topic);
+        let timestamp = now_nanos();
+        let msgs: Vec<Message> = {
+            let mut ids = self.ids.borrow_mut();
+            bodies
+                .into_iter()
+                .map(|body| Message {
+                    id: ids.next_id(),
+                    timestamp,
+                    attempts: 0,
+                    body,
+                })
+                .collect()
+        };
+        let now = Instant::now();
+        let touched = t.borrow_mut().publish(msgs, defer, now, &self.timers);
+        for ch in touched {
+            self.dispatch(&ch);
+        }
+        Ok(())
+    }
+
+    fn subscribe_here(
+        &self,
+        topic: &str,
+        channel: &str,
+        consumer: ConsumerSpec,
+    ) -> Result<(), ProtocolError> {
+        let t = self.topic_or_create(topic);
+        let (ch, created) = t.borrow_mut().channel_or_create(channel);
+        if created {
+            info!(topic, channel, shard = self.id, "channel created");
+        }
+        let added = ch
+            .borrow_mut()
+            .add_consumer(consumer, self.config.max_channel_consumers);
+        if let Err(e) = added {
+            return Err(ProtocolError::fatal(
+                ErrorCode::SubFailed,
+                format!("SUB failed {e}"),
+            ));
+        }
+        if created {
+            let touched = t.borrow_mut().release_held(Instant::now(), &self.timers);
+            for c in touched {
+                self.dispatch(&c);
+            }
+        }
+        Ok(())
+    }
+
+    fn channel_op_here(&self, topic: &str, channel: &str, key: ConsumerKey, op: ChannelOp) {
+        let t = self.topics.borrow().get(topic).cloned();
+        let ch = t.as_ref().and_then(|t| t.borrow().channel(channel));
+        let Some(ch) = ch else {
+            // The channel was deleted under the consumer; only FIN/REQ/TOUCH deserve an answer.
+            if let Some((code, verb, id)) = op_failure_parts(&op) {
+                self.send_conn_error(key, code, format!("{verb} {id} failed ID not in flight"));
+            }
+            return;
+        };
+        let now = Instant::now();
+        let max = self.config.max_msg_timeout;
+        let result = {
+            let mut c = ch.borrow_mut();
+            match &op {
+                ChannelOp::Rdy(n) => {
+                    c.set_rdy(key, *n);
+                    Ok(())
+                }
+                ChannelOp::Fin(id) => c.finish(key, *id),
+                ChannelOp::Req(id, delay) => c.requeue(key, *id, *delay, now, &self.timers),
+                ChannelOp::Touch(id) => c.touch(key, *id, max, now, &self.timers),
+                ChannelOp::Close => {
+                    c.close_consumer(key);
+                    Ok(())
+                }
+                ChannelOp::Leave => {
+                    c.remove_consumer(key);
+                    Ok(())
+                }
+            }
+        };
+        if let Err(e) = result {
+            if let Some((code, verb, id)) = op_failure_parts(&op) {
+                self.send_conn_error(key, code, format!("{verb} {id} failed {}", e.text()));
+            }
+        }
+        if matches!(op, ChannelOp::Leave) {
+            if let Some(t) = &t {
+                self.drop_if_ephemeral_and_unused(t, &ch);
+            }
+        }
+        self.dispatch(&ch);
+    }
+
+    fn send_conn_error(&self, key: ConsumerKey, code: ErrorCode, text: String) {
+        self.route(
+            key.shard,
+            Mail::ConnError {
+                conn: key.conn,
+                error: ProtocolError::non_fatal(code, text),
+            },
+        );
+    }
+
+    /// `#ephemeral` channels go with their last consumer, `#ephemeral` topics with their last
+    /// channel.
+    fn drop_if_ephemeral_and_unused(&self, t: &Rc<RefCell<Topic>>, ch: &ChannelRef) {
+        let (ephemeral, empty, name) = {
+            let c = ch.borrow();
+            (c.ephemeral, c.consumer_count() == 0, c.name.clone())
+        };
+        if !(ephemeral && empty) {
+            return;
+        }
+        let topic_gone = {
+            let mut tb = t.borrow_mut();
+            tb.remove_channel(&name);
+            info!(topic = %tb.name, channel = %name, "ephemeral channel removed");
+            tb.ephemeral && tb.channel_count() == 0
+        };
+        if topic_gone {
+            let name = t.borrow().name.clone();
+            self.topics.borrow_mut().remove(&*name);
+            info!(topic = %name, "ephemeral topic removed");
+        }
+    }
+
+    /// Lets a channel deliver what it can, and routes the deliveries.
+    fn dispatch(&self, ch: &ChannelRef) {
+        if self.stopping.get() {
+            return;
+        }
+        let mut out = Vec::new();
+        ch.borrow_mut().dispatch(
+            Instant::now(),
+            self.config.max_msg_timeout,
+            &self.timers,
+            &mut out,
+        );
+        self.route_deliveries(out);
+    }
+
+    /// Groups deliveries by connection and sends each group to the connection's shard.
+    fn route_deliveries(&self, out: Vec<Delivery>) {
+        let mut groups: Vec<(ConsumerKey, Vec<Message>)> = Vec::new();
+        for d in out {
+            match groups.iter_mut().find(|(k, _)| *k == d.to) {
+                Some((_, msgs)) => msgs.push(d.msg),
+                None => groups.push((d.to, vec![d.msg])),
+            }
+        }
+        for (key, msgs) in groups {
+            self.route(
+                key.shard,
+                Mail::Deliver {
+                    conn: key.conn,
+                    msgs,
+                },
+            );
+        }
+    }
+
+    fn on_timers(&self, due: Vec<TimerEntry>) {
+        let mut changed: Vec<ChannelRef> = Vec::new();
+        for e in due {
+            let Some(ch) = e.channel.upgrade() else {
+                continue;
+            };
+            if ch.borrow_mut().on_timer(e.kind, e.id, e.at)
+                && !changed.iter().any(|c| Rc::ptr_eq(c, &ch))
+            {
+                changed.push(ch);
+            }
+        }
+        for ch in changed {
+            self.dispatch(&ch);
+        }
+    }
+
+    fn begin_shutdown(&self) {
+        if self.stopping.replace(true) {
+            return;
+        }
+        info!(
+            shard = self.id,
+            "shutting down: no new connections, no new deliveries"
+        );
+        self.stop_accepting.notify();
+        let conns: Vec<Rc<Conn>> = self.conns.borrow().values().cloned().collect();
+        for c in conns {
+            c.request_stop();
+        }
+        self.conns_changed.notify();
+    }
+
+    /// Waits (bounded) until every connection of this shard has finished, then tells control.
+    async fn report_when_quiet(self: Rc<Self>) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !self.conns.borrow().is_empty() && Instant::now() < deadline {
+            futures_lite::future::or(
+                self.conns_changed.notified(),
+                glommio::timer::sleep(Duration::from_millis(100)),
+            )
+            .await;
+        }
+        let left = self.conns.borrow().len();
+        if left > 0 {
+            warn!(
+                shard = self.id,
+                left, "connections still open at shutdown; closing them"
+            );
+            let conns: Vec<Rc<Conn>> = self.conns.borrow().values().cloned().collect();
+            for c in conns {
+                c.close();
+            }
+        }
+        self.route(self.control, Mail::ShutdownDone { shard: self.id });
+    }
+
+    /// The hand-over to storage: everything the shard still holds, per topic and channel.
+    /// Until segment storage exists this only reports what a restart would lose.
+    fn hand_over_to_storage(&self) {
+        let topics: Vec<Rc<RefCell<Topic>>> = self.topics.borrow().values().cloned().collect();
+        let mut kept = 0usize;
+        for t in topics {
+            let mut t = t.borrow_mut();
+            kept += t.drain_held().len();
+            for ch in t.channels() {
+                let (pending, deferred) = ch.borrow_mut().drain_all();
+                kept += pending.len() + deferred.len();
+            }
+        }
+        if kept > 0 {
+            warn!(
+                shard = self.id,
+                messages = kept,
+                "messages held in memory at exit (segment storage not built yet)"
+            );
+        }
+    }
+
+    pub fn decode_limits(&self) -> protocol::Limits {
+        self.config.limits()
+    }
+}
+
+fn op_failure_parts(op: &ChannelOp) -> Option<(ErrorCode, &'static str, protocol::MessageId)> {
+    match op {
+        ChannelOp::Fin(id) => Some((ErrorCode::FinFailed, "FIN", *id)),
+        ChannelOp::Req(id, _) => Some((ErrorCode::ReqFailed, "REQ", *id)),
+        ChannelOp::Touch(id) => Some((ErrorCode::TouchFailed, "TOUCH", *id)),
+        _ => None,
+    }
+}
+
+/// Runs shard `id` until the control thread says exit.
+pub async fn run(
+    id: usize,
+    config: Arc<Config>,
+    mesh: MeshBuilder<Batch, Full>,
+    control: usize,
+) -> Result<(), String> {
+    let (senders, mut receivers) = mesh
+        .join()
+        .await
+        .map_err(|_| format!("shard {id}: could not join the mailbox mesh"))?;
+    let peers = senders.nr_consumers();
+    let shard = Rc::new(Shard::new(id, config.clone(), peers, control));
+    let senders = Rc::new(senders);
+
+    for (peer, rx) in receivers.streams() {
+        let shard = shard.clone();
+        glommio::spawn_local(async move {
+            while let Some(batch) = rx.recv().await {
+                for mail in batch {
+                    shard.handle(mail);
+                }
+                glommio::yield_if_needed().await;
+            }
+            debug!(shard = shard.id, peer, "inbox closed");
+        })
+        .detach();
+    }
+    spawn_pumps(&shard, &senders, peers);
+
+    let timers_shard = shard.clone();
+    glommio::spawn_local(async move {
+        let s = timers_shard.clone();
+        timers_shard.timers.run(move |due| s.on_timers(due)).await;
+    })
+    .detach();
+
+    let listener = TcpListener::bind(config.tcp_address)
+        .map_err(|e| format!("shard {id}: cannot listen on {}: {e}", config.tcp_address))?;
+    let accept_shard = shard.clone();
+    let acceptor = glommio::spawn_local(async move { accept_loop(accept_shard, listener).await });
+
+    // Wait for shutdown, then for the connections to finish, then for the word to exit.
+    shard.exit.notified().await;
+    drop(acceptor);
+    shard.hand_over_to_storage();
+    debug!(shard = id, "exited");
+    Ok(())
+}
+
+fn spawn_pumps(shard: &Rc<Shard>, senders: &Rc<Senders<Batch>>, peers: usize) {
+    for peer in 0..peers {
+        if peer == shard.id {
+            continue;
+        }
+        let shard = shard.clone();
+        let senders = senders.clone();
+        glommio::spawn_local(async move {
+            shard.outboxes[peer].pump(&senders, peer).await;
+        })
+        .detach();
+    }
+}
+
+async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
+    loop {
+        let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
+            shard.stop_accepting.notified().await;
+            None
+        })
+        .await;
+        match accepted {
+            None => break,
+            Some(Ok(stream)) => {
+                glommio::spawn_local(conn::serve(shard.clone(), stream)).detach();
+            }
+            Some(Err(e)) => {
+                // EMFILE and friends: back off briefly rather than spin.
+                error!(shard = shard.id, "accept failed: {e}");
+                glommio::timer::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+    info!(shard = shard.id, "stopped accepting");
+    glommio::spawn_local(shard.clone().report_when_quiet()).detach();
+}
