@@ -46,6 +46,12 @@ pub struct Conn {
     heartbeat: Cell<Option<Duration>>,
     closed: Cell<bool>,
     stop_requested: Cell<bool>,
+    /// Who the client says it is (after IDENTIFY), for /stats.
+    pub(crate) info: RefCell<ClientInfo>,
+    /// Messages published per topic on this connection, for /stats `pub_counts`.
+    pub(crate) pub_counts: RefCell<Vec<(String, u64)>>,
+    /// Set once SUB succeeded: the connection is then listed under its channel, not producers.
+    pub(crate) subscribed: Cell<bool>,
 }
 
 impl Conn {
@@ -59,6 +65,17 @@ impl Conn {
             heartbeat: Cell::new(Some(heartbeat)),
             closed: Cell::new(false),
             stop_requested: Cell::new(false),
+            info: RefCell::new(ClientInfo::default()),
+            pub_counts: RefCell::new(Vec::new()),
+            subscribed: Cell::new(false),
+        }
+    }
+
+    fn count_published(&self, topic: &str, n: u64) {
+        let mut counts = self.pub_counts.borrow_mut();
+        match counts.iter_mut().find(|(t, _)| t == topic) {
+            Some((_, c)) => *c += n,
+            None => counts.push((topic.to_string(), n)),
         }
     }
 
@@ -206,6 +223,7 @@ async fn read_loop(
         },
         sub: None,
     };
+    *conn.info.borrow_mut() = session.info.clone();
     let limits = shard.decode_limits();
     let mut rbuf = BytesMut::with_capacity(READ_MIN);
     let mut scratch = vec![0u8; READ_MIN];
@@ -375,6 +393,7 @@ fn identify(
     session.info.user_agent = req.user_agent.clone();
     session.info.sample_rate = n.sample_rate;
     session.msg_timeout = Duration::from_millis(n.msg_timeout_ms);
+    *conn.info.borrow_mut() = session.info.clone();
     session.heartbeats = n.heartbeat_ms.is_some();
     let hb = n.heartbeat_ms.map(Duration::from_millis);
     conn.heartbeat.set(hb);
@@ -419,6 +438,7 @@ async fn subscribe(
         Some(Reply::Subscribe(Ok(()))) => {
             session.phase = ConnPhase::Subscribed;
             session.sub = Some((owner, t.clone(), c.clone()));
+            conn.subscribed.set(true);
             debug!(topic = %t, channel = %c, owner, "subscribed");
             conn.push_response(protocol::OK);
             Ok(())
@@ -441,6 +461,8 @@ async fn publish(
     verb: &str,
 ) -> Result<(), ProtocolError> {
     let owner = shard.config.owner_of(&topic);
+    let count = bodies.len() as u64;
+    let counted_topic = topic.clone();
     let reply = shard
         .request(owner, |reply| Mail::Publish {
             topic,
@@ -451,6 +473,7 @@ async fn publish(
         .await;
     match reply {
         Some(Reply::Publish(Ok(()))) => {
+            conn.count_published(&counted_topic, count);
             conn.push_response(protocol::OK);
             Ok(())
         }

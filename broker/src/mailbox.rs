@@ -50,6 +50,7 @@ pub enum ChannelOp {
 pub enum Reply {
     Publish(Result<(), ProtocolError>),
     Subscribe(Result<(), ProtocolError>),
+    Admin(crate::admin::AdminResult),
 }
 
 #[derive(Debug)]
@@ -81,6 +82,12 @@ pub enum Mail {
     ConnError { conn: u64, error: ProtocolError },
     /// The answer to a request, for the waiting `token` on this shard.
     Reply { token: u64, reply: Reply },
+    /// An HTTP request's work for a topic's owner (create, delete, pause, ...) or for every
+    /// shard (stats); see [`crate::admin`].
+    Admin {
+        op: crate::admin::AdminOp,
+        reply: ReplyTo,
+    },
     /// From the control thread: stop accepting and delivering, let connections finish.
     Shutdown,
     /// To the control thread: this shard has no connections left.

@@ -4,10 +4,12 @@
 //! start one pinned executor per shard plus the control thread, all joined by the mailbox mesh;
 //! then wait for them to finish (after SIGTERM/SIGINT) and exit 0. See ARCHITECTURE.md.
 
+mod admin;
 mod channel;
 mod config;
 mod conn;
 mod control;
+mod http;
 mod ids;
 mod mailbox;
 mod rlimit;

@@ -35,19 +35,19 @@ pub struct Shard {
     pub id: usize,
     pub config: Arc<Config>,
     /// Mesh index of the control thread (signals, shutdown).
-    control: usize,
-    topics: RefCell<HashMap<String, Rc<RefCell<Topic>>>>,
-    conns: RefCell<HashMap<u64, Rc<Conn>>>,
-    outboxes: Vec<Outbox>,
-    timers: TimerQueue,
-    ids: RefCell<IdGen>,
-    waiters: RefCell<HashMap<u64, Sender<Reply>>>,
-    next_token: Cell<u64>,
-    next_conn: Cell<u64>,
-    stopping: Cell<bool>,
-    stop_accepting: Notify,
-    exit: Notify,
-    conns_changed: Notify,
+    pub(crate) control: usize,
+    pub(crate) topics: RefCell<HashMap<String, Rc<RefCell<Topic>>>>,
+    pub(crate) conns: RefCell<HashMap<u64, Rc<Conn>>>,
+    pub(crate) outboxes: Vec<Outbox>,
+    pub(crate) timers: TimerQueue,
+    pub(crate) ids: RefCell<IdGen>,
+    pub(crate) waiters: RefCell<HashMap<u64, Sender<Reply>>>,
+    pub(crate) next_token: Cell<u64>,
+    pub(crate) next_conn: Cell<u64>,
+    pub(crate) stopping: Cell<bool>,
+    pub(crate) stop_accepting: Notify,
+    pub(crate) exit: Notify,
+    pub(crate) conns_changed: Notify,
 }
 
 impl Shard {
@@ -166,13 +166,17 @@ impl Shard {
                     w.send(reply);
                 }
             }
+            Mail::Admin { op, reply } => {
+                let result = self.handle_admin(op);
+                self.reply(reply, Reply::Admin(result));
+            }
             Mail::Shutdown => self.begin_shutdown(),
             Mail::Exit => self.exit.notify(),
             Mail::ShutdownDone { .. } => {}
         }
     }
 
-    fn reply(&self, to: ReplyTo, reply: Reply) {
+    pub(crate) fn reply(&self, to: ReplyTo, reply: Reply) {
         self.route(
             to.shard,
             Mail::Reply {
@@ -182,7 +186,7 @@ impl Shard {
         );
     }
 
-    fn topic_or_create(&self, name: &str) -> Rc<RefCell<Topic>> {
+    pub(crate) fn topic_or_create(&self, name: &str) -> Rc<RefCell<Topic>> {
         if let Some(t) = self.topics.borrow().get(name) {
             return t.clone();
         }
@@ -328,7 +332,7 @@ impl Shard {
     }
 
     /// Lets a channel deliver what it can, and routes the deliveries.
-    fn dispatch(&self, ch: &ChannelRef) {
+    pub(crate) fn dispatch(&self, ch: &ChannelRef) {
         if self.stopping.get() {
             return;
         }
@@ -494,6 +498,7 @@ pub async fn run(
 
     let listener = TcpListener::bind(config.tcp_address)
         .map_err(|e| format!("shard {id}: cannot listen on {}: {e}", config.tcp_address))?;
+    crate::http::start(&shard)?;
     let accept_shard = shard.clone();
     let acceptor = glommio::spawn_local(async move { accept_loop(accept_shard, listener).await });
 
