@@ -33,7 +33,9 @@ pub mod command;
 pub mod duration;
 pub mod error;
 pub mod frame;
+pub mod http;
 pub mod identify;
+pub mod lookup;
 pub mod message;
 pub mod names;
 

@@ -1,0 +1,194 @@
+//! Command-line flags, with nsqlookupd's names, meanings and defaults.
+//!
+//! nsqlookupd is a Go program, so its users write `-tcp-address=:4160` as often as
+//! `--tcp-address :4160`; [`normalize_args`] turns a single-dash long flag that we know into its
+//! double-dash form before clap sees it. Everything is checked before the lookup binds anything:
+//! a flag we do not know, or a value we cannot read, stops start-up with a message.
+
+use clap::{CommandFactory, Parser};
+use protocol::duration::parse_duration;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::time::Duration;
+
+/// The flags as clap reads them.
+#[derive(Debug, Parser)]
+#[command(
+    name = "lookup",
+    version,
+    about = "NSQ-compatible lookup (nsqlookupd replacement)"
+)]
+struct Flags {
+    /// <addr>:<port> to listen on for TCP clients
+    #[arg(long, default_value = "0.0.0.0:4160", value_parser = parse_addr)]
+    tcp_address: SocketAddr,
+
+    /// <addr>:<port> to listen on for HTTP clients
+    #[arg(long, default_value = "0.0.0.0:4161", value_parser = parse_addr)]
+    http_address: SocketAddr,
+
+    /// address of this lookupd node (default: the hostname)
+    #[arg(long)]
+    broadcast_address: Option<String>,
+
+    /// duration of time a producer will remain in the active list since its last ping
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    inactive_producer_timeout: Duration,
+
+    /// duration of time a producer will remain tombstoned if registration remains
+    #[arg(long, default_value = "45s", value_parser = parse_duration)]
+    tombstone_lifetime: Duration,
+
+    /// log level: debug, info, warn, error or fatal
+    #[arg(long, default_value = "info", value_parser = parse_log_level)]
+    log_level: tracing::Level,
+}
+
+/// The lookup's settings, checked and ready to use.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub tcp_address: SocketAddr,
+    pub http_address: SocketAddr,
+    /// What IDENTIFY answers as `broadcast_address`.
+    pub broadcast_address: String,
+    /// This machine's name, answered as `hostname`.
+    pub hostname: String,
+    pub inactive_producer_timeout: Duration,
+    pub tombstone_lifetime: Duration,
+    pub log_level: tracing::Level,
+}
+
+impl Config {
+    /// Reads the flags from `args` (the first item is the program name). On a bad flag, or on
+    /// `--help` / `--version`, returns clap's error, which prints itself and knows its exit code.
+    pub fn from_args<I>(args: I) -> Result<Config, clap::Error>
+    where
+        I: IntoIterator<Item = String>,
+    {
+        let flags = Flags::try_parse_from(normalize_args(args))?;
+        let hostname = hostname();
+        Ok(Config {
+            tcp_address: flags.tcp_address,
+            http_address: flags.http_address,
+            broadcast_address: flags.broadcast_address.unwrap_or_else(|| hostname.clone()),
+            hostname,
+            inactive_producer_timeout: flags.inactive_producer_timeout,
+            tombstone_lifetime: flags.tombstone_lifetime,
+            log_level: flags.log_level,
+        })
+    }
+}
+
+/// Rewrites Go-style `-name` / `-name=value` into `--name` / `--name=value` for the long flags
+/// we know, leaving everything else (values such as `-1s`, unknown flags) for clap to judge.
+pub fn normalize_args<I>(args: I) -> Vec<String>
+where
+    I: IntoIterator<Item = String>,
+{
+    let command = Flags::command();
+    let known: Vec<String> = command
+        .get_arguments()
+        .filter_map(|a| a.get_long().map(str::to_owned))
+        .chain(["help".to_owned(), "version".to_owned()])
+        .collect();
+    args.into_iter()
+        .map(|arg| {
+            let Some(rest) = arg.strip_prefix('-') else {
+                return arg;
+            };
+            if rest.starts_with('-') {
+                return arg;
+            }
+            let name = rest.split('=').next().unwrap_or_default();
+            if known.iter().any(|k| k == name) {
+                format!("-{arg}")
+            } else {
+                arg
+            }
+        })
+        .collect()
+}
+
+/// Reads `host:port` as Go's listeners do: an empty host (`:4160`) means every interface.
+fn parse_addr(s: &str) -> Result<SocketAddr, String> {
+    let full = if s.starts_with(':') {
+        format!("0.0.0.0{s}")
+    } else {
+        s.to_owned()
+    };
+    full.to_socket_addrs()
+        .map_err(|e| format!("invalid address {s:?}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("invalid address {s:?}: resolves to nothing"))
+}
+
+fn parse_log_level(s: &str) -> Result<tracing::Level, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "debug" => Ok(tracing::Level::DEBUG),
+        "info" => Ok(tracing::Level::INFO),
+        "warn" => Ok(tracing::Level::WARN),
+        "error" | "fatal" => Ok(tracing::Level::ERROR),
+        _ => Err(format!("invalid log level {s:?}")),
+    }
+}
+
+/// The machine's host name, as Go's `os.Hostname` gives it.
+fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the pointer and length describe `buf`, which outlives the call.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return "localhost".to_owned();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Vec<String> {
+        std::iter::once("lookup")
+            .chain(list.iter().copied())
+            .map(str::to_owned)
+            .collect()
+    }
+
+    #[test]
+    fn defaults_are_nsqlookupd_defaults() {
+        let c = Config::from_args(args(&[])).unwrap();
+        assert_eq!(c.tcp_address.to_string(), "0.0.0.0:4160");
+        assert_eq!(c.http_address.to_string(), "0.0.0.0:4161");
+        assert_eq!(c.inactive_producer_timeout, Duration::from_secs(300));
+        assert_eq!(c.tombstone_lifetime, Duration::from_secs(45));
+        assert_eq!(c.broadcast_address, c.hostname);
+    }
+
+    #[test]
+    fn go_style_flags_are_accepted() {
+        let c = Config::from_args(args(&[
+            "-tcp-address=127.0.0.1:1",
+            "-http-address",
+            ":2",
+            "--broadcast-address=b",
+            "-inactive-producer-timeout=1m30s",
+            "-tombstone-lifetime",
+            "1s",
+        ]))
+        .unwrap();
+        assert_eq!(c.tcp_address.to_string(), "127.0.0.1:1");
+        assert_eq!(c.http_address.to_string(), "0.0.0.0:2");
+        assert_eq!(c.broadcast_address, "b");
+        assert_eq!(c.inactive_producer_timeout, Duration::from_secs(90));
+        assert_eq!(c.tombstone_lifetime, Duration::from_secs(1));
+    }
+
+    #[test]
+    fn bad_flags_are_errors() {
+        assert!(Config::from_args(args(&["--nope"])).is_err());
+        assert!(Config::from_args(args(&["-nope=1"])).is_err());
+        assert!(Config::from_args(args(&["--tombstone-lifetime", "soon"])).is_err());
+        assert!(Config::from_args(args(&["--tcp-address", "nowhere"])).is_err());
+        assert!(Config::from_args(args(&["--log-level", "loud"])).is_err());
+    }
+}

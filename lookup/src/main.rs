@@ -1,0 +1,63 @@
+//! `lookup`: an nsqlookupd replacement. Brokers register their topics and channels over TCP
+//! (port 4160); consumers and admin tools find them over HTTP (port 4161).
+//!
+//! The lookup is small, so it runs on a single glommio executor: no sharding, no locks. The
+//! modules, from the outside in:
+//! - [`config`]: the flags (nsqlookupd's names and defaults, Go's `-flag=value` form too);
+//! - [`server`]: the shared state and the two listeners;
+//! - [`tcp`]: the V1 protocol brokers speak;
+//! - [`http_api`]: the HTTP API;
+//! - [`db`]: the registration database both sides read and write.
+
+mod config;
+mod db;
+mod http_api;
+mod server;
+mod tcp;
+
+use config::Config;
+use glommio::{LocalExecutorBuilder, Placement};
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let config = match Config::from_args(std::env::args()) {
+        Ok(config) => config,
+        Err(e) => {
+            // clap prints usage errors to stderr (exit 2) and --help/--version to stdout (0).
+            let _ = e.print();
+            return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
+        }
+    };
+    init_logging(config.log_level);
+    let executor = LocalExecutorBuilder::new(Placement::Unbound)
+        .name("lookup")
+        // The lookup does no storage I/O: keep the registered buffer small so that a low
+        // RLIMIT_MEMLOCK does not matter.
+        .io_memory(64 * 1024)
+        .make();
+    let executor = match executor {
+        Ok(executor) => executor,
+        Err(e) => {
+            eprintln!("lookup: cannot start the io_uring executor: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match executor.run(server::run(config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e}");
+            eprintln!("lookup: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging(level: tracing::Level) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level.as_str()));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+}

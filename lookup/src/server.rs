@@ -1,0 +1,102 @@
+//! The running lookup: its settings, its database and its two listeners.
+//!
+//! Everything runs on one glommio executor, so the state is shared by `Rc` and the database
+//! sits in a `RefCell`. Borrows of it are taken inside plain functions and never held across an
+//! `.await`: request handling and command execution do not wait on anything.
+
+use crate::config::Config;
+use crate::db::{PeerId, RegistrationDb};
+use glommio::net::TcpListener;
+use protocol::lookup::PeerInfo;
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use tracing::info;
+
+/// State shared by every connection.
+#[derive(Debug)]
+pub struct Lookup {
+    pub config: Config,
+    pub db: RefCell<RegistrationDb>,
+    /// The port the TCP listener got (differs from the flag when it asked for port 0).
+    pub tcp_port: u16,
+    /// The port the HTTP listener got.
+    pub http_port: u16,
+    next_peer: Cell<PeerId>,
+}
+
+impl Lookup {
+    pub fn new(config: Config, tcp_port: u16, http_port: u16) -> Self {
+        Lookup {
+            config,
+            db: RefCell::new(RegistrationDb::new()),
+            tcp_port,
+            http_port,
+            next_peer: Cell::new(1),
+        }
+    }
+
+    /// A fresh id for a new TCP connection.
+    pub fn next_peer_id(&self) -> PeerId {
+        let id = self.next_peer.get();
+        self.next_peer.set(id + 1);
+        id
+    }
+
+    /// What IDENTIFY answers about this lookup.
+    pub fn identity(&self) -> PeerInfo {
+        PeerInfo {
+            broadcast_address: self.config.broadcast_address.clone(),
+            hostname: self.config.hostname.clone(),
+            http_port: self.http_port,
+            tcp_port: self.tcp_port,
+            version: protocol::NSQD_COMPAT_VERSION.to_owned(),
+        }
+    }
+}
+
+/// Why the lookup could not start.
+#[derive(Debug)]
+pub enum StartError {
+    Bind {
+        what: &'static str,
+        address: std::net::SocketAddr,
+        source: glommio::GlommioError<()>,
+    },
+}
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StartError::Bind {
+                what,
+                address,
+                source,
+            } => write!(f, "cannot listen on {what} address {address}: {source}"),
+        }
+    }
+}
+
+impl std::error::Error for StartError {}
+
+/// Binds both listeners, then serves until the process is stopped.
+pub async fn run(config: Config) -> Result<(), StartError> {
+    let bind = |what, address| {
+        TcpListener::bind(address).map_err(|source| StartError::Bind {
+            what,
+            address,
+            source,
+        })
+    };
+    let tcp = bind("TCP", config.tcp_address)?;
+    let http = bind("HTTP", config.http_address)?;
+    let port = |l: &TcpListener, fallback: std::net::SocketAddr| l.local_addr().unwrap_or(fallback);
+    let tcp_addr = port(&tcp, config.tcp_address);
+    let http_addr = port(&http, config.http_address);
+    info!("TCP: listening on {tcp_addr}");
+    info!("HTTP: listening on {http_addr}");
+    let lookup = Rc::new(Lookup::new(config, tcp_addr.port(), http_addr.port()));
+    let tcp_task = glommio::spawn_local(crate::tcp::serve(tcp, lookup.clone()));
+    crate::http_api::serve(http, lookup).await;
+    tcp_task.await;
+    Ok(())
+}

@@ -1,0 +1,934 @@
+//! A minimal HTTP/1.1 server side, without sockets or runtime, for the broker's and the lookup's
+//! HTTP APIs. Each server drives it from its own I/O loop:
+//!
+//! ```text
+//! loop {
+//!     read bytes into `buf`
+//!     while let Decoded::Request(req) = decoder.decode(&mut buf)? {   // httparse underneath
+//!         let resp = route(&req);                                     // the server's own
+//!         resp.write_for(&req.head, &mut out);
+//!         if !req.head.keep_alive { flush, close }
+//!     }
+//!     // Decoded::SendContinue: write CONTINUE_RESPONSE, keep reading
+//!     // Err(e): e.to_response().write_to(&mut out, false, false), flush, close
+//! }
+//! ```
+//!
+//! What it covers, the way Go's net/http serves nsqd and nsqlookupd:
+//! - request heads parsed by `httparse`, bounded in size and header count;
+//! - bodies by `Content-Length` or `Transfer-Encoding: chunked`, bounded by `max_body`; both at
+//!   once, or any other transfer coding, are refused;
+//! - `Expect: 100-continue` answered when the decoder reaches the body;
+//! - keep-alive: HTTP/1.1 keeps the connection unless `Connection: close`; HTTP/1.0 closes it
+//!   unless `Connection: keep-alive`;
+//! - the query string parsed like Go's `url.ParseQuery` (percent-decoding, `+` as space, several
+//!   values per key, `;` refused), lazily, since nsqd's handlers that take no arguments never
+//!   look at it;
+//! - responses with nsqd's headers: `Content-Type` for text and JSON bodies (none for an empty
+//!   one), `X-NSQ-Content-Type: nsq; version=1.0` on V1 API answers, `Content-Length`, and the
+//!   standard error body `{"message":"CODE"}`.
+
+use bytes::{BufMut, Bytes, BytesMut};
+use std::fmt::Write as _;
+
+/// `Content-Type` of a plain-text body.
+pub const CONTENT_TYPE_TEXT: &str = "text/plain; charset=utf-8";
+/// `Content-Type` of a JSON body.
+pub const CONTENT_TYPE_JSON: &str = "application/json; charset=utf-8";
+/// The name of nsqd's API version header.
+pub const NSQ_CONTENT_TYPE_HEADER: &str = "X-NSQ-Content-Type";
+/// The value of nsqd's API version header on every V1 answer.
+pub const NSQ_CONTENT_TYPE_V1: &str = "nsq; version=1.0";
+/// What to write when [`RequestDecoder::decode`] returns [`Decoded::SendContinue`].
+pub const CONTINUE_RESPONSE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
+
+/// Longest chunk-size line (with extensions) accepted in a chunked body.
+const MAX_CHUNK_LINE: usize = 4096;
+
+/// Bounds on what one request may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Request line and headers together (Go's default is 1 MiB).
+    pub max_header_bytes: usize,
+    /// Number of header fields.
+    pub max_headers: usize,
+    /// Body bytes, after removing chunked framing.
+    pub max_body: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_header_bytes: 1024 * 1024,
+            max_headers: 128,
+            max_body: 5 * 1024 * 1024,
+        }
+    }
+}
+
+/// The protocol version of a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Version {
+    Http10,
+    Http11,
+}
+
+/// Everything about a request but its body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestHead {
+    /// As sent (`GET`, `POST`, ...).
+    pub method: String,
+    /// The percent-decoded path, `/` for an empty one.
+    pub path: String,
+    /// What followed `?` in the target, not decoded; see [`RequestHead::query`].
+    pub raw_query: String,
+    pub version: Version,
+    /// Header fields in the order sent; values are read as UTF-8 (lossily).
+    pub headers: Vec<(String, String)>,
+    /// Whether the connection stays open after the response.
+    pub keep_alive: bool,
+}
+
+impl RequestHead {
+    /// The first value of a header, by case-insensitive name.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Parses the query string (see [`Query::parse`]).
+    pub fn query(&self) -> Result<Query, QueryError> {
+        Query::parse(&self.raw_query)
+    }
+
+    /// True for HEAD: the response carries headers only.
+    pub fn is_head(&self) -> bool {
+        self.method == "HEAD"
+    }
+}
+
+/// A complete request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    pub head: RequestHead,
+    pub body: Bytes,
+}
+
+/// What [`RequestDecoder::decode`] found in the buffer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decoded {
+    /// A whole request, cut off the front of the buffer.
+    Request(Request),
+    /// More bytes are needed; nothing was consumed.
+    Incomplete,
+    /// The client waits for `100 Continue` before sending the body: write
+    /// [`CONTINUE_RESPONSE`], then read on. Given once per request.
+    SendContinue,
+}
+
+/// A request that cannot be served. After answering it ([`HttpError::to_response`]) the
+/// connection must be closed: the stream cannot be resynchronised.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HttpError {
+    /// Not HTTP/1.x, or framing that does not add up: 400.
+    Malformed(&'static str),
+    /// Request line and headers over `max_header_bytes` or `max_headers`: 431.
+    HeadersTooLarge,
+    /// Body over `max_body`; the head is kept so the server can answer in its own words: 413.
+    BodyTooLarge(Box<RequestHead>),
+    /// A transfer coding other than `chunked`: 501.
+    UnsupportedTransferEncoding,
+}
+
+impl HttpError {
+    /// The status code to answer with.
+    pub fn status(&self) -> u16 {
+        match self {
+            HttpError::Malformed(_) => 400,
+            HttpError::HeadersTooLarge => 431,
+            HttpError::BodyTooLarge(_) => 413,
+            HttpError::UnsupportedTransferEncoding => 501,
+        }
+    }
+
+    /// A plain-text answer as Go's net/http gives for such requests (`400 Bad Request: ...`).
+    /// Write it with `keep_alive` false.
+    pub fn to_response(&self) -> Response {
+        let status = self.status();
+        let mut text = format!("{status} {}", reason_phrase(status));
+        match self {
+            HttpError::Malformed(why) => {
+                let _ = write!(text, ": {why}");
+            }
+            HttpError::UnsupportedTransferEncoding => text = "Unsupported transfer encoding".into(),
+            _ => {}
+        }
+        Response::text(status, text)
+    }
+}
+
+impl std::fmt::Display for HttpError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HttpError::Malformed(why) => write!(f, "malformed request: {why}"),
+            HttpError::HeadersTooLarge => f.write_str("request headers too large"),
+            HttpError::BodyTooLarge(head) => {
+                write!(f, "request body too large ({} {})", head.method, head.path)
+            }
+            HttpError::UnsupportedTransferEncoding => f.write_str("unsupported transfer encoding"),
+        }
+    }
+}
+
+impl std::error::Error for HttpError {}
+
+/// Cuts requests off the front of a connection's read buffer. One per connection: it remembers
+/// whether `100 Continue` was already asked for the request in progress.
+#[derive(Debug, Clone)]
+pub struct RequestDecoder {
+    limits: Limits,
+    continue_sent: bool,
+}
+
+enum BodyFraming {
+    Length(usize),
+    Chunked,
+}
+
+impl RequestDecoder {
+    pub fn new(limits: Limits) -> Self {
+        RequestDecoder {
+            limits,
+            continue_sent: false,
+        }
+    }
+
+    /// Decodes the next request from `buf`, if all of it is there.
+    pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Decoded, HttpError> {
+        let Some((head, head_len, framing)) = self.parse_head(buf)? else {
+            return Ok(Decoded::Incomplete);
+        };
+        let body = match framing {
+            BodyFraming::Length(len) => {
+                if buf.len() - head_len < len {
+                    None
+                } else {
+                    Some((
+                        head_len + len,
+                        Bytes::copy_from_slice(&buf[head_len..head_len + len]),
+                    ))
+                }
+            }
+            BodyFraming::Chunked => match decode_chunked(&buf[head_len..], self.limits.max_body) {
+                Ok(Some((used, body))) => Some((head_len + used, body)),
+                Ok(None) => None,
+                Err(ChunkError::TooLarge) => return Err(HttpError::BodyTooLarge(Box::new(head))),
+                Err(ChunkError::Malformed(why)) => return Err(HttpError::Malformed(why)),
+            },
+        };
+        let Some((used, body)) = body else {
+            let expects_continue = head
+                .header("Expect")
+                .is_some_and(|v| v.eq_ignore_ascii_case("100-continue"));
+            if expects_continue && head.version == Version::Http11 && !self.continue_sent {
+                self.continue_sent = true;
+                return Ok(Decoded::SendContinue);
+            }
+            return Ok(Decoded::Incomplete);
+        };
+        let _ = buf.split_to(used);
+        self.continue_sent = false;
+        Ok(Decoded::Request(Request { head, body }))
+    }
+
+    fn parse_head(
+        &self,
+        buf: &[u8],
+    ) -> Result<Option<(RequestHead, usize, BodyFraming)>, HttpError> {
+        let mut headers = vec![httparse::EMPTY_HEADER; self.limits.max_headers];
+        let mut req = httparse::Request::new(&mut headers);
+        let head_len = match req.parse(buf) {
+            Ok(httparse::Status::Complete(len)) => len,
+            Ok(httparse::Status::Partial) => {
+                if buf.len() > self.limits.max_header_bytes {
+                    return Err(HttpError::HeadersTooLarge);
+                }
+                return Ok(None);
+            }
+            Err(httparse::Error::TooManyHeaders) => return Err(HttpError::HeadersTooLarge),
+            Err(httparse::Error::Version) => {
+                return Err(HttpError::Malformed("unsupported version"))
+            }
+            Err(_) => return Err(HttpError::Malformed("malformed request line or header")),
+        };
+        if head_len > self.limits.max_header_bytes {
+            return Err(HttpError::HeadersTooLarge);
+        }
+        let version = match req.version {
+            Some(0) => Version::Http10,
+            Some(1) => Version::Http11,
+            _ => return Err(HttpError::Malformed("unsupported version")),
+        };
+        let method = req.method.unwrap_or_default().to_owned();
+        let (path, raw_query) = split_target(req.path.unwrap_or_default())?;
+        let headers: Vec<(String, String)> = req
+            .headers
+            .iter()
+            .map(|h| {
+                (
+                    h.name.to_owned(),
+                    String::from_utf8_lossy(h.value).trim().to_owned(),
+                )
+            })
+            .collect();
+        let keep_alive = keep_alive(version, &headers);
+        let head = RequestHead {
+            method,
+            path,
+            raw_query,
+            version,
+            headers,
+            keep_alive,
+        };
+        let framing = body_framing(&head)?;
+        if let BodyFraming::Length(len) = framing {
+            if len > self.limits.max_body {
+                return Err(HttpError::BodyTooLarge(Box::new(head)));
+            }
+        }
+        Ok(Some((head, head_len, framing)))
+    }
+}
+
+/// Splits a request target into its decoded path and its raw query.
+fn split_target(target: &str) -> Result<(String, String), HttpError> {
+    let target = if target == "*" {
+        return Ok(("*".into(), String::new()));
+    } else if let Some(rest) = target
+        .strip_prefix("http://")
+        .or_else(|| target.strip_prefix("https://"))
+    {
+        // absolute-form: drop the authority
+        rest.find('/').map_or("/", |i| &rest[i..])
+    } else if target.starts_with('/') {
+        target
+    } else {
+        return Err(HttpError::Malformed("invalid request target"));
+    };
+    let target = target.split('#').next().unwrap_or_default();
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    let path = percent_decode(path, false).ok_or(HttpError::Malformed("invalid URL escape"))?;
+    Ok((path, query.to_owned()))
+}
+
+fn keep_alive(version: Version, headers: &[(String, String)]) -> bool {
+    let mut close = false;
+    let mut keep = false;
+    for (_, value) in headers
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case("Connection"))
+    {
+        for token in value.split(',').map(str::trim) {
+            close |= token.eq_ignore_ascii_case("close");
+            keep |= token.eq_ignore_ascii_case("keep-alive");
+        }
+    }
+    match version {
+        Version::Http11 => !close,
+        Version::Http10 => keep && !close,
+    }
+}
+
+fn body_framing(head: &RequestHead) -> Result<BodyFraming, HttpError> {
+    let mut length: Option<usize> = None;
+    let mut chunked = false;
+    for (name, value) in &head.headers {
+        if name.eq_ignore_ascii_case("Content-Length") {
+            let bad = HttpError::Malformed("bad Content-Length");
+            if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(bad);
+            }
+            let len: usize = value.parse().map_err(|_| bad.clone())?;
+            if length.is_some_and(|l| l != len) {
+                return Err(bad);
+            }
+            length = Some(len);
+        } else if name.eq_ignore_ascii_case("Transfer-Encoding") {
+            for coding in value.split(',').map(str::trim) {
+                if chunked || !coding.eq_ignore_ascii_case("chunked") {
+                    // chunked must be the one and only coding
+                    return Err(HttpError::UnsupportedTransferEncoding);
+                }
+                chunked = true;
+            }
+        }
+    }
+    match (chunked, length) {
+        (true, Some(_)) => Err(HttpError::Malformed(
+            "both Transfer-Encoding and Content-Length",
+        )),
+        (true, None) => Ok(BodyFraming::Chunked),
+        (false, length) => Ok(BodyFraming::Length(length.unwrap_or(0))),
+    }
+}
+
+enum ChunkError {
+    TooLarge,
+    Malformed(&'static str),
+}
+
+/// Reads a chunked body from the start of `data`: the bytes used and the body, or `None` when
+/// it is not all there yet. Chunk extensions and trailers are skipped.
+fn decode_chunked(data: &[u8], max_body: usize) -> Result<Option<(usize, Bytes)>, ChunkError> {
+    let mut chunks: Vec<(usize, usize)> = Vec::new();
+    let mut total = 0usize;
+    let mut pos = 0usize;
+    loop {
+        let Some(line) = crlf_line(&data[pos..])? else {
+            return Ok(None);
+        };
+        let size_text = line.split(|&b| b == b';').next().unwrap_or_default();
+        let size =
+            parse_hex(trim_ascii(size_text)).ok_or(ChunkError::Malformed("bad chunk size"))?;
+        pos += line.len() + 2;
+        if size == 0 {
+            break;
+        }
+        total = total.checked_add(size).ok_or(ChunkError::TooLarge)?;
+        if total > max_body {
+            return Err(ChunkError::TooLarge);
+        }
+        if data.len() < pos + size + 2 {
+            return Ok(None);
+        }
+        if &data[pos + size..pos + size + 2] != b"\r\n" {
+            return Err(ChunkError::Malformed("chunk data not followed by CRLF"));
+        }
+        chunks.push((pos, size));
+        pos += size + 2;
+    }
+    // trailer fields, then an empty line
+    loop {
+        let Some(line) = crlf_line(&data[pos..])? else {
+            return Ok(None);
+        };
+        pos += line.len() + 2;
+        if line.is_empty() {
+            break;
+        }
+    }
+    let mut body = BytesMut::with_capacity(total);
+    for (start, len) in chunks {
+        body.put_slice(&data[start..start + len]);
+    }
+    Ok(Some((pos, body.freeze())))
+}
+
+/// The line at the start of `data` without its CRLF, or `None` if it is not complete yet.
+fn crlf_line(data: &[u8]) -> Result<Option<&[u8]>, ChunkError> {
+    match data.windows(2).position(|w| w == b"\r\n") {
+        Some(end) if end <= MAX_CHUNK_LINE => Ok(Some(&data[..end])),
+        Some(_) => Err(ChunkError::Malformed("chunk line too long")),
+        None if data.len() > MAX_CHUNK_LINE => Err(ChunkError::Malformed("chunk line too long")),
+        None => Ok(None),
+    }
+}
+
+fn trim_ascii(mut s: &[u8]) -> &[u8] {
+    while let [first, rest @ ..] = s {
+        if !first.is_ascii_whitespace() {
+            break;
+        }
+        s = rest;
+    }
+    while let [rest @ .., last] = s {
+        if !last.is_ascii_whitespace() {
+            break;
+        }
+        s = rest;
+    }
+    s
+}
+
+fn parse_hex(s: &[u8]) -> Option<usize> {
+    if s.is_empty() || s.len() > 15 {
+        return None;
+    }
+    s.iter().try_fold(0usize, |acc, &b| {
+        let digit = (b as char).to_digit(16)?;
+        acc.checked_mul(16)?.checked_add(digit as usize)
+    })
+}
+
+/// Percent-decodes `s` (and `+` to a space when `plus_is_space`); `None` on a bad escape.
+fn percent_decode(s: &str, plus_is_space: bool) -> Option<String> {
+    if !s.bytes().any(|b| b == b'%' || (plus_is_space && b == b'+')) {
+        return Some(s.to_owned());
+    }
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' => {
+                let hex = bytes.get(i + 1..i + 3)?;
+                let hi = (hex[0] as char).to_digit(16)?;
+                let lo = (hex[1] as char).to_digit(16)?;
+                out.push((hi * 16 + lo) as u8);
+                i += 3;
+            }
+            b'+' if plus_is_space => {
+                out.push(b' ');
+                i += 1;
+            }
+            b => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    Some(String::from_utf8_lossy(&out).into_owned())
+}
+
+/// A parsed query string: keys with their values in order; a key may come several times.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Query {
+    pairs: Vec<(String, String)>,
+}
+
+/// Why a query string was refused (nsqd answers `400 INVALID_REQUEST`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QueryError {
+    /// A `;` in the query (Go stopped taking it as a separator).
+    Semicolon,
+    /// A `%` not followed by two hex digits.
+    BadEscape(String),
+}
+
+impl std::fmt::Display for QueryError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            QueryError::Semicolon => f.write_str("invalid semicolon separator in query"),
+            QueryError::BadEscape(s) => write!(f, "invalid URL escape in {s:?}"),
+        }
+    }
+}
+
+impl std::error::Error for QueryError {}
+
+impl Query {
+    /// Parses `a=1&b=x%20y&a=2` as Go's `url.ParseQuery` does: pairs split on `&`, key and value
+    /// on the first `=` (a missing `=` gives an empty value), both percent-decoded with `+` as
+    /// a space, empty pairs skipped.
+    pub fn parse(raw: &str) -> Result<Query, QueryError> {
+        let mut pairs = Vec::new();
+        for part in raw.split('&') {
+            if part.contains(';') {
+                return Err(QueryError::Semicolon);
+            }
+            if part.is_empty() {
+                continue;
+            }
+            let (key, value) = part.split_once('=').unwrap_or((part, ""));
+            let decode = |s: &str| percent_decode(s, true).ok_or(QueryError::BadEscape(s.into()));
+            pairs.push((decode(key)?, decode(value)?));
+        }
+        Ok(Query { pairs })
+    }
+
+    /// The first value of `key`; `Some("")` when the key is there with no value.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.pairs
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Every value of `key`, in order.
+    pub fn get_all<'a>(&'a self, key: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+        self.pairs
+            .iter()
+            .filter(move |(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Every pair, in order.
+    pub fn pairs(&self) -> &[(String, String)] {
+        &self.pairs
+    }
+}
+
+/// A response to write. Build it with [`Response::text`], [`Response::json`],
+/// [`Response::empty`] or [`Response::error`], then [`Response::write_to`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Response {
+    pub status: u16,
+    /// Header fields besides `Content-Length` and `Connection`, which are written from the body
+    /// and the keep-alive decision.
+    pub headers: Vec<(&'static str, String)>,
+    pub body: Bytes,
+}
+
+impl Response {
+    /// No body and no `Content-Type` (what nsqd answers to a successful POST /topic/create).
+    pub fn empty(status: u16) -> Self {
+        Response {
+            status,
+            headers: Vec::new(),
+            body: Bytes::new(),
+        }
+    }
+
+    /// A `text/plain; charset=utf-8` body.
+    pub fn text(status: u16, body: impl Into<Bytes>) -> Self {
+        Response::empty(status)
+            .with_header("Content-Type", CONTENT_TYPE_TEXT)
+            .with_body(body)
+    }
+
+    /// An `application/json; charset=utf-8` body, already encoded.
+    pub fn json(status: u16, body: impl Into<Bytes>) -> Self {
+        Response::empty(status)
+            .with_header("Content-Type", CONTENT_TYPE_JSON)
+            .with_body(body)
+    }
+
+    /// nsqd's V1 error answer: `{"message":"CODE"}` as JSON, with `X-NSQ-Content-Type`.
+    pub fn error(status: u16, message: &str) -> Self {
+        let body = serde_json::json!({ "message": message }).to_string();
+        Response::json(status, body).nsq_v1()
+    }
+
+    /// Adds `X-NSQ-Content-Type: nsq; version=1.0`, as nsqd's V1 API answers carry.
+    pub fn nsq_v1(self) -> Self {
+        self.with_header(NSQ_CONTENT_TYPE_HEADER, NSQ_CONTENT_TYPE_V1)
+    }
+
+    /// Adds a header field.
+    pub fn with_header(mut self, name: &'static str, value: impl Into<String>) -> Self {
+        self.headers.push((name, value.into()));
+        self
+    }
+
+    /// Replaces the body.
+    pub fn with_body(mut self, body: impl Into<Bytes>) -> Self {
+        self.body = body.into();
+        self
+    }
+
+    /// Appends the response to `req`: keep-alive as the request asks (`Connection: keep-alive`
+    /// is written for an HTTP/1.0 client that wants it), and no body for HEAD.
+    pub fn write_for(&self, req: &RequestHead, out: &mut BytesMut) {
+        let connection = match (req.keep_alive, req.version) {
+            (false, _) => Some("close"),
+            (true, Version::Http10) => Some("keep-alive"),
+            (true, Version::Http11) => None,
+        };
+        self.write_inner(out, connection, req.is_head());
+    }
+
+    /// Appends the response. With `keep_alive` false it says `Connection: close` (write an
+    /// [`HttpError`]'s answer so); `head_only` leaves the body out but keeps its
+    /// `Content-Length`. Prefer [`Response::write_for`] when there is a request.
+    pub fn write_to(&self, out: &mut BytesMut, keep_alive: bool, head_only: bool) {
+        self.write_inner(out, (!keep_alive).then_some("close"), head_only);
+    }
+
+    fn write_inner(&self, out: &mut BytesMut, connection: Option<&str>, head_only: bool) {
+        let mut head = String::with_capacity(128);
+        let _ = write!(
+            head,
+            "HTTP/1.1 {} {}\r\n",
+            self.status,
+            reason_phrase(self.status)
+        );
+        for (name, value) in &self.headers {
+            let _ = write!(head, "{name}: {value}\r\n");
+        }
+        let bodiless = self.status < 200 || self.status == 204 || self.status == 304;
+        if !bodiless {
+            let _ = write!(head, "Content-Length: {}\r\n", self.body.len());
+        }
+        if let Some(connection) = connection {
+            let _ = write!(head, "Connection: {connection}\r\n");
+        }
+        head.push_str("\r\n");
+        out.put_slice(head.as_bytes());
+        if !head_only && !bodiless {
+            out.put_slice(&self.body);
+        }
+    }
+}
+
+/// The reason phrase of a status code.
+pub fn reason_phrase(status: u16) -> &'static str {
+    match status {
+        100 => "Continue",
+        200 => "OK",
+        201 => "Created",
+        204 => "No Content",
+        301 => "Moved Permanently",
+        304 => "Not Modified",
+        307 => "Temporary Redirect",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        408 => "Request Timeout",
+        411 => "Length Required",
+        413 => "Request Entity Too Large",
+        417 => "Expectation Failed",
+        431 => "Request Header Fields Too Large",
+        500 => "Internal Server Error",
+        501 => "Not Implemented",
+        503 => "Service Unavailable",
+        505 => "HTTP Version Not Supported",
+        _ => "Unknown",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decoder() -> RequestDecoder {
+        RequestDecoder::new(Limits {
+            max_header_bytes: 1024,
+            max_headers: 16,
+            max_body: 64,
+        })
+    }
+
+    fn decode_one(bytes: &[u8]) -> Result<Decoded, HttpError> {
+        decoder().decode(&mut BytesMut::from(bytes))
+    }
+
+    fn request(bytes: &[u8]) -> Request {
+        match decode_one(bytes) {
+            Ok(Decoded::Request(r)) => r,
+            other => panic!("expected a request, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn get_with_query_and_keep_alive() {
+        let r = request(b"GET /lookup?topic=a%20b&x=1&x=2 HTTP/1.1\r\nHost: h\r\n\r\n");
+        assert_eq!(r.head.method, "GET");
+        assert_eq!(r.head.path, "/lookup");
+        assert_eq!(r.head.version, Version::Http11);
+        assert!(r.head.keep_alive);
+        assert_eq!(r.head.header("host"), Some("h"));
+        let q = r.head.query().unwrap();
+        assert_eq!(q.get("topic"), Some("a b"));
+        assert_eq!(q.get_all("x").collect::<Vec<_>>(), ["1", "2"]);
+        assert_eq!(q.get("nope"), None);
+        assert!(r.body.is_empty());
+    }
+
+    #[test]
+    fn connection_rules() {
+        assert!(
+            !request(b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n")
+                .head
+                .keep_alive
+        );
+        assert!(!request(b"GET / HTTP/1.0\r\n\r\n").head.keep_alive);
+        assert!(
+            request(b"GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n")
+                .head
+                .keep_alive
+        );
+        assert!(
+            !request(b"GET / HTTP/1.1\r\nConnection: keep-alive, close\r\n\r\n")
+                .head
+                .keep_alive
+        );
+    }
+
+    #[test]
+    fn content_length_body_and_pipelining() {
+        let mut buf = BytesMut::from(
+            &b"POST /pub?topic=t HTTP/1.1\r\nContent-Length: 5\r\n\r\nhelloGET /ping HTTP/1.1\r\n\r\n"[..],
+        );
+        let mut d = decoder();
+        match d.decode(&mut buf) {
+            Ok(Decoded::Request(r)) => assert_eq!(&r.body[..], b"hello"),
+            other => panic!("{other:?}"),
+        }
+        match d.decode(&mut buf) {
+            Ok(Decoded::Request(r)) => assert_eq!(r.head.path, "/ping"),
+            other => panic!("{other:?}"),
+        }
+        assert!(buf.is_empty());
+        assert_eq!(d.decode(&mut buf), Ok(Decoded::Incomplete));
+    }
+
+    #[test]
+    fn partial_requests_consume_nothing() {
+        let full = b"POST /x HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc";
+        for cut in 0..full.len() {
+            let mut buf = BytesMut::from(&full[..cut]);
+            assert_eq!(
+                decoder().decode(&mut buf),
+                Ok(Decoded::Incomplete),
+                "cut {cut}"
+            );
+            assert_eq!(buf.len(), cut);
+        }
+    }
+
+    #[test]
+    fn chunked_bodies() {
+        let r = request(
+            b"POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3;ext=1\r\nabc\r\nA\r\n0123456789\r\n0\r\nTrailer: x\r\n\r\n",
+        );
+        assert_eq!(&r.body[..], b"abc0123456789");
+        let full = b"POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nab\r\n0\r\n\r\n";
+        for cut in 0..full.len() {
+            assert_eq!(
+                decode_one(&full[..cut]),
+                Ok(Decoded::Incomplete),
+                "cut {cut}"
+            );
+        }
+        assert!(matches!(
+            decode_one(b"POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"),
+            Err(HttpError::Malformed(_))
+        ));
+        assert!(matches!(
+            decode_one(b"POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabXX"),
+            Err(HttpError::Malformed(_))
+        ));
+        assert!(matches!(
+            decode_one(b"POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n41\r\n"),
+            Err(HttpError::BodyTooLarge(_))
+        ));
+    }
+
+    #[test]
+    fn malformed_requests_are_refused() {
+        for bad in [
+            &b"GARBAGE\r\n\r\n"[..],
+            b"GET / HTTP/2.0\r\n\r\n",
+            b"GET noslash HTTP/1.1\r\n\r\n",
+            b"GET /a%zz HTTP/1.1\r\n\r\n",
+            b"GET / HTTP/1.1\r\nBad Header\r\n\r\n",
+            b"POST / HTTP/1.1\r\nContent-Length: -1\r\n\r\n",
+            b"POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+            b"POST / HTTP/1.1\r\nContent-Length: 99999999999999999999999\r\n\r\n",
+            b"POST / HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
+        ] {
+            let err = decode_one(bad).expect_err(&String::from_utf8_lossy(bad));
+            assert_eq!(err.status(), 400, "{}", String::from_utf8_lossy(bad));
+        }
+        assert_eq!(
+            decode_one(b"POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"),
+            Err(HttpError::UnsupportedTransferEncoding)
+        );
+    }
+
+    #[test]
+    fn limits_are_enforced_before_the_body_arrives() {
+        match decode_one(b"POST /pub HTTP/1.1\r\nContent-Length: 65\r\n\r\n") {
+            Err(HttpError::BodyTooLarge(head)) => assert_eq!(head.path, "/pub"),
+            other => panic!("{other:?}"),
+        }
+        let mut long = b"GET / HTTP/1.1\r\nX: ".to_vec();
+        long.extend(vec![b'a'; 2000]);
+        assert_eq!(decode_one(&long), Err(HttpError::HeadersTooLarge));
+        let mut many = b"GET / HTTP/1.1\r\n".to_vec();
+        for i in 0..20 {
+            many.extend(format!("H{i}: v\r\n").as_bytes());
+        }
+        many.extend(b"\r\n");
+        assert_eq!(decode_one(&many), Err(HttpError::HeadersTooLarge));
+    }
+
+    #[test]
+    fn expect_continue_is_signalled_once() {
+        let mut d = decoder();
+        let mut buf = BytesMut::from(
+            &b"POST /x HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n"[..],
+        );
+        assert_eq!(d.decode(&mut buf), Ok(Decoded::SendContinue));
+        assert_eq!(d.decode(&mut buf), Ok(Decoded::Incomplete));
+        buf.extend_from_slice(b"ok");
+        assert!(matches!(d.decode(&mut buf), Ok(Decoded::Request(_))));
+    }
+
+    #[test]
+    fn absolute_form_targets() {
+        let r = request(b"GET http://h:1/ping?x=1 HTTP/1.1\r\n\r\n");
+        assert_eq!(r.head.path, "/ping");
+        assert_eq!(r.head.raw_query, "x=1");
+    }
+
+    #[test]
+    fn query_parsing_like_go() {
+        let q = Query::parse("a=1&&b&c=x+y%2B&a=").unwrap();
+        assert_eq!(
+            q.pairs(),
+            [
+                ("a".to_string(), "1".to_string()),
+                ("b".into(), "".into()),
+                ("c".into(), "x y+".into()),
+                ("a".into(), "".into()),
+            ]
+        );
+        assert_eq!(Query::parse("a=1;b=2"), Err(QueryError::Semicolon));
+        assert!(matches!(
+            Query::parse("a=%zz"),
+            Err(QueryError::BadEscape(_))
+        ));
+        assert!(matches!(
+            Query::parse("a=%2"),
+            Err(QueryError::BadEscape(_))
+        ));
+        assert_eq!(Query::parse("").unwrap().pairs(), []);
+    }
+
+    #[test]
+    fn response_bytes() {
+        let mut out = BytesMut::new();
+        Response::text(200, "OK").write_to(&mut out, true, false);
+        assert_eq!(
+            &out[..],
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: 2\r\n\r\nOK"
+        );
+        out.clear();
+        Response::error(404, "TOPIC_NOT_FOUND").write_to(&mut out, false, false);
+        assert_eq!(
+            &out[..],
+            &b"HTTP/1.1 404 Not Found\r\nContent-Type: application/json; charset=utf-8\r\nX-NSQ-Content-Type: nsq; version=1.0\r\nContent-Length: 29\r\nConnection: close\r\n\r\n{\"message\":\"TOPIC_NOT_FOUND\"}"[..]
+        );
+        out.clear();
+        Response::empty(200)
+            .nsq_v1()
+            .write_to(&mut out, true, false);
+        assert!(!out.windows(14).any(|w| w == b"\r\nContent-Type"));
+        assert!(out.ends_with(b"Content-Length: 0\r\n\r\n"));
+        out.clear();
+        let head = request(b"HEAD / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n").head;
+        Response::json(200, "{}").write_for(&head, &mut out);
+        assert!(out.ends_with(b"Content-Length: 2\r\nConnection: keep-alive\r\n\r\n"));
+        out.clear();
+        let head = request(b"GET / HTTP/1.0\r\n\r\n").head;
+        Response::json(200, "{}").write_for(&head, &mut out);
+        assert!(out.ends_with(b"Content-Length: 2\r\nConnection: close\r\n\r\n{}"));
+    }
+
+    #[test]
+    fn error_responses() {
+        let r = HttpError::Malformed("x").to_response();
+        assert_eq!(r.status, 400);
+        assert_eq!(&r.body[..], b"400 Bad Request: x");
+        assert_eq!(HttpError::HeadersTooLarge.to_response().status, 431);
+        assert_eq!(
+            HttpError::UnsupportedTransferEncoding.to_response().status,
+            501
+        );
+    }
+}
