@@ -1,0 +1,78 @@
+//! An NSQ client: a [`Producer`] that publishes and a [`Consumer`] that follows every rule of
+//! NSQ's "Building Client Libraries" guide (discovery, RDY distribution, backoff, message
+//! handling, heartbeats, reconnection).
+//!
+//! The wire format comes from the [`protocol`] crate; this crate adds the behaviour. The
+//! connection code ([`conn`]) is written against futures-lite's `AsyncRead + AsyncWrite` and
+//! names no runtime; the producer, the consumer and the lookup poller run on glommio (TCP,
+//! timers and task spawning all live in one private module), so they must be used from inside
+//! a glommio executor.
+//!
+//! # Publishing
+//!
+//! ```no_run
+//! use client::Producer;
+//! use glommio::LocalExecutor;
+//!
+//! LocalExecutor::default().run(async {
+//!     let producer = Producer::connect("127.0.0.1:4150").await?;
+//!     producer.publish("events", "hello").await?;
+//!     producer
+//!         .multi_publish("events", vec!["a".into(), "b".into()])
+//!         .await?;
+//!     producer
+//!         .deferred_publish("events", std::time::Duration::from_secs(5), "later")
+//!         .await?;
+//!     Ok::<(), client::Error>(())
+//! })
+//! .expect("publish failed");
+//! ```
+//!
+//! # Consuming
+//!
+//! ```no_run
+//! use client::{Consumer, ConsumerConfig, HandlerResult, Message};
+//! use glommio::LocalExecutor;
+//!
+//! LocalExecutor::default().run(async {
+//!     let config = ConsumerConfig::new("events", "archive").max_in_flight(50);
+//!     let consumer = Consumer::new(config, |msg: Message| async move {
+//!         println!("{:?}", msg.body());
+//!         HandlerResult::Finish
+//!     })?;
+//!     consumer.on_give_up(|msg| eprintln!("dropping {} after {} attempts", msg.id(), msg.attempts()));
+//!     consumer.connect_to_lookupd("127.0.0.1:4161").await?;
+//!     // ... later:
+//!     consumer.stop().await;
+//!     Ok::<(), client::Error>(())
+//! })
+//! .expect("consume failed");
+//! ```
+//!
+//! # Modules
+//!
+//! - [`config`]: producer and consumer settings with builder setters;
+//! - [`error`]: the crate's one error type;
+//! - [`conn`]: one broker connection (handshake, reader, writer, reply matching);
+//! - [`producer`], [`consumer`], [`message`]: the public face;
+//! - [`rdy`] and [`backoff`]: the flow-control rules as pure state machines;
+//! - [`lookup`]: asking lookups which brokers have a topic.
+
+pub mod backoff;
+pub mod config;
+pub mod conn;
+pub mod consumer;
+pub mod error;
+pub mod lookup;
+pub mod message;
+pub mod producer;
+pub mod rdy;
+mod rt;
+mod signal;
+
+pub use config::{ConsumerConfig, Identity, ProducerConfig};
+pub use consumer::{Consumer, ConsumerStats};
+pub use error::{Error, Result};
+pub use message::{HandlerResult, Message};
+pub use producer::Producer;
+pub use protocol::{ErrorCode, MessageId};

@@ -1,0 +1,272 @@
+//! Discovery: asking lookups which brokers have a topic.
+//!
+//! One query is `GET /lookup?topic=<topic>` over a fresh HTTP/1.1 connection
+//! (`Connection: close`), answered with
+//! `{"channels": [...], "producers": [{"broadcast_address", "tcp_port", ...}]}` (or, from old
+//! lookups, the same inside `{"status_code", "status_txt", "data"}`). A 404 means the lookup
+//! does not know the topic yet: no brokers, not an error.
+//!
+//! The consumer polls every lookup and takes the union of the answers, keyed by
+//! `broadcast_address:tcp_port` ([`broker_addresses`]); the HTTP client here is just enough
+//! for that one request.
+
+use crate::error::{Error, Result};
+use crate::rt;
+use futures_lite::io::{AsyncReadExt, AsyncWriteExt};
+use serde::Deserialize;
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+/// Largest lookup answer read.
+const MAX_RESPONSE: usize = 4 * 1024 * 1024;
+
+/// One broker as a lookup describes it.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct Producer {
+    pub broadcast_address: String,
+    pub tcp_port: u16,
+    #[serde(default)]
+    pub http_port: u16,
+    #[serde(default)]
+    pub hostname: String,
+    #[serde(default)]
+    pub version: String,
+}
+
+impl Producer {
+    /// `broadcast_address:tcp_port`, bracketing IPv6 literals: the key of the union and the
+    /// address to connect to.
+    pub fn tcp_address(&self) -> String {
+        if self.broadcast_address.contains(':') && !self.broadcast_address.starts_with('[') {
+            format!("[{}]:{}", self.broadcast_address, self.tcp_port)
+        } else {
+            format!("{}:{}", self.broadcast_address, self.tcp_port)
+        }
+    }
+}
+
+/// The body of a `/lookup` answer.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub struct LookupResponse {
+    #[serde(default)]
+    pub channels: Vec<String>,
+    #[serde(default)]
+    pub producers: Vec<Producer>,
+}
+
+#[derive(Deserialize)]
+struct Wrapped {
+    data: LookupResponse,
+}
+
+/// Asks the lookup at `lookupd` (`host:port`, optionally prefixed with `http://`) for the
+/// brokers of `topic`.
+pub async fn query(lookupd: &str, topic: &str, timeout: Duration) -> Result<LookupResponse> {
+    let host = lookupd
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_string();
+    let request = format!(
+        "GET /lookup?topic={} HTTP/1.1\r\nHost: {host}\r\nAccept: application/vnd.nsq; version=1.0\r\nUser-Agent: {}\r\nConnection: close\r\n\r\n",
+        percent_encode(topic),
+        crate::config::DEFAULT_USER_AGENT,
+    );
+    let raw = rt::with_timeout(timeout, async {
+        let mut stream = rt::connect_tcp(&host, timeout).await?;
+        stream.write_all(request.as_bytes()).await?;
+        stream.flush().await?;
+        let mut raw = Vec::new();
+        let mut chunk = vec![0u8; 16 * 1024];
+        loop {
+            let n = stream.read(&mut chunk).await?;
+            if n == 0 {
+                break;
+            }
+            raw.extend_from_slice(&chunk[..n]);
+            if raw.len() > MAX_RESPONSE {
+                return Err(Error::BadHttpResponse("answer too large"));
+            }
+        }
+        Ok(raw)
+    })
+    .await?;
+    parse_http_lookup(&raw)
+}
+
+/// The union of the brokers in several answers, as `host:port` strings.
+pub fn broker_addresses<'a>(
+    answers: impl IntoIterator<Item = &'a LookupResponse>,
+) -> BTreeSet<String> {
+    answers
+        .into_iter()
+        .flat_map(|a| a.producers.iter().map(Producer::tcp_address))
+        .collect()
+}
+
+/// Reads a whole HTTP response to `/lookup`.
+pub fn parse_http_lookup(raw: &[u8]) -> Result<LookupResponse> {
+    let (status, body) = parse_http_response(raw)?;
+    match status {
+        200 => parse_lookup_body(&body),
+        404 => Ok(LookupResponse::default()),
+        status => Err(Error::Http { status }),
+    }
+}
+
+/// Parses a `/lookup` JSON body, bare or wrapped in `data`.
+pub fn parse_lookup_body(body: &[u8]) -> Result<LookupResponse> {
+    let value: serde_json::Value = serde_json::from_slice(body)?;
+    if value.get("data").is_some_and(|d| d.is_object()) {
+        let wrapped: Wrapped = serde_json::from_value(value)?;
+        return Ok(wrapped.data);
+    }
+    Ok(serde_json::from_value(value)?)
+}
+
+/// Splits a complete HTTP/1.x response into status and body (handles `Content-Length`,
+/// chunked encoding, and bodies that run to the end of the stream).
+fn parse_http_response(raw: &[u8]) -> Result<(u16, Vec<u8>)> {
+    let head_end = find(raw, b"\r\n\r\n").ok_or(Error::BadHttpResponse("no end of headers"))?;
+    let head = std::str::from_utf8(&raw[..head_end])
+        .map_err(|_| Error::BadHttpResponse("headers are not UTF-8"))?;
+    let mut lines = head.split("\r\n");
+    let status_line = lines.next().unwrap_or_default();
+    let mut parts = status_line.split(' ');
+    let version = parts.next().unwrap_or_default();
+    if !version.starts_with("HTTP/1.") {
+        return Err(Error::BadHttpResponse("not an HTTP/1 status line"));
+    }
+    let status: u16 = parts
+        .next()
+        .and_then(|s| s.parse().ok())
+        .ok_or(Error::BadHttpResponse("bad status code"))?;
+    let mut content_length = None;
+    let mut chunked = false;
+    for line in lines {
+        let Some((name, value)) = line.split_once(':') else {
+            continue;
+        };
+        let value = value.trim();
+        if name.eq_ignore_ascii_case("content-length") {
+            content_length = Some(
+                value
+                    .parse::<usize>()
+                    .map_err(|_| Error::BadHttpResponse("bad Content-Length"))?,
+            );
+        } else if name.eq_ignore_ascii_case("transfer-encoding") {
+            chunked = value.to_ascii_lowercase().contains("chunked");
+        }
+    }
+    let rest = &raw[head_end + 4..];
+    let body = if chunked {
+        dechunk(rest)?
+    } else if let Some(len) = content_length {
+        rest.get(..len)
+            .ok_or(Error::BadHttpResponse("body shorter than Content-Length"))?
+            .to_vec()
+    } else {
+        rest.to_vec()
+    };
+    Ok((status, body))
+}
+
+fn dechunk(mut data: &[u8]) -> Result<Vec<u8>> {
+    let mut body = Vec::new();
+    loop {
+        let line_end = find(data, b"\r\n").ok_or(Error::BadHttpResponse("bad chunk size line"))?;
+        let size_text = std::str::from_utf8(&data[..line_end])
+            .map_err(|_| Error::BadHttpResponse("bad chunk size"))?;
+        let size_text = size_text.split(';').next().unwrap_or_default().trim();
+        let size = usize::from_str_radix(size_text, 16)
+            .map_err(|_| Error::BadHttpResponse("bad chunk size"))?;
+        data = &data[line_end + 2..];
+        if size == 0 {
+            return Ok(body);
+        }
+        let chunk = data
+            .get(..size)
+            .ok_or(Error::BadHttpResponse("truncated chunk"))?;
+        body.extend_from_slice(chunk);
+        data = data.get(size + 2..).unwrap_or_default();
+    }
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BODY: &str = r#"{"channels":["c"],"producers":[{"remote_address":"127.0.0.1:5000","hostname":"h","broadcast_address":"10.0.0.1","tcp_port":4150,"http_port":4151,"version":"1.3.0"},{"broadcast_address":"::1","tcp_port":4250}]}"#;
+
+    #[test]
+    fn parses_a_content_length_answer() {
+        let raw = format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{BODY}",
+            BODY.len()
+        );
+        let r = parse_http_lookup(raw.as_bytes()).expect("parses");
+        assert_eq!(r.channels, ["c"]);
+        let addrs: Vec<_> = r.producers.iter().map(Producer::tcp_address).collect();
+        assert_eq!(addrs, ["10.0.0.1:4150", "[::1]:4250"]);
+    }
+
+    #[test]
+    fn parses_chunked_and_wrapped_answers() {
+        let wrapped = format!(r#"{{"status_code":200,"status_txt":"OK","data":{BODY}}}"#);
+        let (a, b) = wrapped.split_at(10);
+        let raw = format!(
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{a}\r\n{:x}\r\n{b}\r\n0\r\n\r\n",
+            a.len(),
+            b.len()
+        );
+        let r = parse_http_lookup(raw.as_bytes()).expect("parses");
+        assert_eq!(r.producers.len(), 2);
+    }
+
+    #[test]
+    fn unknown_topic_is_no_brokers_and_other_statuses_are_errors() {
+        let raw = b"HTTP/1.1 404 Not Found\r\nContent-Length: 31\r\n\r\n{\"message\":\"TOPIC_NOT_FOUND\"}  ";
+        assert_eq!(
+            parse_http_lookup(raw).expect("404 is fine"),
+            LookupResponse::default()
+        );
+        let raw = b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\n\r\n";
+        assert!(matches!(
+            parse_http_lookup(raw),
+            Err(Error::Http { status: 500 })
+        ));
+        assert!(parse_http_lookup(b"garbage").is_err());
+        assert!(parse_http_lookup(b"HTTP/1.1 200 OK\r\n\r\n{nope").is_err());
+    }
+
+    #[test]
+    fn union_is_keyed_by_broadcast_address_and_port() {
+        let a = parse_lookup_body(BODY.as_bytes()).expect("a");
+        let b = parse_lookup_body(
+            br#"{"channels":[],"producers":[{"broadcast_address":"10.0.0.1","tcp_port":4150},{"broadcast_address":"10.0.0.2","tcp_port":4150}]}"#,
+        )
+        .expect("b");
+        let all: Vec<_> = broker_addresses([&a, &b]).into_iter().collect();
+        assert_eq!(all, ["10.0.0.1:4150", "10.0.0.2:4150", "[::1]:4250"]);
+    }
+
+    #[test]
+    fn topic_is_percent_encoded() {
+        assert_eq!(percent_encode("t#ephemeral"), "t%23ephemeral");
+    }
+}

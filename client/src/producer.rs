@@ -1,0 +1,206 @@
+//! Publishing: one connection to one broker, shared by every task that publishes through a
+//! [`Producer`] handle.
+//!
+//! Each publish queues its command and waits for its own answer; several publishes may be
+//! outstanding at once and the broker's answers are matched to them in order (see
+//! [`crate::conn`]). Heartbeats are answered by the connection's reader.
+//!
+//! Failure handling: the broker closes the connection after any publishing error (they are
+//! all fatal in NSQ), and a socket can fail at any time. Either way the publishes waiting on
+//! that connection fail, and the next publish opens a new connection. A publish is never
+//! retried behind the caller's back: after a connection error it may or may not have been
+//! accepted, and only the caller knows whether a duplicate is acceptable.
+
+use crate::config::ProducerConfig;
+use crate::conn::{handshake, Conn, Event};
+use crate::error::{Error, Result};
+use crate::rt;
+use bytes::Bytes;
+use protocol::names::is_valid_topic_name;
+use protocol::{Command, OK};
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::time::Duration;
+
+/// Publishes to one broker. Clone it to share between tasks; clones share the connection.
+#[derive(Clone)]
+pub struct Producer {
+    inner: Rc<Inner>,
+}
+
+struct Inner {
+    addr: String,
+    config: ProducerConfig,
+    conn: RefCell<Option<Conn>>,
+    /// One connection attempt at a time; the others wait for its outcome.
+    connecting: glommio::sync::Semaphore,
+    stopped: std::cell::Cell<bool>,
+}
+
+impl Producer {
+    /// Connects to the broker at `addr` (`host:port`) with default settings.
+    pub async fn connect(addr: impl Into<String>) -> Result<Producer> {
+        Self::connect_with(addr, ProducerConfig::default()).await
+    }
+
+    /// Connects to the broker at `addr` with `config`. The connection is opened (magic,
+    /// IDENTIFY) before this returns, so a wrong address shows up here.
+    pub async fn connect_with(addr: impl Into<String>, config: ProducerConfig) -> Result<Producer> {
+        config.validate()?;
+        let producer = Producer {
+            inner: Rc::new(Inner {
+                addr: addr.into(),
+                config,
+                conn: RefCell::new(None),
+                connecting: glommio::sync::Semaphore::new(1),
+                stopped: std::cell::Cell::new(false),
+            }),
+        };
+        producer.connection().await?;
+        Ok(producer)
+    }
+
+    /// The broker address this producer publishes to.
+    pub fn addr(&self) -> &str {
+        &self.inner.addr
+    }
+
+    /// Publishes one message (`PUB`).
+    pub async fn publish(&self, topic: &str, body: impl Into<Bytes>) -> Result<()> {
+        check_topic(topic)?;
+        self.round_trip(Command::Pub {
+            topic: topic.to_string(),
+            body: body.into(),
+        })
+        .await
+    }
+
+    /// Publishes several messages at once (`MPUB`): all are accepted or none.
+    pub async fn multi_publish(&self, topic: &str, bodies: Vec<Bytes>) -> Result<()> {
+        check_topic(topic)?;
+        if bodies.is_empty() {
+            return Err(Error::InvalidConfig(
+                "multi_publish needs at least one message",
+            ));
+        }
+        self.round_trip(Command::Mpub {
+            topic: topic.to_string(),
+            bodies,
+        })
+        .await
+    }
+
+    /// Publishes one message that becomes visible to consumers after `delay` (`DPUB`).
+    pub async fn deferred_publish(
+        &self,
+        topic: &str,
+        delay: Duration,
+        body: impl Into<Bytes>,
+    ) -> Result<()> {
+        check_topic(topic)?;
+        self.round_trip(Command::Dpub {
+            topic: topic.to_string(),
+            defer_ms: delay.as_millis() as u64,
+            body: body.into(),
+        })
+        .await
+    }
+
+    /// True while a connection is open (it may still fail at the next publish).
+    pub fn is_connected(&self) -> bool {
+        self.inner
+            .conn
+            .borrow()
+            .as_ref()
+            .is_some_and(|c| !c.is_closed())
+    }
+
+    /// Closes the connection after what is queued is written; later publishes fail with
+    /// [`Error::Closed`].
+    pub fn stop(&self) {
+        self.inner.stopped.set(true);
+        if let Some(conn) = self.inner.conn.borrow_mut().take() {
+            conn.close();
+        }
+    }
+
+    async fn round_trip(&self, cmd: Command) -> Result<()> {
+        let conn = self.connection().await?;
+        let reply = conn.request(&cmd)?;
+        match rt::with_timeout(self.inner.config.response_timeout, reply).await {
+            Ok(answer) if answer == OK => Ok(()),
+            Ok(other) => Err(Error::UnexpectedResponse(other)),
+            Err(Error::Timeout) => {
+                // A late answer would be matched to the wrong command: start afresh.
+                conn.close();
+                Err(Error::Timeout)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The open connection, opening one if there is none.
+    async fn connection(&self) -> Result<Conn> {
+        if let Some(conn) = self.current() {
+            return Ok(conn);
+        }
+        let _permit = self
+            .inner
+            .connecting
+            .acquire_permit(1)
+            .await
+            .map_err(|_| Error::Closed)?;
+        // Someone else may have connected while we waited.
+        if let Some(conn) = self.current() {
+            return Ok(conn);
+        }
+        let conn = open(&self.inner.addr, &self.inner.config).await?;
+        *self.inner.conn.borrow_mut() = Some(conn.clone());
+        Ok(conn)
+    }
+
+    fn current(&self) -> Option<Conn> {
+        if self.inner.stopped.get() {
+            return None;
+        }
+        self.inner
+            .conn
+            .borrow()
+            .as_ref()
+            .filter(|c| !c.is_closed())
+            .cloned()
+    }
+}
+
+fn check_topic(topic: &str) -> Result<()> {
+    if is_valid_topic_name(topic) {
+        Ok(())
+    } else {
+        Err(Error::InvalidName {
+            what: "topic",
+            name: topic.to_string(),
+        })
+    }
+}
+
+async fn open(addr: &str, config: &ProducerConfig) -> Result<Conn> {
+    let identify = config.identity.identify_request();
+    let (stream, hs) = rt::with_timeout(config.connect_timeout, async {
+        let mut stream = rt::connect_tcp(addr, config.connect_timeout).await?;
+        let hs = handshake(&mut stream, &identify, None).await?;
+        Ok((stream, hs))
+    })
+    .await?;
+    let addr_for_log = addr.to_string();
+    let (conn, driver) = Conn::start(stream, hs, move |_, event| match event {
+        Event::Error(e) => tracing::warn!(addr = %addr_for_log, error = %e, "broker error"),
+        other => tracing::debug!(addr = %addr_for_log, ?other, "unexpected frame on a producer"),
+    });
+    let addr = addr.to_string();
+    rt::spawn(async move {
+        if let Err(e) = driver.await {
+            tracing::debug!(%addr, error = %e, "producer connection ended");
+        }
+    });
+    Ok(conn)
+}

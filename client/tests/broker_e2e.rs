@@ -1,0 +1,205 @@
+//! Producer and consumer against the real `broker` binary, started on ephemeral ports.
+//!
+//! The binary is taken from `$BROKER_BIN`, else `target/release/broker` of the workspace
+//! (`cargo build --release -p broker`). Without it these tests say so and pass vacuously, so
+//! the client can be tested on its own. Every wait is bounded.
+
+mod support;
+
+use client::{
+    Consumer, ConsumerConfig, ErrorCode, HandlerResult, Message, Producer, ProducerConfig,
+};
+use std::cell::RefCell;
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+use support::{eventually, run};
+
+const WAIT: Duration = Duration::from_secs(10);
+
+struct Broker {
+    child: Child,
+    tcp: String,
+    _data: TempDir,
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn broker_bin() -> Option<PathBuf> {
+    let path = std::env::var_os("BROKER_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/release/broker")
+        });
+    path.is_file().then_some(path)
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("an ephemeral port")
+}
+
+/// Starts the broker and waits until it accepts TCP connections; `None` without a binary.
+fn start_broker(name: &str) -> Option<Broker> {
+    let Some(bin) = broker_bin() else {
+        eprintln!("skipping: no broker binary (build it with `cargo build --release -p broker` or set BROKER_BIN)");
+        return None;
+    };
+    let data = std::env::temp_dir().join(format!("client-e2e-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&data);
+    std::fs::create_dir_all(&data).expect("data dir");
+    let tcp = format!("127.0.0.1:{}", free_port());
+    let http = format!("127.0.0.1:{}", free_port());
+    let child = Command::new(bin)
+        .args([
+            "--tcp-address",
+            &tcp,
+            "--http-address",
+            &http,
+            "--shards",
+            "1",
+        ])
+        .arg("--data-path")
+        .arg(&data)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("broker starts");
+    let broker = Broker {
+        child,
+        tcp: tcp.clone(),
+        _data: TempDir(data),
+    };
+    let deadline = Instant::now() + WAIT;
+    while std::net::TcpStream::connect(&tcp).is_err() {
+        assert!(Instant::now() < deadline, "broker never listened on {tcp}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Some(broker)
+}
+
+#[test]
+fn e2e_published_messages_are_all_consumed() {
+    let Some(broker) = start_broker("all") else {
+        return;
+    };
+    let addr = broker.tcp.clone();
+    run(move || async move {
+        let p = Producer::connect(addr.clone()).await.expect("producer");
+        let mut expected = BTreeSet::new();
+        for i in 0..10 {
+            p.publish("e2e", format!("pub-{i}")).await.expect("pub");
+            expected.insert(format!("pub-{i}"));
+        }
+        let batch: Vec<_> = (0..10).map(|i| format!("mpub-{i}").into()).collect();
+        p.multi_publish("e2e", batch).await.expect("mpub");
+        expected.extend((0..10).map(|i| format!("mpub-{i}")));
+        p.deferred_publish("e2e", Duration::from_millis(300), "dpub")
+            .await
+            .expect("dpub");
+        expected.insert("dpub".to_string());
+
+        let seen: Rc<RefCell<BTreeSet<String>>> = Rc::default();
+        let s = seen.clone();
+        let cfg = ConsumerConfig::new("e2e", "ch").max_in_flight(5);
+        let c = Consumer::new(cfg, move |m: Message| {
+            s.borrow_mut()
+                .insert(String::from_utf8_lossy(m.body()).into_owned());
+            async { HandlerResult::Finish }
+        })
+        .expect("consumer");
+        c.connect_to_nsqd(addr).await.expect("subscribe");
+        let all = eventually(WAIT, || seen.borrow().len() == expected.len()).await;
+        assert!(all, "got {} of {}", seen.borrow().len(), expected.len());
+        assert_eq!(*seen.borrow(), expected);
+        c.stop().await;
+        assert_eq!(c.stats().messages_finished, expected.len() as u64);
+        p.stop();
+    });
+}
+
+#[test]
+fn e2e_requeued_message_comes_back_with_more_attempts() {
+    let Some(broker) = start_broker("req") else {
+        return;
+    };
+    let addr = broker.tcp.clone();
+    run(move || async move {
+        let p = Producer::connect(addr.clone()).await.expect("producer");
+        p.publish("e2e_req", "again").await.expect("pub");
+        let attempts: Rc<RefCell<Vec<u16>>> = Rc::default();
+        let a = attempts.clone();
+        let cfg = ConsumerConfig::new("e2e_req", "ch").backoff_multiplier(Duration::ZERO);
+        let c = Consumer::new(cfg, move |m: Message| {
+            a.borrow_mut().push(m.attempts());
+            let first = m.attempts() == 1;
+            async move {
+                if first {
+                    HandlerResult::requeue_after(Duration::ZERO)
+                } else {
+                    HandlerResult::Finish
+                }
+            }
+        })
+        .expect("consumer");
+        c.connect_to_nsqd(addr).await.expect("subscribe");
+        assert!(eventually(WAIT, || attempts.borrow().len() == 2).await);
+        assert_eq!(*attempts.borrow(), [1, 2]);
+        c.stop().await;
+    });
+}
+
+#[test]
+fn e2e_broker_errors_carry_their_code_and_the_producer_recovers() {
+    let Some(broker) = start_broker("err") else {
+        return;
+    };
+    let addr = broker.tcp.clone();
+    run(move || async move {
+        let p = Producer::connect(addr).await.expect("producer");
+        let err = p
+            .multi_publish("e2e_err", vec!["ok".into(), "".into()])
+            .await
+            .expect_err("an empty message is refused");
+        assert_eq!(err.code(), Some(ErrorCode::BadMessage), "{err}");
+        p.publish("e2e_err", "fine")
+            .await
+            .expect("publish after the error");
+    });
+}
+
+#[test]
+fn e2e_heartbeats_keep_an_idle_connection_open() {
+    let Some(broker) = start_broker("hb") else {
+        return;
+    };
+    let addr = broker.tcp.clone();
+    run(move || async move {
+        let cfg = ProducerConfig::new().heartbeat_interval(Duration::from_secs(1));
+        let p = Producer::connect_with(addr, cfg).await.expect("producer");
+        // Three heartbeat intervals idle: the broker would close a silent client after two.
+        let dropped = eventually(Duration::from_millis(3200), || !p.is_connected()).await;
+        assert!(
+            !dropped,
+            "the broker closed an idle connection that answered heartbeats"
+        );
+        p.publish("e2e_hb", "alive").await.expect("publish");
+    });
+}
