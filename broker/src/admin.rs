@@ -1,27 +1,408 @@
 //! Topic and channel administration and statistics, as the HTTP API asks for them: the
 //! requests that travel to a topic's owner shard (create, delete, empty, pause) or to every
-//! shard (stats), and how a shard answers them.
+//! shard (stats, health, runtime options), and how a shard answers them.
 //!
-//! Placeholder until the HTTP API lands: every operation answers `Unsupported`.
+//! The HTTP side sends an [`AdminOp`] with `Shard::request(owner, |reply| Mail::Admin{..})`
+//! and awaits `Reply::Admin(AdminResult)`. Like every owner-side operation,
+//! [`Shard::handle_admin`] is synchronous: it never waits, so it cannot deadlock two shards.
+//!
+//! Deleting a topic or a channel closes its consumers' connections wherever they are: the
+//! owner sends `Mail::CloseConn` to each consumer's shard (handled on the spot for its own).
+//! The closed connection then sends its usual `Leave`, which finds no channel and is ignored.
 
+use crate::channel::ConsumerKey;
+use crate::mailbox::Mail;
 use crate::shard::Shard;
+use crate::stats::{self, ChannelStats, ClientStats, PubCount, TopicStats};
+use crate::topic::{ChannelRef, Topic};
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::time::Instant;
+use tracing::info;
+
+/// What to do to a topic or a channel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    Create,
+    Delete,
+    Empty,
+    Pause,
+    Unpause,
+}
+
+/// Which part of the stats to gather.
+#[derive(Debug, Clone, Default)]
+pub struct StatsQuery {
+    pub topic: Option<String>,
+    pub channel: Option<String>,
+    pub include_clients: bool,
+}
+
+/// A runtime option changed through `PUT /config/:opt`, applied on every shard.
+#[derive(Debug, Clone)]
+pub enum OptionChange {
+    LookupdTcpAddresses(Vec<String>),
+    LogLevel(String),
+}
 
 /// A request from the HTTP API to a shard.
 #[derive(Debug)]
 pub enum AdminOp {
-    Ping,
+    /// To the topic's owner.
+    Topic { topic: String, action: Action },
+    /// To the topic's owner.
+    Channel {
+        topic: String,
+        channel: String,
+        action: Action,
+    },
+    /// To every shard: its topics and producers.
+    Stats(StatsQuery),
+    /// To every shard: `None` when healthy, else the reason.
+    Health,
+    /// To every shard.
+    SetOption(OptionChange),
 }
 
 /// A shard's answer to an [`AdminOp`].
 #[derive(Debug)]
 pub enum AdminResult {
-    Unsupported,
+    Done,
+    TopicNotFound,
+    ChannelNotFound,
+    Stats(Box<ShardStats>),
+    Health(Option<String>),
+}
+
+/// One shard's part of /stats and /metrics.
+#[derive(Debug, Default)]
+pub struct ShardStats {
+    pub shard: usize,
+    pub health: Option<String>,
+    /// The topics this shard owns (filtered by the query), sorted by name.
+    pub topics: Vec<TopicStats>,
+    /// Connections on this shard that published.
+    pub producers: Vec<ClientStats>,
+    /// Messages held in memory by this shard's topics and channels.
+    pub messages_held: u64,
+    pub tcp_connections: usize,
+    pub http_connections: u64,
+    pub http_requests: u64,
+    /// Mail queued for each peer shard (index = peer), not yet sent.
+    pub outbox_depth: Vec<usize>,
+    /// Requests of this shard still waiting for another shard's reply.
+    pub waiting_replies: usize,
+    /// Timers pending (in-flight timeouts, deferred messages).
+    pub timers: usize,
+}
+
+/// Admin state kept by each shard: health and the options `PUT /config` changes.
+#[derive(Debug, Default)]
+pub struct AdminState {
+    /// `Some(reason)` once something (a failed disk write, ...) made this shard unhealthy.
+    health: RefCell<Option<String>>,
+    lookupd_tcp_addresses: RefCell<Option<Vec<String>>>,
+    log_level: RefCell<Option<String>>,
+    pub(crate) http_connections: Cell<u64>,
+    pub(crate) http_requests: Cell<u64>,
+}
+
+impl AdminState {
+    /// Marks the shard unhealthy: /ping answers `500 NOK - <reason>`.
+    #[allow(dead_code)] // for storage
+    pub fn set_unhealthy(&self, reason: impl Into<String>) {
+        *self.health.borrow_mut() = Some(reason.into());
+    }
+
+    #[allow(dead_code)] // for storage
+    pub fn set_healthy(&self) {
+        *self.health.borrow_mut() = None;
+    }
+
+    pub fn health(&self) -> Option<String> {
+        self.health.borrow().clone()
+    }
+}
+
+/// The process-wide hook that changes the log filter (set by main at start-up).
+pub type LogLevelSetter = Box<dyn Fn(&str) -> Result<(), String> + Send + Sync>;
+static LOG_LEVEL_SETTER: std::sync::OnceLock<LogLevelSetter> = std::sync::OnceLock::new();
+
+/// Installs how `PUT /config/log_level` changes the running log filter.
+pub fn set_log_level_setter(f: LogLevelSetter) {
+    let _ = LOG_LEVEL_SETTER.set(f);
 }
 
 impl Shard {
     pub(crate) fn handle_admin(&self, op: AdminOp) -> AdminResult {
         match op {
-            AdminOp::Ping => AdminResult::Unsupported,
+            AdminOp::Topic { topic, action } => self.topic_action(&topic, action),
+            AdminOp::Channel {
+                topic,
+                channel,
+                action,
+            } => self.channel_action(&topic, &channel, action),
+            AdminOp::Stats(q) => AdminResult::Stats(Box::new(self.shard_stats(&q))),
+            AdminOp::Health => AdminResult::Health(self.admin.health()),
+            AdminOp::SetOption(change) => {
+                self.set_option(change);
+                AdminResult::Done
+            }
         }
+    }
+
+    /// The `nsqlookupd_tcp_addresses` in force (the flag, or the last `PUT /config`).
+    pub fn lookupd_tcp_addresses(&self) -> Vec<String> {
+        self.admin
+            .lookupd_tcp_addresses
+            .borrow()
+            .clone()
+            .unwrap_or_else(|| self.config.lookupd_tcp_addresses.clone())
+    }
+
+    /// The `log_level` in force.
+    pub fn log_level(&self) -> String {
+        self.admin
+            .log_level
+            .borrow()
+            .clone()
+            .unwrap_or_else(|| self.config.log_level.clone())
+    }
+
+    fn set_option(&self, change: OptionChange) {
+        match change {
+            OptionChange::LookupdTcpAddresses(a) => {
+                *self.admin.lookupd_tcp_addresses.borrow_mut() = Some(a);
+            }
+            OptionChange::LogLevel(l) => {
+                // One shard applies it to the (process-wide) logger; all remember it.
+                if self.id == 0 {
+                    if let Some(set) = LOG_LEVEL_SETTER.get() {
+                        if let Err(e) = set(&l) {
+                            tracing::warn!("log level {l}: {e}");
+                        }
+                    }
+                }
+                *self.admin.log_level.borrow_mut() = Some(l);
+            }
+        }
+    }
+
+    fn topic_action(&self, name: &str, action: Action) -> AdminResult {
+        if action == Action::Create {
+            self.topic_or_create(name);
+            return AdminResult::Done;
+        }
+        let Some(t) = self.topics.borrow().get(name).cloned() else {
+            return AdminResult::TopicNotFound;
+        };
+        match action {
+            Action::Create => {}
+            Action::Delete => {
+                self.topics.borrow_mut().remove(name);
+                let channels: Vec<ChannelRef> = t.borrow().channels().cloned().collect();
+                for ch in &channels {
+                    self.close_consumers(ch);
+                }
+                info!(topic = name, shard = self.id, "topic deleted");
+            }
+            Action::Empty => t.borrow_mut().empty(),
+            Action::Pause => {
+                t.borrow_mut().paused = true;
+                info!(topic = name, "topic paused");
+            }
+            Action::Unpause => {
+                let touched = {
+                    let mut tb = t.borrow_mut();
+                    tb.paused = false;
+                    tb.release_held(Instant::now(), &self.timers)
+                };
+                for ch in &touched {
+                    self.dispatch(ch);
+                }
+                info!(topic = name, "topic unpaused");
+            }
+        }
+        AdminResult::Done
+    }
+
+    fn channel_action(&self, topic: &str, name: &str, action: Action) -> AdminResult {
+        let Some(t) = self.topics.borrow().get(topic).cloned() else {
+            return AdminResult::TopicNotFound;
+        };
+        if action == Action::Create {
+            let (_, created) = t.borrow_mut().channel_or_create(name);
+            if created {
+                info!(topic, channel = name, shard = self.id, "channel created");
+                // As on SUB: what the topic held waits no longer.
+                let touched = t.borrow_mut().release_held(Instant::now(), &self.timers);
+                for ch in &touched {
+                    self.dispatch(ch);
+                }
+            }
+            return AdminResult::Done;
+        }
+        let Some(ch) = t.borrow().channel(name) else {
+            return AdminResult::ChannelNotFound;
+        };
+        match action {
+            Action::Create => {}
+            Action::Delete => {
+                t.borrow_mut().remove_channel(name);
+                self.close_consumers(&ch);
+                info!(topic, channel = name, "channel deleted");
+            }
+            Action::Empty => ch.borrow_mut().empty(),
+            Action::Pause => {
+                ch.borrow_mut().paused = true;
+                info!(topic, channel = name, "channel paused");
+            }
+            Action::Unpause => {
+                ch.borrow_mut().paused = false;
+                self.dispatch(&ch);
+                info!(topic, channel = name, "channel unpaused");
+            }
+        }
+        AdminResult::Done
+    }
+
+    /// Closes the connection of every consumer of `ch`, on whichever shard it is.
+    fn close_consumers(&self, ch: &ChannelRef) {
+        let keys: Vec<ConsumerKey> = ch.borrow().consumers().iter().map(|c| c.spec.key).collect();
+        for key in keys {
+            self.route(key.shard, Mail::CloseConn { conn: key.conn });
+        }
+    }
+
+    /// Closes connection `conn` of this shard, if it is still there.
+    pub(crate) fn close_conn_here(&self, conn: u64) {
+        let c = self.conns.borrow().get(&conn).cloned();
+        if let Some(c) = c {
+            c.close();
+        }
+    }
+
+    fn shard_stats(&self, q: &StatsQuery) -> ShardStats {
+        let mut topics: Vec<Rc<RefCell<Topic>>> = match &q.topic {
+            Some(name) => self
+                .topics
+                .borrow()
+                .get(name)
+                .cloned()
+                .into_iter()
+                .collect(),
+            None => self.topics.borrow().values().cloned().collect(),
+        };
+        topics.sort_by(|a, b| a.borrow().name.cmp(&b.borrow().name));
+        let mut held = 0u64;
+        let topics = topics
+            .iter()
+            .filter_map(|t| {
+                let t = t.borrow();
+                held += t.depth() as u64;
+                topic_stats(&t, q, &mut held)
+            })
+            .collect();
+        ShardStats {
+            shard: self.id,
+            health: self.admin.health(),
+            topics,
+            producers: self.producer_stats(),
+            messages_held: held,
+            tcp_connections: self.conns.borrow().len(),
+            http_connections: self.admin.http_connections.get(),
+            http_requests: self.admin.http_requests.get(),
+            outbox_depth: self.outboxes.iter().map(|o| o.len()).collect(),
+            waiting_replies: self.waiters.borrow().len(),
+            timers: self.timers.len(),
+        }
+    }
+
+    fn producer_stats(&self) -> Vec<ClientStats> {
+        let conns = self.conns.borrow();
+        let mut out = Vec::new();
+        for c in conns.values() {
+            let counts = c.pub_counts.borrow();
+            if counts.is_empty() {
+                continue;
+            }
+            let state = if c.subscribed.get() {
+                stats::STATE_SUBSCRIBED
+            } else {
+                stats::STATE_INIT
+            };
+            let mut s = ClientStats::new(&c.info.borrow(), state);
+            s.pub_counts = counts
+                .iter()
+                .map(|(topic, count)| PubCount {
+                    topic: topic.clone(),
+                    count: *count,
+                })
+                .collect();
+            out.push(s);
+        }
+        out
+    }
+}
+
+/// A topic's stats; with a channel filter (as nsqd, with or without a topic filter) only that
+/// channel, and `None` for a topic that does not have it.
+fn topic_stats(t: &Topic, q: &StatsQuery, held: &mut u64) -> Option<TopicStats> {
+    let channels: Vec<ChannelRef> = match &q.channel {
+        Some(name) => vec![t.channel(name)?],
+        None => t.channels().cloned().collect(),
+    };
+    let all: Vec<std::cell::Ref<'_, crate::channel::Channel>> =
+        t.channels().map(|c| c.borrow()).collect();
+    let latency = stats::latency_of(all.iter().map(|c| c.e2e_samples()));
+    drop(all);
+    let channels = channels
+        .iter()
+        .map(|c| {
+            let c = c.borrow();
+            *held += (c.depth() + c.in_flight_count() + c.deferred_count()) as u64;
+            channel_stats(&c, q.include_clients)
+        })
+        .collect();
+    Some(TopicStats {
+        topic_name: t.name.to_string(),
+        channels,
+        depth: t.depth() as i64,
+        backend_depth: 0,
+        message_count: t.message_count,
+        message_bytes: t.message_bytes,
+        paused: t.paused,
+        e2e_processing_latency: latency,
+    })
+}
+
+fn channel_stats(c: &crate::channel::Channel, include_clients: bool) -> ChannelStats {
+    let clients = include_clients.then(|| {
+        c.consumers()
+            .iter()
+            .map(|k| {
+                let mut s = ClientStats::new(&k.spec.info, stats::STATE_SUBSCRIBED);
+                s.ready_count = k.rdy as i64;
+                s.in_flight_count = k.in_flight as i64;
+                s.message_count = k.message_count;
+                s.finish_count = k.finish_count;
+                s.requeue_count = k.requeue_count;
+                s
+            })
+            .collect()
+    });
+    ChannelStats {
+        channel_name: c.name.to_string(),
+        depth: c.depth() as i64,
+        backend_depth: 0,
+        in_flight_count: c.in_flight_count() as i64,
+        deferred_count: c.deferred_count() as i64,
+        message_count: c.message_count,
+        requeue_count: c.requeue_count,
+        timeout_count: c.timeout_count,
+        client_count: c.consumer_count() as i64,
+        clients,
+        paused: c.paused,
+        e2e_processing_latency: stats::latency_of([c.e2e_samples()]),
     }
 }

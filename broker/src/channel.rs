@@ -115,6 +115,8 @@ pub struct Channel {
     pub message_count: u64,
     pub requeue_count: u64,
     pub timeout_count: u64,
+    /// End-to-end latency of finished messages, for /stats.
+    e2e: crate::stats::E2eSamples,
 }
 
 impl Channel {
@@ -136,6 +138,7 @@ impl Channel {
                 message_count: 0,
                 requeue_count: 0,
                 timeout_count: 0,
+                e2e: Default::default(),
             })
         })
     }
@@ -241,7 +244,8 @@ impl Channel {
     }
 
     pub fn finish(&mut self, key: ConsumerKey, id: MessageId) -> Result<(), OpError> {
-        self.take_in_flight(key, id)?;
+        let done = self.take_in_flight(key, id)?;
+        self.e2e.record(done.msg.timestamp);
         if let Some(c) = self.consumer_mut(key) {
             c.finish_count += 1;
         }
@@ -427,6 +431,11 @@ impl Channel {
             c.in_flight = 0;
         }
         (pending, deferred)
+    }
+
+    /// End-to-end latency samples, for /stats.
+    pub(crate) fn e2e_samples(&self) -> &crate::stats::E2eSamples {
+        &self.e2e
     }
 }
 

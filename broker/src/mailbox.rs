@@ -88,6 +88,9 @@ pub enum Mail {
         op: crate::admin::AdminOp,
         reply: ReplyTo,
     },
+    /// From a topic's owner to a consumer's shard: close connection `conn` (its topic or
+    /// channel was deleted).
+    CloseConn { conn: u64 },
     /// From the control thread: stop accepting and delivering, let connections finish.
     Shutdown,
     /// To the control thread: this shard has no connections left.
@@ -110,6 +113,11 @@ impl Outbox {
     pub fn push(&self, mail: Mail) {
         self.pending.borrow_mut().push(mail);
         self.wake_pump.notify();
+    }
+
+    /// Mail queued and not yet handed to the pump (for /metrics).
+    pub fn len(&self) -> usize {
+        self.pending.borrow().len()
     }
 
     pub fn is_congested(&self) -> bool {

@@ -14,6 +14,7 @@ mod ids;
 mod mailbox;
 mod rlimit;
 mod shard;
+mod stats;
 mod sync;
 mod timer;
 mod topic;
@@ -103,6 +104,7 @@ fn main() -> ExitCode {
         }
     };
     info!(tcp = %config.tcp_address, shards, "TCP: listening");
+    info!(http = %config.http_address, shards, "HTTP: listening");
 
     let mut failed = false;
     for (i, h) in handles.into_iter().enumerate() {
@@ -126,16 +128,28 @@ fn main() -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// Checks the TCP address is free, and resolves port 0 to one real port every shard then
-/// shares (each shard binds it with SO_REUSEPORT).
+/// Checks the TCP and HTTP addresses are free, and resolves port 0 to one real port every
+/// shard then shares (each shard binds it with SO_REUSEPORT). Both probes are held until both
+/// are resolved, so two port-0 addresses cannot resolve to the same port.
 fn claim_port(config: &mut Config) -> Result<(), String> {
-    let probe = std::net::TcpListener::bind(config.tcp_address)
-        .map_err(|e| format!("cannot listen on --tcp-address {}: {e}", config.tcp_address))?;
+    let (tcp_probe, tcp) = probe("--tcp-address", config.tcp_address)?;
+    let (_http_probe, http) = probe("--http-address", config.http_address)?;
+    drop(tcp_probe);
+    config.tcp_address = tcp;
+    config.http_address = http;
+    Ok(())
+}
+
+fn probe(
+    flag: &str,
+    addr: std::net::SocketAddr,
+) -> Result<(std::net::TcpListener, std::net::SocketAddr), String> {
+    let probe = std::net::TcpListener::bind(addr)
+        .map_err(|e| format!("cannot listen on {flag} {addr}: {e}"))?;
     let actual = probe
         .local_addr()
-        .map_err(|e| format!("--tcp-address {}: {e}", config.tcp_address))?;
-    config.tcp_address = actual;
-    Ok(())
+        .map_err(|e| format!("{flag} {addr}: {e}"))?;
+    Ok((probe, actual))
 }
 
 fn init_logging(level: &str) {
@@ -143,12 +157,24 @@ fn init_logging(level: &str) {
         "fatal" => "error",
         l => l,
     };
+    use tracing_subscriber::prelude::*;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_target(false)
+    // Behind a reload layer, so that PUT /config/log_level takes effect.
+    let (filter, reload) = tracing_subscriber::reload::Layer::new(filter);
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+                .with_target(false),
+        )
         .init();
+    admin::set_log_level_setter(Box::new(move |l: &str| {
+        let l = if l == "fatal" { "error" } else { l };
+        reload
+            .modify(|f| *f = tracing_subscriber::EnvFilter::new(l))
+            .map_err(|e| e.to_string())
+    }));
 }

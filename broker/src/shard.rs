@@ -48,6 +48,8 @@ pub struct Shard {
     pub(crate) stop_accepting: Notify,
     pub(crate) exit: Notify,
     pub(crate) conns_changed: Notify,
+    /// Health and runtime options for the HTTP API (see [`crate::admin`]).
+    pub(crate) admin: crate::admin::AdminState,
 }
 
 impl Shard {
@@ -68,6 +70,7 @@ impl Shard {
             stop_accepting: Notify::new(),
             exit: Notify::new(),
             conns_changed: Notify::new(),
+            admin: crate::admin::AdminState::default(),
         }
     }
 
@@ -170,6 +173,7 @@ impl Shard {
                 let result = self.handle_admin(op);
                 self.reply(reply, Reply::Admin(result));
             }
+            Mail::CloseConn { conn } => self.close_conn_here(conn),
             Mail::Shutdown => self.begin_shutdown(),
             Mail::Exit => self.exit.notify(),
             Mail::ShutdownDone { .. } => {}

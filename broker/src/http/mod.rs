@@ -1,11 +1,32 @@
-//! nsqd's HTTP API, served by every shard on `--http-address` (SO_REUSEPORT).
+//! nsqd's HTTP API, served by every shard on `--http-address`.
 //!
-//! Placeholder until the HTTP API lands: no listener is started.
+//! Each shard binds its own listener (glommio sets SO_REUSEPORT), so the kernel spreads HTTP
+//! connections over the shards like TCP ones. A request is served by the shard that accepted
+//! it; whatever concerns a topic goes to the topic's owner through the mailboxes
+//! (`Mail::Publish`, `Mail::Admin`), and `/stats`, `/metrics` and `/ping` ask every shard and
+//! merge the answers.
+//!
+//! - [`server`]: the accept loop and the per-connection loop (HTTP/1.1 keep-alive and
+//!   pipelining on `protocol::http`);
+//! - [`routes`]: path and method to handler, nsqd's 404 and 405;
+//! - [`publish`]: `/pub` and `/mpub`;
+//! - [`manage`]: `/topic/*` and `/channel/*`;
+//! - [`info`]: `/ping`, `/info`, `/config/:opt`;
+//! - [`report`]: `/stats` (JSON and text) and `/metrics` (Prometheus text);
+//! - [`ask`]: requests to one shard or to every shard.
+
+mod ask;
+mod info;
+mod manage;
+mod publish;
+mod report;
+mod routes;
+mod server;
 
 use crate::shard::Shard;
 use std::rc::Rc;
 
-/// Starts this shard's HTTP listener.
-pub fn start(_shard: &Rc<Shard>) -> Result<(), String> {
-    Ok(())
+/// Starts this shard's HTTP listener and its accept loop.
+pub fn start(shard: &Rc<Shard>) -> Result<(), String> {
+    server::start(shard)
 }

@@ -1,0 +1,167 @@
+//! `GET /ping`, `GET /info` and `GET|PUT /config/:opt`.
+//!
+//! `/ping` asks every shard for its health: one shard that cannot write its segments makes
+//! the whole broker answer `500 NOK - <reason>`, as nsqd does after a failed disk write.
+//! `/config` reads options by nsqd's names (flag names with `_`, durations in nanoseconds)
+//! and changes the two nsqd lets change at run time, on every shard.
+
+use super::ask;
+use super::routes::{error, Answer};
+use crate::admin::{AdminOp, AdminResult, OptionChange};
+use crate::shard::Shard;
+use protocol::http::{Request, Response};
+use serde::Serialize;
+use serde_json::{json, Value};
+use std::rc::Rc;
+use std::time::Duration;
+
+pub async fn ping(shard: &Rc<Shard>) -> Answer {
+    match health(shard).await {
+        None => Response::text(200, "OK").into(),
+        Some(reason) => Response::text(500, format!("NOK - {reason}")).into(),
+    }
+}
+
+/// The first unhealthy shard's reason, or `None` when all are healthy.
+pub async fn health(shard: &Rc<Shard>) -> Option<String> {
+    ask::every_shard(shard, || AdminOp::Health)
+        .await
+        .into_iter()
+        .find_map(|r| match r {
+            AdminResult::Health(h) => h,
+            _ => None,
+        })
+}
+
+#[derive(Serialize)]
+struct Info<'a> {
+    version: &'static str,
+    broadcast_address: &'a str,
+    hostname: String,
+    http_port: u16,
+    tcp_port: u16,
+    start_time: i64,
+    max_heartbeat_interval: u64,
+    max_output_buffer_size: u64,
+    max_output_buffer_timeout: u64,
+    max_deflate_level: u64,
+}
+
+pub fn info(shard: &Rc<Shard>) -> Answer {
+    let c = &shard.config;
+    let port = |broadcast: u16, real: u16| if broadcast != 0 { broadcast } else { real };
+    let info = Info {
+        version: protocol::NSQD_COMPAT_VERSION,
+        broadcast_address: &c.broadcast_address,
+        hostname: hostname(),
+        http_port: port(c.broadcast_http_port, c.http_address.port()),
+        tcp_port: port(c.broadcast_tcp_port, c.tcp_address.port()),
+        start_time: crate::stats::start_unix(),
+        max_heartbeat_interval: nanos(c.max_heartbeat_interval),
+        max_output_buffer_size: c.max_output_buffer_size,
+        max_output_buffer_timeout: nanos(c.max_output_buffer_timeout),
+        max_deflate_level: c.max_deflate_level,
+    };
+    json_answer(&info)
+}
+
+fn json_answer<T: Serialize>(v: &T) -> Answer {
+    match serde_json::to_vec(v) {
+        Ok(body) => Response::json(200, body).nsq_v1().into(),
+        Err(_) => error(500, "INTERNAL_ERROR"),
+    }
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for its length; gethostname NUL-terminates within it.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr() as *mut libc::c_char, buf.len()) };
+    if rc != 0 {
+        return String::new();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+/// nsqd's log levels as its `/config/log_level` reports them (a number).
+fn log_level_number(level: &str) -> Option<u8> {
+    Some(match level.to_ascii_lowercase().as_str() {
+        "debug" | "trace" => 1,
+        "info" => 2,
+        "warn" => 3,
+        "error" => 4,
+        "fatal" => 5,
+        _ => return None,
+    })
+}
+
+/// The value of option `name` by nsqd's name, as JSON.
+fn option_value(shard: &Shard, name: &str) -> Option<Value> {
+    let c = &shard.config;
+    let d = |d: Duration| json!(nanos(d));
+    Some(match name {
+        "tcp_address" => json!(c.tcp_address.to_string()),
+        "http_address" => json!(c.http_address.to_string()),
+        "https_address" => json!(""),
+        "broadcast_address" => json!(c.broadcast_address),
+        "broadcast_tcp_port" => json!(c.broadcast_tcp_port),
+        "broadcast_http_port" => json!(c.broadcast_http_port),
+        "nsqlookupd_tcp_addresses" => json!(shard.lookupd_tcp_addresses()),
+        "data_path" => json!(c.data_path.display().to_string()),
+        "mem_queue_size" => json!(c.mem_queue_size),
+        "max_bytes_per_file" => json!(c.max_bytes_per_file),
+        "sync_every" => json!(c.sync_every),
+        "sync_timeout" => d(c.sync_timeout),
+        "msg_timeout" => d(c.msg_timeout),
+        "max_msg_timeout" => d(c.max_msg_timeout),
+        "max_msg_size" => json!(c.max_msg_size),
+        "max_req_timeout" => d(c.max_req_timeout),
+        "max_body_size" => json!(c.max_body_size),
+        "max_channel_consumers" => json!(c.max_channel_consumers),
+        "max_rdy_count" => json!(c.max_rdy_count),
+        "max_heartbeat_interval" => d(c.max_heartbeat_interval),
+        "max_output_buffer_size" => json!(c.max_output_buffer_size),
+        "max_output_buffer_timeout" => d(c.max_output_buffer_timeout),
+        "min_output_buffer_timeout" => d(c.min_output_buffer_timeout),
+        "output_buffer_timeout" => d(c.output_buffer_timeout),
+        "max_deflate_level" => json!(c.max_deflate_level),
+        "e2e_processing_latency_percentiles" => json!(c.e2e_processing_latency_percentiles),
+        "e2e_processing_latency_window_time" => d(c.e2e_processing_latency_window_time),
+        "log_level" => json!(log_level_number(&shard.log_level()).unwrap_or(2)),
+        "shards" => json!(c.shards),
+        _ => return None,
+    })
+}
+
+pub async fn config(shard: &Rc<Shard>, req: &Request) -> Answer {
+    let opt = req.head.path.trim_start_matches("/config/");
+    if req.head.method == "PUT" {
+        let body = &req.body;
+        if body.is_empty() || body.len() as u64 > shard.config.max_msg_size {
+            return error(413, "INVALID_VALUE");
+        }
+        let change = match opt {
+            "nsqlookupd_tcp_addresses" => match serde_json::from_slice::<Vec<String>>(body) {
+                Ok(a) => OptionChange::LookupdTcpAddresses(a),
+                Err(_) => return error(400, "INVALID_VALUE"),
+            },
+            "log_level" => {
+                let level = String::from_utf8_lossy(body).to_ascii_lowercase();
+                if log_level_number(&level).is_none() {
+                    return error(400, "INVALID_VALUE");
+                }
+                OptionChange::LogLevel(level)
+            }
+            _ => return error(400, "INVALID_OPTION"),
+        };
+        ask::every_shard(shard, || AdminOp::SetOption(change.clone())).await;
+    }
+    match option_value(shard, opt) {
+        Some(v) => json_answer(&v),
+        None => error(400, "INVALID_OPTION"),
+    }
+}

@@ -1,0 +1,400 @@
+//! `GET /stats` (nsqd's JSON and text) and `GET /metrics` (Prometheus text, which nsqd lacks).
+//!
+//! Both ask every shard for its part ([`crate::admin::ShardStats`]) at once and merge: topics
+//! are owned by one shard each, so merging is concatenating and sorting by name; producers
+//! are the connections of every shard that published.
+
+use super::ask;
+use super::routes::{error, query, Answer};
+use crate::admin::{AdminOp, AdminResult, ShardStats, StatsQuery};
+use crate::shard::Shard;
+use crate::stats::{self, Latency, MemStats, StatsDoc};
+use protocol::http::{Request, Response};
+use std::fmt::Write as _;
+use std::rc::Rc;
+
+/// nsqd's boolean query values; anything else means the default.
+fn bool_arg(v: Option<&str>, default: bool) -> bool {
+    match v {
+        Some("true") | Some("1") => true,
+        Some("false") | Some("0") => false,
+        _ => default,
+    }
+}
+
+async fn gather(shard: &Rc<Shard>, q: StatsQuery) -> Vec<ShardStats> {
+    ask::every_shard(shard, || AdminOp::Stats(q.clone()))
+        .await
+        .into_iter()
+        .filter_map(|r| match r {
+            AdminResult::Stats(s) => Some(*s),
+            _ => None,
+        })
+        .collect()
+}
+
+/// `GET /stats?format=json&topic=&channel=&include_clients=&include_mem=`.
+pub async fn stats(shard: &Rc<Shard>, req: &Request) -> Answer {
+    let q = match query(&req.head) {
+        Ok(q) => q,
+        Err(a) => return a,
+    };
+    let non_empty = |k: &str| q.get(k).filter(|v| !v.is_empty()).map(str::to_string);
+    let query = StatsQuery {
+        topic: non_empty("topic"),
+        channel: non_empty("channel"),
+        include_clients: bool_arg(q.get("include_clients"), true),
+    };
+    let include_mem = bool_arg(q.get("include_mem"), true);
+    let json = q.get("format") == Some("json");
+    let parts = gather(shard, query).await;
+    let doc = merge(parts, include_mem);
+    if json {
+        match serde_json::to_vec(&doc) {
+            Ok(body) => Response::json(200, body).nsq_v1().into(),
+            Err(_) => error(500, "INTERNAL_ERROR"),
+        }
+    } else {
+        let uptime = stats::start_time().1.elapsed();
+        Response::text(200, stats::render_text(&doc, uptime))
+            .nsq_v1()
+            .into()
+    }
+}
+
+fn merge(parts: Vec<ShardStats>, include_mem: bool) -> StatsDoc {
+    let health = parts
+        .iter()
+        .find_map(|p| p.health.as_ref())
+        .map_or_else(|| "OK".to_string(), |r| format!("NOK - {r}"));
+    let held = parts.iter().map(|p| p.messages_held).sum();
+    let mut topics = Vec::new();
+    let mut producers = Vec::new();
+    for p in parts {
+        topics.extend(p.topics);
+        producers.extend(p.producers);
+    }
+    topics.sort_by(|a, b| a.topic_name.cmp(&b.topic_name));
+    StatsDoc {
+        version: protocol::NSQD_COMPAT_VERSION,
+        health,
+        start_time: stats::start_unix(),
+        topics,
+        memory: include_mem.then(|| MemStats::of_process(held)),
+        producers,
+    }
+}
+
+/// `GET /metrics`: topics, channels, clients, shards, in Prometheus' text format 0.0.4.
+pub async fn metrics(shard: &Rc<Shard>) -> Answer {
+    let parts = gather(
+        shard,
+        StatsQuery {
+            include_clients: false,
+            ..StatsQuery::default()
+        },
+    )
+    .await;
+    let body = render_metrics(&parts);
+    Response::empty(200)
+        .with_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+        .with_body(body)
+        .into()
+}
+
+/// Writes one metric family: HELP, TYPE, then each sample.
+struct Family<'a> {
+    out: &'a mut String,
+}
+
+impl Family<'_> {
+    fn head(&mut self, name: &str, kind: &str, help: &str) {
+        let _ = writeln!(self.out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    }
+
+    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: impl std::fmt::Display) {
+        self.out.push_str(name);
+        if !labels.is_empty() {
+            self.out.push('{');
+            for (i, (k, v)) in labels.iter().enumerate() {
+                if i > 0 {
+                    self.out.push(',');
+                }
+                let _ = write!(self.out, "{k}=\"{}\"", escape_label(v));
+            }
+            self.out.push('}');
+        }
+        let _ = writeln!(self.out, " {value}");
+    }
+}
+
+fn escape_label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+fn render_metrics(parts: &[ShardStats]) -> String {
+    let mut out = String::with_capacity(4096);
+    let mut f = Family { out: &mut out };
+    let topics: Vec<&stats::TopicStats> = parts.iter().flat_map(|p| &p.topics).collect();
+
+    type TopicGauge = fn(&stats::TopicStats) -> u64;
+    let topic_families: [(&str, &str, &str, TopicGauge); 5] = [
+        (
+            "nsq_topic_depth",
+            "gauge",
+            "Messages held by the topic itself (no channel yet, or paused).",
+            |t| t.depth as u64,
+        ),
+        (
+            "nsq_topic_messages_total",
+            "counter",
+            "Messages published to the topic.",
+            |t| t.message_count,
+        ),
+        (
+            "nsq_topic_message_bytes_total",
+            "counter",
+            "Message body bytes published to the topic.",
+            |t| t.message_bytes,
+        ),
+        (
+            "nsq_topic_paused",
+            "gauge",
+            "1 while the topic is paused.",
+            |t| u64::from(t.paused),
+        ),
+        (
+            "nsq_topic_channels",
+            "gauge",
+            "Channels of the topic.",
+            |t| t.channels.len() as u64,
+        ),
+    ];
+    for (name, kind, help, get) in topic_families {
+        f.head(name, kind, help);
+        for t in &topics {
+            f.sample(name, &[("topic", &t.topic_name)], get(t));
+        }
+    }
+
+    type ChannelGauge = fn(&stats::ChannelStats) -> u64;
+    let channel_families: [(&str, &str, &str, ChannelGauge); 8] = [
+        (
+            "nsq_channel_depth",
+            "gauge",
+            "Messages ready for delivery.",
+            |c| c.depth as u64,
+        ),
+        (
+            "nsq_channel_in_flight",
+            "gauge",
+            "Messages delivered and not yet finished.",
+            |c| c.in_flight_count as u64,
+        ),
+        (
+            "nsq_channel_deferred",
+            "gauge",
+            "Messages deferred (DPUB, REQ with a delay).",
+            |c| c.deferred_count as u64,
+        ),
+        (
+            "nsq_channel_messages_total",
+            "counter",
+            "Messages the channel received.",
+            |c| c.message_count,
+        ),
+        (
+            "nsq_channel_requeued_total",
+            "counter",
+            "Messages requeued.",
+            |c| c.requeue_count,
+        ),
+        (
+            "nsq_channel_timed_out_total",
+            "counter",
+            "Messages whose in-flight timeout expired.",
+            |c| c.timeout_count,
+        ),
+        (
+            "nsq_channel_clients",
+            "gauge",
+            "Consumers connected to the channel.",
+            |c| c.client_count as u64,
+        ),
+        (
+            "nsq_channel_paused",
+            "gauge",
+            "1 while the channel is paused.",
+            |c| u64::from(c.paused),
+        ),
+    ];
+    for (name, kind, help, get) in channel_families {
+        f.head(name, kind, help);
+        for t in &topics {
+            for c in &t.channels {
+                f.sample(
+                    name,
+                    &[("topic", &t.topic_name), ("channel", &c.channel_name)],
+                    get(c),
+                );
+            }
+        }
+    }
+
+    let name = "nsq_channel_e2e_processing_latency_seconds";
+    f.head(
+        name,
+        "summary",
+        "Time from publish to FIN over --e2e-processing-latency-window-time.",
+    );
+    for t in &topics {
+        for c in &t.channels {
+            let labels = [
+                ("topic", t.topic_name.as_str()),
+                ("channel", &c.channel_name),
+            ];
+            latency_samples(&mut f, name, &labels, &c.e2e_processing_latency);
+        }
+    }
+    let name = "nsq_topic_e2e_processing_latency_seconds";
+    f.head(
+        name,
+        "summary",
+        "Time from publish to FIN, over all channels of the topic.",
+    );
+    for t in &topics {
+        let labels = [("topic", t.topic_name.as_str())];
+        latency_samples(&mut f, name, &labels, &t.e2e_processing_latency);
+    }
+
+    let producers: usize = parts.iter().map(|p| p.producers.len()).sum();
+    f.head("nsq_producers", "gauge", "TCP connections that published.");
+    f.sample("nsq_producers", &[], producers);
+    let healthy = parts.iter().all(|p| p.health.is_none());
+    f.head("nsq_healthy", "gauge", "1 while every shard is healthy.");
+    f.sample("nsq_healthy", &[], u8::from(healthy));
+
+    type ShardGauge = fn(&ShardStats) -> u64;
+    let shard_families: [(&str, &str, &str, ShardGauge); 7] = [
+        (
+            "nsq_shard_timers",
+            "gauge",
+            "Timers pending on the shard (in-flight timeouts, deferred messages).",
+            |s| s.timers as u64,
+        ),
+        (
+            "nsq_shard_topics",
+            "gauge",
+            "Topics owned by the shard.",
+            |s| s.topics.len() as u64,
+        ),
+        (
+            "nsq_shard_messages_held",
+            "gauge",
+            "Messages held in memory by the shard's topics and channels.",
+            |s| s.messages_held,
+        ),
+        (
+            "nsq_shard_tcp_connections",
+            "gauge",
+            "TCP client connections on the shard.",
+            |s| s.tcp_connections as u64,
+        ),
+        (
+            "nsq_shard_http_connections",
+            "gauge",
+            "HTTP connections on the shard.",
+            |s| s.http_connections,
+        ),
+        (
+            "nsq_shard_http_requests_total",
+            "counter",
+            "HTTP requests served by the shard.",
+            |s| s.http_requests,
+        ),
+        (
+            "nsq_shard_waiting_replies",
+            "gauge",
+            "Requests of the shard waiting for another shard's reply.",
+            |s| s.waiting_replies as u64,
+        ),
+    ];
+    for (name, kind, help, get) in shard_families {
+        f.head(name, kind, help);
+        for s in parts {
+            f.sample(name, &[("shard", &s.shard.to_string())], get(s));
+        }
+    }
+    let name = "nsq_shard_outbox_depth";
+    f.head(
+        name,
+        "gauge",
+        "Mail queued by a shard for a peer and not yet sent.",
+    );
+    for s in parts {
+        for (peer, depth) in s.outbox_depth.iter().enumerate() {
+            if peer == s.shard {
+                continue;
+            }
+            let (from, to) = (s.shard.to_string(), peer.to_string());
+            f.sample(name, &[("shard", &from), ("peer", &to)], depth);
+        }
+    }
+
+    let mem = MemStats::of_process(0);
+    f.head(
+        "process_resident_memory_bytes",
+        "gauge",
+        "Resident memory size in bytes.",
+    );
+    f.sample("process_resident_memory_bytes", &[], mem.heap_in_use_bytes);
+    f.head(
+        "process_start_time_seconds",
+        "gauge",
+        "Start time of the process since the Unix epoch in seconds.",
+    );
+    f.sample("process_start_time_seconds", &[], stats::start_unix());
+    out
+}
+
+fn latency_samples(f: &mut Family<'_>, name: &str, labels: &[(&str, &str)], l: &Latency) {
+    for p in l.percentiles.iter().flatten() {
+        let q = p.quantile.to_string();
+        let mut with_q: Vec<(&str, &str)> = labels.to_vec();
+        with_q.push(("quantile", &q));
+        f.sample(name, &with_q, p.value / 1e9);
+    }
+    f.sample(&format!("{name}_count"), labels, l.count);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metrics_text_is_prometheus_shaped() {
+        let part = ShardStats {
+            shard: 1,
+            outbox_depth: vec![3, 0],
+            ..ShardStats::default()
+        };
+        let text = render_metrics(&[part]);
+        assert!(text.contains("# TYPE nsq_topic_depth gauge\n"));
+        assert!(text.contains("nsq_shard_outbox_depth{shard=\"1\",peer=\"0\"} 3\n"));
+        assert!(text.contains("nsq_healthy 1\n"));
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            assert_eq!(line.split(' ').count(), 2, "{line}");
+        }
+        assert_eq!(escape_label("a\"b\\c"), "a\\\"b\\\\c");
+    }
+
+    #[test]
+    fn bool_args_like_nsqd() {
+        assert!(bool_arg(None, true));
+        assert!(!bool_arg(Some("false"), true));
+        assert!(!bool_arg(Some("0"), true));
+        assert!(bool_arg(Some("yes"), true));
+    }
+}

@@ -1,0 +1,149 @@
+//! From path and method to handler, as nsqd's router: 404 `NOT_FOUND` for an unknown path,
+//! 405 `METHOD_NOT_ALLOWED` (with `Allow`) for a known path asked with another method.
+
+use super::{info, manage, publish, report};
+use crate::admin::Action;
+use crate::shard::Shard;
+use protocol::http::{Query, Request, RequestHead, Response};
+use std::rc::Rc;
+
+/// A handler's answer.
+pub enum Answer {
+    /// `200 OK` with body `OK` and nsqd's V1 headers (the hot path of /pub, pre-encoded).
+    PubOk,
+    Response(Response),
+}
+
+impl From<Response> for Answer {
+    fn from(r: Response) -> Answer {
+        Answer::Response(r)
+    }
+}
+
+/// nsqd's V1 error: `{"message":"CODE"}`.
+pub fn error(status: u16, code: &str) -> Answer {
+    Answer::Response(Response::error(status, code))
+}
+
+/// The uncompressed form of [`Answer::PubOk`].
+pub fn pub_ok() -> Response {
+    Response::text(200, "OK").nsq_v1()
+}
+
+/// A V1 success without a body (topic and channel actions).
+pub fn done() -> Answer {
+    Answer::Response(Response::empty(200).nsq_v1())
+}
+
+/// The query string, or nsqd's 400 `INVALID_REQUEST`.
+pub fn query(head: &RequestHead) -> Result<Query, Answer> {
+    head.query().map_err(|_| error(400, "INVALID_REQUEST"))
+}
+
+/// The answer to a body over `--max-body-size`, in the words of the endpoint it was sent to.
+pub fn body_too_large(head: &RequestHead) -> Response {
+    match head.path.as_str() {
+        "/pub" => Response::error(413, "MSG_TOO_BIG"),
+        "/mpub" => Response::error(413, "BODY_TOO_BIG"),
+        _ => Response::error(413, "REQUEST_TOO_LARGE"),
+    }
+}
+
+enum Route {
+    Ping,
+    Info,
+    Pub,
+    Mpub,
+    Stats,
+    Metrics,
+    Topic(Action),
+    Channel(Action),
+    Config,
+}
+
+fn action(verb: &str) -> Option<Action> {
+    Some(match verb {
+        "create" => Action::Create,
+        "delete" => Action::Delete,
+        "empty" => Action::Empty,
+        "pause" => Action::Pause,
+        "unpause" => Action::Unpause,
+        _ => return None,
+    })
+}
+
+/// The route of `path` and the methods it takes.
+fn route(path: &str) -> Option<(Route, &'static [&'static str])> {
+    const GET: &[&str] = &["GET"];
+    const POST: &[&str] = &["POST"];
+    Some(match path {
+        "/ping" => (Route::Ping, GET),
+        "/info" => (Route::Info, GET),
+        "/pub" => (Route::Pub, POST),
+        "/mpub" => (Route::Mpub, POST),
+        "/stats" => (Route::Stats, GET),
+        "/metrics" => (Route::Metrics, GET),
+        _ => {
+            if let Some(verb) = path.strip_prefix("/topic/") {
+                (Route::Topic(action(verb)?), POST)
+            } else if let Some(verb) = path.strip_prefix("/channel/") {
+                (Route::Channel(action(verb)?), POST)
+            } else {
+                let opt = path.strip_prefix("/config/")?;
+                if opt.is_empty() || opt.contains('/') {
+                    return None;
+                }
+                (Route::Config, &["GET", "PUT"])
+            }
+        }
+    })
+}
+
+/// Answers one request.
+pub async fn handle(shard: &Rc<Shard>, req: &Request) -> Answer {
+    let Some((route, methods)) = route(&req.head.path) else {
+        return error(404, "NOT_FOUND");
+    };
+    if !methods.contains(&req.head.method.as_str()) {
+        let mut allow = methods.join(", ");
+        allow.push_str(", OPTIONS");
+        return Answer::Response(
+            Response::error(405, "METHOD_NOT_ALLOWED").with_header("Allow", allow),
+        );
+    }
+    match route {
+        Route::Ping => info::ping(shard).await,
+        Route::Info => info::info(shard),
+        Route::Pub => publish::pub_one(shard, req).await,
+        Route::Mpub => publish::pub_many(shard, req).await,
+        Route::Stats => report::stats(shard, req).await,
+        Route::Metrics => report::metrics(shard).await,
+        Route::Topic(a) => manage::topic(shard, req, a).await,
+        Route::Channel(a) => manage::channel(shard, req, a).await,
+        Route::Config => info::config(shard, req).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_and_methods() {
+        assert!(matches!(route("/pub"), Some((Route::Pub, m)) if m == ["POST"]));
+        assert!(matches!(
+            route("/channel/unpause"),
+            Some((Route::Channel(Action::Unpause), _))
+        ));
+        assert!(matches!(route("/config/log_level"), Some((Route::Config, m)) if m.len() == 2));
+        for unknown in [
+            "/",
+            "/topic/nope",
+            "/config/",
+            "/config/a/b",
+            "/no/such/endpoint",
+        ] {
+            assert!(route(unknown).is_none(), "{unknown}");
+        }
+    }
+}

@@ -1,0 +1,201 @@
+//! The HTTP listener of one shard and the loop that serves one connection.
+//!
+//! A connection reads into a reused buffer, cuts every complete request off it
+//! (`protocol::http::RequestDecoder`), answers them in order into one output buffer, and writes
+//! that buffer once per read: pipelined requests cost one write. HTTP/1.1 connections stay open
+//! unless the client says `Connection: close`; once the broker is shutting down every answer
+//! says `Connection: close`.
+//!
+//! A request that cannot be framed (bad head, body over `--max-body-size`) is answered, then the
+//! connection is closed; what the client is still sending is read and dropped for a short while
+//! first, so that it gets the answer rather than a reset.
+
+use super::routes::{self, Answer};
+use crate::shard::Shard;
+use bytes::BytesMut;
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use glommio::net::{TcpListener, TcpStream};
+use protocol::http::{Decoded, HttpError, Limits, RequestDecoder, Version, CONTINUE_RESPONSE};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+use tracing::{debug, error, info};
+
+/// Read buffer per connection; requests larger than this grow it.
+const READ_BUF: usize = 8 * 1024;
+/// An idle keep-alive connection is closed after this long.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+/// A client that does not take its answer for this long is dropped.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+/// After refusing a request, how long (and how much) to keep reading before closing.
+const DRAIN_TIME: Duration = Duration::from_millis(500);
+const DRAIN_BYTES: usize = 16 * 1024 * 1024;
+/// How often the accept loop checks for shutdown.
+const STOP_POLL: Duration = Duration::from_millis(50);
+
+/// Binds this shard's HTTP listener and spawns its accept loop.
+pub fn start(shard: &Rc<Shard>) -> Result<(), String> {
+    let config = &shard.config;
+    crate::stats::start_time();
+    crate::stats::configure_e2e(
+        &config.e2e_processing_latency_percentiles,
+        config.e2e_processing_latency_window_time,
+    );
+    let listener = TcpListener::bind(config.http_address).map_err(|e| {
+        format!(
+            "shard {}: cannot listen for HTTP on {}: {e}",
+            shard.id, config.http_address
+        )
+    })?;
+    let acceptor = glommio::spawn_local(accept_loop(shard.clone(), listener));
+    let watcher = shard.clone();
+    glommio::spawn_local(async move {
+        // Dropping the accept task is the one way to interrupt a pending accept; do it once,
+        // at shutdown.
+        while !watcher.is_stopping() {
+            glommio::timer::sleep(STOP_POLL).await;
+        }
+        drop(acceptor);
+        info!(shard = watcher.id, "HTTP: stopped accepting");
+    })
+    .detach();
+    Ok(())
+}
+
+async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
+    loop {
+        match listener.accept().await {
+            Ok(stream) => {
+                glommio::spawn_local(serve(shard.clone(), stream)).detach();
+            }
+            Err(e) => {
+                error!(shard = shard.id, "HTTP accept failed: {e}");
+                glommio::timer::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+fn limits(shard: &Shard) -> Limits {
+    Limits {
+        max_body: shard.config.max_body_size as usize,
+        ..Limits::default()
+    }
+}
+
+/// Serves one connection until it closes.
+async fn serve(shard: Rc<Shard>, mut stream: TcpStream) {
+    let counter = &shard.admin.http_connections;
+    counter.set(counter.get() + 1);
+    let _ = stream.set_nodelay(true);
+    let _ = stream.set_read_timeout(Some(IDLE_TIMEOUT));
+    let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
+    match serve_requests(&shard, &mut stream).await {
+        Ok(End::Close) => {}
+        Ok(End::Drain) => drain(&mut stream).await,
+        Err(e) => debug!("HTTP connection ended: {e}"),
+    }
+    let _ = stream.shutdown(std::net::Shutdown::Both).await;
+    counter.set(counter.get().saturating_sub(1));
+}
+
+enum End {
+    /// Close now.
+    Close,
+    /// A request was refused mid-stream: read what is still coming, then close.
+    Drain,
+}
+
+async fn serve_requests(shard: &Rc<Shard>, stream: &mut TcpStream) -> std::io::Result<End> {
+    let mut decoder = RequestDecoder::new(limits(shard));
+    let mut rbuf = BytesMut::with_capacity(READ_BUF);
+    let mut scratch = vec![0u8; READ_BUF];
+    let mut out = BytesMut::with_capacity(READ_BUF);
+    loop {
+        let mut end = None;
+        loop {
+            match decoder.decode(&mut rbuf) {
+                Ok(Decoded::Request(req)) => {
+                    let requests = &shard.admin.http_requests;
+                    requests.set(requests.get() + 1);
+                    let keep_alive = req.head.keep_alive && !shard.is_stopping();
+                    let answer = routes::handle(shard, &req).await;
+                    write_answer(answer, &req.head, keep_alive, &mut out);
+                    if !keep_alive {
+                        end = Some(End::Close);
+                        break;
+                    }
+                }
+                Ok(Decoded::Incomplete) => break,
+                Ok(Decoded::SendContinue) => out.extend_from_slice(CONTINUE_RESPONSE),
+                Err(e) => {
+                    debug!("HTTP request refused: {e}");
+                    let resp = match &e {
+                        HttpError::BodyTooLarge(head) => routes::body_too_large(head),
+                        _ => e.to_response(),
+                    };
+                    resp.write_to(&mut out, false, false);
+                    end = Some(End::Drain);
+                    break;
+                }
+            }
+        }
+        if !out.is_empty() {
+            stream.write_all(&out).await?;
+            out.clear();
+        }
+        if let Some(end) = end {
+            return Ok(end);
+        }
+        let n = stream.read(&mut scratch).await?;
+        if n == 0 {
+            return Ok(End::Close);
+        }
+        rbuf.extend_from_slice(&scratch[..n]);
+    }
+}
+
+/// `HTTP/1.1 200 OK` with nsqd's headers and `OK`: the answer to every successful publish.
+const PUB_OK: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; charset=utf-8\r\nX-NSQ-Content-Type: nsq; version=1.0\r\nContent-Length: 2\r\n\r\nOK";
+
+fn write_answer(
+    answer: Answer,
+    head: &protocol::http::RequestHead,
+    keep_alive: bool,
+    out: &mut BytesMut,
+) {
+    match answer {
+        Answer::PubOk if keep_alive && head.version == Version::Http11 => {
+            out.extend_from_slice(PUB_OK);
+        }
+        Answer::PubOk => write_response(&routes::pub_ok(), head, keep_alive, out),
+        Answer::Response(r) => write_response(&r, head, keep_alive, out),
+    }
+}
+
+fn write_response(
+    r: &protocol::http::Response,
+    head: &protocol::http::RequestHead,
+    keep_alive: bool,
+    out: &mut BytesMut,
+) {
+    if keep_alive {
+        r.write_for(head, out);
+    } else {
+        r.write_to(out, false, head.is_head());
+    }
+}
+
+/// Reads and drops what the client still sends, bounded in time and bytes.
+async fn drain(stream: &mut TcpStream) {
+    let _ = stream.shutdown(std::net::Shutdown::Write).await;
+    let _ = stream.set_read_timeout(Some(DRAIN_TIME));
+    let deadline = Instant::now() + DRAIN_TIME;
+    let mut scratch = vec![0u8; READ_BUF];
+    let mut total = 0usize;
+    while Instant::now() < deadline && total < DRAIN_BYTES {
+        match stream.read(&mut scratch).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => total += n,
+        }
+    }
+}

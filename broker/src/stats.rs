@@ -1,0 +1,629 @@
+//! What `/stats` reports, in nsqd's words: the structs serialised to its JSON (fields in nsqd's
+//! order, nsqd's names and JSON types), its text layout, end-to-end latency quantiles and the
+//! process figures reported under nsqd's `memory` keys.
+//!
+//! Each shard fills [`TopicStats`] for the topics it owns and [`ClientStats`] for the
+//! producers connected to it ([`crate::admin`]); the HTTP side merges the shards' answers into
+//! one [`StatsDoc`]. Everything here is plain data (`Send`), so it can travel in the mailboxes.
+//!
+//! End-to-end latency (`--e2e-processing-latency-percentile`): a channel records, on FIN, how
+//! long the message took since it was published. Like nsqd, the window
+//! (`--e2e-processing-latency-window-time`) is two buckets of half a window each; the older one
+//! is dropped when a new half starts. Each bucket counts every sample but keeps at most
+//! [`RESERVOIR`] of them (reservoir sampling), so memory per channel is bounded whatever the
+//! rate, and quantiles weigh each kept sample by how many it stands for.
+
+use crate::ids::now_nanos;
+use serde::Serialize;
+use std::fmt::Write as _;
+use std::sync::OnceLock;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// The whole `/stats?format=json` answer.
+#[derive(Debug, Clone, Serialize)]
+pub struct StatsDoc {
+    pub version: &'static str,
+    pub health: String,
+    pub start_time: i64,
+    pub topics: Vec<TopicStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemStats>,
+    pub producers: Vec<ClientStats>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TopicStats {
+    pub topic_name: String,
+    pub channels: Vec<ChannelStats>,
+    pub depth: i64,
+    pub backend_depth: i64,
+    pub message_count: u64,
+    pub message_bytes: u64,
+    pub paused: bool,
+    pub e2e_processing_latency: Latency,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ChannelStats {
+    pub channel_name: String,
+    pub depth: i64,
+    pub backend_depth: i64,
+    pub in_flight_count: i64,
+    pub deferred_count: i64,
+    pub message_count: u64,
+    pub requeue_count: u64,
+    pub timeout_count: u64,
+    pub client_count: i64,
+    /// `null` when the request said `include_clients=false`, as nsqd.
+    pub clients: Option<Vec<ClientStats>>,
+    pub paused: bool,
+    pub e2e_processing_latency: Latency,
+}
+
+/// nsqd's client states (`state` in /stats).
+pub const STATE_INIT: i32 = 0;
+pub const STATE_SUBSCRIBED: i32 = 3;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ClientStats {
+    pub client_id: String,
+    pub hostname: String,
+    pub version: &'static str,
+    pub remote_address: String,
+    pub state: i32,
+    pub ready_count: i64,
+    pub in_flight_count: i64,
+    pub message_count: u64,
+    pub finish_count: u64,
+    pub requeue_count: u64,
+    pub connect_ts: i64,
+    pub sample_rate: i32,
+    pub deflate: bool,
+    pub snappy: bool,
+    pub user_agent: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pub_counts: Vec<PubCount>,
+    pub tls: bool,
+    pub tls_cipher_suite: String,
+    pub tls_version: String,
+    pub tls_negotiated_protocol: String,
+    pub tls_negotiated_protocol_is_mutual: bool,
+}
+
+impl ClientStats {
+    /// A V2 client as /stats shows it before the counters are filled in.
+    pub fn new(info: &crate::channel::ClientInfo, state: i32) -> ClientStats {
+        ClientStats {
+            client_id: info.client_id.clone(),
+            hostname: info.hostname.clone(),
+            version: "V2",
+            remote_address: info.remote_address.clone(),
+            state,
+            ready_count: 0,
+            in_flight_count: 0,
+            message_count: 0,
+            finish_count: 0,
+            requeue_count: 0,
+            connect_ts: info.connect_ts,
+            sample_rate: i32::from(info.sample_rate),
+            deflate: false,
+            snappy: false,
+            user_agent: info.user_agent.clone(),
+            pub_counts: Vec::new(),
+            tls: false,
+            tls_cipher_suite: String::new(),
+            tls_version: String::new(),
+            tls_negotiated_protocol: String::new(),
+            tls_negotiated_protocol_is_mutual: false,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PubCount {
+    pub topic: String,
+    pub count: u64,
+}
+
+/// nsqd's `memory` object. nsqd reports Go runtime figures; we have no garbage collector, so the
+/// keys stay (tools read them) and carry this process's own numbers: `heap_in_use_bytes` is the
+/// resident set, `heap_idle_bytes` the mapped but not resident part, `heap_objects` the
+/// messages held in memory; the GC figures are 0.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct MemStats {
+    pub heap_objects: u64,
+    pub heap_idle_bytes: u64,
+    pub heap_in_use_bytes: u64,
+    pub heap_released_bytes: u64,
+    pub gc_pause_usec_100: u64,
+    pub gc_pause_usec_99: u64,
+    pub gc_pause_usec_95: u64,
+    pub next_gc_bytes: u64,
+    pub gc_total_runs: u64,
+}
+
+impl MemStats {
+    /// Reads `/proc/self/statm`; zeros where it cannot.
+    pub fn of_process(messages_held: u64) -> MemStats {
+        let page = page_size();
+        let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+        let mut fields = statm
+            .split_whitespace()
+            .map(|f| f.parse::<u64>().unwrap_or(0));
+        let size = fields.next().unwrap_or(0);
+        let resident = fields.next().unwrap_or(0);
+        MemStats {
+            heap_objects: messages_held,
+            heap_idle_bytes: size.saturating_sub(resident) * page,
+            heap_in_use_bytes: resident * page,
+            ..MemStats::default()
+        }
+    }
+}
+
+fn page_size() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if n > 0 {
+        n as u64
+    } else {
+        4096
+    }
+}
+
+/// `e2e_processing_latency`: `{count, percentiles: null}` when no percentile is configured.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Latency {
+    pub count: u64,
+    pub percentiles: Option<Vec<Percentile>>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Percentile {
+    pub quantile: f64,
+    pub value: f64,
+}
+
+/// Samples kept per half-window bucket.
+pub const RESERVOIR: usize = 512;
+
+/// The process-wide e2e settings, fixed at start-up.
+#[derive(Debug, Clone)]
+struct E2eSettings {
+    percentiles: Vec<f64>,
+    half_window_ns: i64,
+}
+
+static E2E: OnceLock<E2eSettings> = OnceLock::new();
+
+/// Fixes the e2e settings from the configuration (first call wins; every shard calls it).
+pub fn configure_e2e(percentiles: &[f64], window: Duration) {
+    let half = (window.as_nanos() / 2).clamp(1, i64::MAX as u128) as i64;
+    let _ = E2E.set(E2eSettings {
+        percentiles: percentiles.to_vec(),
+        half_window_ns: half,
+    });
+}
+
+fn e2e_settings() -> Option<&'static E2eSettings> {
+    E2E.get().filter(|s| !s.percentiles.is_empty())
+}
+
+#[derive(Debug, Clone, Default)]
+struct Bucket {
+    started_ns: i64,
+    count: u64,
+    samples: Vec<u64>,
+}
+
+/// One channel's e2e latency samples over the window.
+#[derive(Debug, Default)]
+pub struct E2eSamples {
+    buckets: [Bucket; 2],
+    current: usize,
+    rng: u64,
+}
+
+impl E2eSamples {
+    /// Records a finished message published at `published_ns`. A no-op unless percentiles are
+    /// configured.
+    pub fn record(&mut self, published_ns: i64) {
+        let Some(cfg) = e2e_settings() else {
+            return;
+        };
+        let now = now_nanos();
+        self.rotate(now, cfg.half_window_ns);
+        let latency = now.saturating_sub(published_ns).max(0) as u64;
+        let seen = {
+            let b = &mut self.buckets[self.current];
+            b.count += 1;
+            b.count
+        };
+        let slot = if self.buckets[self.current].samples.len() < RESERVOIR {
+            None
+        } else {
+            Some(self.next_random() % seen)
+        };
+        let b = &mut self.buckets[self.current];
+        match slot {
+            None => b.samples.push(latency),
+            Some(j) if (j as usize) < RESERVOIR => b.samples[j as usize] = latency,
+            Some(_) => {}
+        }
+    }
+
+    fn rotate(&mut self, now: i64, half: i64) {
+        let started = self.buckets[self.current].started_ns;
+        if started == 0 {
+            self.buckets[self.current].started_ns = now;
+            return;
+        }
+        let age = now.saturating_sub(started);
+        if age < half {
+            return;
+        }
+        if age >= 2 * half {
+            self.buckets = Default::default();
+        } else {
+            self.current ^= 1;
+            self.buckets[self.current] = Bucket::default();
+        }
+        self.buckets[self.current].started_ns = now;
+    }
+
+    fn next_random(&mut self) -> u64 {
+        if self.rng == 0 {
+            self.rng = 0x2545_F491_4F6C_DD1D ^ (now_nanos() as u64);
+        }
+        let mut x = self.rng;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.rng = x;
+        x
+    }
+
+    /// The live buckets (younger than a whole window) as (count, samples).
+    fn live(&self, now: i64, half: i64) -> impl Iterator<Item = (u64, &[u64])> {
+        self.buckets
+            .iter()
+            .filter(move |b| b.count > 0 && now.saturating_sub(b.started_ns) < 2 * half)
+            .map(|b| (b.count, b.samples.as_slice()))
+    }
+}
+
+/// The latency figures over `sources` (one channel, or every channel of a topic).
+pub fn latency_of<'a>(sources: impl IntoIterator<Item = &'a E2eSamples>) -> Latency {
+    let Some(cfg) = e2e_settings() else {
+        return Latency::default();
+    };
+    let now = now_nanos();
+    let mut weighted: Vec<(u64, f64)> = Vec::new();
+    let mut count = 0u64;
+    for s in sources {
+        for (n, samples) in s.live(now, cfg.half_window_ns) {
+            count += n;
+            if samples.is_empty() {
+                continue;
+            }
+            let weight = n as f64 / samples.len() as f64;
+            weighted.extend(samples.iter().map(|&v| (v, weight)));
+        }
+    }
+    Latency {
+        count,
+        percentiles: Some(
+            cfg.percentiles
+                .iter()
+                .map(|&q| Percentile {
+                    quantile: q,
+                    value: weighted_quantile(&mut weighted, q),
+                })
+                .collect(),
+        ),
+    }
+}
+
+/// The smallest value whose cumulative weight reaches `q` of the total; 0 without samples.
+fn weighted_quantile(samples: &mut [(u64, f64)], q: f64) -> f64 {
+    if samples.is_empty() {
+        return 0.0;
+    }
+    samples.sort_unstable_by_key(|s| s.0);
+    let total: f64 = samples.iter().map(|s| s.1).sum();
+    let target = q * total;
+    let mut acc = 0.0;
+    for &(v, w) in samples.iter() {
+        acc += w;
+        if acc >= target {
+            return v as f64;
+        }
+    }
+    samples.last().map_or(0.0, |s| s.0 as f64)
+}
+
+/// When the process started (first asked), for `start_time` and `uptime`.
+pub fn start_time() -> (SystemTime, std::time::Instant) {
+    static START: OnceLock<(SystemTime, std::time::Instant)> = OnceLock::new();
+    *START.get_or_init(|| (SystemTime::now(), std::time::Instant::now()))
+}
+
+/// `start_time` as Unix seconds.
+pub fn start_unix() -> i64 {
+    start_time()
+        .0
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
+/// The text `/stats` answer, laid out as nsqd 1.3 prints it.
+pub fn render_text(doc: &StatsDoc, uptime: Duration) -> String {
+    let mut w = String::with_capacity(1024);
+    let _ = writeln!(
+        w,
+        "nsqd v{} (built w/{} {})",
+        doc.version,
+        env!("CARGO_PKG_NAME"),
+        env!("CARGO_PKG_VERSION")
+    );
+    let _ = writeln!(w, "start_time {}", rfc3339(doc.start_time));
+    let _ = writeln!(w, "uptime {}", go_duration(uptime));
+    let _ = writeln!(w, "\nHealth: {}", doc.health);
+    if let Some(m) = &doc.memory {
+        w.push_str("\nMemory:\n");
+        for (k, v) in [
+            ("heap_objects", m.heap_objects),
+            ("heap_idle_bytes", m.heap_idle_bytes),
+            ("heap_in_use_bytes", m.heap_in_use_bytes),
+            ("heap_released_bytes", m.heap_released_bytes),
+            ("gc_pause_usec_100", m.gc_pause_usec_100),
+            ("gc_pause_usec_99", m.gc_pause_usec_99),
+            ("gc_pause_usec_95", m.gc_pause_usec_95),
+            ("next_gc_bytes", m.next_gc_bytes),
+            ("gc_total_runs", m.gc_total_runs),
+        ] {
+            let _ = writeln!(w, "   {k:<25}\t{v}");
+        }
+    }
+    if doc.topics.is_empty() {
+        w.push_str("\nTopics: None\n");
+    } else {
+        w.push_str("\nTopics:");
+    }
+    for t in &doc.topics {
+        let _ = writeln!(
+            w,
+            "\n{}[{:<15}] depth: {:<5} be-depth: {:<5} msgs: {:<8} e2e%: {}",
+            if t.paused { "*P " } else { "   " },
+            t.topic_name,
+            t.depth,
+            t.backend_depth,
+            t.message_count,
+            latency_text(&t.e2e_processing_latency)
+        );
+        for c in &t.channels {
+            let _ = writeln!(
+                w,
+                "{}[{:<25}] depth: {:<5} be-depth: {:<5} inflt: {:<4} def: {:<4} re-q: {:<5} timeout: {:<5} msgs: {:<8} e2e%: {}",
+                if c.paused { "   *P " } else { "      " },
+                c.channel_name,
+                c.depth,
+                c.backend_depth,
+                c.in_flight_count,
+                c.deferred_count,
+                c.requeue_count,
+                c.timeout_count,
+                c.message_count,
+                latency_text(&c.e2e_processing_latency)
+            );
+            for client in c.clients.iter().flatten() {
+                let _ = writeln!(w, "        {}", client_text(client));
+            }
+        }
+    }
+    if doc.producers.is_empty() {
+        w.push_str("\nProducers: None\n");
+    } else {
+        w.push_str("\nProducers:\n");
+        for p in &doc.producers {
+            let _ = writeln!(w, "   {}", client_text(p));
+        }
+    }
+    w
+}
+
+/// One client line of the text stats.
+fn client_text(c: &ClientStats) -> String {
+    let connected = (now_nanos() / 1_000_000_000)
+        .saturating_sub(c.connect_ts)
+        .max(0) as u64;
+    let connected = go_duration(Duration::from_secs(connected));
+    let port = c.remote_address.rsplit(':').next().unwrap_or_default();
+    let id = format!("{}:{} {}", c.hostname, port, c.user_agent);
+    if !c.pub_counts.is_empty() {
+        let total: u64 = c.pub_counts.iter().map(|p| p.count).sum();
+        let topics: Vec<String> = c
+            .pub_counts
+            .iter()
+            .map(|p| format!("{}={}", p.topic, p.count))
+            .collect();
+        return format!(
+            "[{} {:<21}] msgs: {:<8} topics: {} connected: {}",
+            c.version,
+            id,
+            total,
+            topics.join(","),
+            connected
+        );
+    }
+    format!(
+        "[{} {:<21}] state: {} inflt: {:<4} rdy: {:<4} fin: {:<8} re-q: {:<8} msgs: {:<8} connected: {}",
+        c.version,
+        id,
+        c.state,
+        c.in_flight_count,
+        c.ready_count,
+        c.finish_count,
+        c.requeue_count,
+        c.message_count,
+        connected
+    )
+}
+
+/// nsqd's e2e text: each percentile's value, human-readable, comma separated.
+fn latency_text(l: &Latency) -> String {
+    l.percentiles
+        .iter()
+        .flatten()
+        .map(|p| nanos_to_human(p.value))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn nanos_to_human(v: f64) -> String {
+    let (v, unit) = if v > 1e9 {
+        (v / 1e9, "s")
+    } else if v > 1e6 {
+        (v / 1e6, "ms")
+    } else if v > 1e3 {
+        (v / 1e3, "us")
+    } else {
+        (v, "ns")
+    };
+    format!("{v:.1}{unit}")
+}
+
+/// Formats like Go's `time.Duration.String`: `66.547526ms`, `1m5s`, `2h0m0s`, `0s`.
+pub fn go_duration(d: Duration) -> String {
+    let ns = d.as_nanos();
+    if ns == 0 {
+        return "0s".into();
+    }
+    if ns < 1_000 {
+        return format!("{ns}ns");
+    }
+    if ns < 1_000_000 {
+        return format!("{}µs", fraction(ns, 1_000));
+    }
+    if ns < 1_000_000_000 {
+        return format!("{}ms", fraction(ns, 1_000_000));
+    }
+    let secs = ns / 1_000_000_000;
+    let sub = ns % 1_000_000_000;
+    let (h, m, s) = (secs / 3600, (secs / 60) % 60, secs % 60);
+    let s = fraction(u128::from(s as u64) * 1_000_000_000 + sub, 1_000_000_000);
+    if h > 0 {
+        format!("{h}h{m}m{s}s")
+    } else if m > 0 {
+        format!("{m}m{s}s")
+    } else {
+        format!("{s}s")
+    }
+}
+
+/// `n / unit` with the fraction's trailing zeros removed (`1.5`, `66.547526`, `3`).
+fn fraction(n: u128, unit: u128) -> String {
+    let whole = n / unit;
+    let rest = n % unit;
+    if rest == 0 {
+        return whole.to_string();
+    }
+    let digits = unit.ilog10() as usize;
+    let frac = format!("{rest:0digits$}");
+    format!("{whole}.{}", frac.trim_end_matches('0'))
+}
+
+/// Unix seconds as RFC 3339 in UTC (`2026-11-22T04:34:50Z`).
+pub fn rfc3339(unix: i64) -> String {
+    let days = unix.div_euclid(86_400);
+    let secs = unix.rem_euclid(86_400);
+    // Civil-from-days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        secs / 3600,
+        (secs / 60) % 60,
+        secs % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_durations() {
+        assert_eq!(go_duration(Duration::ZERO), "0s");
+        assert_eq!(go_duration(Duration::from_nanos(66_547_526)), "66.547526ms");
+        assert_eq!(go_duration(Duration::from_micros(1500)), "1.5ms");
+        assert_eq!(go_duration(Duration::from_nanos(1500)), "1.5µs");
+        assert_eq!(go_duration(Duration::from_secs(65)), "1m5s");
+        assert_eq!(go_duration(Duration::from_secs(7200)), "2h0m0s");
+        assert_eq!(go_duration(Duration::from_millis(1500)), "1.5s");
+    }
+
+    #[test]
+    fn rfc3339_utc() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(1_795_322_090), "2026-11-22T04:34:50Z");
+    }
+
+    #[test]
+    fn weighted_quantiles() {
+        let mut s: Vec<(u64, f64)> = (1..=100).map(|v| (v, 1.0)).collect();
+        assert_eq!(weighted_quantile(&mut s, 0.5), 50.0);
+        assert_eq!(weighted_quantile(&mut s, 0.99), 99.0);
+        assert_eq!(weighted_quantile(&mut s, 1.0), 100.0);
+        assert_eq!(weighted_quantile(&mut [], 0.5), 0.0);
+        // A sample standing for many others pulls the quantile towards it.
+        let mut w = vec![(10, 1.0), (20, 9.0)];
+        assert_eq!(weighted_quantile(&mut w, 0.5), 20.0);
+    }
+
+    #[test]
+    fn reservoir_is_bounded_and_counts_everything() {
+        let mut e = E2eSamples::default();
+        let mut b = Bucket {
+            started_ns: 1,
+            ..Bucket::default()
+        };
+        for i in 0..(RESERVOIR as u64 * 3) {
+            b.count += 1;
+            if b.samples.len() < RESERVOIR {
+                b.samples.push(i);
+            }
+        }
+        e.buckets[0] = b;
+        let live: Vec<_> = e.live(2, i64::MAX / 4).collect();
+        assert_eq!(live.len(), 1);
+        assert_eq!(live[0].0, RESERVOIR as u64 * 3);
+        assert_eq!(live[0].1.len(), RESERVOIR);
+        // Too old: gone.
+        assert_eq!(e.live(100, 10).count(), 0);
+    }
+
+    #[test]
+    fn text_layout_without_topics() {
+        let doc = StatsDoc {
+            version: "1.3.0",
+            health: "OK".into(),
+            start_time: 0,
+            topics: Vec::new(),
+            memory: None,
+            producers: Vec::new(),
+        };
+        let t = render_text(&doc, Duration::from_secs(1));
+        assert!(
+            t.contains("\nHealth: OK\n\nTopics: None\n\nProducers: None\n"),
+            "{t}"
+        );
+    }
+}

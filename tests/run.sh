@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# The project's single test command (README and CI call exactly this).
+#
+#   tests/run.sh            everything: build, cargo tests, Python and node wire tests
+#                           for --shards 1, 2 and 4
+#
+# Environment:
+#   SHARDS="1 2 4"          shard counts of the wire-test matrix
+#   PYTEST_ARGS="..."       extra pytest arguments (e.g. "-k raw_errors -x")
+#   SKIP_CARGO_TEST=1       skip `cargo test --workspace` (the wire tests still build the broker)
+#   SKIP_NODE=1             skip the nsqjs tests
+#   SERIAL=1                run the shard counts one after another (default: side by side)
+#   SKIP_BUILD=1            skip `cargo build --release -p broker`
+#   BROKER_BIN=path         test another broker binary
+set -euo pipefail
+
+TESTS_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO="$(cd "$TESTS_DIR/.." && pwd)"
+cd "$REPO"
+
+SHARDS="${SHARDS:-1 2 4}"
+VENV="$TESTS_DIR/.venv"
+START=$(date +%s)
+declare -a RESULTS=()
+FAILED=0
+
+step() { printf '\n==== %s ====\n' "$*"; }
+
+record() { # name status
+  RESULTS+=("$1: $2")
+  if [ "$2" != "ok" ]; then FAILED=$((FAILED + 1)); fi
+}
+
+# ---- environments ------------------------------------------------------------------------
+step "python venv ($VENV)"
+if [ ! -x "$VENV/bin/python" ]; then
+  python3 -m venv "$VENV"
+fi
+REQ_STAMP="$VENV/.requirements.sha"
+REQ_SHA="$(sha256sum "$TESTS_DIR/requirements.txt" | cut -d' ' -f1)"
+if [ ! -f "$REQ_STAMP" ] || [ "$(cat "$REQ_STAMP")" != "$REQ_SHA" ]; then
+  "$VENV/bin/pip" install --disable-pip-version-check -q -r "$TESTS_DIR/requirements.txt"
+  echo "$REQ_SHA" > "$REQ_STAMP"
+fi
+"$VENV/bin/python" -c "import nsq, gnsq, pytest, pytest_timeout" 
+
+if [ "${SKIP_NODE:-0}" != "1" ]; then
+  step "node modules (tests/node)"
+  if [ -f "$TESTS_DIR/node/package-lock.json" ]; then
+    (cd "$TESTS_DIR/node" && npm ci --no-audit --no-fund --loglevel=error)
+  else
+    (cd "$TESTS_DIR/node" && npm install --no-audit --no-fund --loglevel=error)
+  fi
+fi
+
+# ---- build and unit tests ---------------------------------------------------------------
+if [ "${SKIP_BUILD:-0}" != "1" ]; then
+  step "cargo build --release -p broker"
+  cargo build --release -p broker
+fi
+
+if [ "${SKIP_CARGO_TEST:-0}" != "1" ]; then
+  step "cargo test --workspace"
+  if cargo test --workspace; then record "cargo test --workspace" ok
+  else record "cargo test --workspace" FAILED; fi
+fi
+
+# ---- wire tests ----------------------------------------------------------------------------
+# The shard counts run side by side (SERIAL=1 runs them one after another): the suites mostly
+# wait on timers, so this keeps the wall time down on 2 cores. Each run logs to its own file,
+# printed whole when it ends.
+LOGDIR="$(mktemp -d "${TMPDIR:-/tmp}/broker-wire-tests.XXXXXX")"
+trap 'rm -rf "$LOGDIR"' EXIT
+
+run_pytest() { # shards
+  # shellcheck disable=SC2086
+  BROKER_SHARDS="$1" "$VENV/bin/python" -m pytest "$TESTS_DIR/python" -rfE -q \
+    --shards "$1" ${PYTEST_ARGS:-} > "$LOGDIR/pytest-$1.log" 2>&1
+}
+
+run_node() { # shards
+  BROKER_SHARDS="$1" node --test --test-timeout=60000 "$TESTS_DIR/node/" \
+    > "$LOGDIR/node-$1.log" 2>&1
+}
+
+pytest_status() { # rc
+  case $1 in
+    0) echo ok ;;
+    5) echo "FAILED (no tests collected)" ;;
+    *) echo "FAILED (exit $1)" ;;
+  esac
+}
+
+run_matrix() { # kind (pytest|node)
+  local kind=$1 n rc
+  declare -A pids=()
+  for n in $SHARDS; do
+    if [ "${SERIAL:-0}" = "1" ]; then
+      step "$kind --shards $n"
+      set +e; "run_$kind" "$n"; rc=$?; set -e
+      cat "$LOGDIR/$kind-$n.log"
+      echo "$rc" > "$LOGDIR/$kind-$n.rc"
+    else
+      ( set +e; "run_$kind" "$n"; echo $? > "$LOGDIR/$kind-$n.rc" ) &
+      pids[$n]=$!
+    fi
+  done
+  for n in $SHARDS; do
+    if [ "${SERIAL:-0}" != "1" ]; then
+      wait "${pids[$n]}" || true
+      step "$kind --shards $n"
+      cat "$LOGDIR/$kind-$n.log"
+    fi
+    rc=$(cat "$LOGDIR/$kind-$n.rc" 2>/dev/null || echo 99)
+    if [ "$kind" = pytest ]; then
+      record "pytest --shards $n" "$(pytest_status "$rc")"
+    elif [ "$rc" -eq 0 ]; then
+      record "node --shards $n" ok
+    else
+      record "node --shards $n" "FAILED (exit $rc)"
+    fi
+  done
+}
+
+step "wire tests: pytest tests/python (raw sockets, pynsq, gnsq) for --shards $SHARDS"
+run_matrix pytest
+
+if [ "${SKIP_NODE:-0}" != "1" ]; then
+  step "wire tests: node --test tests/node (nsqjs) for --shards $SHARDS"
+  run_matrix node
+fi
+
+# ---- summary -----------------------------------------------------------------------------
+ELAPSED=$(( $(date +%s) - START ))
+step "summary"
+for r in "${RESULTS[@]}"; do echo "  $r"; done
+echo "run.sh: ${ELAPSED}s"
+echo "suites: $(( ${#RESULTS[@]} - FAILED )) passed, $FAILED failed"
+[ "$FAILED" -eq 0 ]
