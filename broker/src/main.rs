@@ -14,6 +14,7 @@ mod ids;
 mod mailbox;
 mod rlimit;
 mod shard;
+mod storage;
 mod sync;
 mod timer;
 mod topic;
