@@ -109,12 +109,10 @@ pub struct AdminState {
 
 impl AdminState {
     /// Marks the shard unhealthy: /ping answers `500 NOK - <reason>`.
-    #[allow(dead_code)] // for storage
     pub fn set_unhealthy(&self, reason: impl Into<String>) {
         *self.health.borrow_mut() = Some(reason.into());
     }
 
-    #[allow(dead_code)] // for storage
     pub fn set_healthy(&self) {
         *self.health.borrow_mut() = None;
     }
@@ -204,11 +202,17 @@ impl Shard {
                 for ch in &channels {
                     self.close_consumers(ch);
                 }
+                // Its segments and metadata go with it.
+                t.borrow().log.borrow_mut().destroy();
                 info!(topic = name, shard = self.id, "topic deleted");
             }
-            Action::Empty => t.borrow_mut().empty(),
+            Action::Empty => {
+                t.borrow_mut().empty();
+                self.note_meta_change(&t);
+            }
             Action::Pause => {
                 t.borrow_mut().paused = true;
+                self.note_meta_change(&t);
                 info!(topic = name, "topic paused");
             }
             Action::Unpause => {
@@ -220,6 +224,7 @@ impl Shard {
                 for ch in &touched {
                     self.dispatch(ch);
                 }
+                self.note_meta_change(&t);
                 info!(topic = name, "topic unpaused");
             }
         }
@@ -233,6 +238,7 @@ impl Shard {
         if action == Action::Create {
             let (_, created) = t.borrow_mut().channel_or_create(name);
             if created {
+                self.note_meta_change(&t);
                 info!(topic, channel = name, shard = self.id, "channel created");
                 // As on SUB: what the topic held waits no longer.
                 let touched = t.borrow_mut().release_held(Instant::now(), &self.timers);
@@ -263,6 +269,8 @@ impl Shard {
                 info!(topic, channel = name, "channel unpaused");
             }
         }
+        // Deleting or emptying lets the next checkpoint free the segments no channel needs.
+        self.note_meta_change(&t);
         AdminResult::Done
     }
 
@@ -361,14 +369,14 @@ fn topic_stats(t: &Topic, q: &StatsQuery, held: &mut u64) -> Option<TopicStats> 
         .map(|c| {
             let c = c.borrow();
             *held += (c.depth() + c.in_flight_count() + c.deferred_count()) as u64;
-            channel_stats(&c, q.include_clients)
+            channel_stats(&c, &t.log.borrow(), q.include_clients)
         })
         .collect();
     Some(TopicStats {
         topic_name: t.name.to_string(),
         channels,
         depth: t.depth() as i64,
-        backend_depth: 0,
+        backend_depth: t.backend_depth() as i64,
         message_count: t.message_count,
         message_bytes: t.message_bytes,
         paused: t.paused,
@@ -376,7 +384,11 @@ fn topic_stats(t: &Topic, q: &StatsQuery, held: &mut u64) -> Option<TopicStats> 
     })
 }
 
-fn channel_stats(c: &crate::channel::Channel, include_clients: bool) -> ChannelStats {
+fn channel_stats(
+    c: &crate::channel::Channel,
+    log: &crate::storage::log::TopicLog,
+    include_clients: bool,
+) -> ChannelStats {
     let clients = include_clients.then(|| {
         c.consumers()
             .iter()
@@ -394,7 +406,7 @@ fn channel_stats(c: &crate::channel::Channel, include_clients: bool) -> ChannelS
     ChannelStats {
         channel_name: c.name.to_string(),
         depth: c.depth() as i64,
-        backend_depth: 0,
+        backend_depth: c.backend_depth(log) as i64,
         in_flight_count: c.in_flight_count() as i64,
         deferred_count: c.deferred_count() as i64,
         message_count: c.message_count,

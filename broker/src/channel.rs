@@ -1,9 +1,13 @@
-//! A channel of a topic, as held by the topic's owner shard: its queue of ready messages, the
-//! messages in flight and deferred, its consumers and their RDY counts, and the delivery
-//! decision.
+//! A channel of a topic, as held by the topic's owner shard: its cursor into the topic's log,
+//! the messages it took from the log and still owes (requeued, in flight, deferred), its
+//! consumers and their RDY counts, and the delivery decision.
 //!
 //! Invariants:
-//! - A message is in exactly one of `ready`, `in_flight`, `deferred` (or gone after FIN).
+//! - Every message of the log from the channel's creation on is, for this channel, either
+//!   at or after `cursor` (not taken yet), or in exactly one of `requeued`, `in_flight`,
+//!   `deferred`, or finished.
+//! - `floor()` (the lowest seq still owed) only grows; segments below every channel's floor
+//!   can be deleted.
 //! - A consumer's `in_flight` equals the number of `in_flight` entries it owns, and the channel
 //!   delivers to a consumer only while `in_flight < rdy` and it has not sent CLS.
 //! - Deliveries go to ready consumers in turn (round robin), one message at a time, so a
@@ -12,6 +16,9 @@
 //! Nothing here does I/O: operations push [`Delivery`]s into a vector the shard routes to
 //! connections (local, or through the mailbox of the consumer's shard).
 
+use crate::storage::log::{DiskHint, Read, TopicLog};
+use crate::storage::meta::{ChannelMeta, PendingMeta};
+use crate::storage::segment::Stored;
 use crate::timer::{TimerKind, TimerQueue};
 use protocol::{Message, MessageId};
 use std::cell::RefCell;
@@ -71,14 +78,14 @@ pub struct Delivery {
 }
 
 struct InFlight {
-    msg: Message,
+    msg: Stored,
     consumer: ConsumerKey,
     deadline: Instant,
     delivered_at: Instant,
 }
 
 struct Deferred {
-    msg: Message,
+    msg: Stored,
     at: Instant,
 }
 
@@ -103,7 +110,15 @@ pub struct Channel {
     pub name: Arc<str>,
     pub ephemeral: bool,
     pub paused: bool,
-    ready: VecDeque<Message>,
+    /// Next seq to take from the topic's log.
+    cursor: u64,
+    hint: DiskHint,
+    /// The topic's visible end: the channel reads the log below it.
+    pub visible_end: u64,
+    /// A stretch of the log to pass over (the topic was emptied while paused).
+    skip: Option<(u64, u64)>,
+    /// Messages to deliver again before the cursor's (REQ, timeout, disconnect).
+    requeued: VecDeque<Stored>,
     in_flight: HashMap<MessageId, InFlight>,
     deferred: HashMap<MessageId, Deferred>,
     consumers: Vec<Consumer>,
@@ -120,14 +135,24 @@ pub struct Channel {
 }
 
 impl Channel {
-    pub fn new(topic: Arc<str>, name: &str, mem_queue_size: u64) -> Rc<RefCell<Channel>> {
+    pub fn new(
+        topic: Arc<str>,
+        name: &str,
+        mem_queue_size: u64,
+        cursor: u64,
+        visible_end: u64,
+    ) -> Rc<RefCell<Channel>> {
         Rc::new_cyclic(|me| {
             RefCell::new(Channel {
                 topic,
                 ephemeral: protocol::names::is_ephemeral(name),
                 name: Arc::from(name),
                 paused: false,
-                ready: VecDeque::new(),
+                cursor,
+                hint: DiskHint::default(),
+                visible_end,
+                skip: None,
+                requeued: VecDeque::new(),
                 in_flight: HashMap::new(),
                 deferred: HashMap::new(),
                 consumers: Vec::new(),
@@ -143,27 +168,25 @@ impl Channel {
         })
     }
 
-    /// Accepts a copy of a newly published message.
-    pub fn put(&mut self, msg: Message, defer: Duration, now: Instant, timers: &TimerQueue) {
-        self.message_count += 1;
-        if defer.is_zero() {
-            self.push_ready(msg);
-        } else {
-            self.defer(msg, now + defer, timers);
-        }
+    fn defer(&mut self, msg: Stored, at: Instant, timers: &TimerQueue) {
+        timers.schedule(at, self.me.clone(), TimerKind::Deferred, msg.msg.id);
+        self.deferred.insert(msg.msg.id, Deferred { msg, at });
     }
 
-    fn push_ready(&mut self, msg: Message) {
-        if self.ephemeral && self.ready.len() as u64 >= self.mem_queue_size {
+    fn requeue_now(&mut self, msg: Stored) {
+        if self.ephemeral && self.requeued.len() as u64 >= self.mem_queue_size {
             tracing::debug!(topic = %self.topic, channel = %self.name, "ephemeral channel full; message dropped");
             return;
         }
-        self.ready.push_back(msg);
+        self.requeued.push_back(msg);
     }
 
-    fn defer(&mut self, msg: Message, at: Instant, timers: &TimerQueue) {
-        timers.schedule(at, self.me.clone(), TimerKind::Deferred, msg.id);
-        self.deferred.insert(msg.id, Deferred { msg, at });
+    /// Passes over `[from, to)` of the log (the topic was emptied while paused).
+    pub fn skip_range(&mut self, from: u64, to: u64) {
+        self.skip = Some(match self.skip {
+            Some((f, _)) if f <= from => (f, to),
+            _ => (from, to),
+        });
     }
 
     pub fn add_consumer(&mut self, spec: ConsumerSpec, max: u64) -> Result<(), String> {
@@ -188,7 +211,7 @@ impl Channel {
     /// Removes a consumer and puts its in-flight messages back in front of the queue at once.
     pub fn remove_consumer(&mut self, key: ConsumerKey) {
         self.consumers.retain(|c| c.spec.key != key);
-        let mut returned: Vec<Message> = Vec::new();
+        let mut returned: Vec<Stored> = Vec::new();
         self.in_flight.retain(|_, f| {
             if f.consumer == key {
                 returned.push(f.msg.clone());
@@ -198,10 +221,10 @@ impl Channel {
             }
         });
         // Oldest first, ahead of newer messages: they were due first.
-        returned.sort_by_key(|m| m.timestamp);
+        returned.sort_by_key(|m| m.seq);
         for msg in returned.into_iter().rev() {
             self.requeue_count += 1;
-            self.ready.push_front(msg);
+            self.requeued.push_front(msg);
         }
     }
 
@@ -245,7 +268,7 @@ impl Channel {
 
     pub fn finish(&mut self, key: ConsumerKey, id: MessageId) -> Result<(), OpError> {
         let done = self.take_in_flight(key, id)?;
-        self.e2e.record(done.msg.timestamp);
+        self.e2e.record(done.msg.msg.timestamp);
         if let Some(c) = self.consumer_mut(key) {
             c.finish_count += 1;
         }
@@ -266,7 +289,7 @@ impl Channel {
             c.requeue_count += 1;
         }
         if delay.is_zero() {
-            self.ready.push_back(f.msg);
+            self.requeue_now(f.msg);
         } else {
             self.defer(f.msg, now + delay, timers);
         }
@@ -316,7 +339,7 @@ impl Channel {
                     c.in_flight = c.in_flight.saturating_sub(1);
                 }
                 self.timeout_count += 1;
-                self.ready.push_back(f.msg);
+                self.requeue_now(f.msg);
                 true
             }
             TimerKind::Deferred => {
@@ -326,7 +349,7 @@ impl Channel {
                 }
                 match self.deferred.remove(&id) {
                     Some(d) => {
-                        self.push_ready(d.msg);
+                        self.requeue_now(d.msg);
                         true
                     }
                     None => false,
@@ -335,9 +358,11 @@ impl Channel {
         }
     }
 
-    /// Hands ready messages to ready consumers, in turn, until one side runs out.
+    /// Hands messages (requeued first, then the log's) to ready consumers, in turn, until one
+    /// side runs out.
     pub fn dispatch(
         &mut self,
+        log: &TopicLog,
         now: Instant,
         max_msg_timeout: Duration,
         timers: &TimerQueue,
@@ -346,11 +371,16 @@ impl Channel {
         if self.paused {
             return;
         }
-        while !self.ready.is_empty() {
+        let now_ns = crate::ids::now_nanos();
+        loop {
             let Some(ci) = self.next_ready_consumer() else {
                 break;
             };
-            let Some(mut msg) = self.ready.pop_front() else {
+            let next = match self.requeued.pop_front() {
+                Some(m) => Some(m),
+                None => self.take_from_log(log, now, now_ns, timers),
+            };
+            let Some(mut stored) = next else {
                 break;
             };
             let sample_rate = self.consumers[ci].spec.info.sample_rate;
@@ -358,24 +388,71 @@ impl Channel {
                 // nsqd's sampling: this consumer's channel skips the message.
                 continue;
             }
-            msg.attempts = msg.attempts.saturating_add(1);
+            stored.msg.attempts = stored.msg.attempts.saturating_add(1);
             let c = &mut self.consumers[ci];
             c.in_flight += 1;
             c.message_count += 1;
             let key = c.spec.key;
             let timeout = c.spec.msg_timeout.min(max_msg_timeout);
             let deadline = now + timeout;
+            let msg = stored.msg.clone();
             timers.schedule(deadline, self.me.clone(), TimerKind::InFlight, msg.id);
             self.in_flight.insert(
                 msg.id,
                 InFlight {
-                    msg: msg.clone(),
+                    msg: stored,
                     consumer: key,
                     deadline,
                     delivered_at: now,
                 },
             );
             out.push(Delivery { to: key, msg });
+        }
+    }
+
+    /// The next deliverable message at the cursor; deferred ones (DPUB) met on the way are set
+    /// aside with their timers.
+    fn take_from_log(
+        &mut self,
+        log: &TopicLog,
+        now: Instant,
+        now_ns: i64,
+        timers: &TimerQueue,
+    ) -> Option<Stored> {
+        loop {
+            if self.cursor >= self.visible_end {
+                return None;
+            }
+            if let Some((from, to)) = self.skip {
+                if self.cursor >= to {
+                    self.skip = None;
+                } else if self.cursor >= from {
+                    self.cursor = to;
+                    self.skip = None;
+                    continue;
+                }
+            }
+            if self.ephemeral && self.visible_end - self.cursor > self.mem_queue_size {
+                self.cursor = self.visible_end - self.mem_queue_size;
+            }
+            match log.read(self.cursor, self.hint) {
+                Read::Msg(s, hint) => {
+                    if s.seq >= self.visible_end {
+                        return None;
+                    }
+                    self.cursor = s.seq + 1;
+                    self.hint = hint;
+                    self.message_count += 1;
+                    if s.defer_until > now_ns {
+                        let wait = Duration::from_nanos((s.defer_until - now_ns) as u64);
+                        self.defer(s, now + wait, timers);
+                        continue;
+                    }
+                    return Some(s);
+                }
+                Read::Skip(next) if next > self.cursor => self.cursor = next,
+                Read::Skip(_) | Read::End => return None,
+            }
         }
     }
 
@@ -403,12 +480,31 @@ impl Channel {
 
     /// Drops every message that is not in flight (nsqd's channel empty).
     pub fn empty(&mut self) {
-        self.ready.clear();
+        self.cursor = self.cursor.max(self.visible_end);
+        self.requeued.clear();
         self.deferred.clear();
     }
 
+    /// Messages waiting for a consumer: the log's not yet taken plus the requeued.
     pub fn depth(&self) -> usize {
-        self.ready.len()
+        self.waiting_in_log() as usize + self.requeued.len()
+    }
+
+    /// Messages of the log this channel has yet to take (less a skipped stretch).
+    fn waiting_in_log(&self) -> u64 {
+        let waiting = self.visible_end.saturating_sub(self.cursor);
+        let skipped = match self.skip {
+            Some((from, to)) => to
+                .min(self.visible_end)
+                .saturating_sub(from.max(self.cursor)),
+            None => 0,
+        };
+        waiting - skipped.min(waiting)
+    }
+
+    /// The part of [`Channel::depth`] that is only on disk.
+    pub fn backend_depth(&self, log: &TopicLog) -> usize {
+        log.on_disk_from(self.cursor).min(self.waiting_in_log()) as usize
     }
 
     pub fn in_flight_count(&self) -> usize {
@@ -419,18 +515,88 @@ impl Channel {
         self.deferred.len()
     }
 
-    /// Every message the channel still holds, for the hand-over to storage at shutdown: ready
-    /// ones, then in-flight ones (as if requeued), then deferred ones with their due time.
-    pub fn drain_all(&mut self) -> (Vec<Message>, Vec<(Message, Instant)>) {
-        let mut pending: Vec<Message> = self.ready.drain(..).collect();
-        let mut in_flight: Vec<Message> = self.in_flight.drain().map(|(_, f)| f.msg).collect();
-        in_flight.sort_by_key(|m| m.timestamp);
-        pending.extend(in_flight);
-        let deferred = self.deferred.drain().map(|(_, d)| (d.msg, d.at)).collect();
-        for c in &mut self.consumers {
-            c.in_flight = 0;
+    /// The lowest seq this channel may still need.
+    pub fn floor(&self) -> u64 {
+        let owed = self
+            .requeued
+            .iter()
+            .map(|s| s.seq)
+            .chain(self.in_flight.values().map(|f| f.msg.seq))
+            .chain(self.deferred.values().map(|d| d.msg.seq))
+            .min();
+        owed.map_or(self.cursor, |o| o.min(self.cursor))
+    }
+
+    /// What to persist. Clean: the cursor and every owed message (in flight ones as requeued,
+    /// deferred ones with the delay left). Otherwise a floor to restart from.
+    pub fn to_meta(&self, clean: bool, now: Instant) -> ChannelMeta {
+        if !clean {
+            return ChannelMeta {
+                name: self.name.to_string(),
+                paused: self.paused,
+                cursor: self.floor(),
+                pending: Vec::new(),
+            };
         }
-        (pending, deferred)
+        let mut pending: Vec<PendingMeta> = self
+            .requeued
+            .iter()
+            .map(|s| (s, 0))
+            .chain(self.in_flight.values().map(|f| (&f.msg, 0)))
+            .chain(self.deferred.values().map(|d| {
+                (
+                    &d.msg,
+                    d.at.saturating_duration_since(now).as_millis() as u64,
+                )
+            }))
+            .map(|(s, delay_ms)| PendingMeta {
+                seq: s.seq,
+                attempts: s.msg.attempts,
+                delay_ms,
+            })
+            .collect();
+        pending.sort_by_key(|p| p.seq);
+        ChannelMeta {
+            name: self.name.to_string(),
+            paused: self.paused,
+            cursor: self.cursor,
+            pending,
+        }
+    }
+
+    /// Restores from persisted metadata; returns how many owed messages came back.
+    pub fn restore(
+        &mut self,
+        meta: &ChannelMeta,
+        clean: bool,
+        log: &TopicLog,
+        now: Instant,
+        timers: &TimerQueue,
+    ) -> usize {
+        self.paused = meta.paused;
+        self.cursor = meta.cursor.clamp(log.start(), log.head());
+        self.hint = DiskHint::default();
+        if !clean {
+            return 0;
+        }
+        let mut restored = 0;
+        for p in &meta.pending {
+            let Read::Msg(mut s, _) = log.read(p.seq, DiskHint::default()) else {
+                continue;
+            };
+            if s.seq != p.seq {
+                // The record was lost to corruption; nothing to deliver.
+                continue;
+            }
+            s.msg.attempts = p.attempts;
+            if p.delay_ms > 0 {
+                self.defer(s, now + Duration::from_millis(p.delay_ms), timers);
+            } else {
+                self.requeued.push_back(s);
+            }
+            restored += 1;
+        }
+        restored
     }
 
     /// End-to-end latency samples, for /stats.
@@ -463,21 +629,26 @@ mod tests {
 
     const MAX: Duration = Duration::from_secs(900);
 
+    /// A log holding `n` messages and a channel reading it from the start.
+    fn setup(name: &str, n: u64, defer_until: i64) -> (TopicLog, Rc<RefCell<Channel>>) {
+        let mut log = TopicLog::in_memory("t", 1000);
+        let end = log.append((0..n).map(msg).collect(), defer_until);
+        let ch = Channel::new(Arc::from("t"), name, 100, 0, end);
+        (log, ch)
+    }
+
     #[test]
     fn rdy_bounds_in_flight_and_delivery_is_round_robin() {
         let timers = TimerQueue::default();
-        let ch = Channel::new(Arc::from("t"), "c", 100);
+        let (log, ch) = setup("c", 10, 0);
         let mut c = ch.borrow_mut();
         let now = Instant::now();
-        for n in 0..10 {
-            c.put(msg(n), Duration::ZERO, now, &timers);
-        }
         c.add_consumer(spec(1), 0).unwrap();
         c.add_consumer(spec(2), 0).unwrap();
         c.set_rdy(spec(1).key, 2);
         c.set_rdy(spec(2).key, 3);
         let mut out = Vec::new();
-        c.dispatch(now, MAX, &timers, &mut out);
+        c.dispatch(&log, now, MAX, &timers, &mut out);
         assert_eq!(out.len(), 5);
         let to1 = out.iter().filter(|d| d.to.conn == 1).count();
         assert_eq!(to1, 2);
@@ -488,23 +659,23 @@ mod tests {
         // FIN frees one slot: exactly one more delivery.
         c.finish(spec(1).key, out[0].msg.id).unwrap();
         let mut more = Vec::new();
-        c.dispatch(now, MAX, &timers, &mut more);
+        c.dispatch(&log, now, MAX, &timers, &mut more);
         assert_eq!(more.len(), 1);
         assert_eq!(more[0].to.conn, 1);
+        assert_eq!(c.floor(), 1, "message 0 is finished, 1 is still in flight");
     }
 
     #[test]
     fn fin_errors_are_nsqds() {
         let timers = TimerQueue::default();
-        let ch = Channel::new(Arc::from("t"), "c", 100);
+        let (log, ch) = setup("c", 1, 0);
         let mut c = ch.borrow_mut();
         let now = Instant::now();
-        c.put(msg(1), Duration::ZERO, now, &timers);
         c.add_consumer(spec(1), 0).unwrap();
         c.add_consumer(spec(2), 0).unwrap();
         c.set_rdy(spec(1).key, 1);
         let mut out = Vec::new();
-        c.dispatch(now, MAX, &timers, &mut out);
+        c.dispatch(&log, now, MAX, &timers, &mut out);
         let id = out[0].msg.id;
         assert_eq!(c.finish(spec(2).key, id), Err(OpError::NotOwner));
         assert_eq!(
@@ -518,19 +689,18 @@ mod tests {
     #[test]
     fn disconnect_requeues_in_flight_at_once_with_attempts_kept() {
         let timers = TimerQueue::default();
-        let ch = Channel::new(Arc::from("t"), "c", 100);
+        let (log, ch) = setup("c", 1, 0);
         let mut c = ch.borrow_mut();
         let now = Instant::now();
-        c.put(msg(1), Duration::ZERO, now, &timers);
         c.add_consumer(spec(1), 0).unwrap();
         c.set_rdy(spec(1).key, 1);
         let mut out = Vec::new();
-        c.dispatch(now, MAX, &timers, &mut out);
+        c.dispatch(&log, now, MAX, &timers, &mut out);
         c.remove_consumer(spec(1).key);
         c.add_consumer(spec(2), 0).unwrap();
         c.set_rdy(spec(2).key, 1);
         let mut again = Vec::new();
-        c.dispatch(now, MAX, &timers, &mut again);
+        c.dispatch(&log, now, MAX, &timers, &mut again);
         assert_eq!(again.len(), 1);
         assert_eq!(again[0].msg.attempts, 2);
         assert_eq!(c.in_flight_count(), 1);
@@ -539,14 +709,13 @@ mod tests {
     #[test]
     fn timeout_and_touch() {
         let timers = TimerQueue::default();
-        let ch = Channel::new(Arc::from("t"), "c", 100);
+        let (log, ch) = setup("c", 1, 0);
         let mut c = ch.borrow_mut();
         let now = Instant::now();
-        c.put(msg(1), Duration::ZERO, now, &timers);
         c.add_consumer(spec(1), 0).unwrap();
         c.set_rdy(spec(1).key, 1);
         let mut out = Vec::new();
-        c.dispatch(now, MAX, &timers, &mut out);
+        c.dispatch(&log, now, MAX, &timers, &mut out);
         let id = out[0].msg.id;
         let first_deadline = now + Duration::from_secs(60);
         let later = now + Duration::from_secs(10);
@@ -561,15 +730,14 @@ mod tests {
     #[test]
     fn touch_never_passes_max_msg_timeout() {
         let timers = TimerQueue::default();
-        let ch = Channel::new(Arc::from("t"), "c", 100);
+        let (log, ch) = setup("c", 1, 0);
         let mut c = ch.borrow_mut();
         let now = Instant::now();
-        c.put(msg(1), Duration::ZERO, now, &timers);
         c.add_consumer(spec(1), 0).unwrap();
         c.set_rdy(spec(1).key, 1);
         let mut out = Vec::new();
         let max = Duration::from_secs(90);
-        c.dispatch(now, max, &timers, &mut out);
+        c.dispatch(&log, now, max, &timers, &mut out);
         let id = out[0].msg.id;
         c.touch(spec(1).key, id, max, now + Duration::from_secs(80), &timers)
             .unwrap();
@@ -577,26 +745,64 @@ mod tests {
     }
 
     #[test]
-    fn deferred_waits_for_its_timer() {
+    fn deferred_message_waits_for_its_timer() {
         let timers = TimerQueue::default();
-        let ch = Channel::new(Arc::from("t"), "c", 100);
+        let later = crate::ids::now_nanos() + 5_000_000_000;
+        let (log, ch) = setup("c", 1, later);
         let mut c = ch.borrow_mut();
         let now = Instant::now();
-        c.put(msg(1), Duration::from_secs(5), now, &timers);
-        assert_eq!(c.depth(), 0);
+        c.add_consumer(spec(1), 0).unwrap();
+        c.set_rdy(spec(1).key, 1);
+        let mut out = Vec::new();
+        c.dispatch(&log, now, MAX, &timers, &mut out);
+        assert!(out.is_empty());
         assert_eq!(c.deferred_count(), 1);
-        assert!(c.on_timer(
-            TimerKind::Deferred,
-            MessageId::from_u64(1),
-            now + Duration::from_secs(5)
-        ));
-        assert_eq!(c.depth(), 1);
+        assert_eq!(timers.len(), 1);
+        let id = MessageId::from_u64(0);
+        assert!(!c.on_timer(TimerKind::Deferred, id, now));
+        let due = c.deferred.get(&id).map(|d| d.at).unwrap();
+        assert!(c.on_timer(TimerKind::Deferred, id, due));
+        c.dispatch(&log, now, MAX, &timers, &mut out);
+        assert_eq!(out.len(), 1);
+    }
+
+    #[test]
+    fn clean_meta_round_trip_keeps_owed_messages_and_attempts() {
+        let timers = TimerQueue::default();
+        let (log, ch) = setup("c", 3, 0);
+        let now = Instant::now();
+        let meta = {
+            let mut c = ch.borrow_mut();
+            c.add_consumer(spec(1), 0).unwrap();
+            c.set_rdy(spec(1).key, 2);
+            let mut out = Vec::new();
+            c.dispatch(&log, now, MAX, &timers, &mut out);
+            c.finish(spec(1).key, out[0].msg.id).unwrap();
+            c.to_meta(true, now)
+        };
+        assert_eq!(meta.cursor, 2);
+        assert_eq!(meta.pending.len(), 1);
+        assert_eq!(meta.pending[0].attempts, 1);
+        let fresh = Channel::new(Arc::from("t"), "c", 100, 0, log.head());
+        let mut f = fresh.borrow_mut();
+        assert_eq!(f.restore(&meta, true, &log, now, &timers), 1);
+        f.add_consumer(spec(9), 0).unwrap();
+        f.set_rdy(spec(9).key, 10);
+        let mut out = Vec::new();
+        f.dispatch(&log, now, MAX, &timers, &mut out);
+        assert_eq!(out.len(), 2);
+        assert_eq!(
+            out[0].msg.attempts, 2,
+            "the owed message keeps its attempts"
+        );
+        assert_eq!(out[1].msg.attempts, 1);
     }
 
     #[test]
     fn max_consumers_and_ephemeral_bound() {
         let timers = TimerQueue::default();
-        let ch = Channel::new(Arc::from("t"), "c#ephemeral", 2);
+        let mut log = TopicLog::in_memory("t", 1000);
+        let ch = Channel::new(Arc::from("t"), "c#ephemeral", 2, 0, 0);
         let mut c = ch.borrow_mut();
         assert!(c.ephemeral);
         c.add_consumer(spec(1), 1).unwrap();
@@ -604,10 +810,14 @@ mod tests {
             c.add_consumer(spec(2), 1).unwrap_err(),
             "consumers for t:c#ephemeral exceeds limit of 1"
         );
-        let now = Instant::now();
-        for n in 0..5 {
-            c.put(msg(n), Duration::ZERO, now, &timers);
-        }
-        assert_eq!(c.depth(), 2);
+        c.visible_end = log.append((0..5).map(msg).collect(), 0);
+        c.set_rdy(spec(1).key, 10);
+        let mut out = Vec::new();
+        c.dispatch(&log, Instant::now(), MAX, &timers, &mut out);
+        assert_eq!(
+            out.len(),
+            2,
+            "an ephemeral channel keeps only mem-queue-size messages"
+        );
     }
 }

@@ -57,6 +57,9 @@ pub struct Args {
     /// duration of time per diskqueue fsync
     #[arg(long, default_value = "2s", value_parser = flag_duration)]
     pub sync_timeout: Duration,
+    /// answer PUB/MPUB/DPUB only after the fsync that covers them (group commit)
+    #[arg(long, default_value_t = false)]
+    pub durable: bool,
     /// default duration to wait before auto-requeueing a message
     #[arg(long, default_value = "60s", value_parser = flag_duration)]
     pub msg_timeout: Duration,
@@ -142,6 +145,7 @@ pub struct Config {
     pub max_bytes_per_file: u64,
     pub sync_every: u64,
     pub sync_timeout: Duration,
+    pub durable: bool,
     pub msg_timeout: Duration,
     pub max_msg_timeout: Duration,
     pub max_msg_size: u64,
@@ -258,6 +262,7 @@ impl Config {
             max_bytes_per_file: a.max_bytes_per_file,
             sync_every: a.sync_every,
             sync_timeout: a.sync_timeout,
+            durable: a.durable,
             msg_timeout: a.msg_timeout,
             max_msg_timeout: a.max_msg_timeout,
             max_msg_size: a.max_msg_size,

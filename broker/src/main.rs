@@ -15,6 +15,7 @@ mod mailbox;
 mod rlimit;
 mod shard;
 mod stats;
+mod storage;
 mod sync;
 mod timer;
 mod topic;

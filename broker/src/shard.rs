@@ -17,6 +17,7 @@ use crate::config::Config;
 use crate::conn::{self, Conn};
 use crate::ids::{now_nanos, IdGen};
 use crate::mailbox::{Batch, ChannelOp, Mail, Outbox, Reply, ReplyTo};
+use crate::storage::{self, log::TopicLog};
 use crate::sync::{oneshot, Notify, Receiver, Sender};
 use crate::timer::{TimerEntry, TimerQueue};
 use crate::topic::{ChannelRef, Topic};
@@ -30,6 +31,9 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::{debug, error, info, warn};
+
+/// How often channel floors are persisted and passed segments deleted.
+const CHECKPOINT_EVERY: Duration = Duration::from_secs(5);
 
 pub struct Shard {
     pub id: usize,
@@ -50,6 +54,16 @@ pub struct Shard {
     pub(crate) conns_changed: Notify,
     /// Health and runtime options for the HTTP API (see [`crate::admin`]).
     pub(crate) admin: crate::admin::AdminState,
+    /// Topics with writes for the flusher, and its wake-up.
+    pub(crate) flush_queue: RefCell<Vec<Rc<RefCell<Topic>>>>,
+    pub(crate) wake_flusher: Notify,
+    /// True while the flusher is inside a round (it holds chunks taken from logs).
+    flusher_busy: Cell<bool>,
+    flusher_idle: Notify,
+    /// Set by the hand-over: the flusher stops before its next round.
+    flusher_stop: Cell<bool>,
+    /// Durable-mode publishes waiting for their fsync: (topic, seq end, where to answer).
+    pub(crate) durable_acks: RefCell<Vec<(Rc<RefCell<Topic>>, u64, ReplyTo)>>,
 }
 
 impl Shard {
@@ -71,7 +85,64 @@ impl Shard {
             exit: Notify::new(),
             conns_changed: Notify::new(),
             admin: crate::admin::AdminState::default(),
+            flush_queue: RefCell::new(Vec::new()),
+            wake_flusher: Notify::new(),
+            flusher_busy: Cell::new(false),
+            flusher_idle: Notify::new(),
+            flusher_stop: Cell::new(false),
+            durable_acks: RefCell::new(Vec::new()),
         }
+    }
+
+    /// Loads the topics this shard owns from `--data-path` (blocking: before serving).
+    fn load_topics(&self) -> Result<(), String> {
+        let data = &self.config.data_path;
+        std::fs::create_dir_all(data)
+            .map_err(|e| format!("cannot create --data-path {}: {e}", data.display()))?;
+        for name in storage::stored_topics(data) {
+            if self.config.owner_of(&name) != self.id {
+                continue;
+            }
+            let dir = storage::topic_dir(data, &name);
+            let log = TopicLog::open(
+                &name,
+                dir.clone(),
+                self.config.mem_queue_size,
+                self.config.max_bytes_per_file,
+                self.config.max_msg_size as usize + storage::segment::PAYLOAD_FIXED,
+            )
+            .map_err(|e| {
+                format!(
+                    "topic {name}: cannot open its log in {}: {e}",
+                    dir.display()
+                )
+            })?;
+            let mut topic = Topic::new(&name, log, self.config.mem_queue_size);
+            let meta = match storage::meta::read(&dir) {
+                Ok(m) => m,
+                Err(e) => {
+                    warn!(topic = %name, "unreadable metadata ({e}); channels will be recreated by their consumers");
+                    None
+                }
+            };
+            let owed = meta
+                .as_ref()
+                .map(|m| topic.restore(m, Instant::now(), &self.timers))
+                .unwrap_or(0);
+            let head = topic.log.borrow().head();
+            info!(
+                topic = %name,
+                shard = self.id,
+                messages = head - topic.log.borrow().start(),
+                channels = topic.channel_count(),
+                owed,
+                clean = meta.as_ref().is_some_and(|m| m.clean),
+                "topic restored"
+            );
+            let topic = Rc::new(RefCell::new(topic));
+            self.topics.borrow_mut().insert(name, topic.clone());
+        }
+        Ok(())
     }
 
     pub fn is_stopping(&self) -> bool {
@@ -132,8 +203,9 @@ impl Shard {
                 defer,
                 reply,
             } => {
-                let result = self.publish_here(&topic, bodies, defer);
-                self.reply(reply, Reply::Publish(result));
+                if let Some(result) = self.publish_here(&topic, bodies, defer, reply) {
+                    self.reply(reply, Reply::Publish(result));
+                }
             }
             Mail::Subscribe {
                 topic,
@@ -194,18 +266,50 @@ impl Shard {
         if let Some(t) = self.topics.borrow().get(name) {
             return t.clone();
         }
-        let t = Rc::new(RefCell::new(Topic::new(name, self.config.mem_queue_size)));
+        let log = if protocol::names::is_ephemeral(name) {
+            TopicLog::in_memory(name, self.config.mem_queue_size)
+        } else {
+            let dir = storage::topic_dir(&self.config.data_path, name);
+            match TopicLog::open(
+                name,
+                dir.clone(),
+                self.config.mem_queue_size,
+                self.config.max_bytes_per_file,
+                self.config.max_msg_size as usize + storage::segment::PAYLOAD_FIXED,
+            ) {
+                Ok(log) => log,
+                Err(e) => {
+                    // Keep serving from memory; the flusher reports the failure.
+                    self.set_unhealthy(format!(
+                        "topic {name}: cannot create {}: {e}",
+                        dir.display()
+                    ));
+                    TopicLog::in_memory(name, self.config.mem_queue_size)
+                }
+            }
+        };
+        let t = Rc::new(RefCell::new(Topic::new(
+            name,
+            log,
+            self.config.mem_queue_size,
+        )));
         self.topics.borrow_mut().insert(name.to_string(), t.clone());
         info!(topic = name, shard = self.id, "topic created");
         t
     }
 
+    /// Stores published messages. In durable mode the reply waits for the fsync covering them
+    /// (`None` here means: answered later by the flusher).
     fn publish_here(
         &self,
         topic: &str,
         bodies: Vec<Bytes>,
         defer: Duration,
-    ) -> Result<(), ProtocolError> {
+        reply: ReplyTo,
+    ) -> Option<Result<(), ProtocolError>> {
+        if let Some(reason) = self.admin.health() {
+            return Some(Err(ProtocolError::fatal(ErrorCode::PubFailed, reason)));
+        }
         let t = self.topic_or_create(topic);
         let timestamp = now_nanos();
         let msgs: Vec<Message> = {
@@ -220,12 +324,57 @@ impl Shard {
                 })
                 .collect()
         };
-        let now = Instant::now();
-        let touched = t.borrow_mut().publish(msgs, defer, now, &self.timers);
+        let defer_until = if defer.is_zero() {
+            0
+        } else {
+            timestamp + defer.as_nanos() as i64
+        };
+        let (end, touched) = t.borrow_mut().publish(msgs, defer_until);
+        let persistent = t.borrow().log.borrow().is_persistent();
+        if persistent {
+            self.queue_flush(&t);
+        }
         for ch in touched {
             self.dispatch(&ch);
         }
-        Ok(())
+        if persistent && self.config.durable {
+            self.durable_acks.borrow_mut().push((t, end, reply));
+            return None;
+        }
+        Some(Ok(()))
+    }
+
+    /// Records a structural change of `t` (channels, pause) for a prompt checkpoint.
+    pub(crate) fn note_meta_change(&self, t: &Rc<RefCell<Topic>>) {
+        if !t.borrow().log.borrow().is_persistent() {
+            return;
+        }
+        t.borrow_mut().meta_dirty = true;
+        self.queue_flush(t);
+    }
+
+    fn queue_flush(&self, t: &Rc<RefCell<Topic>>) {
+        let mut tb = t.borrow_mut();
+        if !tb.flush_queued {
+            tb.flush_queued = true;
+            self.flush_queue.borrow_mut().push(t.clone());
+        }
+        drop(tb);
+        self.wake_flusher.notify();
+    }
+
+    pub(crate) fn set_unhealthy(&self, reason: String) {
+        if self.admin.health().is_none() {
+            error!(shard = self.id, "storage failing: {reason}");
+        }
+        self.admin.set_unhealthy(reason);
+    }
+
+    fn set_healthy(&self) {
+        if self.admin.health().is_some() {
+            info!(shard = self.id, "storage recovered");
+            self.admin.set_healthy();
+        }
     }
 
     fn subscribe_here(
@@ -237,6 +386,7 @@ impl Shard {
         let t = self.topic_or_create(topic);
         let (ch, created) = t.borrow_mut().channel_or_create(channel);
         if created {
+            self.note_meta_change(&t);
             info!(topic, channel, shard = self.id, "channel created");
         }
         let added = ch
@@ -340,8 +490,14 @@ impl Shard {
         if self.stopping.get() {
             return;
         }
+        let topic_name = ch.borrow().topic.clone();
+        let Some(t) = self.topics.borrow().get(&*topic_name).cloned() else {
+            return;
+        };
+        let log = t.borrow().log.clone();
         let mut out = Vec::new();
         ch.borrow_mut().dispatch(
+            &log.borrow(),
             Instant::now(),
             self.config.max_msg_timeout,
             &self.timers,
@@ -427,25 +583,180 @@ impl Shard {
         self.route(self.control, Mail::ShutdownDone { shard: self.id });
     }
 
-    /// The hand-over to storage: everything the shard still holds, per topic and channel.
-    /// Until segment storage exists this only reports what a restart would lose.
-    fn hand_over_to_storage(&self) {
+    /// The hand-over to storage at a clean stop: every topic's pending writes are written and
+    /// fsynced, and its metadata records each channel's cursor and every message it still owed
+    /// (in flight ones as requeued, deferred ones with the delay left).
+    async fn hand_over_to_storage(&self) {
+        // The flusher may be writing chunks it took from a log: let that round finish first.
+        self.flusher_stop.set(true);
+        self.wake_flusher.notify();
+        while self.flusher_busy.get() {
+            self.flusher_idle.notified().await;
+        }
         let topics: Vec<Rc<RefCell<Topic>>> = self.topics.borrow().values().cloned().collect();
-        let mut kept = 0usize;
+        let mut owed = 0usize;
         for t in topics {
-            let mut t = t.borrow_mut();
-            kept += t.drain_held().len();
-            for ch in t.channels() {
-                let (pending, deferred) = ch.borrow_mut().drain_all();
-                kept += pending.len() + deferred.len();
+            let log = t.borrow().log.clone();
+            if !log.borrow().is_persistent() {
+                continue;
+            }
+            if let Err(e) = storage::log::flush(&log).await {
+                error!(topic = %t.borrow().name, "final write failed: {e}");
+            }
+            if let Err(e) = storage::log::sync(&log).await {
+                error!(topic = %t.borrow().name, "final fsync failed: {e}");
+            }
+            let meta = t.borrow().to_meta(true, Instant::now());
+            owed += meta.channels.iter().map(|c| c.pending.len()).sum::<usize>();
+            let dir = log.borrow().dir().map(|d| d.to_path_buf());
+            if let Some(dir) = dir {
+                if let Err(e) = storage::meta::write(&dir, &meta) {
+                    error!(topic = %t.borrow().name, "cannot write metadata: {e}");
+                }
             }
         }
-        if kept > 0 {
-            warn!(
-                shard = self.id,
-                messages = kept,
-                "messages held in memory at exit (segment storage not built yet)"
-            );
+        info!(shard = self.id, owed, "storage hand-over done");
+    }
+
+    /// Writes, fsyncs by the sync policy (or always, durable), answers durable publishes,
+    /// checkpoints metadata and deletes passed segments. Sleeps when there is nothing to do.
+    async fn flusher(self: Rc<Self>) {
+        let mut last_checkpoint = Instant::now();
+        loop {
+            let unsynced_wait = self.next_sync_wait();
+            match unsynced_wait {
+                None => self.wake_flusher.notified().await,
+                Some(d) if !d.is_zero() => {
+                    futures_lite::future::or(
+                        self.wake_flusher.notified(),
+                        glommio::timer::sleep(d),
+                    )
+                    .await;
+                }
+                Some(_) => {}
+            }
+            if self.flusher_stop.get() {
+                return;
+            }
+            self.flusher_busy.set(true);
+            let queued: Vec<Rc<RefCell<Topic>>> =
+                std::mem::take(&mut *self.flush_queue.borrow_mut());
+            let mut failed = false;
+            for t in &queued {
+                t.borrow_mut().flush_queued = false;
+                let log = t.borrow().log.clone();
+                if let Err(e) = storage::log::flush(&log).await {
+                    failed = true;
+                    self.set_unhealthy(format!("write failed: {e}"));
+                    self.queue_flush(t);
+                }
+            }
+            // fsync: always in durable mode, else every --sync-every messages or --sync-timeout.
+            let topics: Vec<Rc<RefCell<Topic>>> = self.topics.borrow().values().cloned().collect();
+            for t in &topics {
+                let log = t.borrow().log.clone();
+                let due = {
+                    let l = log.borrow();
+                    l.unsynced > 0
+                        && (self.config.durable
+                            || l.head() - l.synced_end >= self.config.sync_every
+                            || l.last_sync.elapsed() >= self.config.sync_timeout)
+                };
+                if due {
+                    if let Err(e) = storage::log::sync(&log).await {
+                        failed = true;
+                        self.set_unhealthy(format!("fsync failed: {e}"));
+                    }
+                }
+            }
+            self.answer_durable_acks(failed);
+            if !failed {
+                self.set_healthy();
+            }
+            let structural = queued.iter().any(|t| t.borrow().meta_dirty);
+            if structural || last_checkpoint.elapsed() >= CHECKPOINT_EVERY {
+                last_checkpoint = Instant::now();
+                self.checkpoint().await;
+            }
+            self.flusher_busy.set(false);
+            self.flusher_idle.notify();
+            if failed {
+                glommio::timer::sleep(Duration::from_secs(1)).await;
+            }
+            glommio::yield_if_needed().await;
+        }
+    }
+
+    /// How long the flusher may sleep before a sync is due; `None` when nothing is unsynced.
+    fn next_sync_wait(&self) -> Option<Duration> {
+        if !self.flush_queue.borrow().is_empty() {
+            return Some(Duration::ZERO);
+        }
+        let topics = self.topics.borrow();
+        topics
+            .values()
+            .filter_map(|t| {
+                let t = t.borrow();
+                let l = t.log.borrow();
+                (l.unsynced > 0).then(|| {
+                    self.config
+                        .sync_timeout
+                        .saturating_sub(l.last_sync.elapsed())
+                })
+            })
+            .min()
+            .map(|d| d.min(CHECKPOINT_EVERY))
+    }
+
+    fn answer_durable_acks(&self, failed: bool) {
+        let waiting = std::mem::take(&mut *self.durable_acks.borrow_mut());
+        let mut still = Vec::new();
+        for (t, end, reply) in waiting {
+            let synced = t.borrow().log.borrow().synced_end >= end;
+            if synced {
+                self.reply(reply, Reply::Publish(Ok(())));
+            } else if failed {
+                let reason = self.admin.health().unwrap_or_default();
+                self.reply(
+                    reply,
+                    Reply::Publish(Err(ProtocolError::fatal(ErrorCode::PubFailed, reason))),
+                );
+            } else {
+                still.push((t, end, reply));
+            }
+        }
+        self.durable_acks.borrow_mut().extend(still);
+    }
+
+    /// Persists each changed topic's metadata (channels, pauses, floors: so a crash redelivers
+    /// little) and deletes the segments every channel has passed. Unchanged topics cost a
+    /// comparison; metadata is written off the shard's thread.
+    async fn checkpoint(&self) {
+        let topics: Vec<Rc<RefCell<Topic>>> = self.topics.borrow().values().cloned().collect();
+        for t in topics {
+            let (dir, meta, floor) = {
+                let tb = t.borrow();
+                let log = tb.log.borrow();
+                let Some(dir) = log.dir().map(|d| d.to_path_buf()) else {
+                    continue;
+                };
+                (dir, tb.to_meta(false, Instant::now()), tb.floor())
+            };
+            let unchanged = t.borrow().last_meta.as_ref() == Some(&meta);
+            if !unchanged {
+                let written = meta.clone();
+                let write = glommio::executor()
+                    .spawn_blocking(move || storage::meta::write(&dir, &written))
+                    .await;
+                if let Err(e) = write {
+                    warn!(topic = %t.borrow().name, "checkpoint failed: {e}");
+                    continue;
+                }
+                let mut tb = t.borrow_mut();
+                tb.last_meta = Some(meta);
+                tb.meta_dirty = false;
+            }
+            t.borrow().log.borrow_mut().release_below(floor);
         }
     }
 
@@ -476,6 +787,8 @@ pub async fn run(
         .map_err(|_| format!("shard {id}: could not join the mailbox mesh"))?;
     let peers = senders.nr_consumers();
     let shard = Rc::new(Shard::new(id, config.clone(), peers, control));
+    shard.load_topics()?;
+    glommio::spawn_local(shard.clone().flusher()).detach();
     let senders = Rc::new(senders);
 
     for (peer, rx) in receivers.streams() {
@@ -509,7 +822,7 @@ pub async fn run(
     // Wait for shutdown, then for the connections to finish, then for the word to exit.
     shard.exit.notified().await;
     drop(acceptor);
-    shard.hand_over_to_storage();
+    shard.hand_over_to_storage().await;
     debug!(shard = id, "exited");
     Ok(())
 }

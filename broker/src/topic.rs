@@ -1,118 +1,136 @@
-//! A topic, as held by its owner shard: its channels, and the messages it keeps while it has no
-//! channel yet or is paused.
+//! A topic, as held by its owner shard: its log and its channels.
 //!
-//! Publishing gives every channel a reference to the same message (the body is a shared
-//! `Bytes`): a copy per channel costs a pointer, not a memcpy.
+//! Publishing appends to the topic's log once; every channel then reads the log through its own
+//! cursor, so a message is stored once however many channels the topic has, and a "copy" to a
+//! channel is a cursor step (in memory: a reference to the same `Bytes`).
+//!
+//! - A topic with no channel keeps its log from `log.start()`: the first channel starts there
+//!   and so receives everything published before it existed. Later channels start at the end.
+//! - While paused, `visible_end` stays where it was: channels see nothing published since, until
+//!   unpause ([`Topic::release_held`]).
 
 use crate::channel::Channel;
+use crate::storage::log::TopicLog;
+use crate::storage::meta::{ChannelMeta, TopicMeta, META_VERSION};
 use crate::timer::TimerQueue;
 use protocol::Message;
 use std::cell::RefCell;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 pub type ChannelRef = Rc<RefCell<Channel>>;
-
-/// A message held by the topic itself, with the delay it was published with.
-struct Held {
-    msg: Message,
-    defer: Duration,
-}
 
 pub struct Topic {
     pub name: Arc<str>,
     pub ephemeral: bool,
     pub paused: bool,
     channels: BTreeMap<Arc<str>, ChannelRef>,
-    /// Messages waiting for a first channel, or for unpause.
-    held: VecDeque<Held>,
+    pub log: Rc<RefCell<TopicLog>>,
+    /// Channels read the log below this seq.
+    visible_end: u64,
     mem_queue_size: u64,
     pub message_count: u64,
     pub message_bytes: u64,
+    /// Queued for the shard's flusher.
+    pub flush_queued: bool,
+    /// Something structural changed (a channel created or deleted, a pause): checkpoint soon.
+    pub meta_dirty: bool,
+    /// The metadata last written, so unchanged topics are not rewritten.
+    pub last_meta: Option<TopicMeta>,
 }
 
 impl Topic {
-    pub fn new(name: &str, mem_queue_size: u64) -> Topic {
+    pub fn new(name: &str, log: TopicLog, mem_queue_size: u64) -> Topic {
+        let head = log.head();
         Topic {
             name: Arc::from(name),
             ephemeral: protocol::names::is_ephemeral(name),
             paused: false,
             channels: BTreeMap::new(),
-            held: VecDeque::new(),
+            log: Rc::new(RefCell::new(log)),
+            visible_end: head,
             mem_queue_size,
             message_count: 0,
             message_bytes: 0,
+            flush_queued: false,
+            meta_dirty: false,
+            last_meta: None,
         }
     }
 
-    /// Takes new messages. Returns the channels that received some (to be dispatched).
-    pub fn publish(
-        &mut self,
-        msgs: Vec<Message>,
-        defer: Duration,
-        now: Instant,
-        timers: &TimerQueue,
-    ) -> Vec<ChannelRef> {
+    /// Appends messages to the log. Returns the seq after the last one and the channels that
+    /// can now see them (to be dispatched).
+    pub fn publish(&mut self, msgs: Vec<Message>, defer_until: i64) -> (u64, Vec<ChannelRef>) {
         self.message_count += msgs.len() as u64;
         self.message_bytes += msgs.iter().map(|m| m.body.len() as u64).sum::<u64>();
-        if self.paused || self.channels.is_empty() {
-            for msg in msgs {
-                self.hold(msg, defer);
-            }
-            return Vec::new();
+        let end = self.log.borrow_mut().append(msgs, defer_until);
+        if self.paused {
+            return (end, Vec::new());
         }
-        self.fan_out(msgs.into_iter().map(|msg| Held { msg, defer }), now, timers)
+        (end, self.show_up_to(end))
     }
 
-    fn hold(&mut self, msg: Message, defer: Duration) {
-        if self.ephemeral && self.held.len() as u64 >= self.mem_queue_size {
-            return;
-        }
-        self.held.push_back(Held { msg, defer });
-    }
-
-    fn fan_out(
-        &mut self,
-        msgs: impl Iterator<Item = Held>,
-        now: Instant,
-        timers: &TimerQueue,
-    ) -> Vec<ChannelRef> {
+    fn show_up_to(&mut self, end: u64) -> Vec<ChannelRef> {
+        self.visible_end = end;
         let channels: Vec<ChannelRef> = self.channels.values().cloned().collect();
-        for h in msgs {
-            for ch in &channels {
-                ch.borrow_mut().put(h.msg.clone(), h.defer, now, timers);
-            }
+        for ch in &channels {
+            ch.borrow_mut().visible_end = end;
         }
         channels
     }
 
-    /// Hands held messages to the channels (after the first channel appears, or on unpause).
-    pub fn release_held(&mut self, now: Instant, timers: &TimerQueue) -> Vec<ChannelRef> {
-        if self.paused || self.channels.is_empty() || self.held.is_empty() {
+    /// Unpause: channels see everything published meanwhile. Returns them for dispatch.
+    pub fn release_held(&mut self, _now: Instant, _timers: &TimerQueue) -> Vec<ChannelRef> {
+        if self.paused {
             return Vec::new();
         }
-        let held: Vec<Held> = self.held.drain(..).collect();
-        self.fan_out(held.into_iter(), now, timers)
+        let head = self.log.borrow().head();
+        self.show_up_to(head)
     }
 
     pub fn channel(&self, name: &str) -> Option<ChannelRef> {
         self.channels.get(name).cloned()
     }
 
-    /// The channel `name`, created if missing; `true` when it was created.
+    /// The channel `name`, created if missing; `true` when it was created. The first channel
+    /// of a topic starts at the oldest retained message, later ones at the visible end.
     pub fn channel_or_create(&mut self, name: &str) -> (ChannelRef, bool) {
         if let Some(ch) = self.channels.get(name) {
             return (ch.clone(), false);
         }
-        let ch = Channel::new(self.name.clone(), name, self.mem_queue_size);
+        let cursor = if self.channels.is_empty() {
+            self.log.borrow().start()
+        } else {
+            self.visible_end
+        };
+        let ch = Channel::new(
+            self.name.clone(),
+            name,
+            self.mem_queue_size,
+            cursor,
+            self.visible_end,
+        );
         self.channels.insert(Arc::from(name), ch.clone());
+        if !ch.borrow().ephemeral {
+            self.meta_dirty = true;
+        }
         (ch, true)
     }
 
     pub fn remove_channel(&mut self, name: &str) -> Option<ChannelRef> {
-        self.channels.remove(name)
+        let removed = self.channels.remove(name);
+        if removed.is_some() {
+            self.meta_dirty = true;
+            if self.channels.is_empty() {
+                // What the deleted channels had not read is theirs; a next first channel starts
+                // with what is published from now on.
+                let head = self.log.borrow().head();
+                self.log.borrow_mut().release_below(head);
+            }
+        }
+        removed
     }
 
     pub fn channels(&self) -> impl Iterator<Item = &ChannelRef> {
@@ -123,19 +141,84 @@ impl Topic {
         self.channels.len()
     }
 
-    /// Messages the topic holds itself (nsqd's topic depth).
+    /// Messages the topic holds that no channel has been given yet (nsqd's topic depth).
     pub fn depth(&self) -> usize {
-        self.held.len()
+        let log = self.log.borrow();
+        if self.channels.is_empty() {
+            (log.head() - log.start()) as usize
+        } else {
+            (log.head() - self.visible_end) as usize
+        }
     }
 
-    /// Drops what the topic holds itself (nsqd's topic empty).
+    /// The part of [`Topic::depth`] that is only on disk.
+    pub fn backend_depth(&self) -> usize {
+        let log = self.log.borrow();
+        let from = if self.channels.is_empty() {
+            log.start()
+        } else {
+            self.visible_end
+        };
+        log.on_disk_from(from) as usize
+    }
+
+    /// Drops what no channel has been given yet (nsqd's topic empty).
     pub fn empty(&mut self) {
-        self.held.clear();
+        let head = self.log.borrow().head();
+        if self.channels.is_empty() {
+            self.log.borrow_mut().release_below(head);
+        } else if self.paused {
+            for ch in self.channels.values() {
+                ch.borrow_mut().skip_range(self.visible_end, head);
+            }
+        }
     }
 
-    /// Everything held by the topic itself, for the hand-over to storage.
-    pub fn drain_held(&mut self) -> Vec<(Message, Duration)> {
-        self.held.drain(..).map(|h| (h.msg, h.defer)).collect()
+    /// The lowest seq any durable channel may still need; segments below it can go.
+    pub fn floor(&self) -> u64 {
+        let log = self.log.borrow();
+        if self.channels.is_empty() {
+            return log.start();
+        }
+        self.channels
+            .values()
+            .filter(|c| !c.borrow().ephemeral)
+            .map(|c| c.borrow().floor())
+            .min()
+            .unwrap_or(log.head())
+    }
+
+    /// The metadata to persist. `clean`: a clean stop, with every channel's pending messages.
+    pub fn to_meta(&self, clean: bool, now: Instant) -> TopicMeta {
+        TopicMeta {
+            version: META_VERSION,
+            paused: self.paused,
+            clean,
+            channels: self
+                .channels
+                .values()
+                .filter(|c| !c.borrow().ephemeral)
+                .map(|c| c.borrow().to_meta(clean, now))
+                .collect::<Vec<ChannelMeta>>(),
+        }
+    }
+
+    /// Restores channels and pause state from persisted metadata (at start-up).
+    pub fn restore(&mut self, meta: &TopicMeta, now: Instant, timers: &TimerQueue) -> usize {
+        self.paused = meta.paused;
+        let mut pending = 0;
+        for cm in &meta.channels {
+            let (ch, _) = self.channel_or_create(&cm.name);
+            let log = self.log.borrow();
+            pending += ch.borrow_mut().restore(cm, meta.clean, &log, now, timers);
+        }
+        if !self.paused {
+            let head = self.log.borrow().head();
+            self.show_up_to(head);
+        }
+        self.meta_dirty = false;
+        self.last_meta = Some(meta.clone());
+        pending
     }
 }
 
@@ -154,28 +237,28 @@ mod tests {
         }
     }
 
-    #[test]
-    fn first_channel_gets_what_was_published_before_it() {
-        let timers = TimerQueue::default();
-        let now = Instant::now();
-        let mut t = Topic::new("t", 100);
-        t.publish(vec![msg(1), msg(2)], Duration::ZERO, now, &timers);
-        assert_eq!(t.depth(), 2);
-        let (ch, created) = t.channel_or_create("c");
-        assert!(created);
-        t.release_held(now, &timers);
-        assert_eq!(ch.borrow().depth(), 2);
-        assert_eq!(t.depth(), 0);
+    fn topic() -> Topic {
+        Topic::new("t", TopicLog::in_memory("t", 100), 100)
     }
 
     #[test]
-    fn every_channel_gets_a_copy_sharing_the_body() {
-        let timers = TimerQueue::default();
-        let now = Instant::now();
-        let mut t = Topic::new("t", 100);
+    fn first_channel_gets_what_was_published_before_it() {
+        let mut t = topic();
+        t.publish(vec![msg(1), msg(2)], 0);
+        assert_eq!(t.depth(), 2);
+        let (ch, created) = t.channel_or_create("c");
+        assert!(created);
+        assert_eq!(ch.borrow().depth(), 2);
+        let (late, _) = t.channel_or_create("late");
+        assert_eq!(late.borrow().depth(), 0);
+    }
+
+    #[test]
+    fn every_channel_sees_each_message() {
+        let mut t = topic();
         let (a, _) = t.channel_or_create("a");
         let (b, _) = t.channel_or_create("b");
-        let touched = t.publish(vec![msg(1)], Duration::ZERO, now, &timers);
+        let (_, touched) = t.publish(vec![msg(1)], 0);
         assert_eq!(touched.len(), 2);
         assert_eq!(a.borrow().depth(), 1);
         assert_eq!(b.borrow().depth(), 1);
@@ -184,16 +267,26 @@ mod tests {
     }
 
     #[test]
-    fn paused_topic_holds_until_unpaused() {
+    fn paused_topic_holds_until_unpaused_and_empty_drops_held() {
         let timers = TimerQueue::default();
-        let now = Instant::now();
-        let mut t = Topic::new("t", 100);
+        let mut t = topic();
         let (a, _) = t.channel_or_create("a");
         t.paused = true;
-        t.publish(vec![msg(1)], Duration::ZERO, now, &timers);
+        t.publish(vec![msg(1)], 0);
         assert_eq!(a.borrow().depth(), 0);
+        assert_eq!(t.depth(), 1);
         t.paused = false;
-        t.release_held(now, &timers);
+        t.release_held(Instant::now(), &timers);
         assert_eq!(a.borrow().depth(), 1);
+        t.paused = true;
+        t.publish(vec![msg(2)], 0);
+        t.empty();
+        t.paused = false;
+        t.release_held(Instant::now(), &timers);
+        assert_eq!(
+            a.borrow().depth(),
+            1,
+            "the emptied message is gone, the earlier one stays"
+        );
     }
 }

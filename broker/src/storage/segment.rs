@@ -1,0 +1,287 @@
+//! The on-disk format of a topic's log: segment files of framed, checksummed records.
+//!
+//! ```text
+//! segment file <20-digit base seq>.seg
+//! ┌──────────────────────────── header, 32 bytes ─────────────────────────────┐
+//! │ magic "NSQSHSEG" (8) │ version u32 BE (=1) │ header len u32 BE (=32)        │
+//! │ base seq u64 BE      │ created ns i64 BE                                  │
+//! └───────────────────────────────────────────────────────────────────────────┘
+//! record, repeated
+//! ┌──────────────┬──────────────┬─────────────────────────── payload ─────────────────────────┐
+//! │ len u32 BE   │ crc32 u32 BE │ seq u64 │ timestamp i64 │ defer until i64 │ id [16] │ body   │
+//! └──────────────┴──────────────┴───────────────────────────────────────────────────────────┘
+//!   len = payload length; crc32 (crc32fast, IEEE) covers the payload; all integers big endian.
+//!   seq: the message's position in the topic, strictly increasing through the log.
+//!   defer until: wall-clock ns at which a DPUB message becomes deliverable, 0 if none.
+//! ```
+//!
+//! A record is written once whatever the number of channels. Reading never trusts a record
+//! whose checksum fails: [`scan`] walks a segment, skips corrupt records by searching for the
+//! next valid one, and reports a torn tail so recovery can cut it. Must stay in lockstep with
+//! the "On-disk format" section of ARCHITECTURE.md.
+
+use bytes::{BufMut, Bytes};
+use protocol::{Message, MessageId};
+
+pub const MAGIC: &[u8; 8] = b"NSQSHSEG";
+pub const VERSION: u32 = 1;
+pub const HEADER_LEN: usize = 32;
+/// Bytes before a record's payload.
+pub const FRAME_LEN: usize = 8;
+/// Bytes of payload before the body.
+pub const PAYLOAD_FIXED: usize = 8 + 8 + 8 + 16;
+
+/// A message as the log stores it: its topic sequence number and deferral.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stored {
+    pub seq: u64,
+    pub msg: Message,
+    /// Wall-clock nanoseconds from which it may be delivered; 0 = at once.
+    pub defer_until: i64,
+}
+
+pub fn encode_header(out: &mut Vec<u8>, base_seq: u64, created_ns: i64) {
+    out.put_slice(MAGIC);
+    out.put_u32(VERSION);
+    out.put_u32(HEADER_LEN as u32);
+    out.put_u64(base_seq);
+    out.put_i64(created_ns);
+}
+
+/// Checks a segment header; returns its base seq.
+pub fn decode_header(b: &[u8]) -> Result<u64, String> {
+    if b.len() < HEADER_LEN {
+        return Err(format!("header too short ({} bytes)", b.len()));
+    }
+    if &b[..8] != MAGIC {
+        return Err("bad magic".into());
+    }
+    let version = u32::from_be_bytes([b[8], b[9], b[10], b[11]]);
+    if version != VERSION {
+        return Err(format!("unsupported segment version {version}"));
+    }
+    Ok(u64::from_be_bytes(b[16..24].try_into().unwrap_or([0; 8])))
+}
+
+/// Appends one record for `s` to `out`; returns its length in bytes.
+pub fn encode_record(out: &mut Vec<u8>, s: &Stored) -> usize {
+    let payload_len = PAYLOAD_FIXED + s.msg.body.len();
+    let start = out.len();
+    out.reserve(FRAME_LEN + payload_len);
+    out.put_u32(payload_len as u32);
+    out.put_u32(0); // crc, filled below
+    out.put_u64(s.seq);
+    out.put_i64(s.msg.timestamp);
+    out.put_i64(s.defer_until);
+    out.put_slice(&s.msg.id.0);
+    out.put_slice(&s.msg.body);
+    let crc = crc32fast::hash(&out[start + FRAME_LEN..]);
+    out[start + 4..start + 8].copy_from_slice(&crc.to_be_bytes());
+    FRAME_LEN + payload_len
+}
+
+/// What is at an offset of a segment.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Parsed {
+    /// A valid record and the offset just after it.
+    Record(Stored, usize),
+    /// The bytes end before the record does (a torn write, or the end of what was written).
+    Incomplete,
+    /// The bytes there are not a valid record.
+    Corrupt,
+}
+
+/// Parses the record at `off` of `seg` (the whole segment as one `Bytes`, so bodies are
+/// zero-copy slices of it). `max_payload` bounds a plausible length.
+pub fn parse_at(seg: &Bytes, off: usize, max_payload: usize) -> Parsed {
+    let b = &seg[..];
+    if off + FRAME_LEN > b.len() {
+        return Parsed::Incomplete;
+    }
+    let len = u32::from_be_bytes([b[off], b[off + 1], b[off + 2], b[off + 3]]) as usize;
+    if !(PAYLOAD_FIXED..=max_payload).contains(&len) {
+        return Parsed::Corrupt;
+    }
+    let end = off + FRAME_LEN + len;
+    if end > b.len() {
+        return Parsed::Incomplete;
+    }
+    let crc = u32::from_be_bytes([b[off + 4], b[off + 5], b[off + 6], b[off + 7]]);
+    let p = off + FRAME_LEN;
+    if crc32fast::hash(&b[p..end]) != crc {
+        return Parsed::Corrupt;
+    }
+    let seq = u64::from_be_bytes(b[p..p + 8].try_into().unwrap_or([0; 8]));
+    let timestamp = i64::from_be_bytes(b[p + 8..p + 16].try_into().unwrap_or([0; 8]));
+    let defer_until = i64::from_be_bytes(b[p + 16..p + 24].try_into().unwrap_or([0; 8]));
+    let Some(id) = MessageId::from_slice(&b[p + 24..p + 40]) else {
+        return Parsed::Corrupt;
+    };
+    let body = seg.slice(p + PAYLOAD_FIXED..end);
+    Parsed::Record(
+        Stored {
+            seq,
+            msg: Message {
+                id,
+                timestamp,
+                attempts: 0,
+                body,
+            },
+            defer_until,
+        },
+        end,
+    )
+}
+
+/// After a corrupt record at `off`, finds the next offset holding a valid record whose seq is
+/// above `last_seq`. `None` when there is none.
+pub fn resync(seg: &Bytes, off: usize, last_seq: Option<u64>, max_payload: usize) -> Option<usize> {
+    (off + 1..seg.len().saturating_sub(FRAME_LEN + PAYLOAD_FIXED - 1)).find(|&o| {
+        matches!(parse_at(seg, o, max_payload), Parsed::Record(ref s, _) if last_seq.is_none_or(|l| s.seq > l))
+    })
+}
+
+/// What a full scan of a segment found.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct ScanReport {
+    /// Offset just after the last valid record (where appends may continue).
+    pub valid_end: usize,
+    pub records: u64,
+    pub first_seq: Option<u64>,
+    pub last_seq: Option<u64>,
+    /// Sparse index: (seq, offset) of every `INDEX_EVERY`th record.
+    pub index: Vec<(u64, usize)>,
+    /// Corrupt stretches skipped: (offset, bytes).
+    pub skipped: Vec<(usize, usize)>,
+    /// Bytes after `valid_end` that hold no valid record (a torn or corrupt tail).
+    pub torn_tail: usize,
+}
+
+pub const INDEX_EVERY: u64 = 256;
+
+/// Walks every record of a segment (after its header).
+pub fn scan(seg: &Bytes, max_payload: usize) -> ScanReport {
+    let mut r = ScanReport {
+        valid_end: HEADER_LEN.min(seg.len()),
+        ..ScanReport::default()
+    };
+    let mut off = HEADER_LEN;
+    while off < seg.len() {
+        match parse_at(seg, off, max_payload) {
+            Parsed::Record(s, next) => {
+                if r.last_seq.is_some_and(|l| s.seq <= l) {
+                    // A stale record (a seq going backwards) is corruption too.
+                    match resync(seg, off, r.last_seq, max_payload) {
+                        Some(n) => {
+                            r.skipped.push((off, n - off));
+                            off = n;
+                            continue;
+                        }
+                        None => break,
+                    }
+                }
+                if r.records % INDEX_EVERY == 0 {
+                    r.index.push((s.seq, off));
+                }
+                r.first_seq.get_or_insert(s.seq);
+                r.last_seq = Some(s.seq);
+                r.records += 1;
+                off = next;
+                r.valid_end = next;
+            }
+            Parsed::Incomplete => break,
+            Parsed::Corrupt => match resync(seg, off, r.last_seq, max_payload) {
+                Some(n) => {
+                    r.skipped.push((off, n - off));
+                    off = n;
+                }
+                None => break,
+            },
+        }
+    }
+    r.torn_tail = seg.len().saturating_sub(r.valid_end);
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stored(seq: u64, body: &str) -> Stored {
+        Stored {
+            seq,
+            msg: Message {
+                id: MessageId::from_u64(seq + 1000),
+                timestamp: seq as i64 * 10,
+                attempts: 0,
+                body: Bytes::from(body.to_string()),
+            },
+            defer_until: 0,
+        }
+    }
+
+    fn segment(n: u64) -> Vec<u8> {
+        let mut out = Vec::new();
+        encode_header(&mut out, 0, 0);
+        for i in 0..n {
+            encode_record(&mut out, &stored(i, &format!("body-{i}")));
+        }
+        out
+    }
+
+    #[test]
+    fn records_round_trip() {
+        let seg = Bytes::from(segment(3));
+        assert_eq!(decode_header(&seg), Ok(0));
+        let r = scan(&seg, 1 << 20);
+        assert_eq!(r.records, 3);
+        assert_eq!(r.valid_end, seg.len());
+        assert_eq!(r.torn_tail, 0);
+        match parse_at(&seg, HEADER_LEN, 1 << 20) {
+            Parsed::Record(s, _) => assert_eq!(s, stored(0, "body-0")),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn torn_tail_is_reported_not_delivered() {
+        let full = segment(3);
+        let cut = Bytes::from(full[..full.len() - 5].to_vec());
+        let r = scan(&cut, 1 << 20);
+        assert_eq!(r.records, 2);
+        assert!(r.torn_tail > 0);
+        assert_eq!(r.valid_end + r.torn_tail, cut.len());
+    }
+
+    #[test]
+    fn flipped_byte_skips_only_that_record() {
+        let mut bytes = segment(5);
+        // Flip a byte inside the body of the third record.
+        let third = HEADER_LEN + 2 * (FRAME_LEN + PAYLOAD_FIXED + 6);
+        bytes[third + FRAME_LEN + PAYLOAD_FIXED + 2] ^= 0xff;
+        let seg = Bytes::from(bytes);
+        let r = scan(&seg, 1 << 20);
+        assert_eq!(r.records, 4);
+        assert_eq!(r.skipped.len(), 1);
+        assert_eq!(r.last_seq, Some(4));
+    }
+
+    #[test]
+    fn flipped_length_resyncs() {
+        let mut bytes = segment(5);
+        let second = HEADER_LEN + (FRAME_LEN + PAYLOAD_FIXED + 6);
+        bytes[second] ^= 0x40;
+        let seg = Bytes::from(bytes);
+        let r = scan(&seg, 1 << 20);
+        assert_eq!(r.records, 4);
+        assert_eq!(r.last_seq, Some(4));
+    }
+
+    #[test]
+    fn bad_header() {
+        assert!(decode_header(b"short").is_err());
+        let mut h = segment(0);
+        h[0] = b'X';
+        assert!(decode_header(&h).is_err());
+    }
+}
