@@ -442,7 +442,6 @@ impl Channel {
                     }
                     self.cursor = s.seq + 1;
                     self.hint = hint;
-                    self.message_count += 1;
                     if s.defer_until > now_ns {
                         let wait = Duration::from_nanos((s.defer_until - now_ns) as u64);
                         self.defer(s, now + wait, timers);

@@ -30,6 +30,8 @@ pub struct Topic {
     pub log: Rc<RefCell<TopicLog>>,
     /// Channels read the log below this seq.
     visible_end: u64,
+    /// While paused: messages below this seq were dropped by an empty (not held any more).
+    emptied_until: u64,
     mem_queue_size: u64,
     pub message_count: u64,
     pub message_bytes: u64,
@@ -51,6 +53,7 @@ impl Topic {
             channels: BTreeMap::new(),
             log: Rc::new(RefCell::new(log)),
             visible_end: head,
+            emptied_until: head,
             mem_queue_size,
             message_count: 0,
             message_bytes: 0,
@@ -74,9 +77,13 @@ impl Topic {
 
     fn show_up_to(&mut self, end: u64) -> Vec<ChannelRef> {
         self.visible_end = end;
+        self.emptied_until = self.emptied_until.max(end);
         let channels: Vec<ChannelRef> = self.channels.values().cloned().collect();
         for ch in &channels {
-            ch.borrow_mut().visible_end = end;
+            let mut c = ch.borrow_mut();
+            // nsqd counts a message for a channel when the channel receives it.
+            c.message_count += end.saturating_sub(c.visible_end);
+            c.visible_end = end;
         }
         channels
     }
@@ -147,7 +154,8 @@ impl Topic {
         if self.channels.is_empty() {
             (log.head() - log.start()) as usize
         } else {
-            (log.head() - self.visible_end) as usize
+            log.head()
+                .saturating_sub(self.visible_end.max(self.emptied_until)) as usize
         }
     }
 
@@ -171,6 +179,7 @@ impl Topic {
             for ch in self.channels.values() {
                 ch.borrow_mut().skip_range(self.visible_end, head);
             }
+            self.emptied_until = head;
         }
     }
 
