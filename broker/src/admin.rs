@@ -11,6 +11,7 @@
 //! The closed connection then sends its usual `Leave`, which finds no channel and is ignored.
 
 use crate::channel::ConsumerKey;
+use crate::lookup_reg::RegistryOp;
 use crate::mailbox::Mail;
 use crate::shard::Shard;
 use crate::stats::{self, ChannelStats, ClientStats, PubCount, TopicStats};
@@ -170,6 +171,11 @@ impl Shard {
     fn set_option(&self, change: OptionChange) {
         match change {
             OptionChange::LookupdTcpAddresses(a) => {
+                // Every shard remembers it (GET /config, new topics ask lookups or not); one
+                // tells the control thread, which holds the registration connections.
+                if self.id == 0 {
+                    self.route(self.control, Mail::LookupAddresses(a.clone()));
+                }
                 *self.admin.lookupd_tcp_addresses.borrow_mut() = Some(a);
             }
             OptionChange::LogLevel(l) => {
@@ -205,6 +211,8 @@ impl Shard {
                 // Its segments and metadata go with it.
                 t.borrow().log.borrow_mut().destroy();
                 info!(topic = name, shard = self.id, "topic deleted");
+                // The control thread unregisters its channels, then the topic.
+                self.report(RegistryOp::Unregister, name, None);
             }
             Action::Empty => {
                 t.borrow_mut().empty();
@@ -240,6 +248,7 @@ impl Shard {
             if created {
                 self.note_meta_change(&t);
                 info!(topic, channel = name, shard = self.id, "channel created");
+                self.report(RegistryOp::Register, topic, Some(name));
                 // As on SUB: what the topic held waits no longer.
                 let touched = t.borrow_mut().release_held(Instant::now(), &self.timers);
                 for ch in &touched {
@@ -257,6 +266,7 @@ impl Shard {
                 t.borrow_mut().remove_channel(name);
                 self.close_consumers(&ch);
                 info!(topic, channel = name, "channel deleted");
+                self.report(RegistryOp::Unregister, topic, Some(name));
             }
             Action::Empty => ch.borrow_mut().empty(),
             Action::Pause => {

@@ -9,34 +9,86 @@
 //!    shard hands its topics over to storage and returns.
 //!
 //! A second signal during shutdown exits at once with status 1.
+//!
+//! The control thread also holds the broker's one registration connection per lookup
+//! ([`crate::lookup_reg`]): shards report topic and channel changes to it (`Mail::Registry`),
+//! shard 0 forwards `PUT /config/nsqlookupd_tcp_addresses` (`Mail::LookupAddresses`), and an
+//! owner creating a topic asks it for the lookups' channels of that topic
+//! (`Mail::TopicChannels`, answered through the control thread's own outboxes).
 
-use crate::mailbox::{Batch, Mail};
+use crate::config::Config;
+use crate::lookup_reg::Registrar;
+use crate::mailbox::{Batch, Mail, Outbox, Reply};
 use glommio::channels::channel_mesh::{Full, MeshBuilder};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 use std::cell::Cell;
 use std::rc::Rc;
-use tracing::{error, info, warn};
+use std::sync::Arc;
+use tracing::{debug, error, info, warn};
 
-pub async fn run(mesh: MeshBuilder<Batch, Full>, shards: usize, mut signals: Signals) {
+pub async fn run(
+    config: Arc<Config>,
+    mesh: MeshBuilder<Batch, Full>,
+    shards: usize,
+    mut signals: Signals,
+) {
     let Ok((senders, mut receivers)) = mesh.join().await else {
         error!("control: could not join the mailbox mesh");
         std::process::exit(1);
     };
+    let senders = Rc::new(senders);
+    // Replies to the shards' questions leave through outboxes, like a shard's.
+    let outboxes: Rc<Vec<Outbox>> = Rc::new(
+        (0..senders.nr_consumers())
+            .map(|_| Outbox::default())
+            .collect(),
+    );
+    for peer in 0..shards {
+        let senders = senders.clone();
+        let outboxes = outboxes.clone();
+        glommio::spawn_local(async move { outboxes[peer].pump(&senders, peer).await }).detach();
+    }
+    let registrar = Registrar::new(&config);
+    registrar.set_addresses(config.lookupd_tcp_addresses.clone());
+
     let done = Rc::new(Cell::new(0usize));
     let all_done = Rc::new(crate::sync::Notify::new());
     for (_, rx) in receivers.streams() {
         let done = done.clone();
         let all_done = all_done.clone();
+        let registrar = registrar.clone();
+        let outboxes = outboxes.clone();
         glommio::spawn_local(async move {
             while let Some(batch) = rx.recv().await {
                 for mail in batch {
-                    if let Mail::ShutdownDone { shard } = mail {
-                        info!(shard, "shard quiet");
-                        done.set(done.get() + 1);
-                        if done.get() >= shards {
-                            all_done.notify();
+                    match mail {
+                        Mail::ShutdownDone { shard } => {
+                            info!(shard, "shard quiet");
+                            done.set(done.get() + 1);
+                            if done.get() >= shards {
+                                all_done.notify();
+                            }
                         }
+                        Mail::Registry { op, topic, channel } => {
+                            registrar.change(op, &topic, channel.as_deref())
+                        }
+                        Mail::LookupAddresses(addrs) => registrar.set_addresses(addrs),
+                        Mail::TopicChannels { topic, reply } => {
+                            let registrar = registrar.clone();
+                            let outboxes = outboxes.clone();
+                            glommio::spawn_local(async move {
+                                let channels = registrar.topic_channels(topic).await;
+                                if let Some(o) = outboxes.get(reply.shard) {
+                                    o.push(Mail::Reply {
+                                        token: reply.token,
+                                        reply: Reply::TopicChannels(channels),
+                                    });
+                                }
+                            })
+                            .detach();
+                        }
+                        other => debug!(?other, "control: mail not for the control thread"),
                     }
                 }
             }

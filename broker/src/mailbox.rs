@@ -51,6 +51,8 @@ pub enum Reply {
     Publish(Result<(), ProtocolError>),
     Subscribe(Result<(), ProtocolError>),
     Admin(crate::admin::AdminResult),
+    /// From the control thread: the channels the lookups know for a topic being created.
+    TopicChannels(Vec<String>),
 }
 
 #[derive(Debug)]
@@ -91,6 +93,20 @@ pub enum Mail {
     /// From a topic's owner to a consumer's shard: close connection `conn` (its topic or
     /// channel was deleted).
     CloseConn { conn: u64 },
+    /// From a topic's owner to the control thread: a topic (`channel: None`) or a channel was
+    /// created (`Register`) or deleted (`Unregister`); the lookups are told.
+    Registry {
+        op: crate::lookup_reg::RegistryOp,
+        topic: String,
+        channel: Option<String>,
+    },
+    /// From shard 0 to the control thread: `PUT /config/nsqlookupd_tcp_addresses` set the
+    /// lookups to register with.
+    LookupAddresses(Vec<String>),
+    /// From a topic's owner to the control thread: which channels do the lookups know for this
+    /// new topic? Answered with `Reply::TopicChannels` (bounded: lookups that do not answer
+    /// in time are left out).
+    TopicChannels { topic: String, reply: ReplyTo },
     /// From the control thread: stop accepting and delivering, let connections finish.
     Shutdown,
     /// To the control thread: this shard has no connections left.

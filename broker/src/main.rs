@@ -11,6 +11,7 @@ mod conn;
 mod control;
 mod http;
 mod ids;
+mod lookup_reg;
 mod mailbox;
 mod rlimit;
 mod shard;
@@ -93,10 +94,11 @@ fn main() -> ExitCode {
             }
         }
     }
+    let control_config = config.clone();
     let control = LocalExecutorBuilder::new(Placement::Unbound)
         .name("control")
         .io_memory(rlimit::IO_MEMORY_PER_SHARD)
-        .spawn(move || async move { control::run(mesh, shards, signals).await });
+        .spawn(move || async move { control::run(control_config, mesh, shards, signals).await });
     let control = match control {
         Ok(h) => h,
         Err(e) => {

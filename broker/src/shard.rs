@@ -11,11 +11,19 @@
 //! gives every channel a reference, dispatches to ready consumers and routes each delivery to
 //! the consumer's shard (`Mail::Deliver`), where the connection writes the frame. FIN, REQ,
 //! TOUCH and RDY travel back as `Mail::Channel`.
+//!
+//! Lookups: the owner reports every topic and channel it creates or deletes to the control
+//! thread (`Mail::Registry`), which keeps the lookups told ([`crate::lookup_reg`]). When
+//! lookups are configured, a new (non-ephemeral) topic first asks the control thread for the
+//! channels the lookups know (`Mail::TopicChannels`); until the answer (at most about a
+//! second) publishes to it wait in [`PendingTopic`], then its channels are created and the
+//! waiting messages stored, so a channel that exists on another broker gets them too.
 
 use crate::channel::{ConsumerKey, ConsumerSpec, Delivery};
 use crate::config::Config;
 use crate::conn::{self, Conn};
 use crate::ids::{now_nanos, IdGen};
+use crate::lookup_reg::RegistryOp;
 use crate::mailbox::{Batch, ChannelOp, Mail, Outbox, Reply, ReplyTo};
 use crate::storage::{self, log::TopicLog};
 use crate::sync::{oneshot, Notify, Receiver, Sender};
@@ -57,6 +65,8 @@ pub struct Shard {
     /// Topics with writes for the flusher, and its wake-up.
     pub(crate) flush_queue: RefCell<Vec<Rc<RefCell<Topic>>>>,
     pub(crate) wake_flusher: Notify,
+    /// Topics the next checkpoint looks at; untouched topics cost it nothing.
+    checkpoint_list: RefCell<Vec<Rc<RefCell<Topic>>>>,
     /// True while the flusher is inside a round (it holds chunks taken from logs).
     flusher_busy: Cell<bool>,
     flusher_idle: Notify,
@@ -64,6 +74,21 @@ pub struct Shard {
     flusher_stop: Cell<bool>,
     /// Durable-mode publishes waiting for their fsync: (topic, seq end, where to answer).
     pub(crate) durable_acks: RefCell<Vec<(Rc<RefCell<Topic>>, u64, ReplyTo)>>,
+    /// New topics waiting for the lookups' channel list, by name.
+    pub(crate) pending_topics: RefCell<HashMap<String, PendingTopic>>,
+}
+
+/// A new topic whose channels were asked from the lookups: publishes wait here, in order,
+/// until the answer (`Reply::TopicChannels` for `token`).
+pub(crate) struct PendingTopic {
+    token: u64,
+    publishes: Vec<ParkedPublish>,
+}
+
+struct ParkedPublish {
+    bodies: Vec<Bytes>,
+    defer: Duration,
+    reply: ReplyTo,
 }
 
 impl Shard {
@@ -87,10 +112,12 @@ impl Shard {
             admin: crate::admin::AdminState::default(),
             flush_queue: RefCell::new(Vec::new()),
             wake_flusher: Notify::new(),
+            checkpoint_list: RefCell::new(Vec::new()),
             flusher_busy: Cell::new(false),
             flusher_idle: Notify::new(),
             flusher_stop: Cell::new(false),
             durable_acks: RefCell::new(Vec::new()),
+            pending_topics: RefCell::new(HashMap::new()),
         }
     }
 
@@ -139,6 +166,11 @@ impl Shard {
                 clean = meta.as_ref().is_some_and(|m| m.clean),
                 "topic restored"
             );
+            self.report(RegistryOp::Register, &name, None);
+            for ch in topic.channels() {
+                let ch = ch.borrow().name.clone();
+                self.report(RegistryOp::Register, &name, Some(&ch));
+            }
             let topic = Rc::new(RefCell::new(topic));
             self.topics.borrow_mut().insert(name, topic.clone());
         }
@@ -235,6 +267,10 @@ impl Shard {
                     c.push_error(&error);
                 }
             }
+            Mail::Reply {
+                token,
+                reply: Reply::TopicChannels(channels),
+            } => self.topic_channels_known(token, channels),
             Mail::Reply { token, reply } => {
                 let waiter = self.waiters.borrow_mut().remove(&token);
                 if let Some(w) = waiter {
@@ -248,7 +284,11 @@ impl Shard {
             Mail::CloseConn { conn } => self.close_conn_here(conn),
             Mail::Shutdown => self.begin_shutdown(),
             Mail::Exit => self.exit.notify(),
-            Mail::ShutdownDone { .. } => {}
+            // For the control thread only.
+            Mail::ShutdownDone { .. }
+            | Mail::Registry { .. }
+            | Mail::LookupAddresses(_)
+            | Mail::TopicChannels { .. } => {}
         }
     }
 
@@ -262,10 +302,59 @@ impl Shard {
         );
     }
 
+    /// Tells the control thread (and so the lookups) that a topic or channel was created or
+    /// deleted.
+    pub(crate) fn report(&self, op: RegistryOp, topic: &str, channel: Option<&str>) {
+        self.route(
+            self.control,
+            Mail::Registry {
+                op,
+                topic: topic.to_owned(),
+                channel: channel.map(str::to_owned),
+            },
+        );
+    }
+
+    /// The topic `name`, created if missing. A topic created while lookups are configured
+    /// asks them for its channels: publishes wait in `pending_topics` until the answer.
     pub(crate) fn topic_or_create(&self, name: &str) -> Rc<RefCell<Topic>> {
         if let Some(t) = self.topics.borrow().get(name) {
             return t.clone();
         }
+        let t = self.create_topic(name);
+        let ask = !protocol::names::is_ephemeral(name)
+            && !self.lookupd_tcp_addresses().is_empty()
+            && !self.pending_topics.borrow().contains_key(name);
+        if ask {
+            let token = self.next_token.get().wrapping_add(1);
+            self.next_token.set(token);
+            self.pending_topics.borrow_mut().insert(
+                name.to_owned(),
+                PendingTopic {
+                    token,
+                    publishes: Vec::new(),
+                },
+            );
+            debug!(
+                topic = name,
+                "asking the lookups for the new topic's channels"
+            );
+            self.route(
+                self.control,
+                Mail::TopicChannels {
+                    topic: name.to_owned(),
+                    reply: ReplyTo {
+                        shard: self.id,
+                        token,
+                    },
+                },
+            );
+        }
+        t
+    }
+
+    /// Creates topic `name` (which must not exist) and reports it.
+    fn create_topic(&self, name: &str) -> Rc<RefCell<Topic>> {
         let log = if protocol::names::is_ephemeral(name) {
             TopicLog::in_memory(name, self.config.mem_queue_size)
         } else {
@@ -295,7 +384,61 @@ impl Shard {
         )));
         self.topics.borrow_mut().insert(name.to_string(), t.clone());
         info!(topic = name, shard = self.id, "topic created");
+        self.report(RegistryOp::Register, name, None);
         t
+    }
+
+    /// The lookups' answer for a pending new topic: create its channels, then store what was
+    /// published meanwhile, in order, and answer the publishers.
+    fn topic_channels_known(&self, token: u64, channels: Vec<String>) {
+        let name = self
+            .pending_topics
+            .borrow()
+            .iter()
+            .find(|(_, p)| p.token == token)
+            .map(|(n, _)| n.clone());
+        let Some(name) = name else {
+            return;
+        };
+        let Some(pending) = self.pending_topics.borrow_mut().remove(&name) else {
+            return;
+        };
+        let existing = self.topics.borrow().get(&name).cloned();
+        let t = match existing {
+            Some(t) => t,
+            // Deleted meanwhile, but publishes are waiting: they create it again.
+            None if !pending.publishes.is_empty() => self.create_topic(&name),
+            None => return,
+        };
+        let mut created_any = false;
+        for ch in &channels {
+            if !protocol::names::is_valid_channel_name(ch) || protocol::names::is_ephemeral(ch) {
+                continue;
+            }
+            let (_, created) = t.borrow_mut().channel_or_create(ch);
+            if created {
+                created_any = true;
+                info!(topic = %name, channel = %ch, shard = self.id, "channel created (known to the lookups)");
+                self.report(RegistryOp::Register, &name, Some(ch));
+            }
+        }
+        if created_any {
+            self.note_meta_change(&t);
+            let touched = t.borrow_mut().release_held(Instant::now(), &self.timers);
+            for c in touched {
+                self.dispatch(&c);
+            }
+        }
+        debug!(topic = %name, channels = channels.len(), waiting = pending.publishes.len(), "lookups answered");
+        for p in pending.publishes {
+            let result = match self.admin.health() {
+                Some(reason) => Some(Err(ProtocolError::fatal(ErrorCode::PubFailed, reason))),
+                None => self.store_published(&t, p.bodies, p.defer, p.reply),
+            };
+            if let Some(result) = result {
+                self.reply(p.reply, Reply::Publish(result));
+            }
+        }
     }
 
     /// Stores published messages. In durable mode the reply waits for the fsync covering them
@@ -311,6 +454,25 @@ impl Shard {
             return Some(Err(ProtocolError::fatal(ErrorCode::PubFailed, reason)));
         }
         let t = self.topic_or_create(topic);
+        if let Some(p) = self.pending_topics.borrow_mut().get_mut(topic) {
+            p.publishes.push(ParkedPublish {
+                bodies,
+                defer,
+                reply,
+            });
+            return None;
+        }
+        self.store_published(&t, bodies, defer, reply)
+    }
+
+    /// Stamps and stores published messages in `t`; `None` when the answer waits for an fsync.
+    fn store_published(
+        &self,
+        t: &Rc<RefCell<Topic>>,
+        bodies: Vec<Bytes>,
+        defer: Duration,
+        reply: ReplyTo,
+    ) -> Option<Result<(), ProtocolError>> {
         let timestamp = now_nanos();
         let msgs: Vec<Message> = {
             let mut ids = self.ids.borrow_mut();
@@ -332,13 +494,13 @@ impl Shard {
         let (end, touched) = t.borrow_mut().publish(msgs, defer_until);
         let persistent = t.borrow().log.borrow().is_persistent();
         if persistent {
-            self.queue_flush(&t);
+            self.queue_flush(t);
         }
         for ch in touched {
             self.dispatch(&ch);
         }
         if persistent && self.config.durable {
-            self.durable_acks.borrow_mut().push((t, end, reply));
+            self.durable_acks.borrow_mut().push((t.clone(), end, reply));
             return None;
         }
         Some(Ok(()))
@@ -353,7 +515,17 @@ impl Shard {
         self.queue_flush(t);
     }
 
+    /// Lists `t` for the next checkpoint (its channels' floors or structure may have moved).
+    fn queue_checkpoint(&self, t: &Rc<RefCell<Topic>>) {
+        let mut tb = t.borrow_mut();
+        if !tb.checkpoint_queued {
+            tb.checkpoint_queued = true;
+            self.checkpoint_list.borrow_mut().push(t.clone());
+        }
+    }
+
     fn queue_flush(&self, t: &Rc<RefCell<Topic>>) {
+        self.queue_checkpoint(t);
         let mut tb = t.borrow_mut();
         if !tb.flush_queued {
             tb.flush_queued = true;
@@ -388,6 +560,7 @@ impl Shard {
         if created {
             self.note_meta_change(&t);
             info!(topic, channel, shard = self.id, "channel created");
+            self.report(RegistryOp::Register, topic, Some(channel));
         }
         let added = ch
             .borrow_mut()
@@ -409,6 +582,9 @@ impl Shard {
 
     fn channel_op_here(&self, topic: &str, channel: &str, key: ConsumerKey, op: ChannelOp) {
         let t = self.topics.borrow().get(topic).cloned();
+        if let Some(t) = &t {
+            self.queue_checkpoint(t);
+        }
         let ch = t.as_ref().and_then(|t| t.borrow().channel(channel));
         let Some(ch) = ch else {
             // The channel was deleted under the consumer; only FIN/REQ/TOUCH deserve an answer.
@@ -478,10 +654,12 @@ impl Shard {
             info!(topic = %tb.name, channel = %name, "ephemeral channel removed");
             tb.ephemeral && tb.channel_count() == 0
         };
+        let topic_name = t.borrow().name.clone();
+        self.report(RegistryOp::Unregister, &topic_name, Some(&name));
         if topic_gone {
-            let name = t.borrow().name.clone();
-            self.topics.borrow_mut().remove(&*name);
-            info!(topic = %name, "ephemeral topic removed");
+            self.topics.borrow_mut().remove(&*topic_name);
+            info!(topic = %topic_name, "ephemeral topic removed");
+            self.report(RegistryOp::Unregister, &topic_name, None);
         }
     }
 
@@ -732,8 +910,10 @@ impl Shard {
     /// little) and deletes the segments every channel has passed. Unchanged topics cost a
     /// comparison; metadata is written off the shard's thread.
     async fn checkpoint(&self) {
-        let topics: Vec<Rc<RefCell<Topic>>> = self.topics.borrow().values().cloned().collect();
+        let topics: Vec<Rc<RefCell<Topic>>> =
+            std::mem::take(&mut *self.checkpoint_list.borrow_mut());
         for t in topics {
+            t.borrow_mut().checkpoint_queued = false;
             let (dir, meta, floor) = {
                 let tb = t.borrow();
                 let log = tb.log.borrow();

@@ -41,6 +41,8 @@ pub struct Topic {
     pub meta_dirty: bool,
     /// The metadata last written, so unchanged topics are not rewritten.
     pub last_meta: Option<TopicMeta>,
+    /// Listed for the next checkpoint (published to, or a channel moved, since the last).
+    pub checkpoint_queued: bool,
 }
 
 impl Topic {
@@ -60,6 +62,7 @@ impl Topic {
             flush_queued: false,
             meta_dirty: false,
             last_meta: None,
+            checkpoint_queued: false,
         }
     }
 

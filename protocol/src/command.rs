@@ -130,12 +130,14 @@ impl Command {
     /// Appends the command's bytes to `out` (what a client sends).
     pub fn encode(&self, out: &mut BytesMut) {
         match self {
-            Command::Identify(body) => line_with_body(out, &["IDENTIFY"], body),
-            Command::Auth(body) => line_with_body(out, &["AUTH"], body),
-            Command::Sub { topic, channel } => line(out, &["SUB", topic, channel]),
-            Command::Pub { topic, body } => line_with_body(out, &["PUB", topic], body),
+            Command::Identify(body) => line_with_body(out, &[b"IDENTIFY"], body),
+            Command::Auth(body) => line_with_body(out, &[b"AUTH"], body),
+            Command::Sub { topic, channel } => {
+                line(out, &[b"SUB", topic.as_bytes(), channel.as_bytes()])
+            }
+            Command::Pub { topic, body } => line_with_body(out, &[b"PUB", topic.as_bytes()], body),
             Command::Mpub { topic, bodies } => {
-                line(out, &["MPUB", topic]);
+                line(out, &[b"MPUB", topic.as_bytes()]);
                 let total: usize = 4 + bodies.iter().map(|b| 4 + b.len()).sum::<usize>();
                 out.reserve(4 + total);
                 out.put_u32(total as u32);
@@ -149,30 +151,35 @@ impl Command {
                 topic,
                 defer_ms,
                 body,
-            } => line_with_body(out, &["DPUB", topic, &defer_ms.to_string()], body),
-            Command::Rdy(n) => line(out, &["RDY", &n.to_string()]),
-            Command::Fin(id) => line(out, &["FIN", &id.to_string()]),
+            } => line_with_body(
+                out,
+                &[b"DPUB", topic.as_bytes(), defer_ms.to_string().as_bytes()],
+                body,
+            ),
+            Command::Rdy(n) => line(out, &[b"RDY", n.to_string().as_bytes()]),
+            // IDs are opaque bytes: written as received, never through text.
+            Command::Fin(id) => line(out, &[b"FIN", &id.0]),
             Command::Req { id, delay_ms } => {
-                line(out, &["REQ", &id.to_string(), &delay_ms.to_string()])
+                line(out, &[b"REQ", &id.0, delay_ms.to_string().as_bytes()])
             }
-            Command::Touch(id) => line(out, &["TOUCH", &id.to_string()]),
-            Command::Cls => line(out, &["CLS"]),
-            Command::Nop => line(out, &["NOP"]),
+            Command::Touch(id) => line(out, &[b"TOUCH", &id.0]),
+            Command::Cls => line(out, &[b"CLS"]),
+            Command::Nop => line(out, &[b"NOP"]),
         }
     }
 }
 
-fn line(out: &mut BytesMut, words: &[&str]) {
+fn line(out: &mut BytesMut, words: &[&[u8]]) {
     for (i, w) in words.iter().enumerate() {
         if i > 0 {
             out.put_u8(b' ');
         }
-        out.put_slice(w.as_bytes());
+        out.put_slice(w);
     }
     out.put_u8(b'\n');
 }
 
-fn line_with_body(out: &mut BytesMut, words: &[&str], body: &[u8]) {
+fn line_with_body(out: &mut BytesMut, words: &[&[u8]], body: &[u8]) {
     line(out, words);
     out.reserve(4 + body.len());
     out.put_u32(body.len() as u32);
@@ -188,7 +195,9 @@ pub fn decode_command(
     buf: &mut BytesMut,
     ctx: &DecodeContext,
 ) -> Result<Option<Command>, ProtocolError> {
-    let Some(nl) = buf.iter().position(|&b| b == b'\n') else {
+    // The same limit whether the line arrived whole or in pieces.
+    let window = &buf[..buf.len().min(MAX_LINE_LEN + 1)];
+    let Some(nl) = window.iter().position(|&b| b == b'\n') else {
         if buf.len() > MAX_LINE_LEN {
             return Err(invalid(format!(
                 "command line too long (more than {MAX_LINE_LEN} bytes)"
@@ -508,7 +517,9 @@ pub fn split_mpub_body(mut body: Bytes, limits: &Limits) -> Result<Vec<Bytes>, P
     }
     let count = body.get_i32();
     check_mpub_count(count, limits)?;
-    let mut bodies = Vec::with_capacity(count as usize);
+    // The count is the client's claim: never let it size an allocation beyond what the body
+    // can hold (each message takes at least 5 bytes).
+    let mut bodies = Vec::with_capacity((count as usize).min(body.len() / 5));
     for i in 0..count {
         if body.len() < 4 {
             return Err(bad_message(format!(

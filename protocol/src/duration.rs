@@ -51,7 +51,8 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_nanos(total_ns.round() as u64))
 }
 
-/// Formats a duration the way Go prints one (`1m0s`, `250ms`, `2s`).
+/// Formats a duration the way Go prints one (`1m0s`, `250ms`, `2s`), exactly (integer
+/// arithmetic, so long durations keep every digit).
 pub fn format_duration(d: Duration) -> String {
     let ns = d.as_nanos();
     if ns == 0 {
@@ -61,15 +62,14 @@ pub fn format_duration(d: Duration) -> String {
         return format!("{ns}ns");
     }
     if ns < 1_000_000 {
-        return format!("{}µs", trim_float(ns as f64 / 1e3));
+        return format!("{}µs", decimal(ns, 1_000));
     }
     if ns < 1_000_000_000 {
-        return format!("{}ms", trim_float(ns as f64 / 1e6));
+        return format!("{}ms", decimal(ns, 1_000_000));
     }
-    let total_s = ns as f64 / 1e9;
-    let h = (ns / 3_600_000_000_000) as u64;
-    let m = ((ns / 60_000_000_000) % 60) as u64;
-    let s = total_s - (h * 3600 + m * 60) as f64;
+    let h = ns / 3_600_000_000_000;
+    let m = (ns / 60_000_000_000) % 60;
+    let s_ns = ns % 60_000_000_000;
     let mut out = String::new();
     if h > 0 {
         out.push_str(&format!("{h}h"));
@@ -77,14 +77,20 @@ pub fn format_duration(d: Duration) -> String {
     if h > 0 || m > 0 {
         out.push_str(&format!("{m}m"));
     }
-    out.push_str(&format!("{}s", trim_float(s)));
+    out.push_str(&format!("{}s", decimal(s_ns, 1_000_000_000)));
     out
 }
 
-fn trim_float(v: f64) -> String {
-    let s = format!("{v:.9}");
-    let s = s.trim_end_matches('0').trim_end_matches('.');
-    s.to_string()
+/// `n / unit` as a decimal with trailing zeros trimmed.
+fn decimal(n: u128, unit: u128) -> String {
+    let whole = n / unit;
+    let frac = n % unit;
+    if frac == 0 {
+        return whole.to_string();
+    }
+    let digits = unit.ilog10() as usize;
+    let frac = format!("{frac:0digits$}");
+    format!("{whole}.{}", frac.trim_end_matches('0'))
 }
 
 #[cfg(test)]
