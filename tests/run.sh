@@ -55,13 +55,13 @@ fi
 
 # ---- build and unit tests ---------------------------------------------------------------
 if [ "${SKIP_BUILD:-0}" != "1" ]; then
-  step "cargo build --release -p broker"
-  cargo build --release -p broker
+  step "cargo build --release -p broker -p lookup"
+  cargo build --release -p broker -p lookup
 fi
 
 if [ "${SKIP_CARGO_TEST:-0}" != "1" ]; then
-  step "cargo test --workspace"
-  if cargo test --workspace; then record "cargo test --workspace" ok
+  step "cargo test --release --workspace"
+  if cargo test --release --workspace; then record "cargo test --workspace" ok
   else record "cargo test --workspace" FAILED; fi
 fi
 

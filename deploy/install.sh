@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs the broker and lookup binaries and their systemd units on this host.
+# Run from the repository root after `cargo build --release -p broker -p lookup`, as root.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+id nsq >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin nsq
+install -m 0755 target/release/broker /usr/local/bin/broker
+install -m 0755 target/release/lookup /usr/local/bin/lookup
+install -m 0644 deploy/broker.service /etc/systemd/system/broker.service
+install -m 0644 deploy/lookup.service /etc/systemd/system/lookup.service
+[ -f /etc/default/broker ] || install -m 0644 deploy/broker.env /etc/default/broker
+[ -f /etc/default/lookup ] || install -m 0644 deploy/lookup.env /etc/default/lookup
+install -d -m 0755 /usr/local/share/doc/broker
+install -m 0644 README.md ARCHITECTURE.md deploy/README.md /usr/local/share/doc/broker/
+systemctl daemon-reload
+echo "installed; edit /etc/default/broker and /etc/default/lookup, then:"
+echo "  systemctl enable --now lookup broker"
