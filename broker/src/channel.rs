@@ -22,7 +22,7 @@ use crate::storage::segment::Stored;
 use crate::timer::{TimerKind, TimerQueue};
 use protocol::{Message, MessageId};
 use std::cell::RefCell;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::rc::{Rc, Weak};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -119,6 +119,13 @@ pub struct Channel {
     skip: Option<(u64, u64)>,
     /// Messages to deliver again before the cursor's (REQ, timeout, disconnect).
     requeued: VecDeque<Stored>,
+    /// In-flight deadlines and deferred due times, in order; FIN/REQ remove from them, so
+    /// they hold only what is live. The shard's timer heap holds one entry per kind for the
+    /// earliest of each (`armed_*`).
+    in_flight_order: BTreeSet<(Instant, MessageId)>,
+    deferred_order: BTreeSet<(Instant, MessageId)>,
+    armed_in_flight: Option<Instant>,
+    armed_deferred: Option<Instant>,
     in_flight: HashMap<MessageId, InFlight>,
     deferred: HashMap<MessageId, Deferred>,
     consumers: Vec<Consumer>,
@@ -153,6 +160,10 @@ impl Channel {
                 visible_end,
                 skip: None,
                 requeued: VecDeque::new(),
+                in_flight_order: BTreeSet::new(),
+                deferred_order: BTreeSet::new(),
+                armed_in_flight: None,
+                armed_deferred: None,
                 in_flight: HashMap::new(),
                 deferred: HashMap::new(),
                 consumers: Vec::new(),
@@ -169,8 +180,26 @@ impl Channel {
     }
 
     fn defer(&mut self, msg: Stored, at: Instant, timers: &TimerQueue) {
-        timers.schedule(at, self.me.clone(), TimerKind::Deferred, msg.msg.id);
-        self.deferred.insert(msg.msg.id, Deferred { msg, at });
+        let id = msg.msg.id;
+        if let Some(old) = self.deferred.insert(id, Deferred { msg, at }) {
+            self.deferred_order.remove(&(old.at, id));
+        }
+        self.deferred_order.insert((at, id));
+        self.arm(TimerKind::Deferred, timers);
+    }
+
+    /// Makes sure the shard's timer heap fires at this channel's earliest deadline of `kind`.
+    fn arm(&mut self, kind: TimerKind, timers: &TimerQueue) {
+        let (first, armed) = match kind {
+            TimerKind::InFlight => (self.in_flight_order.first(), &mut self.armed_in_flight),
+            TimerKind::Deferred => (self.deferred_order.first(), &mut self.armed_deferred),
+        };
+        if let Some(&(at, _)) = first {
+            if armed.is_none_or(|a| at < a) {
+                *armed = Some(at);
+                timers.schedule(at, self.me.clone(), kind);
+            }
+        }
     }
 
     fn requeue_now(&mut self, msg: Stored) {
@@ -212,8 +241,10 @@ impl Channel {
     pub fn remove_consumer(&mut self, key: ConsumerKey) {
         self.consumers.retain(|c| c.spec.key != key);
         let mut returned: Vec<Stored> = Vec::new();
-        self.in_flight.retain(|_, f| {
+        let order = &mut self.in_flight_order;
+        self.in_flight.retain(|id, f| {
             if f.consumer == key {
+                order.remove(&(f.deadline, *id));
                 returned.push(f.msg.clone());
                 false
             } else {
@@ -260,6 +291,7 @@ impl Channel {
             Some(_) => {}
         }
         let f = self.in_flight.remove(&id).ok_or(OpError::NotInFlight)?;
+        self.in_flight_order.remove(&(f.deadline, id));
         if let Some(c) = self.consumer_mut(key) {
             c.in_flight = c.in_flight.saturating_sub(1);
         }
@@ -318,44 +350,64 @@ impl Channel {
         };
         let timeout = timeout.unwrap_or(max_msg_timeout);
         let deadline = (now + timeout).min(f.delivered_at + max_msg_timeout);
-        f.deadline = deadline;
-        timers.schedule(deadline, self.me.clone(), TimerKind::InFlight, id);
+        let old = std::mem::replace(&mut f.deadline, deadline);
+        self.in_flight_order.remove(&(old, id));
+        self.in_flight_order.insert((deadline, id));
+        self.arm(TimerKind::InFlight, timers);
         Ok(())
     }
 
-    /// A timer fired for message `id`. Returns true when the channel changed (so a dispatch may
-    /// deliver something). Stale timers (the message was answered or touched) are ignored.
-    pub fn on_timer(&mut self, kind: TimerKind, id: MessageId, at: Instant) -> bool {
+    /// The shard's timer for this channel's `kind` fired (it was armed for `at`): times out
+    /// every in-flight message past its deadline, or makes every due deferred message ready,
+    /// then re-arms for the next earliest. Returns true when something became deliverable.
+    pub fn on_timer(
+        &mut self,
+        kind: TimerKind,
+        at: Instant,
+        now: Instant,
+        timers: &TimerQueue,
+    ) -> bool {
+        let armed = match kind {
+            TimerKind::InFlight => &mut self.armed_in_flight,
+            TimerKind::Deferred => &mut self.armed_deferred,
+        };
+        if *armed == Some(at) {
+            *armed = None;
+        }
+        let mut changed = false;
         match kind {
             TimerKind::InFlight => {
-                let expired = matches!(self.in_flight.get(&id), Some(f) if f.deadline == at);
-                if !expired {
-                    return false;
+                while let Some(&(deadline, id)) = self.in_flight_order.first() {
+                    if deadline > now {
+                        break;
+                    }
+                    self.in_flight_order.pop_first();
+                    let Some(f) = self.in_flight.remove(&id) else {
+                        continue;
+                    };
+                    if let Some(c) = self.consumer_mut(f.consumer) {
+                        c.in_flight = c.in_flight.saturating_sub(1);
+                    }
+                    self.timeout_count += 1;
+                    self.requeue_now(f.msg);
+                    changed = true;
                 }
-                let Some(f) = self.in_flight.remove(&id) else {
-                    return false;
-                };
-                if let Some(c) = self.consumer_mut(f.consumer) {
-                    c.in_flight = c.in_flight.saturating_sub(1);
-                }
-                self.timeout_count += 1;
-                self.requeue_now(f.msg);
-                true
             }
             TimerKind::Deferred => {
-                let due = matches!(self.deferred.get(&id), Some(d) if d.at == at);
-                if !due {
-                    return false;
-                }
-                match self.deferred.remove(&id) {
-                    Some(d) => {
-                        self.requeue_now(d.msg);
-                        true
+                while let Some(&(due, id)) = self.deferred_order.first() {
+                    if due > now {
+                        break;
                     }
-                    None => false,
+                    self.deferred_order.pop_first();
+                    if let Some(d) = self.deferred.remove(&id) {
+                        self.requeue_now(d.msg);
+                        changed = true;
+                    }
                 }
             }
         }
+        self.arm(kind, timers);
+        changed
     }
 
     /// Hands messages (requeued first, then the log's) to ready consumers, in turn, until one
@@ -396,7 +448,7 @@ impl Channel {
             let timeout = c.spec.msg_timeout.min(max_msg_timeout);
             let deadline = now + timeout;
             let msg = stored.msg.clone();
-            timers.schedule(deadline, self.me.clone(), TimerKind::InFlight, msg.id);
+            self.in_flight_order.insert((deadline, msg.id));
             self.in_flight.insert(
                 msg.id,
                 InFlight {
@@ -408,6 +460,7 @@ impl Channel {
             );
             out.push(Delivery { to: key, msg });
         }
+        self.arm(TimerKind::InFlight, timers);
     }
 
     /// The next deliverable message at the cursor; deferred ones (DPUB) met on the way are set
@@ -482,6 +535,7 @@ impl Channel {
         self.cursor = self.cursor.max(self.visible_end);
         self.requeued.clear();
         self.deferred.clear();
+        self.deferred_order.clear();
     }
 
     /// Messages waiting for a consumer: the log's not yet taken plus the requeued.
@@ -719,9 +773,10 @@ mod tests {
         let first_deadline = now + Duration::from_secs(60);
         let later = now + Duration::from_secs(10);
         c.touch(spec(1).key, id, MAX, later, &timers).unwrap();
-        // The old deadline is stale after TOUCH.
-        assert!(!c.on_timer(TimerKind::InFlight, id, first_deadline));
-        assert!(c.on_timer(TimerKind::InFlight, id, later + Duration::from_secs(60)));
+        // After TOUCH the first deadline passes without a timeout.
+        assert!(!c.on_timer(TimerKind::InFlight, first_deadline, first_deadline, &timers));
+        let touched = later + Duration::from_secs(60);
+        assert!(c.on_timer(TimerKind::InFlight, touched, touched, &timers));
         assert_eq!(c.timeout_count, 1);
         assert_eq!(c.depth(), 1);
     }
@@ -740,7 +795,13 @@ mod tests {
         let id = out[0].msg.id;
         c.touch(spec(1).key, id, max, now + Duration::from_secs(80), &timers)
             .unwrap();
-        assert!(c.on_timer(TimerKind::InFlight, id, now + max));
+        assert!(!c.on_timer(
+            TimerKind::InFlight,
+            now + max,
+            now + max - Duration::from_millis(1),
+            &timers
+        ));
+        assert!(c.on_timer(TimerKind::InFlight, now + max, now + max, &timers));
     }
 
     #[test]
@@ -758,9 +819,9 @@ mod tests {
         assert_eq!(c.deferred_count(), 1);
         assert_eq!(timers.len(), 1);
         let id = MessageId::from_u64(0);
-        assert!(!c.on_timer(TimerKind::Deferred, id, now));
+        assert!(!c.on_timer(TimerKind::Deferred, now, now, &timers));
         let due = c.deferred.get(&id).map(|d| d.at).unwrap();
-        assert!(c.on_timer(TimerKind::Deferred, id, due));
+        assert!(c.on_timer(TimerKind::Deferred, due, due, &timers));
         c.dispatch(&log, now, MAX, &timers, &mut out);
         assert_eq!(out.len(), 1);
     }

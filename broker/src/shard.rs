@@ -706,11 +706,12 @@ impl Shard {
 
     fn on_timers(&self, due: Vec<TimerEntry>) {
         let mut changed: Vec<ChannelRef> = Vec::new();
+        let now = Instant::now();
         for e in due {
             let Some(ch) = e.channel.upgrade() else {
                 continue;
             };
-            if ch.borrow_mut().on_timer(e.kind, e.id, e.at)
+            if ch.borrow_mut().on_timer(e.kind, e.at, now, &self.timers)
                 && !changed.iter().any(|c| Rc::ptr_eq(c, &ch))
             {
                 changed.push(ch);

@@ -1,14 +1,15 @@
-//! The shard's one timer queue: in-flight deadlines and deferred messages of every channel the
-//! shard owns.
+//! The shard's one timer queue, for every channel the shard owns.
 //!
 //! One binary heap and one task per shard, instead of a ticker per topic or channel: with
 //! nothing scheduled the task sleeps on a [`Notify`] and costs nothing; otherwise it sleeps until
-//! the earliest deadline. Entries are never removed early: a FIN or TOUCH leaves the old entry
-//! in place and the channel ignores it when it fires (it checks the deadline still matches).
+//! the earliest deadline. The heap holds one entry per channel and kind for the channel's
+//! *earliest* in-flight deadline or deferred message, not one per message: each channel keeps
+//! its own ordered deadlines (which FIN and REQ remove from), fires everything due when its
+//! entry comes up, and re-arms for its next earliest. So the heap stays small whatever the
+//! message rate, and a stale entry (its deadline moved) only costs a look.
 
 use crate::channel::Channel;
 use crate::sync::Notify;
-use protocol::MessageId;
 use std::cell::{Cell, RefCell};
 use std::cmp::{Ordering, Reverse};
 use std::collections::BinaryHeap;
@@ -28,7 +29,6 @@ pub struct TimerEntry {
     seq: u64,
     pub channel: Weak<RefCell<Channel>>,
     pub kind: TimerKind,
-    pub id: MessageId,
 }
 
 impl PartialEq for TimerEntry {
@@ -60,13 +60,7 @@ pub struct TimerQueue {
 const MAX_FIRED_PER_TURN: usize = 4096;
 
 impl TimerQueue {
-    pub fn schedule(
-        &self,
-        at: Instant,
-        channel: Weak<RefCell<Channel>>,
-        kind: TimerKind,
-        id: MessageId,
-    ) {
+    pub fn schedule(&self, at: Instant, channel: Weak<RefCell<Channel>>, kind: TimerKind) {
         let seq = self.seq.get().wrapping_add(1);
         self.seq.set(seq);
         let mut heap = self.heap.borrow_mut();
@@ -76,7 +70,6 @@ impl TimerQueue {
             seq,
             channel,
             kind,
-            id,
         }));
         drop(heap);
         if becomes_earliest {
