@@ -53,10 +53,14 @@ fn main() -> ExitCode {
         error!("{e}");
         return ExitCode::from(1);
     }
-    if let Err(e) = claim_port(&mut config) {
-        error!("{e}");
-        return ExitCode::from(1);
-    }
+    // Held until exit: port-0 reservations (see claim_ports).
+    let _reserved_ports = match claim_ports(&mut config) {
+        Ok(r) => r,
+        Err(e) => {
+            error!("{e}");
+            return ExitCode::from(1);
+        }
+    };
     let signals = match control::install_signals() {
         Ok(s) => s,
         Err(e) => {
@@ -132,27 +136,45 @@ fn main() -> ExitCode {
 }
 
 /// Checks the TCP and HTTP addresses are free, and resolves port 0 to one real port every
-/// shard then shares (each shard binds it with SO_REUSEPORT). Both probes are held until both
-/// are resolved, so two port-0 addresses cannot resolve to the same port.
-fn claim_port(config: &mut Config) -> Result<(), String> {
-    let (tcp_probe, tcp) = probe("--tcp-address", config.tcp_address)?;
-    let (_http_probe, http) = probe("--http-address", config.http_address)?;
-    drop(tcp_probe);
+/// shard then shares (each shard binds it with SO_REUSEPORT).
+///
+/// An explicit port is probed with a plain socket (no SO_REUSEPORT), which fails if anything
+/// holds the port, then released for the shards. A port-0 address is resolved by a bound,
+/// never-listening SO_REUSEPORT socket that the process keeps: the kernel then hands that port
+/// to no other `bind(0)`, and the shards join it. (SO_REUSEPORT lets any process of the same
+/// user join a port; reserving it is what keeps two brokers started side by side apart.)
+fn claim_ports(config: &mut Config) -> Result<Vec<socket2::Socket>, String> {
+    let mut reservations = Vec::new();
+    let (tcp, tcp_hold) = claim_port("--tcp-address", config.tcp_address)?;
+    let (http, http_hold) = claim_port("--http-address", config.http_address)?;
+    reservations.extend(tcp_hold);
+    reservations.extend(http_hold);
     config.tcp_address = tcp;
     config.http_address = http;
-    Ok(())
+    Ok(reservations)
 }
 
-fn probe(
+fn claim_port(
     flag: &str,
     addr: std::net::SocketAddr,
-) -> Result<(std::net::TcpListener, std::net::SocketAddr), String> {
-    let probe = std::net::TcpListener::bind(addr)
-        .map_err(|e| format!("cannot listen on {flag} {addr}: {e}"))?;
-    let actual = probe
+) -> Result<(std::net::SocketAddr, Option<socket2::Socket>), String> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let fail = |e: std::io::Error| format!("cannot listen on {flag} {addr}: {e}");
+    if addr.port() != 0 {
+        let probe = std::net::TcpListener::bind(addr).map_err(fail)?;
+        drop(probe);
+        return Ok((addr, None));
+    }
+    let sock =
+        Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP)).map_err(fail)?;
+    sock.set_reuse_port(true).map_err(fail)?;
+    sock.bind(&addr.into()).map_err(fail)?;
+    let actual = sock
         .local_addr()
-        .map_err(|e| format!("{flag} {addr}: {e}"))?;
-    Ok((probe, actual))
+        .ok()
+        .and_then(|a| a.as_socket())
+        .ok_or_else(|| format!("{flag} {addr}: no local address"))?;
+    Ok((actual, Some(sock)))
 }
 
 fn init_logging(level: &str) {

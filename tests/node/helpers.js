@@ -13,18 +13,6 @@ const REPO = path.resolve(__dirname, '..', '..')
 const BROKER_BIN = process.env.BROKER_BIN || path.join(REPO, 'target', 'release', 'broker')
 const SHARDS = parseInt(process.env.BROKER_SHARDS || '1', 10)
 
-function freePort () {
-  return new Promise((resolve, reject) => {
-    const srv = net.createServer()
-    srv.unref()
-    srv.on('error', reject)
-    srv.listen(0, '127.0.0.1', () => {
-      const { port } = srv.address()
-      srv.close(() => resolve(port))
-    })
-  })
-}
-
 function accepts (port) {
   return new Promise((resolve) => {
     const s = net.connect({ host: '127.0.0.1', port })
@@ -41,15 +29,14 @@ async function startBroker (extra = []) {
   if (!fs.existsSync(BROKER_BIN)) {
     throw new Error(`broker binary not found: ${BROKER_BIN}`)
   }
-  const port = await freePort()
-  let httpPort = await freePort()
-  while (httpPort === port) httpPort = await freePort()
+  // Port 0: the broker picks free ports, keeps them reserved, and logs them; picking them here
+  // races with brokers started side by side (SO_REUSEPORT would let two share a port).
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'broker-node-'))
   const dataPath = path.join(dir, 'data')
   fs.mkdirSync(dataPath)
   const args = [
-    `--tcp-address=127.0.0.1:${port}`,
-    `--http-address=127.0.0.1:${httpPort}`,
+    '--tcp-address=127.0.0.1:0',
+    '--http-address=127.0.0.1:0',
     `--data-path=${dataPath}`,
     `--shards=${SHARDS}`,
     ...extra
@@ -65,8 +52,9 @@ async function startBroker (extra = []) {
 
   const broker = {
     host: '127.0.0.1',
-    port,
-    address: `127.0.0.1:${port}`,
+    port: null,
+    httpPort: null,
+    get address () { return `127.0.0.1:${this.port}` },
     args,
     stderr: () => stderr,
     exited: () => exited,
@@ -90,14 +78,22 @@ async function startBroker (extra = []) {
     if (exited !== null) {
       throw new Error(`broker exited at start-up (${JSON.stringify(exited)})\nargs: ${args.join(' ')}\nstderr:\n${stderr}`)
     }
-    if (await accepts(port)) {
+    if (broker.port === null) {
+      const tcp = /TCP: listening tcp=[^ ]*:(\d+)/.exec(stderr)
+      const http = /HTTP: listening http=[^ ]*:(\d+)/.exec(stderr)
+      if (tcp && http) {
+        broker.port = Number(tcp[1])
+        broker.httpPort = Number(http[1])
+      }
+    }
+    if (broker.port !== null && await accepts(broker.port)) {
       if (SHARDS > 1) await sleep(200)
       return broker
     }
     await sleep(50)
   }
   await broker.stop()
-  throw new Error(`broker did not accept on port ${port} within 10 s\nstderr:\n${stderr}`)
+  throw new Error(`broker did not accept on port ${broker.port} within 10 s\nstderr:\n${stderr}`)
 }
 
 // Resolves when pred() is true; rejects after timeoutMs.

@@ -6,6 +6,7 @@ The broker binary is target/release/broker (BROKER_BIN overrides). Each broker u
 """
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -74,11 +75,12 @@ class Broker:
     """One running broker process."""
 
     def __init__(self, shards, extra_args, workdir):
+        # Port 0: the broker picks free ports and keeps them reserved; we read them from its
+        # log. (Picking ports here and passing them races with brokers started side by side:
+        # SO_REUSEPORT would let two brokers share a port.)
         self.host = "127.0.0.1"
-        self.port = free_port()
-        self.http_port = free_port()
-        while self.http_port == self.port:
-            self.http_port = free_port()
+        self.port = None
+        self.http_port = None
         self.shards = shards
         self.data_path = os.path.join(workdir, "data")
         os.makedirs(self.data_path, exist_ok=True)
@@ -86,8 +88,8 @@ class Broker:
         self.stdout_path = os.path.join(workdir, "broker.stdout")
         self.args = [
             broker_bin(),
-            "--tcp-address=%s:%d" % (self.host, self.port),
-            "--http-address=%s:%d" % (self.host, self.http_port),
+            "--tcp-address=%s:0" % self.host,
+            "--http-address=%s:0" % self.host,
             "--data-path=%s" % self.data_path,
             "--shards=%d" % shards,
         ] + list(extra_args)
@@ -116,7 +118,9 @@ class Broker:
             if self.proc.poll() is not None:
                 raise RuntimeError("broker exited with %s at start-up\nargs: %s\nstderr:\n%s"
                                    % (self.proc.returncode, " ".join(self.args), self.stderr()))
-            if port_accepts(self.host, self.port):
+            if self.port is None:
+                self._read_ports()
+            if self.port is not None and port_accepts(self.host, self.port):
                 # With several shards each binds its own SO_REUSEPORT listener: give the others
                 # a moment after the first one answers.
                 if self.shards > 1:
@@ -126,6 +130,13 @@ class Broker:
         self.stop()
         raise RuntimeError("broker did not accept on %s within %.0fs\nargs: %s\nstderr:\n%s"
                            % (self.tcp_address, START_TIMEOUT, " ".join(self.args), self.stderr()))
+
+    def _read_ports(self):
+        text = self.stderr()
+        tcp = re.search(r"TCP: listening tcp=[^ ]*:(\d+)", text)
+        http = re.search(r"HTTP: listening http=[^ ]*:(\d+)", text)
+        if tcp and http:
+            self.port, self.http_port = int(tcp.group(1)), int(http.group(1))
 
     def stderr(self, limit=20000):
         try:
