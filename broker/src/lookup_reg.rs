@@ -112,10 +112,14 @@ impl Registrations {
                 }
                 out
             }
-            (RegistryOp::Unregister, Some(ch)) => match self.topics.get_mut(topic) {
-                Some(channels) if channels.remove(ch) => vec![unreg(Some(ch))],
-                _ => Vec::new(),
-            },
+            (RegistryOp::Unregister, Some(ch)) => {
+                let removed = self.topics.get_mut(topic).is_some_and(|c| c.remove(ch));
+                if removed {
+                    vec![unreg(Some(ch))]
+                } else {
+                    Vec::new()
+                }
+            }
             (RegistryOp::Unregister, None) => match self.topics.remove(topic) {
                 Some(channels) => channels
                     .iter()
@@ -364,14 +368,16 @@ impl Registrar {
             return Ok(());
         }
         // From here on changes queue up behind the full set, which is taken at this instant.
-        let all = {
+        let (all, topics) = {
             peer.queue.borrow_mut().clear();
             peer.live.set(true);
-            self.set.borrow().all_commands()
+            let set = self.set.borrow();
+            (set.all_commands(), set.topic_count())
         };
         let count = all.len();
         send(&mut stream, &mut inbuf, all).await?;
         info!(
+            topics,
             registrations = count,
             "connected to lookup; everything registered"
         );
@@ -580,7 +586,7 @@ fn complete_length(raw: &[u8]) -> Option<usize> {
             .then(|| value.trim().parse::<usize>().ok())
             .flatten()
     })?;
-    Some(head_end + 4 + len)
+    (head_end + 4).checked_add(len)
 }
 
 /// Reads the channel names out of a whole HTTP answer to `GET /channels`: status 200 and
@@ -788,6 +794,8 @@ mod tests {
             body.len()
         );
         assert_eq!(complete_length(raw.as_bytes()), Some(raw.len()));
+        let huge = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", usize::MAX);
+        assert_eq!(complete_length(huge.as_bytes()), None);
         assert_eq!(
             parse_channels_answer(raw.as_bytes()).unwrap(),
             vec!["a".to_string(), "b".to_string()]

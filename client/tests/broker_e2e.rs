@@ -60,7 +60,9 @@ fn free_port() -> u16 {
 fn start_broker(name: &str) -> Option<Broker> {
     // A missing binary is a failure, not a skip: a test that cannot run must not pass.
     let Some(bin) = broker_bin() else {
-        panic!("no broker binary: build it with `cargo build --release -p broker` or set BROKER_BIN");
+        panic!(
+            "no broker binary: build it with `cargo build --release -p broker` or set BROKER_BIN"
+        );
     };
     let data = std::env::temp_dir().join(format!("client-e2e-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&data);

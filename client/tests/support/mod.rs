@@ -1,8 +1,12 @@
 //! Test doubles: a fake nsqd that speaks enough protocol V2 (through the protocol crate's
 //! `decode_command` and `frame`) to observe what a client sends, and a fake lookup that
 //! answers `/lookup` with whatever the test sets. Both run on the test's glommio executor.
+//!
+//! [`real`] starts the real `broker` and `lookup` binaries instead, and reads their HTTP APIs.
 
 #![allow(dead_code)]
+
+pub mod real;
 
 use bytes::{Bytes, BytesMut};
 use futures_lite::io::{AsyncReadExt, AsyncWriteExt};

@@ -1,0 +1,355 @@
+//! The command line: `shard-bench pub | sub | pubsub | raw | report`, and the checks that turn
+//! it into a [`LoadPlan`] a run can trust.
+//!
+//! Flag names follow nsq's own tools where they have one (`--nsqd-tcp-address`,
+//! `--lookupd-http-address`, `--topic`, `--channel`, `--size`, `--batch-size`,
+//! `--max-in-flight`); durations take Go's forms (`10s`, `250ms`, `1m30s`) as the broker's do.
+
+use crate::error::{BenchError, Result};
+use crate::result::Target;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use protocol::names::{is_valid_channel_name, is_valid_topic_name};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Bytes at the start of every body: the send time and a marker (see [`crate::payload`]).
+pub const MIN_MESSAGE_SIZE: usize = crate::payload::STAMP_LEN;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "shard-bench",
+    version,
+    about = "Load tool for NSQ-compatible brokers (ours or nsqd): throughput, HDR latency, \
+             broker CPU per message and peak RSS, charts"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Publish (PUB, or MPUB with --batch-size > 1) as fast as acknowledged, or at --rate.
+    Pub(LoadArgs),
+    /// Consume a topic's channel(s) and FIN every message (e.g. to drain a backlog).
+    Sub(LoadArgs),
+    /// Publish and consume at once; end-to-end latency from the stamp in each body.
+    Pubsub(LoadArgs),
+    /// The same client and framing against a trivial in-process sink: the ceiling.
+    Raw(RawArgs),
+    /// Turn result files into a markdown table and SVG charts.
+    Report(ReportArgs),
+}
+
+/// Everything a load run takes.
+#[derive(Args, Debug, Clone)]
+pub struct LoadArgs {
+    /// Broker TCP address, host:port (repeatable; default 127.0.0.1:4150 without lookups).
+    #[arg(long = "nsqd-tcp-address", value_name = "ADDR")]
+    pub nsqd_tcp_addresses: Vec<String>,
+    /// Lookup HTTP address, host:port, to discover the brokers of --topic (repeatable).
+    #[arg(long = "lookupd-http-address", value_name = "ADDR")]
+    pub lookupd_http_addresses: Vec<String>,
+    /// Topic to publish to / consume from.
+    #[arg(long, default_value = "bench")]
+    pub topic: String,
+    /// Channel to consume (repeatable: each channel gets its own consumers).
+    #[arg(long = "channel", value_name = "NAME")]
+    pub channels: Vec<String>,
+    /// Message body size in bytes (at least 16: the send time and a marker lead each body).
+    #[arg(long, default_value_t = 200)]
+    pub size: usize,
+    /// Messages per publish command: 1 sends PUB, more send MPUB.
+    #[arg(long, default_value_t = 200)]
+    pub batch_size: usize,
+    /// Publishing connections.
+    #[arg(long, default_value_t = 4)]
+    pub connections: usize,
+    /// Consumer connections per channel (default: --connections).
+    #[arg(long)]
+    pub sub_connections: Option<usize>,
+    /// Most messages in flight per consumer connection (its RDY).
+    #[arg(long, default_value_t = 2500)]
+    pub max_in_flight: u64,
+    /// Publish commands outstanding per connection when not rate-limited (1: send, wait for
+    /// OK, send the next).
+    #[arg(long, default_value_t = 1)]
+    pub pipeline: usize,
+    /// How long to measure (after --warmup). Also the deadline of a --count run.
+    #[arg(long, default_value = "10s", value_parser = flag_duration)]
+    pub duration: Duration,
+    /// Time to run before measuring; its messages count toward --count but not the results.
+    #[arg(long, default_value = "0s", value_parser = flag_duration)]
+    pub warmup: Duration,
+    /// Open loop: publish this many messages per second in total on a fixed timetable, and
+    /// measure latency from each message's scheduled time (no coordinated omission).
+    #[arg(long)]
+    pub rate: Option<u64>,
+    /// Stop after this many messages: published (pub), or consumed per channel (sub, pubsub).
+    #[arg(long)]
+    pub count: Option<u64>,
+    /// Open loop only: most publish commands awaiting their OK at once, per connection.
+    #[arg(long, default_value_t = 4096)]
+    pub max_outstanding: usize,
+    /// glommio executors (threads) the bench runs on; connections are spread over them.
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+    /// Pin executor i to the i-th CPU of this list (e.g. `1` or `0,1`); default: not pinned.
+    #[arg(long, value_delimiter = ',', value_name = "CPU")]
+    pub cpus: Vec<usize>,
+    /// The broker's PID: report its CPU seconds per million messages and its peak RSS.
+    #[arg(long)]
+    pub broker_pid: Option<u32>,
+    /// Write the result as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// A name for this run in reports (default: the mode and main settings).
+    #[arg(long)]
+    pub label: Option<String>,
+    /// A goal to check, `METRIC>=N` or `METRIC<=N` (repeatable); see `Target` for metrics.
+    #[arg(long = "target", value_name = "GOAL")]
+    pub targets: Vec<Target>,
+    /// No progress line each second.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// Which side `raw` drives against its sink.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RawWorkload {
+    /// Producers against a sink that answers OK to every publish.
+    Pub,
+    /// Consumers against a sink that sends messages as fast as RDY allows.
+    Sub,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct RawArgs {
+    #[command(flatten)]
+    pub load: LoadArgs,
+    /// What to measure against the sink.
+    #[arg(long, value_enum, default_value = "pub")]
+    pub workload: RawWorkload,
+    /// Pin the sink's executor to this CPU (default: not pinned).
+    #[arg(long)]
+    pub sink_cpu: Option<usize>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ReportArgs {
+    /// Result files written by --json.
+    #[arg(required = true, value_name = "RESULT")]
+    pub results: Vec<PathBuf>,
+    /// Directory for report.md, throughput.svg and latency.svg (created if missing).
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+    /// Title above the table and on the charts.
+    #[arg(long, default_value = "shard-bench")]
+    pub title: String,
+}
+
+/// What a run publishes and consumes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Pub,
+    Sub,
+    PubSub,
+}
+
+impl Mode {
+    pub fn publishes(self) -> bool {
+        matches!(self, Mode::Pub | Mode::PubSub)
+    }
+    pub fn consumes(self) -> bool {
+        matches!(self, Mode::Sub | Mode::PubSub)
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Pub => "pub",
+            Mode::Sub => "sub",
+            Mode::PubSub => "pubsub",
+        }
+    }
+}
+
+/// A validated load run.
+#[derive(Debug, Clone)]
+pub struct LoadPlan {
+    /// `pub`, `sub`, `pubsub`, `raw-pub` or `raw-sub`: what the result is called.
+    pub mode_name: String,
+    pub mode: Mode,
+    pub brokers: Vec<String>,
+    pub lookupds: Vec<String>,
+    pub topic: String,
+    pub channels: Vec<String>,
+    pub size: usize,
+    pub batch_size: usize,
+    pub connections: usize,
+    pub sub_connections: usize,
+    pub max_in_flight: u64,
+    pub pipeline: usize,
+    pub duration: Duration,
+    pub warmup: Duration,
+    pub rate: Option<u64>,
+    pub count: Option<u64>,
+    pub max_outstanding: usize,
+    pub threads: usize,
+    pub cpus: Vec<usize>,
+    pub broker_pid: Option<u32>,
+    pub json: Option<PathBuf>,
+    pub label: String,
+    pub targets: Vec<Target>,
+    pub quiet: bool,
+}
+
+impl LoadArgs {
+    /// Checks the flags together and fills in defaults.
+    pub fn plan(&self, mode: Mode, mode_name: &str) -> Result<LoadPlan> {
+        let bad = |s: String| Err(BenchError::InvalidOption(s));
+        if !is_valid_topic_name(&self.topic) {
+            return bad(format!(
+                "--topic {:?} is not a valid topic name",
+                self.topic
+            ));
+        }
+        let channels = if self.channels.is_empty() {
+            vec!["bench".to_string()]
+        } else {
+            self.channels.clone()
+        };
+        if let Some(c) = channels.iter().find(|c| !is_valid_channel_name(c)) {
+            return bad(format!("--channel {c:?} is not a valid channel name"));
+        }
+        if self.size < MIN_MESSAGE_SIZE {
+            return bad(format!(
+                "--size must be at least {MIN_MESSAGE_SIZE} (each body starts with its send time)"
+            ));
+        }
+        for (flag, v) in [
+            ("--batch-size", self.batch_size),
+            ("--connections", self.connections),
+            ("--pipeline", self.pipeline),
+            ("--max-outstanding", self.max_outstanding),
+            ("--threads", self.threads),
+        ] {
+            if v == 0 {
+                return bad(format!("{flag} must be at least 1"));
+            }
+        }
+        if self.sub_connections == Some(0) {
+            return bad("--sub-connections must be at least 1".into());
+        }
+        if self.max_in_flight == 0 {
+            return bad("--max-in-flight must be at least 1".into());
+        }
+        if self.duration.is_zero() {
+            return bad("--duration must be positive".into());
+        }
+        if self.rate == Some(0) {
+            return bad("--rate must be positive".into());
+        }
+        if self.count == Some(0) {
+            return bad("--count must be positive".into());
+        }
+        if !mode.publishes() && self.rate.is_some() {
+            return bad("--rate needs a mode that publishes (pub, pubsub)".into());
+        }
+        let online = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if let Some(cpu) = self.cpus.iter().find(|&&c| c >= online) {
+            return bad(format!(
+                "--cpus names CPU {cpu}, but only {online} are online"
+            ));
+        }
+        let mut brokers = self.nsqd_tcp_addresses.clone();
+        if brokers.is_empty() && self.lookupd_http_addresses.is_empty() {
+            brokers.push("127.0.0.1:4150".to_string());
+        }
+        let sub_connections = self.sub_connections.unwrap_or(self.connections);
+        let label = self.label.clone().unwrap_or_else(|| {
+            default_label(mode_name, self, mode, sub_connections, channels.len())
+        });
+        Ok(LoadPlan {
+            mode_name: mode_name.to_string(),
+            mode,
+            brokers,
+            lookupds: self.lookupd_http_addresses.clone(),
+            topic: self.topic.clone(),
+            channels,
+            size: self.size,
+            batch_size: self.batch_size,
+            connections: self.connections,
+            sub_connections,
+            max_in_flight: self.max_in_flight,
+            pipeline: self.pipeline,
+            duration: self.duration,
+            warmup: self.warmup,
+            rate: self.rate,
+            count: self.count,
+            max_outstanding: self.max_outstanding,
+            threads: self.threads,
+            cpus: self.cpus.clone(),
+            broker_pid: self.broker_pid,
+            json: self.json.clone(),
+            label,
+            targets: self.targets.clone(),
+            quiet: self.quiet,
+        })
+    }
+}
+
+fn default_label(
+    mode_name: &str,
+    a: &LoadArgs,
+    mode: Mode,
+    sub_connections: usize,
+    channels: usize,
+) -> String {
+    let mut parts = vec![mode_name.to_string()];
+    if mode.publishes() {
+        let cmd = if a.batch_size == 1 {
+            "PUB".to_string()
+        } else {
+            format!("MPUB {}", a.batch_size)
+        };
+        parts.push(format!("{cmd} x{} conn", a.connections));
+        if let Some(r) = a.rate {
+            parts.push(format!("@{r}/s"));
+        }
+    }
+    if mode.consumes() {
+        parts.push(format!("{channels} ch x{sub_connections} conn"));
+    }
+    parts.join(" ")
+}
+
+impl LoadPlan {
+    /// Bench executors to start: never more than there are connections to spread.
+    pub fn executors(&self) -> usize {
+        let mut conns = 0;
+        if self.mode.publishes() {
+            conns += self.connections;
+        }
+        if self.mode.consumes() {
+            conns += self.sub_connections * self.channels.len();
+        }
+        self.threads.min(conns.max(1))
+    }
+
+    /// Where executor `i` runs.
+    pub fn placement(&self, i: usize) -> Option<usize> {
+        if self.cpus.is_empty() {
+            None
+        } else {
+            Some(self.cpus[i % self.cpus.len()])
+        }
+    }
+
+    /// The hard deadline of the whole run, connecting and stopping included.
+    pub fn hard_limit(&self) -> Duration {
+        self.warmup + self.duration + Duration::from_secs(20)
+    }
+}
+
+fn flag_duration(s: &str) -> std::result::Result<Duration, String> {
+    protocol::duration::parse_duration(s)
+}

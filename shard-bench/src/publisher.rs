@@ -1,0 +1,146 @@
+//! Publishing connections, each a [`client::Producer`].
+//!
+//! - Closed loop (no `--rate`): `pipeline` workers per connection, each sends one command
+//!   (PUB, or MPUB of `batch_size`), waits for its OK, and sends the next. Ack latency is
+//!   send → OK.
+//! - Open loop (`--rate`): a scheduler per connection sends command k at `start + k·interval`
+//!   whether or not earlier ones were answered (up to `max_outstanding` waiting), and both the
+//!   ack latency and the stamp in the bodies start at the *scheduled* time. A broker that
+//!   stalls for 50 ms therefore shows 50 ms of latency on every message due in that window,
+//!   rather than one slow sample (no coordinated omission).
+
+use crate::metrics::{record, Latencies, Shared};
+use crate::options::LoadPlan;
+use crate::payload;
+use bytes::Bytes;
+use client::{Producer, ProducerConfig};
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How many publish errors are printed before the rest are only counted.
+const ERRORS_SHOWN: u64 = 5;
+
+/// Everything a publishing task needs; cheap to clone.
+#[derive(Clone)]
+pub struct PubContext {
+    pub plan: Arc<LoadPlan>,
+    pub shared: Arc<Shared>,
+    pub latencies: Rc<RefCell<Latencies>>,
+}
+
+pub async fn connect(addr: &str) -> client::Result<Producer> {
+    let config = ProducerConfig::new().client_id("shard-bench");
+    Producer::connect_with(addr, config).await
+}
+
+/// Runs one connection's publishing until the run stops or `--count` is reached.
+pub async fn run(producer: Producer, ctx: PubContext) {
+    match ctx.plan.rate {
+        None => {
+            let workers: Vec<_> = (0..ctx.plan.pipeline)
+                .map(|_| glommio::spawn_local(closed_loop(producer.clone(), ctx.clone())))
+                .collect();
+            for w in workers {
+                w.await;
+            }
+        }
+        Some(rate) => {
+            let per_conn = rate as f64 / ctx.plan.connections as f64;
+            open_loop(producer.clone(), ctx, per_conn).await;
+        }
+    }
+    producer.stop();
+}
+
+async fn closed_loop(producer: Producer, ctx: PubContext) {
+    let plan = &ctx.plan;
+    while !ctx.shared.stopping() {
+        let n = ctx.shared.claim(plan.batch_size, plan.count);
+        if n == 0 {
+            return;
+        }
+        let bodies = payload::bodies(plan.size, n, payload::now_ns());
+        let sent = Instant::now();
+        let outcome = publish(&producer, &plan.topic, bodies).await;
+        settle(&ctx, outcome, n, sent).await;
+    }
+}
+
+async fn open_loop(producer: Producer, ctx: PubContext, msgs_per_s: f64) {
+    let plan = ctx.plan.clone();
+    let interval_ns = (plan.batch_size as f64 / msgs_per_s * 1e9).max(1.0);
+    let start = Instant::now();
+    let start_wall = payload::now_ns();
+    let outstanding = Rc::new(Cell::new(0usize));
+    let mut k: u64 = 0;
+    while !ctx.shared.stopping() {
+        let offset = Duration::from_nanos((k as f64 * interval_ns) as u64);
+        let due = start + offset;
+        let now = Instant::now();
+        if due > now {
+            glommio::timer::sleep(due - now).await;
+            continue;
+        }
+        if outstanding.get() >= plan.max_outstanding {
+            // Still honest: the late command's latency counts from `due`.
+            glommio::timer::sleep(Duration::from_micros(100)).await;
+            continue;
+        }
+        let n = ctx.shared.claim(plan.batch_size, plan.count);
+        if n == 0 {
+            break;
+        }
+        k += 1;
+        outstanding.set(outstanding.get() + 1);
+        let bodies = payload::bodies(plan.size, n, start_wall + offset.as_nanos() as u64);
+        let (producer, ctx, outstanding) = (producer.clone(), ctx.clone(), outstanding.clone());
+        glommio::spawn_local(async move {
+            let outcome = publish(&producer, &ctx.plan.topic, bodies).await;
+            settle(&ctx, outcome, n, due).await;
+            outstanding.set(outstanding.get() - 1);
+        })
+        .detach();
+    }
+    // Let the answers of what was sent arrive (bounded: the producer times out by itself).
+    let give_up = Instant::now() + Duration::from_secs(5);
+    while outstanding.get() > 0 && Instant::now() < give_up {
+        glommio::timer::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+async fn publish(producer: &Producer, topic: &str, mut bodies: Vec<Bytes>) -> client::Result<()> {
+    if bodies.len() == 1 {
+        producer.publish(topic, bodies.pop().unwrap()).await
+    } else {
+        producer.multi_publish(topic, bodies).await
+    }
+}
+
+/// Books the outcome of one publish command of `n` messages sent (or due) at `since`.
+async fn settle(ctx: &PubContext, outcome: client::Result<()>, n: usize, since: Instant) {
+    match outcome {
+        Ok(()) => {
+            ctx.shared.published.fetch_add(n as u64, Relaxed);
+            ctx.shared
+                .published_bytes
+                .fetch_add((n * ctx.plan.size) as u64, Relaxed);
+            if ctx.shared.measuring() {
+                let ns = since.elapsed().as_nanos() as u64;
+                record(&mut ctx.latencies.borrow_mut().ack, ns);
+            }
+        }
+        Err(e) => {
+            let seen = ctx.shared.errors.fetch_add(1, Relaxed);
+            if seen < ERRORS_SHOWN {
+                eprintln!("shard-bench: publish failed: {e}");
+            }
+            if e.is_connection_error() {
+                // The next publish reconnects; don't spin while the broker is away.
+                glommio::timer::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}

@@ -1,0 +1,181 @@
+//! The trivial broker that `raw` measures against: the ceiling of what the client and the
+//! framing can do over loopback, with no broker work in between.
+//!
+//! It speaks just enough protocol V2, with the same codec the broker uses
+//! ([`protocol::decode_command`], [`protocol::frame`]): IDENTIFY gets a negotiation answer,
+//! every PUB / MPUB / DPUB an `OK` (bodies are parsed, then dropped), SUB an `OK`, after which
+//! it sends stamped messages as fast as the consumer's RDY allows and counts FINs back. One
+//! task per connection reads, answers, writes, and reads again: no queues, no storage.
+
+use crate::error::{BenchError, Result};
+use crate::payload;
+use bytes::{Bytes, BytesMut};
+use futures_lite::future;
+use futures_lite::io::{AsyncReadExt, AsyncWriteExt};
+use glommio::net::{TcpListener, TcpStream};
+use glommio::{LocalExecutorBuilder, Placement};
+use protocol::frame::{write_frame, write_message_frame};
+use protocol::{decode_command, Command, ConnPhase, DecodeContext, FrameType, Message, MessageId};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Duration;
+
+const READ_CHUNK: usize = 64 * 1024;
+const IDENTIFY_ANSWER: &str = r#"{"max_rdy_count":2500,"version":"1.3.0","max_msg_timeout":900000,"msg_timeout":60000,"tls_v1":false,"deflate":false,"deflate_level":6,"max_deflate_level":6,"snappy":false,"sample_rate":0,"auth_required":false,"output_buffer_size":16384,"output_buffer_timeout":250}"#;
+
+/// A running sink; stops when dropped.
+pub struct Sink {
+    pub addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+}
+
+impl Drop for Sink {
+    fn drop(&mut self) {
+        self.stop.store(true, Relaxed);
+    }
+}
+
+/// Starts a sink on 127.0.0.1 (an ephemeral port) on its own executor, pinned to `cpu` if
+/// given, sending message bodies of `size` bytes.
+pub fn start(cpu: Option<usize>, size: usize) -> Result<Sink> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let placement = cpu.map_or(Placement::Unbound, Placement::Fixed);
+    let stop_flag = stop.clone();
+    LocalExecutorBuilder::new(placement)
+        .name("bench-sink")
+        .spawn(move || async move {
+            let listener = match TcpListener::bind("127.0.0.1:0") {
+                Ok(l) => l,
+                Err(e) => {
+                    let _ = tx.send(Err(e.to_string()));
+                    return;
+                }
+            };
+            let _ = tx.send(listener.local_addr().map_err(|e| e.to_string()));
+            accept_until_stopped(listener, stop_flag, size).await;
+        })
+        .map_err(|e| BenchError::Executor(e.to_string()))?;
+    let addr = rx
+        .recv_timeout(Duration::from_secs(10))
+        .map_err(|_| BenchError::Executor("the sink did not start".into()))?
+        .map_err(BenchError::Executor)?;
+    Ok(Sink { addr, stop })
+}
+
+async fn accept_until_stopped(listener: TcpListener, stop: Arc<AtomicBool>, size: usize) {
+    loop {
+        let accepted = future::or(async { Some(listener.accept().await) }, async {
+            while !stop.load(Relaxed) {
+                glommio::timer::sleep(Duration::from_millis(20)).await;
+            }
+            None
+        })
+        .await;
+        match accepted {
+            Some(Ok(stream)) => {
+                let _ = stream.set_nodelay(true);
+                glommio::spawn_local(async move {
+                    let _ = serve(stream, size).await;
+                })
+                .detach();
+            }
+            Some(Err(_)) => glommio::timer::sleep(Duration::from_millis(10)).await,
+            None => return,
+        }
+    }
+}
+
+/// A subscription's delivery state.
+#[derive(Default)]
+struct Delivery {
+    subscribed: bool,
+    rdy: u64,
+    in_flight: u64,
+    next_id: u64,
+}
+
+async fn serve(mut stream: TcpStream, size: usize) -> std::io::Result<()> {
+    let mut buf = BytesMut::with_capacity(READ_CHUNK);
+    while buf.len() < 4 {
+        if read_more(&mut stream, &mut buf).await? == 0 {
+            return Ok(());
+        }
+    }
+    let _magic = buf.split_to(4);
+    let mut ctx = DecodeContext::default();
+    let mut out = BytesMut::with_capacity(READ_CHUNK);
+    let mut delivery = Delivery::default();
+    loop {
+        loop {
+            match decode_command(&mut buf, &ctx) {
+                Ok(Some(cmd)) => answer(cmd, &mut ctx, &mut delivery, &mut out),
+                Ok(None) => break,
+                Err(e) => {
+                    write_frame(&mut out, FrameType::Error, e.to_string().as_bytes());
+                    stream.write_all(&out).await?;
+                    return Ok(());
+                }
+            }
+        }
+        deliver(&mut delivery, size, &mut out);
+        if !out.is_empty() {
+            stream.write_all(&out).await?;
+            out.clear();
+        }
+        if read_more(&mut stream, &mut buf).await? == 0 {
+            return Ok(());
+        }
+    }
+}
+
+fn answer(cmd: Command, ctx: &mut DecodeContext, d: &mut Delivery, out: &mut BytesMut) {
+    let ok = |out: &mut BytesMut| write_frame(out, FrameType::Response, protocol::OK);
+    match cmd {
+        Command::Identify(_) => write_frame(out, FrameType::Response, IDENTIFY_ANSWER.as_bytes()),
+        Command::Pub { .. } | Command::Mpub { .. } | Command::Dpub { .. } => ok(out),
+        Command::Sub { .. } => {
+            d.subscribed = true;
+            ctx.phase = ConnPhase::Subscribed;
+            ok(out)
+        }
+        Command::Rdy(n) => d.rdy = n,
+        Command::Fin(_) | Command::Req { .. } => d.in_flight = d.in_flight.saturating_sub(1),
+        Command::Touch(_) | Command::Nop => {}
+        Command::Cls => {
+            d.subscribed = false;
+            ctx.phase = ConnPhase::Closing;
+            write_frame(out, FrameType::Response, protocol::CLOSE_WAIT);
+        }
+        Command::Auth(_) => write_frame(out, FrameType::Error, b"E_AUTH_DISABLED AUTH disabled"),
+    }
+}
+
+/// Fills the consumer's RDY with messages stamped now (one body shared by the whole burst).
+fn deliver(d: &mut Delivery, size: usize, out: &mut BytesMut) {
+    if !d.subscribed || d.in_flight >= d.rdy {
+        return;
+    }
+    let now = payload::now_ns();
+    let body: Bytes = payload::bodies(size, 1, now).pop().expect("one body");
+    while d.in_flight < d.rdy {
+        d.next_id += 1;
+        let msg = Message {
+            id: MessageId::from_u64(d.next_id),
+            timestamp: now as i64,
+            attempts: 1,
+            body: body.clone(),
+        };
+        write_message_frame(out, &msg);
+        d.in_flight += 1;
+    }
+}
+
+async fn read_more(stream: &mut TcpStream, buf: &mut BytesMut) -> std::io::Result<usize> {
+    let start = buf.len();
+    buf.resize(start + READ_CHUNK, 0);
+    let n = stream.read(&mut buf[start..]).await;
+    buf.truncate(start + *n.as_ref().unwrap_or(&0));
+    n
+}

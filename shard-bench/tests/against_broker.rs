@@ -1,0 +1,161 @@
+//! A short real run: the release broker started here on ephemeral 127.0.0.1 ports with
+//! `--shards 2`, and `shard-bench pubsub` against it for 2 seconds.
+//!
+//! The broker binary comes from `$BROKER_BIN`, else `<workspace>/target/release/broker`
+//! (`cargo build --release -p broker`). Without it this test fails; it does not skip.
+
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+struct Broker {
+    child: Child,
+    data: PathBuf,
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.data);
+    }
+}
+
+fn broker_bin() -> PathBuf {
+    let path = std::env::var_os("BROKER_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/release/broker")
+        });
+    assert!(
+        path.is_file(),
+        "broker binary not found at {}: build it with `cargo build --release -p broker` \
+         or point BROKER_BIN at one",
+        path.display()
+    );
+    path
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("an ephemeral port")
+        .port()
+}
+
+fn start_broker() -> (Broker, String) {
+    let (tcp, http) = (free_port(), free_port());
+    let data = std::env::temp_dir().join(format!("shard-bench-broker-{}", std::process::id()));
+    std::fs::create_dir_all(&data).unwrap();
+    let child = Command::new(broker_bin())
+        .args(["--tcp-address", &format!("127.0.0.1:{tcp}")])
+        .args(["--http-address", &format!("127.0.0.1:{http}")])
+        .arg("--data-path")
+        .arg(&data)
+        .args(["--shards", "2", "--log-level", "warn"])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("broker starts");
+    let broker = Broker { child, data };
+    let addr = format!("127.0.0.1:{tcp}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(&addr).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "broker did not listen on {addr} within 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (broker, addr)
+}
+
+#[test]
+fn a_two_second_pubsub_run_publishes_consumes_and_writes_its_result() {
+    let (broker, addr) = start_broker();
+    let json = broker.data.join("result.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_shard-bench"))
+        .args([
+            "pubsub",
+            "--nsqd-tcp-address",
+            &addr,
+            "--topic",
+            "bench_test",
+        ])
+        .args([
+            "--duration",
+            "2s",
+            "--connections",
+            "2",
+            "--batch-size",
+            "50",
+        ])
+        .args(["--broker-pid", &broker.child.id().to_string()])
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .expect("shard-bench runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "shard-bench failed:\n{stdout}\n{stderr}"
+    );
+    assert!(stderr.contains("msg/s"), "no progress line:\n{stderr}");
+    assert!(
+        stdout.contains("published:") && stdout.contains("e2e:"),
+        "{stdout}"
+    );
+
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("result written")).unwrap();
+    let num = |p: &str| {
+        v.pointer(p)
+            .and_then(|x| x.as_f64())
+            .unwrap_or_else(|| panic!("{p} missing in {v:#}"))
+    };
+    assert_eq!(v["mode"], "pubsub");
+    assert!(num("/elapsed_s") >= 1.9, "measured for the duration");
+    assert!(
+        num("/published/messages") > 1000.0,
+        "published too little: {v:#}"
+    );
+    assert!(
+        num("/consumed/messages") > 1000.0,
+        "consumed too little: {v:#}"
+    );
+    assert!(num("/published/msgs_per_s") > 0.0 && num("/consumed/mb_per_s") > 0.0);
+    assert_eq!(num("/errors"), 0.0);
+    for q in ["p50", "p90", "p99", "p999", "max"] {
+        assert!(num(&format!("/ack_latency_us/{q}")) > 0.0);
+        assert!(num(&format!("/e2e_latency_us/{q}")) > 0.0);
+    }
+    assert!(num("/e2e_latency_us/max") >= num("/e2e_latency_us/p50"));
+    assert!(
+        !v["series"].as_array().unwrap().is_empty(),
+        "a sample per second"
+    );
+    assert!(num("/broker/cpu_s") > 0.0, "the broker worked");
+    assert!(num("/broker/cpu_s_per_million_sub") > 0.0);
+    assert!(num("/broker/peak_rss_kb") > 0.0);
+}
+
+#[test]
+fn an_unreachable_broker_is_a_clear_error_not_a_hang() {
+    let port = free_port();
+    let started = Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_shard-bench"))
+        .args([
+            "pub",
+            "--nsqd-tcp-address",
+            &format!("127.0.0.1:{port}"),
+            "--duration",
+            "2s",
+        ])
+        .output()
+        .expect("shard-bench runs");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("cannot connect"), "{stderr}");
+    assert!(started.elapsed() < Duration::from_secs(20));
+}
