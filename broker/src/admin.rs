@@ -403,7 +403,12 @@ fn channel_stats(
         c.consumers()
             .iter()
             .map(|k| {
-                let mut s = ClientStats::new(&k.spec.info, stats::STATE_SUBSCRIBED);
+                let state = if k.closing {
+                    stats::STATE_CLOSING
+                } else {
+                    stats::STATE_SUBSCRIBED
+                };
+                let mut s = ClientStats::new(&k.spec.info, state);
                 s.ready_count = k.rdy as i64;
                 s.in_flight_count = k.in_flight as i64;
                 s.message_count = k.message_count;

@@ -273,14 +273,17 @@ impl Channel {
 
     pub fn set_rdy(&mut self, key: ConsumerKey, rdy: u64) {
         if let Some(c) = self.consumer_mut(key) {
-            c.rdy = rdy;
+            if !c.closing {
+                c.rdy = rdy;
+            }
         }
     }
 
-    /// CLS: no more deliveries to this consumer; FIN/REQ/TOUCH still count.
+    /// CLS: no more deliveries to this consumer (RDY 0, as nsqd); FIN/REQ/TOUCH still count.
     pub fn close_consumer(&mut self, key: ConsumerKey) {
         if let Some(c) = self.consumer_mut(key) {
             c.closing = true;
+            c.rdy = 0;
         }
     }
 

@@ -63,6 +63,8 @@ pub struct ChannelStats {
 /// nsqd's client states (`state` in /stats).
 pub const STATE_INIT: i32 = 0;
 pub const STATE_SUBSCRIBED: i32 = 3;
+/// After CLS (nsqd's stateClosing).
+pub const STATE_CLOSING: i32 = 4;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct ClientStats {
