@@ -16,6 +16,7 @@
 //! Nothing here does I/O: operations push [`Delivery`]s into a vector the shard routes to
 //! connections (local, or through the mailbox of the consumer's shard).
 
+use crate::ids::IdHash;
 use crate::storage::log::{DiskHint, Read, TopicLog};
 use crate::storage::meta::{ChannelMeta, PendingMeta};
 use crate::storage::segment::Stored;
@@ -126,8 +127,8 @@ pub struct Channel {
     deferred_order: BTreeSet<(Instant, MessageId)>,
     armed_in_flight: Option<Instant>,
     armed_deferred: Option<Instant>,
-    in_flight: HashMap<MessageId, InFlight>,
-    deferred: HashMap<MessageId, Deferred>,
+    in_flight: HashMap<MessageId, InFlight, IdHash>,
+    deferred: HashMap<MessageId, Deferred, IdHash>,
     consumers: Vec<Consumer>,
     next_consumer: usize,
     /// Ephemeral channels drop messages beyond this many ready ones (they never touch disk).
@@ -164,8 +165,8 @@ impl Channel {
                 deferred_order: BTreeSet::new(),
                 armed_in_flight: None,
                 armed_deferred: None,
-                in_flight: HashMap::new(),
-                deferred: HashMap::new(),
+                in_flight: HashMap::default(),
+                deferred: HashMap::default(),
                 consumers: Vec::new(),
                 next_consumer: 0,
                 mem_queue_size,

@@ -5,7 +5,40 @@
 //! and, unless a shard sustained more than one message per microsecond, across restarts.
 
 use protocol::MessageId;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Hashes message IDs for the in-flight and deferred maps. IDs are made by the broker (hex of a
+/// counter), and a client can only FIN what it was given, so there is no flooding to defend
+/// against; SipHash cost more than the rest of a FIN. Folds the 16 bytes with two multiplies.
+#[derive(Default, Clone, Copy)]
+pub struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.0 = (self.0.rotate_left(5) ^ u64::from_le_bytes(word))
+                .wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+        }
+    }
+
+    fn write_usize(&mut self, _: usize) {
+        // The slice length prefix: always 16 for an ID.
+    }
+
+    fn finish(&self) -> u64 {
+        // splitmix64's finaliser: every input bit reaches the low bits the table indexes with.
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+}
+
+/// `HashMap<MessageId, V, IdHash>`.
+pub type IdHash = BuildHasherDefault<IdHasher>;
 
 const COUNTER_BITS: u32 = 56;
 const COUNTER_MASK: u64 = (1 << COUNTER_BITS) - 1;
@@ -44,6 +77,25 @@ pub fn now_nanos() -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn id_hasher_spreads_consecutive_ids() {
+        use std::hash::{BuildHasher, Hash};
+        let build = IdHash::default();
+        let mut gen = IdGen::new(3);
+        let mut buckets = [0u32; 64];
+        for _ in 0..64_000 {
+            let id = gen.next_id();
+            let mut h = build.build_hasher();
+            id.hash(&mut h);
+            buckets[(h.finish() % 64) as usize] += 1;
+        }
+        // Consecutive IDs differ in their last hex digits only; each bucket still gets its share.
+        assert!(
+            buckets.iter().all(|&n| (700..1300).contains(&n)),
+            "{buckets:?}"
+        );
+    }
 
     #[test]
     fn ids_carry_the_shard_and_never_repeat() {

@@ -42,6 +42,9 @@ use tracing::{debug, error, info, warn};
 
 /// How often channel floors are persisted and passed segments deleted.
 const CHECKPOINT_EVERY: Duration = Duration::from_secs(5);
+/// Without --durable nobody waits for the disk: the flusher lets writes gather this long, so a
+/// stream of single PUBs becomes one write per millisecond instead of one per message.
+const WRITE_COALESCE: Duration = Duration::from_millis(1);
 
 pub struct Shard {
     pub id: usize,
@@ -816,6 +819,9 @@ impl Shard {
             }
             if self.flusher_stop.get() {
                 return;
+            }
+            if !self.config.durable && !self.flush_queue.borrow().is_empty() {
+                glommio::timer::sleep(WRITE_COALESCE).await;
             }
             self.flusher_busy.set(true);
             let queued: Vec<Rc<RefCell<Topic>>> =
