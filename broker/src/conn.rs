@@ -6,8 +6,11 @@
 //! so pipelined responses and deliveries go out in one write), and the heartbeat ticker. The
 //! socket is `dup`ed so reader and writer each own a glommio stream.
 //!
-//! Responses keep the order of commands: the reader waits for a PUB's reply from the topic's
-//! owner before it decodes the next command. A fatal protocol error sends its error frame, then
+//! Responses keep the order of commands. Publishes pipeline: the reader sends PUB/MPUB/DPUB to
+//! the topic's owner and goes on decoding (up to [`MAX_PIPELINED`] outstanding), while a fourth
+//! task, the replier, writes their answers in command order as they come back. A command that
+//! answers anything else (IDENTIFY, SUB, CLS, ...) first waits until every outstanding publish
+//! has been answered, so the client sees responses exactly in the order of its commands. A fatal protocol error sends its error frame, then
 //! closes; a non-fatal one (FIN of an unknown ID, ...) only sends the frame.
 
 use crate::channel::{ClientInfo, ConsumerKey, ConsumerSpec};
@@ -35,6 +38,19 @@ const READ_MIN: usize = 4 * 1024;
 const READ_MAX: usize = 256 * 1024;
 /// A client that does not take its bytes for this long is closed.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Publishes one connection may have outstanding before its reader waits.
+pub const MAX_PIPELINED: usize = 64;
+/// How long a stopping connection waits for its outstanding publishes to be answered.
+const REPLY_GRACE: Duration = Duration::from_secs(5);
+
+/// A publish sent to its owner, waiting for the answer.
+struct PendingPublish {
+    reply: crate::sync::Receiver<Reply>,
+    topic: String,
+    count: u64,
+    fail: ErrorCode,
+    verb: &'static str,
+}
 
 /// The part of a connection that other tasks of the shard can reach.
 pub struct Conn {
@@ -52,6 +68,11 @@ pub struct Conn {
     pub(crate) pub_counts: RefCell<Vec<(String, u64)>>,
     /// Set once SUB succeeded: the connection is then listed under its channel, not producers.
     pub(crate) subscribed: Cell<bool>,
+    /// Publishes sent to their owners, in command order, and how many are not answered yet.
+    pending: RefCell<std::collections::VecDeque<PendingPublish>>,
+    outstanding: Cell<usize>,
+    wake_replier: Notify,
+    replies_done: Notify,
 }
 
 impl Conn {
@@ -68,6 +89,17 @@ impl Conn {
             info: RefCell::new(ClientInfo::default()),
             pub_counts: RefCell::new(Vec::new()),
             subscribed: Cell::new(false),
+            pending: RefCell::new(std::collections::VecDeque::new()),
+            outstanding: Cell::new(0),
+            wake_replier: Notify::new(),
+            replies_done: Notify::new(),
+        }
+    }
+
+    /// Waits until at most `limit` publishes are outstanding (0: all answered).
+    async fn wait_outstanding(&self, limit: usize) {
+        while self.outstanding.get() > limit && !self.closed.get() {
+            self.replies_done.notified().await;
         }
     }
 
@@ -159,8 +191,15 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
         shard.register_conn(conn.clone());
         let writer = glommio::spawn_local(write_loop(conn.clone(), writer_stream));
         let ticker = glommio::spawn_local(heartbeat_loop(conn.clone()));
+        let replier = glommio::spawn_local(reply_loop(conn.clone()));
 
         let session = read_loop(&shard, &conn, stream, remote).await;
+        // Answer what is in progress (a stop, or EOF after pipelined publishes), bounded.
+        let _ = glommio::timer::timeout(REPLY_GRACE, async {
+            conn.wait_outstanding(0).await;
+            Ok(())
+        })
+        .await;
 
         if let Some((owner, topic, channel)) = session.and_then(|s| s.sub) {
             shard.route(
@@ -180,6 +219,7 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
         conn.close();
         writer.await;
         ticker.cancel().await;
+        replier.cancel().await;
         debug!("closed");
     }
     .instrument(span)
@@ -239,6 +279,15 @@ async fn read_loop(
             };
             match decode_command(&mut rbuf, &ctx) {
                 Ok(Some(cmd)) => {
+                    let publishes = matches!(
+                        cmd,
+                        Command::Pub { .. } | Command::Mpub { .. } | Command::Dpub { .. }
+                    );
+                    let limit = if publishes { MAX_PIPELINED - 1 } else { 0 };
+                    conn.wait_outstanding(limit).await;
+                    if conn.closed.get() {
+                        return Some(session);
+                    }
                     if let Err(e) = execute(shard, conn, &mut stream, &mut session, cmd).await {
                         debug!(error = %e, "command failed");
                         conn.push_error(&e);
@@ -250,6 +299,8 @@ async fn read_loop(
                 Ok(None) => break,
                 Err(e) => {
                     debug!(error = %e, "protocol error");
+                    // After the answers of the publishes before it, as on the wire.
+                    conn.wait_outstanding(0).await;
                     conn.push_error(&e);
                     return Some(session);
                 }
@@ -451,6 +502,7 @@ async fn subscribe(
     }
 }
 
+/// Sends a publish to the topic's owner; its answer is written by the replier, in order.
 async fn publish(
     shard: &Rc<Shard>,
     conn: &Conn,
@@ -458,33 +510,58 @@ async fn publish(
     bodies: Vec<Bytes>,
     defer: Duration,
     fail: ErrorCode,
-    verb: &str,
+    verb: &'static str,
 ) -> Result<(), ProtocolError> {
     let owner = shard.config.owner_of(&topic);
     let count = bodies.len() as u64;
     let counted_topic = topic.clone();
-    let reply = shard
-        .request(owner, |reply| Mail::Publish {
-            topic,
-            bodies,
-            defer,
-            reply,
-        })
-        .await;
-    match reply {
-        Some(Reply::Publish(Ok(()))) => {
-            conn.count_published(&counted_topic, count);
-            conn.push_response(protocol::OK);
-            Ok(())
+    let reply = shard.request(owner, |reply| Mail::Publish {
+        topic,
+        bodies,
+        defer,
+        reply,
+    });
+    conn.outstanding.set(conn.outstanding.get() + 1);
+    conn.pending.borrow_mut().push_back(PendingPublish {
+        reply,
+        topic: counted_topic,
+        count,
+        fail,
+        verb,
+    });
+    conn.wake_replier.notify();
+    Ok(())
+}
+
+/// Writes the answers of pipelined publishes in command order. A failed publish sends its
+/// (fatal) error frame and closes the connection, as nsqd does.
+async fn reply_loop(conn: Rc<Conn>) {
+    loop {
+        let next = conn.pending.borrow_mut().pop_front();
+        let Some(p) = next else {
+            conn.wake_replier.notified().await;
+            continue;
+        };
+        let answer = p.reply.await;
+        match answer {
+            Some(Reply::Publish(Ok(()))) => {
+                conn.count_published(&p.topic, p.count);
+                conn.push_response(protocol::OK);
+            }
+            other => {
+                let why = match other {
+                    Some(Reply::Publish(Err(e))) => e.description,
+                    _ => "broker shutting down".to_string(),
+                };
+                let e = ProtocolError::fatal(p.fail, format!("{} failed {why}", p.verb));
+                debug!(error = %e, "publish failed");
+                conn.push_error(&e);
+                conn.close();
+            }
         }
-        Some(Reply::Publish(Err(e))) => Err(ProtocolError::fatal(
-            fail,
-            format!("{verb} failed {}", e.description),
-        )),
-        _ => Err(ProtocolError::fatal(
-            fail,
-            format!("{verb} failed broker shutting down"),
-        )),
+        conn.outstanding
+            .set(conn.outstanding.get().saturating_sub(1));
+        conn.replies_done.notify();
     }
 }
 

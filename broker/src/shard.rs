@@ -40,6 +40,18 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::{debug, error, info, warn};
 
+/// A publish answered once the log reached `end` on disk (written, or fsynced if `synced`).
+pub(crate) struct DiskAck {
+    topic: Rc<RefCell<Topic>>,
+    end: u64,
+    synced: bool,
+    reply: ReplyTo,
+}
+
+/// Unwritten bytes a topic may hold before publishes wait for the disk (backpressure for
+/// publishers faster than the disk without --durable; memory stays bounded).
+const WRITE_BACKLOG_LIMIT: usize = 4 << 20;
+
 /// How often channel floors are persisted and passed segments deleted.
 const CHECKPOINT_EVERY: Duration = Duration::from_secs(5);
 /// Without --durable nobody waits for the disk: the flusher lets writes gather this long, so a
@@ -75,8 +87,9 @@ pub struct Shard {
     flusher_idle: Notify,
     /// Set by the hand-over: the flusher stops before its next round.
     flusher_stop: Cell<bool>,
-    /// Durable-mode publishes waiting for their fsync: (topic, seq end, where to answer).
-    pub(crate) durable_acks: RefCell<Vec<(Rc<RefCell<Topic>>, u64, ReplyTo)>>,
+    /// Publishes whose answer waits for the disk: for the fsync (--durable), or for the write
+    /// (when a topic's unwritten records passed [`WRITE_BACKLOG_LIMIT`]).
+    pub(crate) disk_acks: RefCell<Vec<DiskAck>>,
     /// New topics waiting for the lookups' channel list, by name.
     pub(crate) pending_topics: RefCell<HashMap<String, PendingTopic>>,
 }
@@ -119,7 +132,7 @@ impl Shard {
             flusher_busy: Cell::new(false),
             flusher_idle: Notify::new(),
             flusher_stop: Cell::new(false),
-            durable_acks: RefCell::new(Vec::new()),
+            disk_acks: RefCell::new(Vec::new()),
             pending_topics: RefCell::new(HashMap::new()),
         }
     }
@@ -502,9 +515,17 @@ impl Shard {
         for ch in touched {
             self.dispatch(&ch);
         }
-        if persistent && self.config.durable {
-            self.durable_acks.borrow_mut().push((t.clone(), end, reply));
-            return None;
+        if persistent {
+            let backlog = t.borrow().log.borrow().unwritten_bytes() > WRITE_BACKLOG_LIMIT;
+            if self.config.durable || backlog {
+                self.disk_acks.borrow_mut().push(DiskAck {
+                    topic: t.clone(),
+                    end,
+                    synced: self.config.durable,
+                    reply,
+                });
+                return None;
+            }
         }
         Some(Ok(()))
     }
@@ -854,7 +875,7 @@ impl Shard {
                     }
                 }
             }
-            self.answer_durable_acks(failed);
+            self.answer_disk_acks(failed);
             if !failed {
                 self.set_healthy();
             }
@@ -893,24 +914,32 @@ impl Shard {
             .map(|d| d.min(CHECKPOINT_EVERY))
     }
 
-    fn answer_durable_acks(&self, failed: bool) {
-        let waiting = std::mem::take(&mut *self.durable_acks.borrow_mut());
+    fn answer_disk_acks(&self, failed: bool) {
+        let waiting = std::mem::take(&mut *self.disk_acks.borrow_mut());
         let mut still = Vec::new();
-        for (t, end, reply) in waiting {
-            let synced = t.borrow().log.borrow().synced_end >= end;
-            if synced {
-                self.reply(reply, Reply::Publish(Ok(())));
+        for ack in waiting {
+            let done = {
+                let t = ack.topic.borrow();
+                let log = t.log.borrow();
+                if ack.synced {
+                    log.synced_end >= ack.end
+                } else {
+                    log.written_end() >= ack.end
+                }
+            };
+            if done {
+                self.reply(ack.reply, Reply::Publish(Ok(())));
             } else if failed {
                 let reason = self.admin.health().unwrap_or_default();
                 self.reply(
-                    reply,
+                    ack.reply,
                     Reply::Publish(Err(ProtocolError::fatal(ErrorCode::PubFailed, reason))),
                 );
             } else {
-                still.push((t, end, reply));
+                still.push(ack);
             }
         }
-        self.durable_acks.borrow_mut().extend(still);
+        self.disk_acks.borrow_mut().extend(still);
     }
 
     /// Persists each changed topic's metadata (channels, pauses, floors: so a crash redelivers

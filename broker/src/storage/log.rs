@@ -290,6 +290,16 @@ impl TopicLog {
         }
     }
 
+    /// Bytes of records appended but not written yet.
+    pub fn unwritten_bytes(&self) -> usize {
+        self.pending.iter().map(|c| c.bytes.len()).sum()
+    }
+
+    /// Seqs below this are in the files.
+    pub fn written_end(&self) -> u64 {
+        self.written_end
+    }
+
     /// Reads the message at `seq`, or the first one after it if `seq` is gone.
     pub fn read(&self, seq: u64, hint: DiskHint) -> Read {
         if seq >= self.head {
