@@ -73,6 +73,8 @@ pub struct Shard {
     pub(crate) next_conn: Cell<u64>,
     pub(crate) stopping: Cell<bool>,
     pub(crate) stop_accepting: Notify,
+    /// Wakes the HTTP server's acceptor watcher at shutdown.
+    pub(crate) http_stop: Notify,
     pub(crate) exit: Notify,
     pub(crate) conns_changed: Notify,
     /// Health and runtime options for the HTTP API (see [`crate::admin`]).
@@ -123,6 +125,7 @@ impl Shard {
             next_conn: Cell::new(0),
             stopping: Cell::new(false),
             stop_accepting: Notify::new(),
+            http_stop: Notify::new(),
             exit: Notify::new(),
             conns_changed: Notify::new(),
             admin: crate::admin::AdminState::default(),
@@ -755,6 +758,7 @@ impl Shard {
             "shutting down: no new connections, no new deliveries"
         );
         self.stop_accepting.notify();
+        self.http_stop.notify();
         let conns: Vec<Rc<Conn>> = self.conns.borrow().values().cloned().collect();
         for c in conns {
             c.request_stop();

@@ -29,8 +29,6 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 /// After refusing a request, how long (and how much) to keep reading before closing.
 const DRAIN_TIME: Duration = Duration::from_millis(500);
 const DRAIN_BYTES: usize = 16 * 1024 * 1024;
-/// How often the accept loop checks for shutdown.
-const STOP_POLL: Duration = Duration::from_millis(50);
 
 /// Binds this shard's HTTP listener and spawns its accept loop.
 pub fn start(shard: &Rc<Shard>) -> Result<(), String> {
@@ -50,10 +48,8 @@ pub fn start(shard: &Rc<Shard>) -> Result<(), String> {
     let watcher = shard.clone();
     glommio::spawn_local(async move {
         // Dropping the accept task is the one way to interrupt a pending accept; do it once,
-        // at shutdown.
-        while !watcher.is_stopping() {
-            glommio::timer::sleep(STOP_POLL).await;
-        }
+        // at shutdown (woken, never polled: an idle shard must not tick).
+        watcher.http_stop.notified().await;
         drop(acceptor);
         info!(shard = watcher.id, "HTTP: stopped accepting");
     })
