@@ -428,10 +428,7 @@ impl Channel {
             return;
         }
         let now_ns = crate::ids::now_nanos();
-        loop {
-            let Some(ci) = self.next_ready_consumer() else {
-                break;
-            };
+        while let Some(ci) = self.next_ready_consumer() {
             let next = match self.requeued.pop_front() {
                 Some(m) => Some(m),
                 None => self.take_from_log(log, now, now_ns, timers),

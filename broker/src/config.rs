@@ -245,7 +245,7 @@ impl Config {
         let tcp_address = resolve("--tcp-address", &a.tcp_address)?;
         let http_address = resolve("--http-address", &a.http_address)?;
         let cpus = allowed_cpus();
-        let shards = a.shards.unwrap_or(cpus.len()).max(0);
+        let shards = a.shards.unwrap_or(cpus.len());
         if shards == 0 || shards > 256 {
             return Err(format!("--shards {shards} must be between 1 and 256"));
         }

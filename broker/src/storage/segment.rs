@@ -180,7 +180,7 @@ pub fn scan(seg: &Bytes, max_payload: usize) -> ScanReport {
                         None => break,
                     }
                 }
-                if r.records % INDEX_EVERY == 0 {
+                if r.records.is_multiple_of(INDEX_EVERY) {
                     r.index.push((s.seq, off));
                 }
                 r.first_seq.get_or_insert(s.seq);
