@@ -105,14 +105,17 @@ pub async fn run(
         .await;
     info!(signal = ?first, "signal received; shutting down");
     // A second signal means: stop now.
-    glommio::spawn_local(glommio::executor().spawn_blocking(move || {
-        let mut signals = signals;
-        if signals.forever().next().is_some() {
-            warn!("second signal: exiting without finishing the shutdown");
-            std::process::exit(1);
-        }
-    }))
-    .detach();
+    // A plain thread, not the executor's blocking pool: it outlives the executor at exit
+    // (the pool would answer an executor that is gone).
+    let _ = std::thread::Builder::new()
+        .name("second-signal".into())
+        .spawn(move || {
+            let mut signals = signals;
+            if signals.forever().next().is_some() {
+                warn!("second signal: exiting without finishing the shutdown");
+                std::process::exit(1);
+            }
+        });
 
     for shard in 0..shards {
         let _ = senders.send_to(shard, vec![Mail::Shutdown]).await;

@@ -144,8 +144,8 @@ fn main() -> ExitCode {
 /// Checks the TCP and HTTP addresses are free, and resolves port 0 to one real port every
 /// shard then shares (each shard binds it with SO_REUSEPORT).
 ///
-/// An explicit port is probed with a plain socket (no SO_REUSEPORT), which fails if anything
-/// holds the port, then released for the shards. A port-0 address is resolved by a bound,
+/// An explicit port is probed with a plain bound socket (no SO_REUSEPORT, never listening),
+/// which fails if anything holds the port, then released for the shards. A port-0 address is resolved by a bound,
 /// never-listening SO_REUSEPORT socket that the process keeps: the kernel then hands that port
 /// to no other `bind(0)`, and the shards join it. (SO_REUSEPORT lets any process of the same
 /// user join a port; reserving it is what keeps two brokers started side by side apart.)
@@ -166,13 +166,15 @@ fn claim_port(
 ) -> Result<(std::net::SocketAddr, Option<socket2::Socket>), String> {
     use socket2::{Domain, Protocol, Socket, Type};
     let fail = |e: std::io::Error| format!("cannot listen on {flag} {addr}: {e}");
-    if addr.port() != 0 {
-        let probe = std::net::TcpListener::bind(addr).map_err(fail)?;
-        drop(probe);
-        return Ok((addr, None));
-    }
     let sock =
         Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP)).map_err(fail)?;
+    if addr.port() != 0 {
+        // Bound, never listening: fails if anything holds the port, and no client can connect
+        // to the probe and take it for the broker before the shards listen.
+        sock.bind(&addr.into()).map_err(fail)?;
+        drop(sock);
+        return Ok((addr, None));
+    }
     sock.set_reuse_port(true).map_err(fail)?;
     sock.bind(&addr.into()).map_err(fail)?;
     let actual = sock
