@@ -15,37 +15,15 @@ import urllib.error
 import urllib.request
 
 import nsq
+from aio import run, until  # noqa: E402
 
 logging.getLogger("nsq").setLevel(logging.CRITICAL)
 
-SCENARIO_TIMEOUT = 40
 HTTP_TIMEOUT = 10
 
 
-def run(coro_fn, timeout=SCENARIO_TIMEOUT):
-    loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
-    try:
-        return loop.run_until_complete(asyncio.wait_for(coro_fn(), timeout))
-    finally:
-        try:
-            pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
-            for t in pending:
-                t.cancel()
-            if pending:
-                loop.run_until_complete(asyncio.wait(pending, timeout=2))
-        finally:
-            loop.close()
-            asyncio.set_event_loop(None)
 
 
-async def until(pred, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError("timed out after %.1fs waiting for %s" % (timeout, what))
 
 
 def http(broker, method, target, body=None):

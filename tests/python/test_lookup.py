@@ -23,6 +23,7 @@ import pytest
 
 from conftest import REPO, free_port, port_accepts
 from nsqwire import Conn
+from aio import run, until  # noqa: E402
 
 logging.getLogger("nsq").setLevel(logging.CRITICAL)
 
@@ -198,30 +199,8 @@ def wait_identified(lookup, broker, timeout=10):
 
 # ---- pynsq consumers ------------------------------------------------------------------------
 
-def run(coro_fn, timeout=SCENARIO_TIMEOUT):
-    loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
-    try:
-        return loop.run_until_complete(asyncio.wait_for(coro_fn(), timeout))
-    finally:
-        try:
-            pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
-            for t in pending:
-                t.cancel()
-            if pending:
-                loop.run_until_complete(asyncio.wait(pending, timeout=2))
-        finally:
-            loop.close()
-            asyncio.set_event_loop(None)
 
 
-async def until(pred, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError("timed out after %.1fs waiting for %s" % (timeout, what))
 
 
 def consume_via_lookups(lookups, topic, channel, count, timeout=20, settle=0.5):
@@ -245,7 +224,7 @@ def consume_via_lookups(lookups, topic, channel, count, timeout=20, settle=0.5):
         finally:
             r.close()
 
-    run(scenario)
+    run(scenario, timeout=SCENARIO_TIMEOUT)
     return got
 
 
