@@ -14,6 +14,7 @@
 //! rate, and quantiles weigh each kept sample by how many it stands for.
 
 use crate::ids::now_nanos;
+use protocol::duration::format_duration;
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::sync::OnceLock;
@@ -369,7 +370,7 @@ pub fn render_text(doc: &StatsDoc, uptime: Duration) -> String {
         env!("CARGO_PKG_VERSION")
     );
     let _ = writeln!(w, "start_time {}", rfc3339(doc.start_time));
-    let _ = writeln!(w, "uptime {}", go_duration(uptime));
+    let _ = writeln!(w, "uptime {}", format_duration(uptime));
     let _ = writeln!(w, "\nHealth: {}", doc.health);
     if let Some(m) = &doc.memory {
         w.push_str("\nMemory:\n");
@@ -439,7 +440,7 @@ fn client_text(c: &ClientStats) -> String {
     let connected = (now_nanos() / 1_000_000_000)
         .saturating_sub(c.connect_ts)
         .max(0) as u64;
-    let connected = go_duration(Duration::from_secs(connected));
+    let connected = format_duration(Duration::from_secs(connected));
     let port = c.remote_address.rsplit(':').next().unwrap_or_default();
     let id = format!("{}:{} {}", c.hostname, port, c.user_agent);
     if !c.pub_counts.is_empty() {
@@ -495,46 +496,6 @@ fn nanos_to_human(v: f64) -> String {
     format!("{v:.1}{unit}")
 }
 
-/// Formats like Go's `time.Duration.String`: `66.547526ms`, `1m5s`, `2h0m0s`, `0s`.
-pub fn go_duration(d: Duration) -> String {
-    let ns = d.as_nanos();
-    if ns == 0 {
-        return "0s".into();
-    }
-    if ns < 1_000 {
-        return format!("{ns}ns");
-    }
-    if ns < 1_000_000 {
-        return format!("{}µs", fraction(ns, 1_000));
-    }
-    if ns < 1_000_000_000 {
-        return format!("{}ms", fraction(ns, 1_000_000));
-    }
-    let secs = ns / 1_000_000_000;
-    let sub = ns % 1_000_000_000;
-    let (h, m, s) = (secs / 3600, (secs / 60) % 60, secs % 60);
-    let s = fraction(u128::from(s as u64) * 1_000_000_000 + sub, 1_000_000_000);
-    if h > 0 {
-        format!("{h}h{m}m{s}s")
-    } else if m > 0 {
-        format!("{m}m{s}s")
-    } else {
-        format!("{s}s")
-    }
-}
-
-/// `n / unit` with the fraction's trailing zeros removed (`1.5`, `66.547526`, `3`).
-fn fraction(n: u128, unit: u128) -> String {
-    let whole = n / unit;
-    let rest = n % unit;
-    if rest == 0 {
-        return whole.to_string();
-    }
-    let digits = unit.ilog10() as usize;
-    let frac = format!("{rest:0digits$}");
-    format!("{whole}.{}", frac.trim_end_matches('0'))
-}
-
 /// Unix seconds as RFC 3339 in UTC (`2026-11-22T04:34:50Z`).
 pub fn rfc3339(unix: i64) -> String {
     let days = unix.div_euclid(86_400);
@@ -560,17 +521,6 @@ pub fn rfc3339(unix: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn go_durations() {
-        assert_eq!(go_duration(Duration::ZERO), "0s");
-        assert_eq!(go_duration(Duration::from_nanos(66_547_526)), "66.547526ms");
-        assert_eq!(go_duration(Duration::from_micros(1500)), "1.5ms");
-        assert_eq!(go_duration(Duration::from_nanos(1500)), "1.5µs");
-        assert_eq!(go_duration(Duration::from_secs(65)), "1m5s");
-        assert_eq!(go_duration(Duration::from_secs(7200)), "2h0m0s");
-        assert_eq!(go_duration(Duration::from_millis(1500)), "1.5s");
-    }
 
     #[test]
     fn rfc3339_utc() {

@@ -119,5 +119,13 @@ mod tests {
         assert_eq!(format_duration(Duration::from_secs(2)), "2s");
         assert_eq!(format_duration(Duration::from_secs(3661)), "1h1m1s");
         assert_eq!(format_duration(Duration::ZERO), "0s");
+        assert_eq!(
+            format_duration(Duration::from_nanos(66_547_526)),
+            "66.547526ms"
+        );
+        assert_eq!(format_duration(Duration::from_nanos(1500)), "1.5µs");
+        assert_eq!(format_duration(Duration::from_secs(65)), "1m5s");
+        assert_eq!(format_duration(Duration::from_secs(7200)), "2h0m0s");
+        assert_eq!(format_duration(Duration::from_millis(1500)), "1.5s");
     }
 }
