@@ -366,7 +366,7 @@ fn resolve(flag: &str, addr: &str) -> Result<SocketAddr, String> {
         .ok_or_else(|| format!("{flag} {addr:?}: resolves to no address"))
 }
 
-fn hostname() -> String {
+pub(crate) fn hostname() -> String {
     let mut buf = [0u8; 256];
     // SAFETY: the buffer is valid for its length; gethostname NUL-terminates within it.
     let rc = unsafe { libc::gethostname(buf.as_mut_ptr() as *mut libc::c_char, buf.len()) };

@@ -210,7 +210,7 @@ impl Registrar {
         Rc::new(Registrar {
             identity: PeerInfo {
                 broadcast_address: config.broadcast_address.clone(),
-                hostname: hostname(),
+                hostname: crate::config::hostname(),
                 http_port: port_or(config.broadcast_http_port, config.http_address.port()),
                 tcp_port: port_or(config.broadcast_tcp_port, config.tcp_address.port()),
                 version: VERSION.into(),
@@ -545,7 +545,7 @@ async fn fetch_channels(http_addr: &str, topic: &str) -> Result<Vec<String>, Str
         .map_err(|e| format!("connect {addr}: {e}"))?;
     let request = format!(
         "GET /channels?topic={} HTTP/1.0\r\nHost: {http_addr}\r\nAccept: application/vnd.nsq; version=1.0\r\nUser-Agent: nsqd/{VERSION}\r\nConnection: close\r\n\r\n",
-        percent_encode(topic)
+        protocol::http::percent_encode(topic)
     );
     stream
         .write_all(request.as_bytes())
@@ -647,30 +647,6 @@ pub fn parse_channels_answer(raw: &[u8]) -> Result<Vec<String>, String> {
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
-}
-
-fn percent_encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
-/// The OS hostname (IDENTIFY's `hostname`).
-fn hostname() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: the buffer is valid for its length; gethostname NUL-terminates within it.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr() as *mut libc::c_char, buf.len()) };
-    if rc != 0 {
-        return "localhost".into();
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
 #[cfg(test)]
@@ -783,7 +759,10 @@ mod tests {
         assert_eq!(host_of("lookup"), "lookup");
         assert_eq!(join_host_port("::1", 4161), "[::1]:4161");
         assert_eq!(join_host_port("h", 4161), "h:4161");
-        assert_eq!(percent_encode("t#ephemeral"), "t%23ephemeral");
+        assert_eq!(
+            protocol::http::percent_encode("t#ephemeral"),
+            "t%23ephemeral"
+        );
     }
 
     #[test]

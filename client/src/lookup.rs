@@ -68,7 +68,7 @@ pub async fn query(lookupd: &str, topic: &str, timeout: Duration) -> Result<Look
         .to_string();
     let request = format!(
         "GET /lookup?topic={} HTTP/1.1\r\nHost: {host}\r\nAccept: application/vnd.nsq; version=1.0\r\nUser-Agent: {}\r\nConnection: close\r\n\r\n",
-        percent_encode(topic),
+        protocol::http::percent_encode(topic),
         crate::config::DEFAULT_USER_AGENT,
     );
     let raw = rt::with_timeout(timeout, async {
@@ -195,18 +195,6 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
 }
 
-fn percent_encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -267,6 +255,9 @@ mod tests {
 
     #[test]
     fn topic_is_percent_encoded() {
-        assert_eq!(percent_encode("t#ephemeral"), "t%23ephemeral");
+        assert_eq!(
+            protocol::http::percent_encode("t#ephemeral"),
+            "t%23ephemeral"
+        );
     }
 }

@@ -463,6 +463,20 @@ fn parse_hex(s: &[u8]) -> Option<usize> {
 }
 
 /// Percent-decodes `s` (and `+` to a space when `plus_is_space`); `None` on a bad escape.
+/// Percent-encodes a query value (unreserved characters kept), the inverse of the decoding
+/// [`Query::parse`] does: what a client puts after `?topic=`.
+pub fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
 fn percent_decode(s: &str, plus_is_space: bool) -> Option<String> {
     if !s.bytes().any(|b| b == b'%' || (plus_is_space && b == b'+')) {
         return Some(s.to_owned());
