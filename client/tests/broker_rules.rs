@@ -427,7 +427,14 @@ fn backoff_pauses_all_connections_then_tests_with_rdy_1_then_recovers() {
                     publish_n(&b.tcp, "b", 4).await;
                     published = true;
                 }
-            } else if saw_pause && !saw_recovery && ra.min(rb) == 0 && ra.max(rb) == 1 {
+            } else if saw_pause
+                && !saw_recovery
+                && ra.min(rb) == 0
+                && ra.max(rb) == 1
+                // Recovery passes through the same RDY shape (max_in_flight 2 over two
+                // connections); only while the client is still backing off is it the probe.
+                && c.in_backoff()
+            {
                 saw_test = true;
                 assert!(
                     in_flight <= 1,
