@@ -129,6 +129,15 @@ pub struct Args {
     /// number of shards: one glommio executor pinned to each (default: the CPUs this process may use)
     #[arg(long)]
     pub shards: Option<usize>,
+    /// which shard takes a new connection: `cpu` = a shard on the CPU that received it (keeps a
+    /// connection's packets and wake-ups on one core; needs a multi-queue NIC or loopback to
+    /// spread), `hash` = the kernel's hash of the addresses
+    #[arg(long, value_enum, default_value = "cpu")]
+    pub connection_steering: crate::listen::Steering,
+    /// how long a shard that ran out of work keeps polling before it sleeps (0 = sleep at
+    /// once): spinning saves a wake-up per message under load, at the price of CPU when idle
+    #[arg(long, default_value = "50us", value_parser = flag_duration)]
+    pub spin_before_park: Duration,
 }
 
 /// The validated configuration every shard reads. Immutable after start-up.
@@ -165,6 +174,8 @@ pub struct Config {
     /// CPUs the shards are pinned to, shard i on `cpus[i % cpus.len()]`.
     pub cpus: Vec<usize>,
     pub shards: usize,
+    pub connection_steering: crate::listen::Steering,
+    pub spin_before_park: Duration,
 }
 
 /// Heartbeat interval used when a client does not ask for one (nsqd: client timeout / 2).
@@ -281,6 +292,8 @@ impl Config {
             log_level: a.log_level.to_ascii_lowercase(),
             cpus,
             shards,
+            connection_steering: a.connection_steering,
+            spin_before_park: a.spin_before_park,
         })
     }
 

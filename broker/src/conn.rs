@@ -46,6 +46,9 @@ const REPLY_GRACE: Duration = Duration::from_secs(5);
 /// A publish sent to its owner, waiting for the answer.
 struct PendingPublish {
     reply: crate::sync::Receiver<Reply>,
+    owner: usize,
+    /// Its OK is already written (see [`Shard::can_ack_early`]); the answer only confirms it.
+    acked: bool,
     topic: String,
     count: u64,
     fail: ErrorCode,
@@ -71,6 +74,8 @@ pub struct Conn {
     /// Publishes sent to their owners, in command order, and how many are not answered yet.
     pending: RefCell<std::collections::VecDeque<PendingPublish>>,
     outstanding: Cell<usize>,
+    /// Pending publishes whose answer the client still waits for (not acknowledged early).
+    unanswered: Cell<usize>,
     wake_replier: Notify,
     replies_done: Notify,
 }
@@ -91,6 +96,7 @@ impl Conn {
             subscribed: Cell::new(false),
             pending: RefCell::new(std::collections::VecDeque::new()),
             outstanding: Cell::new(0),
+            unanswered: Cell::new(0),
             wake_replier: Notify::new(),
             replies_done: Notify::new(),
         }
@@ -191,7 +197,7 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
         shard.register_conn(conn.clone());
         let writer = glommio::spawn_local(write_loop(conn.clone(), writer_stream));
         let ticker = glommio::spawn_local(heartbeat_loop(conn.clone()));
-        let replier = glommio::spawn_local(reply_loop(conn.clone()));
+        let replier = glommio::spawn_local(reply_loop(shard.clone(), conn.clone()));
 
         let session = read_loop(&shard, &conn, stream, remote).await;
         // Answer what is in progress (a stop, or EOF after pipelined publishes), bounded.
@@ -515,15 +521,26 @@ async fn publish(
     let owner = shard.config.owner_of(&topic);
     let count = bodies.len() as u64;
     let counted_topic = topic.clone();
+    // OK now, if every earlier answer is written and the owner is another, healthy shard.
+    let acked = conn.unanswered.get() == 0 && shard.can_ack_early(owner);
+    if acked {
+        conn.count_published(&counted_topic, count);
+        conn.push_response(protocol::OK);
+    } else {
+        conn.unanswered.set(conn.unanswered.get() + 1);
+    }
     let reply = shard.request(owner, |reply| Mail::Publish {
         topic,
         bodies,
         defer,
+        acked,
         reply,
     });
     conn.outstanding.set(conn.outstanding.get() + 1);
     conn.pending.borrow_mut().push_back(PendingPublish {
         reply,
+        owner,
+        acked,
         topic: counted_topic,
         count,
         fail,
@@ -535,7 +552,7 @@ async fn publish(
 
 /// Writes the answers of pipelined publishes in command order. A failed publish sends its
 /// (fatal) error frame and closes the connection, as nsqd does.
-async fn reply_loop(conn: Rc<Conn>) {
+async fn reply_loop(shard: Rc<Shard>, conn: Rc<Conn>) {
     loop {
         let next = conn.pending.borrow_mut().pop_front();
         let Some(p) = next else {
@@ -543,6 +560,14 @@ async fn reply_loop(conn: Rc<Conn>) {
             continue;
         };
         let answer = p.reply.await;
+        shard.note_publish_answer(p.owner, &answer, p.acked, &p.topic);
+        if p.acked {
+            conn.outstanding
+                .set(conn.outstanding.get().saturating_sub(1));
+            conn.replies_done.notify();
+            continue;
+        }
+        conn.unanswered.set(conn.unanswered.get().saturating_sub(1));
         match answer {
             Some(Reply::Publish(Ok(()))) => {
                 conn.count_published(&p.topic, p.count);

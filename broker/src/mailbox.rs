@@ -57,11 +57,14 @@ pub enum Reply {
 
 #[derive(Debug)]
 pub enum Mail {
-    /// To a topic's owner: store these messages (PUB, MPUB, DPUB).
+    /// To a topic's owner: store these messages (PUB, MPUB, DPUB). `acked`: the client was
+    /// already told OK (see [`crate::shard::Shard::can_ack_early`]), so the owner stores them
+    /// even while its storage is failing, and answers `Err` only to say it is unhealthy.
     Publish {
         topic: String,
         bodies: Vec<Bytes>,
         defer: Duration,
+        acked: bool,
         reply: ReplyTo,
     },
     /// To a topic's owner: add a consumer to a channel (creating both if needed).

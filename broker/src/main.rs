@@ -11,6 +11,7 @@ mod conn;
 mod control;
 mod http;
 mod ids;
+mod listen;
 mod lookup_reg;
 mod mailbox;
 mod rlimit;
@@ -27,11 +28,6 @@ use glommio::{LocalExecutorBuilder, Placement};
 use std::process::ExitCode;
 use std::sync::Arc;
 use tracing::{error, info};
-
-/// How long a shard that ran out of work polls before it parks. Under load the next message or
-/// mailbox batch usually arrives within this, so the shard skips a park, an eventfd wake-up and
-/// a context switch per hop; an idle shard parks after one short spin per wake-up.
-const SPIN_BEFORE_PARK: std::time::Duration = std::time::Duration::from_micros(50);
 
 /// Batches a mailbox ring holds before its sender waits.
 const MAILBOX_CAPACITY: usize = 1024;
@@ -84,6 +80,23 @@ fn main() -> ExitCode {
         "broker starting"
     );
 
+    let shard_cpus: Vec<usize> = (0..shards)
+        .map(|i| config.cpus[i % config.cpus.len()])
+        .collect();
+    let (listeners, steered) = match listen::open(
+        config.tcp_address,
+        config.http_address,
+        &shard_cpus,
+        config.connection_steering,
+    ) {
+        Ok(l) => l,
+        Err(e) => {
+            error!("{e}");
+            return ExitCode::from(1);
+        }
+    };
+    let mut listeners = listeners.into_iter();
+
     // Shards are peers 0..shards; the control thread is the last peer.
     let mesh = MeshBuilder::full(shards + 1, MAILBOX_CAPACITY);
     let mut handles = Vec::new();
@@ -91,11 +104,15 @@ fn main() -> ExitCode {
         let cpu = config.cpus[i % config.cpus.len()];
         let cfg = config.clone();
         let mesh = mesh.clone();
-        let spawned = LocalExecutorBuilder::new(Placement::Fixed(cpu))
-            .name(&format!("shard-{i}"))
-            .spin_before_park(SPIN_BEFORE_PARK)
+        let listeners = listeners.next();
+        let mut builder =
+            LocalExecutorBuilder::new(Placement::Fixed(cpu)).name(&format!("shard-{i}"));
+        if !config.spin_before_park.is_zero() {
+            builder = builder.spin_before_park(config.spin_before_park);
+        }
+        let spawned = builder
             .io_memory(rlimit::IO_MEMORY_PER_SHARD)
-            .spawn(move || async move { shard::run(i, cfg, mesh, shards).await });
+            .spawn(move || async move { shard::run(i, cfg, mesh, shards, listeners).await });
         match spawned {
             Ok(h) => handles.push(h),
             Err(e) => {
@@ -116,7 +133,7 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    info!(tcp = %config.tcp_address, shards, "TCP: listening");
+    info!(tcp = %config.tcp_address, shards, steering = if steered { "cpu" } else { "hash" }, "TCP: listening");
     info!(http = %config.http_address, shards, "HTTP: listening");
 
     let mut failed = false;

@@ -35,6 +35,7 @@ use glommio::net::TcpListener;
 use protocol::{ErrorCode, Message, ProtocolError};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
+use std::os::fd::{FromRawFd, IntoRawFd};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -94,7 +95,14 @@ pub struct Shard {
     pub(crate) disk_acks: RefCell<Vec<DiskAck>>,
     /// New topics waiting for the lookups' channel list, by name.
     pub(crate) pending_topics: RefCell<HashMap<String, PendingTopic>>,
+    /// Per peer: its last publish answer said its storage is failing (no early OKs for it).
+    owner_failing: RefCell<Vec<bool>>,
+    /// HTTP publishes answered early and not yet confirmed (bounded by [`MAX_UNCONFIRMED`]).
+    pub(crate) http_unconfirmed: Cell<usize>,
 }
+
+/// Early-answered HTTP publishes a shard lets travel unconfirmed before it waits for answers.
+pub const MAX_UNCONFIRMED: usize = 1024;
 
 /// A new topic whose channels were asked from the lookups: publishes wait here, in order,
 /// until the answer (`Reply::TopicChannels` for `token`).
@@ -137,6 +145,8 @@ impl Shard {
             flusher_stop: Cell::new(false),
             disk_acks: RefCell::new(Vec::new()),
             pending_topics: RefCell::new(HashMap::new()),
+            owner_failing: RefCell::new(vec![false; peers]),
+            http_unconfirmed: Cell::new(0),
         }
     }
 
@@ -252,9 +262,10 @@ impl Shard {
                 topic,
                 bodies,
                 defer,
+                acked,
                 reply,
             } => {
-                if let Some(result) = self.publish_here(&topic, bodies, defer, reply) {
+                if let Some(result) = self.publish_here(&topic, bodies, defer, acked, reply) {
                     self.reply(reply, Reply::Publish(result));
                 }
             }
@@ -467,10 +478,15 @@ impl Shard {
         topic: &str,
         bodies: Vec<Bytes>,
         defer: Duration,
+        acked: bool,
         reply: ReplyTo,
     ) -> Option<Result<(), ProtocolError>> {
-        if let Some(reason) = self.admin.health() {
-            return Some(Err(ProtocolError::fatal(ErrorCode::PubFailed, reason)));
+        let unhealthy = self.admin.health();
+        if let (Some(reason), false) = (&unhealthy, acked) {
+            return Some(Err(ProtocolError::fatal(
+                ErrorCode::PubFailed,
+                reason.clone(),
+            )));
         }
         let t = self.topic_or_create(topic);
         if let Some(p) = self.pending_topics.borrow_mut().get_mut(topic) {
@@ -481,7 +497,59 @@ impl Shard {
             });
             return None;
         }
-        self.store_published(&t, bodies, defer, reply)
+        let stored = self.store_published(&t, bodies, defer, reply);
+        match (stored, unhealthy) {
+            // Kept (the client has its OK), but the sender must stop acknowledging early.
+            (Some(Ok(())), Some(reason)) => {
+                Some(Err(ProtocolError::fatal(ErrorCode::PubFailed, reason)))
+            }
+            (stored, _) => stored,
+        }
+    }
+
+    /// Whether a publish for `owner` may be answered OK before the owner has stored it: not
+    /// with --durable (OK means on disk), not for this shard's own topics (answered at once
+    /// anyway), and not while the owner's last answer said its storage is failing (so such
+    /// publishes get their E_PUB_FAILED). The message then travels in this process's memory,
+    /// in order behind this connection's earlier mail, as a message nsqd has put in its
+    /// in-memory queue does; a clean stop waits for its confirmation.
+    pub fn can_ack_early(&self, owner: usize) -> bool {
+        !self.config.durable
+            && owner != self.id
+            && !self
+                .owner_failing
+                .borrow()
+                .get(owner)
+                .copied()
+                .unwrap_or(true)
+    }
+
+    /// Learns the owner's health from a publish answer; `acked`: the client already has its OK.
+    pub fn note_publish_answer(
+        &self,
+        owner: usize,
+        answer: &Option<Reply>,
+        acked: bool,
+        topic: &str,
+    ) {
+        let failing = match answer {
+            Some(Reply::Publish(Ok(()))) => false,
+            Some(Reply::Publish(Err(e))) if e.code == ErrorCode::PubFailed => true,
+            _ => {
+                if acked {
+                    error!(
+                        shard = self.id,
+                        owner,
+                        topic,
+                        "a publish answered OK early was not confirmed by its owner (stopping?)"
+                    );
+                }
+                return;
+            }
+        };
+        if let Some(f) = self.owner_failing.borrow_mut().get_mut(owner) {
+            *f = failing;
+        }
     }
 
     /// Stamps and stores published messages in `t`; `None` when the answer waits for an fsync.
@@ -776,6 +844,10 @@ impl Shard {
             )
             .await;
         }
+        // HTTP publishes answered early: their owners must have them before this shard says done.
+        while self.http_unconfirmed.get() > 0 && Instant::now() < deadline {
+            glommio::timer::sleep(Duration::from_millis(1)).await;
+        }
         let left = self.conns.borrow().len();
         if left > 0 {
             warn!(
@@ -1000,7 +1072,10 @@ pub async fn run(
     config: Arc<Config>,
     mesh: MeshBuilder<Batch, Full>,
     control: usize,
+    listeners: Option<crate::listen::ShardListeners>,
 ) -> Result<(), String> {
+    let listeners =
+        listeners.ok_or_else(|| format!("shard {id}: no listening sockets were opened for it"))?;
     let (senders, mut receivers) = mesh
         .join()
         .await
@@ -1033,9 +1108,9 @@ pub async fn run(
     })
     .detach();
 
-    let listener = TcpListener::bind(config.tcp_address)
-        .map_err(|e| format!("shard {id}: cannot listen on {}: {e}", config.tcp_address))?;
-    crate::http::start(&shard)?;
+    // SAFETY: the fd is a bound, listening TCP socket this shard now owns alone.
+    let listener = unsafe { TcpListener::from_raw_fd(listeners.tcp.into_raw_fd()) };
+    crate::http::start(&shard, listeners.http)?;
     let accept_shard = shard.clone();
     let acceptor = glommio::spawn_local(async move { accept_loop(accept_shard, listener).await });
 

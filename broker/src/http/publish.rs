@@ -142,14 +142,32 @@ async fn publish(shard: &Rc<Shard>, topic: String, bodies: Vec<Bytes>, defer: Du
     while shard.is_congested(owner) {
         glommio::timer::sleep(Duration::from_millis(1)).await;
     }
-    let reply = shard
-        .request(owner, |reply| Mail::Publish {
-            topic,
-            bodies,
-            defer,
-            reply,
+    // OK now if the owner is another, healthy shard and few early answers are unconfirmed;
+    // the confirmation is awaited in the background (it carries the owner's health).
+    let acked =
+        shard.http_unconfirmed.get() < crate::shard::MAX_UNCONFIRMED && shard.can_ack_early(owner);
+    let name = acked.then(|| topic.clone());
+    let reply = shard.request(owner, |reply| Mail::Publish {
+        topic,
+        bodies,
+        defer,
+        acked,
+        reply,
+    });
+    if let Some(name) = name {
+        shard.http_unconfirmed.set(shard.http_unconfirmed.get() + 1);
+        let s = shard.clone();
+        glommio::spawn_local(async move {
+            let answer = reply.await;
+            s.http_unconfirmed
+                .set(s.http_unconfirmed.get().saturating_sub(1));
+            s.note_publish_answer(owner, &answer, true, &name);
         })
-        .await;
+        .detach();
+        return Answer::PubOk;
+    }
+    let reply = reply.await;
+    shard.note_publish_answer(owner, &reply, false, "");
     match reply {
         Some(Reply::Publish(Ok(()))) => Answer::PubOk,
         _ => error(503, "EXITING"),

@@ -30,20 +30,18 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 const DRAIN_TIME: Duration = Duration::from_millis(500);
 const DRAIN_BYTES: usize = 16 * 1024 * 1024;
 
-/// Binds this shard's HTTP listener and spawns its accept loop.
-pub fn start(shard: &Rc<Shard>) -> Result<(), String> {
+/// Takes this shard's HTTP listener (bound and listening, see [`crate::listen`]) and spawns its
+/// accept loop.
+pub fn start(shard: &Rc<Shard>, listener: std::os::fd::OwnedFd) -> Result<(), String> {
     let config = &shard.config;
     crate::stats::start_time();
     crate::stats::configure_e2e(
         &config.e2e_processing_latency_percentiles,
         config.e2e_processing_latency_window_time,
     );
-    let listener = TcpListener::bind(config.http_address).map_err(|e| {
-        format!(
-            "shard {}: cannot listen for HTTP on {}: {e}",
-            shard.id, config.http_address
-        )
-    })?;
+    use std::os::fd::{FromRawFd, IntoRawFd};
+    // SAFETY: the fd is a bound, listening TCP socket this shard now owns alone.
+    let listener = unsafe { TcpListener::from_raw_fd(listener.into_raw_fd()) };
     let acceptor = glommio::spawn_local(accept_loop(shard.clone(), listener));
     let watcher = shard.clone();
     glommio::spawn_local(async move {

@@ -1,0 +1,217 @@
+//! The listening sockets: every shard's TCP and HTTP listener, opened by the main thread in a
+//! fixed order before the shards start, and the steering program that picks which shard's
+//! listener takes a new connection.
+//!
+//! All shards listen on the same address with SO_REUSEPORT. By default the kernel spreads new
+//! connections by a hash of their addresses. With `--connection-steering cpu` (the default) a
+//! classic BPF program (SO_ATTACH_REUSEPORT_CBPF) gives a connection to a shard pinned to the
+//! CPU that processed its SYN instead: the CPU of the NIC queue that received it (RSS), or on
+//! loopback the CPU the client runs on. Packets, the wake-up of the shard and the client then
+//! stay on one core, where a hash would send about half of them to another core through an
+//! inter-processor interrupt (expensive everywhere, very expensive in a VM). A CPU that has
+//! several shards picks one of them at random; a CPU without a shard (or a program the kernel
+//! refuses) falls back to the hash.
+//!
+//! The program returns an index into the reuseport group, which is the order in which the
+//! sockets started listening: that is why the main thread opens them, in the order it sorts
+//! shards by CPU, rather than each shard binding its own.
+
+use socket2::{Domain, Protocol, Socket, Type};
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, OwnedFd};
+
+/// How a new connection picks its shard.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Steering {
+    /// The shard on the CPU that received the connection (falls back to `hash`).
+    Cpu,
+    /// The kernel's hash of the connection's addresses.
+    Hash,
+}
+
+/// One shard's listeners, bound and listening, handed to the shard's thread.
+pub struct ShardListeners {
+    pub tcp: OwnedFd,
+    pub http: OwnedFd,
+}
+
+/// Opens `cpus.len()` TCP and HTTP listeners (shard i pinned to `cpus[i]`) and installs the
+/// steering program. Returns them indexed by shard, and whether steering by CPU took effect.
+pub fn open(
+    tcp: SocketAddr,
+    http: SocketAddr,
+    cpus: &[usize],
+    steering: Steering,
+) -> Result<(Vec<ShardListeners>, bool), String> {
+    // Group order: shards sorted by CPU, so that one CPU's shards sit side by side.
+    let mut order: Vec<usize> = (0..cpus.len()).collect();
+    order.sort_by_key(|&i| (cpus[i], i));
+    let tcp_socks = open_group("--tcp-address", tcp, &order)?;
+    let http_socks = open_group("--http-address", http, &order)?;
+    let mut steered = false;
+    if steering == Steering::Cpu {
+        let program = cpu_program(&order.iter().map(|&i| cpus[i]).collect::<Vec<_>>());
+        let tcp_ok = attach(&tcp_socks[0], &program);
+        let http_ok = attach(&http_socks[0], &program);
+        match (&tcp_ok, &http_ok) {
+            (Ok(()), Ok(())) => steered = true,
+            _ => {
+                let e = tcp_ok.err().or(http_ok.err()).unwrap_or_default();
+                tracing::warn!("connection steering by CPU unavailable, hashing instead: {e}");
+            }
+        }
+    }
+    // Back from group order to shard order.
+    let mut by_shard: Vec<Option<ShardListeners>> = (0..cpus.len()).map(|_| None).collect();
+    for ((shard, t), h) in order.iter().zip(tcp_socks).zip(http_socks) {
+        by_shard[*shard] = Some(ShardListeners {
+            tcp: t.into(),
+            http: h.into(),
+        });
+    }
+    Ok((by_shard.into_iter().flatten().collect(), steered))
+}
+
+/// One listener per shard on `addr`, listening in group order.
+fn open_group(flag: &str, addr: SocketAddr, order: &[usize]) -> Result<Vec<Socket>, String> {
+    let fail = |e: std::io::Error| format!("cannot listen on {flag} {addr}: {e}");
+    order
+        .iter()
+        .map(|_| {
+            let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
+                .map_err(fail)?;
+            s.set_reuse_port(true).map_err(fail)?;
+            s.bind(&addr.into()).map_err(fail)?;
+            s.listen(1024).map_err(fail)?;
+            Ok(s)
+        })
+        .collect()
+}
+
+// Classic BPF, as in <linux/filter.h>.
+const BPF_LD_W_ABS: u16 = 0x20; // BPF_LD (0) | BPF_W (0) | BPF_ABS (0x20)
+const BPF_JEQ_K: u16 = 0x15; // BPF_JMP (5) | BPF_JEQ (0x10) | BPF_K (0)
+const BPF_MOD_K: u16 = 0x94; // BPF_ALU (4) | BPF_MOD (0x90) | BPF_K (0)
+const BPF_ADD_K: u16 = 0x04; // BPF_ALU (4) | BPF_ADD (0) | BPF_K (0)
+const BPF_RET_A: u16 = 0x16; // BPF_RET (6) | BPF_A (0x10)
+const BPF_RET_K: u16 = 0x06; // BPF_RET (6) | BPF_K (0)
+const SKF_AD_OFF: u32 = (-0x1000i32) as u32;
+const SKF_AD_CPU: u32 = 36;
+const SKF_AD_RANDOM: u32 = 56;
+
+fn insn(code: u16, jt: u8, jf: u8, k: u32) -> libc::sock_filter {
+    libc::sock_filter { code, jt, jf, k }
+}
+
+/// The program for a group whose i-th socket belongs to a shard on `group_cpus[i]` (sorted):
+/// for each CPU, `if cpu == c { return base + random % count }`; otherwise an index past the
+/// group, which makes the kernel fall back to its hash.
+fn cpu_program(group_cpus: &[usize]) -> Vec<libc::sock_filter> {
+    let mut prog = vec![insn(BPF_LD_W_ABS, 0, 0, SKF_AD_OFF + SKF_AD_CPU)];
+    let mut base = 0usize;
+    while base < group_cpus.len() {
+        let cpu = group_cpus[base];
+        let count = group_cpus[base..].iter().take_while(|&&c| c == cpu).count();
+        if count == 1 {
+            prog.push(insn(BPF_JEQ_K, 0, 1, cpu as u32));
+            prog.push(insn(BPF_RET_K, 0, 0, base as u32));
+        } else {
+            prog.push(insn(BPF_JEQ_K, 0, 4, cpu as u32));
+            prog.push(insn(BPF_LD_W_ABS, 0, 0, SKF_AD_OFF + SKF_AD_RANDOM));
+            prog.push(insn(BPF_MOD_K, 0, 0, count as u32));
+            prog.push(insn(BPF_ADD_K, 0, 0, base as u32));
+            prog.push(insn(BPF_RET_A, 0, 0, 0));
+        }
+        base += count;
+    }
+    prog.push(insn(BPF_RET_K, 0, 0, u32::MAX));
+    prog
+}
+
+fn attach(sock: &Socket, prog: &[libc::sock_filter]) -> Result<(), String> {
+    let len = u16::try_from(prog.len()).map_err(|_| "steering program too long".to_string())?;
+    let fprog = libc::sock_fprog {
+        len,
+        filter: prog.as_ptr() as *mut libc::sock_filter,
+    };
+    // SAFETY: fprog points at `prog`, which outlives the call; the kernel copies the program.
+    let rc = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_REUSEPORT_CBPF,
+            &fprog as *const libc::sock_fprog as *const libc::c_void,
+            std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error().to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(prog: &[libc::sock_filter], cpu: u32, random: u32) -> u32 {
+        // A tiny interpreter for the instructions cpu_program emits.
+        let (mut a, mut pc) = (0u32, 0usize);
+        loop {
+            let i = prog[pc];
+            match i.code {
+                BPF_LD_W_ABS if i.k == SKF_AD_OFF + SKF_AD_CPU => a = cpu,
+                BPF_LD_W_ABS if i.k == SKF_AD_OFF + SKF_AD_RANDOM => a = random,
+                BPF_JEQ_K => {
+                    pc += usize::from(if a == i.k { i.jt } else { i.jf });
+                }
+                BPF_MOD_K => a %= i.k,
+                BPF_ADD_K => a += i.k,
+                BPF_RET_A => return a,
+                BPF_RET_K => return i.k,
+                c => panic!("unexpected instruction {c:#x}"),
+            }
+            pc += 1;
+        }
+    }
+
+    #[test]
+    fn one_shard_per_cpu_maps_cpu_to_its_socket() {
+        let p = cpu_program(&[0, 1, 2]);
+        assert_eq!(run(&p, 0, 7), 0);
+        assert_eq!(run(&p, 1, 7), 1);
+        assert_eq!(run(&p, 2, 7), 2);
+        assert_eq!(
+            run(&p, 3, 7),
+            u32::MAX,
+            "no shard there: fall back to the hash"
+        );
+    }
+
+    #[test]
+    fn several_shards_on_a_cpu_share_its_connections() {
+        // Shards on CPUs [0, 1, 0, 1] sort to group order [0, 0, 1, 1].
+        let p = cpu_program(&[0, 0, 1, 1]);
+        assert_eq!(run(&p, 0, 4), 0);
+        assert_eq!(run(&p, 0, 5), 1);
+        assert_eq!(run(&p, 1, 4), 2);
+        assert_eq!(run(&p, 1, 7), 3);
+        assert_eq!(run(&p, 5, 7), u32::MAX);
+    }
+
+    #[test]
+    fn sockets_come_back_in_shard_order() {
+        let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        // Port 0 would give every socket its own port; bind one first and reuse its port.
+        let first = open_group("--tcp-address", any, &[0]).unwrap();
+        let port = first[0].local_addr().unwrap().as_socket().unwrap().port();
+        let first_h = open_group("--http-address", any, &[0]).unwrap();
+        let hport = first_h[0].local_addr().unwrap().as_socket().unwrap().port();
+        drop((first, first_h));
+        let tcp = SocketAddr::from(([127, 0, 0, 1], port));
+        let http = SocketAddr::from(([127, 0, 0, 1], hport));
+        let (l, _) = open(tcp, http, &[1, 0, 1], Steering::Cpu).unwrap();
+        assert_eq!(l.len(), 3);
+    }
+}

@@ -1,0 +1,96 @@
+"""Connection steering: which shard the kernel hands a new connection to.
+
+With --connection-steering cpu (the default) a connection goes to a shard pinned to the CPU
+that received it; on loopback that is the CPU the client connected from. With `hash` the
+kernel spreads connections by their addresses. Read back through /metrics'
+nsq_shard_tcp_connections{shard="N"}.
+"""
+
+import os
+import re
+import socket
+import time
+import urllib.request
+
+import pytest
+
+CONNS = 12
+
+
+def shard_connections(broker):
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % broker.http_port, timeout=5) as r:
+        text = r.read().decode()
+    counts = {}
+    for m in re.finditer(r'^nsq_shard_tcp_connections\{shard="(\d+)"\} (\d+)$', text, re.M):
+        counts[int(m.group(1))] = int(m.group(2))
+    return counts
+
+
+def connect_from_cpu(broker, cpu, n):
+    """Opens n V2 connections from a thread pinned to `cpu`; returns them open."""
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {cpu})
+    try:
+        conns = []
+        for _ in range(n):
+            s = socket.create_connection((broker.host, broker.port), timeout=5)
+            s.sendall(b"  V2")
+            conns.append(s)
+    finally:
+        os.sched_setaffinity(0, before)
+    return conns
+
+
+def wait_for_total(broker, total):
+    deadline = time.time() + 5
+    counts = shard_connections(broker)
+    while sum(counts.values()) != total and time.time() < deadline:
+        time.sleep(0.05)
+        counts = shard_connections(broker)
+    assert sum(counts.values()) == total, counts
+    return counts
+
+
+def usable_cpus():
+    return sorted(os.sched_getaffinity(0))
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
+def test_cpu_steering_keeps_a_connection_on_its_cpus_shard(start_broker):
+    cpus = usable_cpus()[:2]
+    broker = start_broker("--connection-steering", "cpu", shards=2)
+    # Shard i is pinned to the broker's i-th allowed CPU, which are ours.
+    for shard, cpu in enumerate(cpus):
+        conns = connect_from_cpu(broker, cpu, CONNS)
+        try:
+            counts = wait_for_total(broker, CONNS)
+            assert counts.get(shard) == CONNS, (cpu, counts)
+        finally:
+            for c in conns:
+                c.close()
+        wait_for_total(broker, 0)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
+def test_hash_steering_spreads_connections_from_one_cpu(start_broker):
+    broker = start_broker("--connection-steering", "hash", shards=2)
+    conns = connect_from_cpu(broker, usable_cpus()[0], 32)
+    try:
+        counts = wait_for_total(broker, 32)
+        # 32 connections all hashing to one of two shards: about 1 in 2^31.
+        assert all(counts.get(s, 0) > 0 for s in (0, 1)), counts
+    finally:
+        for c in conns:
+            c.close()
+
+
+def test_bad_steering_value_is_refused_at_start(tmp_path):
+    import subprocess
+    from conftest import broker_bin
+
+    r = subprocess.run(
+        [broker_bin(), "--connection-steering", "round-robin", "--data-path", str(tmp_path)],
+        capture_output=True, timeout=10,
+    )
+    assert r.returncode == 2
+    assert b"--connection-steering" in r.stderr and b"round-robin" in r.stderr
