@@ -16,6 +16,7 @@
 //! Nothing here does I/O: operations push [`Delivery`]s into a vector the shard routes to
 //! connections (local, or through the mailbox of the consumer's shard).
 
+use crate::deadlines::DeadlineQueue;
 use crate::ids::IdHash;
 use crate::storage::log::{DiskHint, Read, TopicLog};
 use crate::storage::meta::{ChannelMeta, PendingMeta};
@@ -123,7 +124,7 @@ pub struct Channel {
     /// In-flight deadlines and deferred due times, in order; FIN/REQ remove from them, so
     /// they hold only what is live. The shard's timer heap holds one entry per kind for the
     /// earliest of each (`armed_*`).
-    in_flight_order: BTreeSet<(Instant, MessageId)>,
+    in_flight_order: DeadlineQueue,
     deferred_order: BTreeSet<(Instant, MessageId)>,
     armed_in_flight: Option<Instant>,
     armed_deferred: Option<Instant>,
@@ -161,7 +162,7 @@ impl Channel {
                 visible_end,
                 skip: None,
                 requeued: VecDeque::new(),
-                in_flight_order: BTreeSet::new(),
+                in_flight_order: DeadlineQueue::default(),
                 deferred_order: BTreeSet::new(),
                 armed_in_flight: None,
                 armed_deferred: None,
@@ -191,11 +192,19 @@ impl Channel {
 
     /// Makes sure the shard's timer heap fires at this channel's earliest deadline of `kind`.
     fn arm(&mut self, kind: TimerKind, timers: &TimerQueue) {
+        let in_flight = &self.in_flight;
         let (first, armed) = match kind {
-            TimerKind::InFlight => (self.in_flight_order.first(), &mut self.armed_in_flight),
-            TimerKind::Deferred => (self.deferred_order.first(), &mut self.armed_deferred),
+            TimerKind::InFlight => (
+                self.in_flight_order
+                    .first(|at, id| in_flight.get(&id).is_some_and(|f| f.deadline == at)),
+                &mut self.armed_in_flight,
+            ),
+            TimerKind::Deferred => (
+                self.deferred_order.first().map(|e| e.0),
+                &mut self.armed_deferred,
+            ),
         };
-        if let Some(&(at, _)) = first {
+        if let Some(at) = first {
             if armed.is_none_or(|a| at < a) {
                 *armed = Some(at);
                 timers.schedule(at, self.me.clone(), kind);
@@ -242,10 +251,8 @@ impl Channel {
     pub fn remove_consumer(&mut self, key: ConsumerKey) {
         self.consumers.retain(|c| c.spec.key != key);
         let mut returned: Vec<Stored> = Vec::new();
-        let order = &mut self.in_flight_order;
-        self.in_flight.retain(|id, f| {
+        self.in_flight.retain(|_, f| {
             if f.consumer == key {
-                order.remove(&(f.deadline, *id));
                 returned.push(f.msg.clone());
                 false
             } else {
@@ -295,7 +302,6 @@ impl Channel {
             Some(_) => {}
         }
         let f = self.in_flight.remove(&id).ok_or(OpError::NotInFlight)?;
-        self.in_flight_order.remove(&(f.deadline, id));
         if let Some(c) = self.consumer_mut(key) {
             c.in_flight = c.in_flight.saturating_sub(1);
         }
@@ -354,9 +360,8 @@ impl Channel {
         };
         let timeout = timeout.unwrap_or(max_msg_timeout);
         let deadline = (now + timeout).min(f.delivered_at + max_msg_timeout);
-        let old = std::mem::replace(&mut f.deadline, deadline);
-        self.in_flight_order.remove(&(old, id));
-        self.in_flight_order.insert((deadline, id));
+        f.deadline = deadline;
+        self.in_flight_order.push(deadline, id);
         self.arm(TimerKind::InFlight, timers);
         Ok(())
     }
@@ -380,23 +385,24 @@ impl Channel {
         }
         let mut changed = false;
         match kind {
-            TimerKind::InFlight => {
-                while let Some(&(deadline, id)) = self.in_flight_order.first() {
-                    if deadline > now {
-                        break;
-                    }
-                    self.in_flight_order.pop_first();
-                    let Some(f) = self.in_flight.remove(&id) else {
-                        continue;
-                    };
-                    if let Some(c) = self.consumer_mut(f.consumer) {
-                        c.in_flight = c.in_flight.saturating_sub(1);
-                    }
-                    self.timeout_count += 1;
-                    self.requeue_now(f.msg);
-                    changed = true;
+            TimerKind::InFlight => loop {
+                let in_flight = &self.in_flight;
+                let due = self.in_flight_order.pop_due(now, |at, id| {
+                    in_flight.get(&id).is_some_and(|f| f.deadline == at)
+                });
+                let Some((_, id)) = due else {
+                    break;
+                };
+                let Some(f) = self.in_flight.remove(&id) else {
+                    continue;
+                };
+                if let Some(c) = self.consumer_mut(f.consumer) {
+                    c.in_flight = c.in_flight.saturating_sub(1);
                 }
-            }
+                self.timeout_count += 1;
+                self.requeue_now(f.msg);
+                changed = true;
+            },
             TimerKind::Deferred => {
                 while let Some(&(due, id)) = self.deferred_order.first() {
                     if due > now {
@@ -449,7 +455,7 @@ impl Channel {
             let timeout = c.spec.msg_timeout.min(max_msg_timeout);
             let deadline = now + timeout;
             let msg = stored.msg.clone();
-            self.in_flight_order.insert((deadline, msg.id));
+            self.in_flight_order.push(deadline, msg.id);
             self.in_flight.insert(
                 msg.id,
                 InFlight {
@@ -461,6 +467,10 @@ impl Channel {
             );
             out.push(Delivery { to: key, msg });
         }
+        let in_flight = &self.in_flight;
+        self.in_flight_order.compact(in_flight.len(), |at, id| {
+            in_flight.get(&id).is_some_and(|f| f.deadline == at)
+        });
         self.arm(TimerKind::InFlight, timers);
     }
 

@@ -9,6 +9,7 @@ mod channel;
 mod config;
 mod conn;
 mod control;
+mod deadlines;
 mod http;
 mod ids;
 mod listen;
