@@ -16,12 +16,13 @@
 //! Nothing here does I/O: operations push [`Delivery`]s into a vector the shard routes to
 //! connections (local, or through the mailbox of the consumer's shard).
 
-use crate::deadlines::DeadlineQueue;
+use crate::deadlines::{DeadlineQueue, Slot};
 use crate::ids::IdHash;
 use crate::storage::log::{DiskHint, Read, TopicLog};
 use crate::storage::meta::{ChannelMeta, PendingMeta};
 use crate::storage::segment::Stored;
 use crate::timer::{TimerKind, TimerQueue};
+use bytes::BytesMut;
 use protocol::{Message, MessageId};
 use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap, VecDeque};
@@ -72,17 +73,66 @@ impl Consumer {
     }
 }
 
-/// A message handed to a consumer.
+/// What a dispatch handed out: message frames, encoded straight from the channel's own copy
+/// (no clone of the body, whose shared count is an atomic), one buffer per consumer in
+/// delivery order.
+#[derive(Default)]
+pub struct Deliveries {
+    pub batches: Vec<(ConsumerKey, BytesMut)>,
+    /// Every delivery in order, for the tests.
+    #[cfg(test)]
+    seen: Vec<Seen>,
+}
+
+impl Deliveries {
+    fn push(&mut self, to: ConsumerKey, msg: &Message) {
+        let i = match self.batches.iter().position(|(k, _)| *k == to) {
+            Some(i) => i,
+            None => {
+                self.batches.push((to, BytesMut::with_capacity(4096)));
+                self.batches.len() - 1
+            }
+        };
+        protocol::frame::write_message_frame(&mut self.batches[i].1, msg);
+        #[cfg(test)]
+        self.seen.push(Seen {
+            to,
+            msg: SeenMsg {
+                id: msg.id,
+                attempts: msg.attempts,
+            },
+        });
+    }
+}
+
+#[cfg(test)]
 #[derive(Debug)]
-pub struct Delivery {
+pub struct Seen {
     pub to: ConsumerKey,
-    pub msg: Message,
+    pub msg: SeenMsg,
+}
+
+#[cfg(test)]
+#[derive(Debug)]
+pub struct SeenMsg {
+    pub id: MessageId,
+    pub attempts: u16,
+}
+
+#[cfg(test)]
+impl std::ops::Deref for Deliveries {
+    type Target = Vec<Seen>;
+    fn deref(&self) -> &Vec<Seen> {
+        &self.seen
+    }
 }
 
 struct InFlight {
     msg: Stored,
     consumer: ConsumerKey,
     deadline: Instant,
+    /// Where `deadline` sits in `in_flight_order`.
+    slot: Slot,
     delivered_at: Instant,
 }
 
@@ -111,6 +161,8 @@ pub struct Channel {
     pub topic: Arc<str>,
     pub name: Arc<str>,
     pub ephemeral: bool,
+    /// Listed in the shard's `pending_dispatch` (see `Shard::dispatch_soon`).
+    pub dispatch_queued: bool,
     pub paused: bool,
     /// Next seq to take from the topic's log.
     cursor: u64,
@@ -155,6 +207,7 @@ impl Channel {
             RefCell::new(Channel {
                 topic,
                 ephemeral: protocol::names::is_ephemeral(name),
+                dispatch_queued: false,
                 name: Arc::from(name),
                 paused: false,
                 cursor,
@@ -192,13 +245,8 @@ impl Channel {
 
     /// Makes sure the shard's timer heap fires at this channel's earliest deadline of `kind`.
     fn arm(&mut self, kind: TimerKind, timers: &TimerQueue) {
-        let in_flight = &self.in_flight;
         let (first, armed) = match kind {
-            TimerKind::InFlight => (
-                self.in_flight_order
-                    .first(|at, id| in_flight.get(&id).is_some_and(|f| f.deadline == at)),
-                &mut self.armed_in_flight,
-            ),
+            TimerKind::InFlight => (self.in_flight_order.first(), &mut self.armed_in_flight),
             TimerKind::Deferred => (
                 self.deferred_order.first().map(|e| e.0),
                 &mut self.armed_deferred,
@@ -251,8 +299,10 @@ impl Channel {
     pub fn remove_consumer(&mut self, key: ConsumerKey) {
         self.consumers.retain(|c| c.spec.key != key);
         let mut returned: Vec<Stored> = Vec::new();
-        self.in_flight.retain(|_, f| {
+        let order = &mut self.in_flight_order;
+        self.in_flight.retain(|id, f| {
             if f.consumer == key {
+                order.remove(f.slot, f.deadline, *id);
                 returned.push(f.msg.clone());
                 false
             } else {
@@ -302,6 +352,7 @@ impl Channel {
             Some(_) => {}
         }
         let f = self.in_flight.remove(&id).ok_or(OpError::NotInFlight)?;
+        self.in_flight_order.remove(f.slot, f.deadline, id);
         if let Some(c) = self.consumer_mut(key) {
             c.in_flight = c.in_flight.saturating_sub(1);
         }
@@ -360,8 +411,9 @@ impl Channel {
         };
         let timeout = timeout.unwrap_or(max_msg_timeout);
         let deadline = (now + timeout).min(f.delivered_at + max_msg_timeout);
+        self.in_flight_order.remove(f.slot, f.deadline, id);
         f.deadline = deadline;
-        self.in_flight_order.push(deadline, id);
+        f.slot = self.in_flight_order.push(deadline, id);
         self.arm(TimerKind::InFlight, timers);
         Ok(())
     }
@@ -385,24 +437,19 @@ impl Channel {
         }
         let mut changed = false;
         match kind {
-            TimerKind::InFlight => loop {
-                let in_flight = &self.in_flight;
-                let due = self.in_flight_order.pop_due(now, |at, id| {
-                    in_flight.get(&id).is_some_and(|f| f.deadline == at)
-                });
-                let Some((_, id)) = due else {
-                    break;
-                };
-                let Some(f) = self.in_flight.remove(&id) else {
-                    continue;
-                };
-                if let Some(c) = self.consumer_mut(f.consumer) {
-                    c.in_flight = c.in_flight.saturating_sub(1);
+            TimerKind::InFlight => {
+                while let Some((_, id)) = self.in_flight_order.pop_due(now) {
+                    let Some(f) = self.in_flight.remove(&id) else {
+                        continue;
+                    };
+                    if let Some(c) = self.consumer_mut(f.consumer) {
+                        c.in_flight = c.in_flight.saturating_sub(1);
+                    }
+                    self.timeout_count += 1;
+                    self.requeue_now(f.msg);
+                    changed = true;
                 }
-                self.timeout_count += 1;
-                self.requeue_now(f.msg);
-                changed = true;
-            },
+            }
             TimerKind::Deferred => {
                 while let Some(&(due, id)) = self.deferred_order.first() {
                     if due > now {
@@ -428,16 +475,17 @@ impl Channel {
         now: Instant,
         max_msg_timeout: Duration,
         timers: &TimerQueue,
-        out: &mut Vec<Delivery>,
+        out: &mut Deliveries,
     ) {
         if self.paused {
             return;
         }
-        let now_ns = crate::ids::now_nanos();
+        // Wall-clock time, read only if a deferred (DPUB) record comes up.
+        let mut now_ns = None;
         while let Some(ci) = self.next_ready_consumer() {
             let next = match self.requeued.pop_front() {
                 Some(m) => Some(m),
-                None => self.take_from_log(log, now, now_ns, timers),
+                None => self.take_from_log(log, now, &mut now_ns, timers),
             };
             let Some(mut stored) = next else {
                 break;
@@ -454,22 +502,25 @@ impl Channel {
             let key = c.spec.key;
             let timeout = c.spec.msg_timeout.min(max_msg_timeout);
             let deadline = now + timeout;
-            let msg = stored.msg.clone();
-            self.in_flight_order.push(deadline, msg.id);
+            let id = stored.msg.id;
+            out.push(key, &stored.msg);
+            let slot = self.in_flight_order.push(deadline, id);
             self.in_flight.insert(
-                msg.id,
+                id,
                 InFlight {
                     msg: stored,
                     consumer: key,
                     deadline,
+                    slot,
                     delivered_at: now,
                 },
             );
-            out.push(Delivery { to: key, msg });
         }
-        let in_flight = &self.in_flight;
-        self.in_flight_order.compact(in_flight.len(), |at, id| {
-            in_flight.get(&id).is_some_and(|f| f.deadline == at)
+        let in_flight = &mut self.in_flight;
+        self.in_flight_order.compact(|id, slot| {
+            if let Some(f) = in_flight.get_mut(&id) {
+                f.slot = slot;
+            }
         });
         self.arm(TimerKind::InFlight, timers);
     }
@@ -480,7 +531,7 @@ impl Channel {
         &mut self,
         log: &TopicLog,
         now: Instant,
-        now_ns: i64,
+        now_ns: &mut Option<i64>,
         timers: &TimerQueue,
     ) -> Option<Stored> {
         loop {
@@ -506,6 +557,11 @@ impl Channel {
                     }
                     self.cursor = s.seq + 1;
                     self.hint = hint;
+                    let now_ns = match (s.defer_until, *now_ns) {
+                        (0, _) => 0,
+                        (_, Some(t)) => t,
+                        (_, None) => *now_ns.insert(crate::ids::now_nanos()),
+                    };
                     if s.defer_until > now_ns {
                         let wait = Duration::from_nanos((s.defer_until - now_ns) as u64);
                         self.defer(s, now + wait, timers);
@@ -711,7 +767,7 @@ mod tests {
         c.add_consumer(spec(2), 0).unwrap();
         c.set_rdy(spec(1).key, 2);
         c.set_rdy(spec(2).key, 3);
-        let mut out = Vec::new();
+        let mut out = Deliveries::default();
         c.dispatch(&log, now, MAX, &timers, &mut out);
         assert_eq!(out.len(), 5);
         let to1 = out.iter().filter(|d| d.to.conn == 1).count();
@@ -722,7 +778,7 @@ mod tests {
         assert_eq!(c.depth(), 5);
         // FIN frees one slot: exactly one more delivery.
         c.finish(spec(1).key, out[0].msg.id).unwrap();
-        let mut more = Vec::new();
+        let mut more = Deliveries::default();
         c.dispatch(&log, now, MAX, &timers, &mut more);
         assert_eq!(more.len(), 1);
         assert_eq!(more[0].to.conn, 1);
@@ -738,7 +794,7 @@ mod tests {
         c.add_consumer(spec(1), 0).unwrap();
         c.add_consumer(spec(2), 0).unwrap();
         c.set_rdy(spec(1).key, 1);
-        let mut out = Vec::new();
+        let mut out = Deliveries::default();
         c.dispatch(&log, now, MAX, &timers, &mut out);
         let id = out[0].msg.id;
         assert_eq!(c.finish(spec(2).key, id), Err(OpError::NotOwner));
@@ -758,12 +814,12 @@ mod tests {
         let now = Instant::now();
         c.add_consumer(spec(1), 0).unwrap();
         c.set_rdy(spec(1).key, 1);
-        let mut out = Vec::new();
+        let mut out = Deliveries::default();
         c.dispatch(&log, now, MAX, &timers, &mut out);
         c.remove_consumer(spec(1).key);
         c.add_consumer(spec(2), 0).unwrap();
         c.set_rdy(spec(2).key, 1);
-        let mut again = Vec::new();
+        let mut again = Deliveries::default();
         c.dispatch(&log, now, MAX, &timers, &mut again);
         assert_eq!(again.len(), 1);
         assert_eq!(again[0].msg.attempts, 2);
@@ -778,7 +834,7 @@ mod tests {
         let now = Instant::now();
         c.add_consumer(spec(1), 0).unwrap();
         c.set_rdy(spec(1).key, 1);
-        let mut out = Vec::new();
+        let mut out = Deliveries::default();
         c.dispatch(&log, now, MAX, &timers, &mut out);
         let id = out[0].msg.id;
         let first_deadline = now + Duration::from_secs(60);
@@ -800,7 +856,7 @@ mod tests {
         let now = Instant::now();
         c.add_consumer(spec(1), 0).unwrap();
         c.set_rdy(spec(1).key, 1);
-        let mut out = Vec::new();
+        let mut out = Deliveries::default();
         let max = Duration::from_secs(90);
         c.dispatch(&log, now, max, &timers, &mut out);
         let id = out[0].msg.id;
@@ -824,7 +880,7 @@ mod tests {
         let now = Instant::now();
         c.add_consumer(spec(1), 0).unwrap();
         c.set_rdy(spec(1).key, 1);
-        let mut out = Vec::new();
+        let mut out = Deliveries::default();
         c.dispatch(&log, now, MAX, &timers, &mut out);
         assert!(out.is_empty());
         assert_eq!(c.deferred_count(), 1);
@@ -846,7 +902,7 @@ mod tests {
             let mut c = ch.borrow_mut();
             c.add_consumer(spec(1), 0).unwrap();
             c.set_rdy(spec(1).key, 2);
-            let mut out = Vec::new();
+            let mut out = Deliveries::default();
             c.dispatch(&log, now, MAX, &timers, &mut out);
             c.finish(spec(1).key, out[0].msg.id).unwrap();
             c.to_meta(true, now)
@@ -859,7 +915,7 @@ mod tests {
         assert_eq!(f.restore(&meta, true, &log, now, &timers), 1);
         f.add_consumer(spec(9), 0).unwrap();
         f.set_rdy(spec(9).key, 10);
-        let mut out = Vec::new();
+        let mut out = Deliveries::default();
         f.dispatch(&log, now, MAX, &timers, &mut out);
         assert_eq!(out.len(), 2);
         assert_eq!(
@@ -883,7 +939,7 @@ mod tests {
         );
         c.visible_end = log.append((0..5).map(msg).collect(), 0);
         c.set_rdy(spec(1).key, 10);
-        let mut out = Vec::new();
+        let mut out = Deliveries::default();
         c.dispatch(&log, Instant::now(), MAX, &timers, &mut out);
         assert_eq!(
             out.len(),

@@ -21,11 +21,9 @@ use bytes::{Bytes, BytesMut};
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::TcpStream;
 use protocol::command::ConnPhase;
-use protocol::frame::{write_frame, write_message_frame};
+use protocol::frame::write_frame;
 use protocol::identify::{IdentifyRequest, IdentifyResponse};
-use protocol::{
-    decode_command, Command, DecodeContext, ErrorCode, FrameType, Message, ProtocolError,
-};
+use protocol::{decode_command, Command, DecodeContext, ErrorCode, FrameType, ProtocolError};
 use std::cell::{Cell, RefCell};
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::rc::Rc;
@@ -133,17 +131,12 @@ impl Conn {
         self.push_frame(FrameType::Error, e.frame_text().as_bytes());
     }
 
-    /// Writes message frames for `msgs` (a delivery from the channel's owner).
-    pub fn deliver(&self, msgs: &[Message]) {
+    /// Writes message frames the channel's owner encoded (see `Mail::Deliver`).
+    pub fn deliver_frames(&self, frames: &[u8]) {
         if self.closed.get() {
             return;
         }
-        {
-            let mut out = self.out.borrow_mut();
-            for m in msgs {
-                write_message_frame(&mut out, m);
-            }
-        }
+        self.out.borrow_mut().extend_from_slice(frames);
         self.wake_writer.notify();
     }
 
@@ -170,6 +163,23 @@ struct Session {
     info: ClientInfo,
     /// The owner shard and the channel this connection consumes, after SUB.
     sub: Option<(usize, Arc<str>, Arc<str>)>,
+    /// FINs decoded from the current read, sent together (see [`flush_fins`]).
+    fins: Vec<protocol::MessageId>,
+}
+
+/// Most FINs gathered into one mail.
+const FIN_BATCH: usize = 512;
+
+/// Sends the gathered FINs to the channel's owner as one operation. Called before any other
+/// command runs (so operations keep their order) and when the read buffer is used up.
+fn flush_fins(shard: &Shard, conn: &Conn, session: &mut Session) {
+    let op = match session.fins.len() {
+        0 => return,
+        1 => ChannelOp::Fin(session.fins[0]),
+        _ => ChannelOp::FinMany(std::mem::take(&mut session.fins)),
+    };
+    session.fins.clear();
+    channel_op(shard, conn, session, op);
 }
 
 /// Serves one accepted connection until it closes.
@@ -199,7 +209,10 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
         let ticker = glommio::spawn_local(heartbeat_loop(conn.clone()));
         let replier = glommio::spawn_local(reply_loop(shard.clone(), conn.clone()));
 
-        let session = read_loop(&shard, &conn, stream, remote).await;
+        let mut session = read_loop(&shard, &conn, stream, remote).await;
+        if let Some(s) = session.as_mut() {
+            flush_fins(&shard, &conn, s);
+        }
         // Answer what is in progress (a stop, or EOF after pipelined publishes), bounded.
         let _ = glommio::timer::timeout(REPLY_GRACE, async {
             conn.wait_outstanding(0).await;
@@ -268,6 +281,7 @@ async fn read_loop(
             ..ClientInfo::default()
         },
         sub: None,
+        fins: Vec::new(),
     };
     *conn.info.borrow_mut() = session.info.clone();
     let limits = shard.decode_limits();
@@ -284,7 +298,14 @@ async fn read_loop(
                 limits,
             };
             match decode_command(&mut rbuf, &ctx) {
+                Ok(Some(Command::Fin(id))) if session.sub.is_some() => {
+                    session.fins.push(id);
+                    if session.fins.len() >= FIN_BATCH {
+                        flush_fins(shard, conn, &mut session);
+                    }
+                }
                 Ok(Some(cmd)) => {
+                    flush_fins(shard, conn, &mut session);
                     let publishes = matches!(
                         cmd,
                         Command::Pub { .. } | Command::Mpub { .. } | Command::Dpub { .. }
@@ -304,6 +325,7 @@ async fn read_loop(
                 }
                 Ok(None) => break,
                 Err(e) => {
+                    flush_fins(shard, conn, &mut session);
                     debug!(error = %e, "protocol error");
                     // After the answers of the publishes before it, as on the wire.
                     conn.wait_outstanding(0).await;
@@ -315,6 +337,9 @@ async fn read_loop(
         if conn.stop_requested.get() {
             return Some(session);
         }
+        flush_fins(shard, conn, &mut session);
+        // FINs/RDYs of this read for this shard's own channels: dispatch once, now.
+        shard.flush_dispatches();
         if let Some((owner, _, _)) = &session.sub {
             wait_while_congested(shard, *owner).await;
         }
@@ -522,7 +547,7 @@ async fn publish(
     let count = bodies.len() as u64;
     let counted_topic = topic.clone();
     // OK now, if every earlier answer is written and the owner is another, healthy shard.
-    let acked = conn.unanswered.get() == 0 && shard.can_ack_early(owner);
+    let acked = conn.unanswered.get() == 0 && shard.can_ack_early(owner, &counted_topic);
     if acked {
         conn.count_published(&counted_topic, count);
         conn.push_response(protocol::OK);

@@ -1,84 +1,126 @@
 //! The order of a channel's in-flight deadlines, cheap for the common case.
 //!
 //! Every delivery adds `now + msg_timeout`, and nearly every consumer of a channel uses the same
-//! timeout, so deadlines almost always arrive in order: they go to the back of a FIFO, O(1). A
-//! deadline earlier than the FIFO's last (a consumer with a shorter timeout, a TOUCH clamped by
-//! max-msg-timeout) goes to an ordered set instead. Nothing is removed on FIN, REQ or TOUCH:
-//! an entry is *live* only while the caller's map still holds that message with that deadline
-//! (`live(at, id)`), dead entries are skipped when they come up, and the FIFO is compacted
-//! when dead entries outnumber live ones, so memory stays proportional to what is in flight.
+//! timeout, so deadlines almost always arrive in order: they go to the back of a FIFO, O(1),
+//! and the caller keeps the returned [`Slot`] with the message. FIN, REQ and TOUCH clear that
+//! slot in place (no search, no hashing); cleared slots are dropped when they reach the front.
+//! A deadline earlier than the FIFO's last (a consumer with a shorter timeout, a TOUCH clamped
+//! by max-msg-timeout) goes to an ordered set instead.
+//!
+//! A message that stays in flight long pins the FIFO's front while newer entries are cleared
+//! behind it; when cleared entries outnumber live ones [`DeadlineQueue::compact`] squeezes
+//! them out and reports the live entries' new slots, so memory stays proportional to what is
+//! in flight.
 
 use protocol::MessageId;
 use std::collections::{BTreeSet, VecDeque};
 use std::time::Instant;
 
+/// Where a deadline sits: its position in the FIFO, or the ordered set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Slot {
+    Fifo(u64),
+    Ordered,
+}
+
 #[derive(Default)]
 pub struct DeadlineQueue {
-    fifo: VecDeque<(Instant, MessageId)>,
-    out_of_order: BTreeSet<(Instant, MessageId)>,
+    /// `fifo[i]` is position `base + i`; `None` once cleared.
+    fifo: VecDeque<Option<(Instant, MessageId)>>,
+    base: u64,
+    live_in_fifo: usize,
+    /// The deadline last pushed to the FIFO (cleared or not): the FIFO stays in order.
+    back_at: Option<Instant>,
+    ordered: BTreeSet<(Instant, MessageId)>,
 }
 
 impl DeadlineQueue {
-    pub fn push(&mut self, at: Instant, id: MessageId) {
-        match self.fifo.back() {
-            Some(&(last, _)) if at < last => {
-                self.out_of_order.insert((at, id));
+    pub fn push(&mut self, at: Instant, id: MessageId) -> Slot {
+        if self.back_at.is_some_and(|last| at < last) {
+            self.ordered.insert((at, id));
+            return Slot::Ordered;
+        }
+        self.fifo.push_back(Some((at, id)));
+        self.back_at = Some(at);
+        self.live_in_fifo += 1;
+        Slot::Fifo(self.base + self.fifo.len() as u64 - 1)
+    }
+
+    /// Clears the entry `push` put at `slot` (FIN, REQ, TOUCH's old deadline, a timeout).
+    pub fn remove(&mut self, slot: Slot, at: Instant, id: MessageId) {
+        match slot {
+            Slot::Ordered => {
+                self.ordered.remove(&(at, id));
             }
-            _ => self.fifo.push_back((at, id)),
+            Slot::Fifo(pos) => {
+                let Some(i) = pos.checked_sub(self.base) else {
+                    return;
+                };
+                if let Some(e) = self.fifo.get_mut(i as usize) {
+                    if e.is_some_and(|(a, d)| a == at && d == id) {
+                        *e = None;
+                        self.live_in_fifo -= 1;
+                    }
+                }
+                self.trim_front();
+            }
         }
     }
 
-    /// The earliest live deadline; dead entries met at the front are dropped.
-    pub fn first(&mut self, live: impl Fn(Instant, MessageId) -> bool) -> Option<Instant> {
-        while let Some(&(at, id)) = self.fifo.front() {
-            if live(at, id) {
-                break;
-            }
+    fn trim_front(&mut self) {
+        while let Some(None) = self.fifo.front() {
             self.fifo.pop_front();
-        }
-        while let Some(&(at, id)) = self.out_of_order.first() {
-            if live(at, id) {
-                break;
-            }
-            self.out_of_order.pop_first();
-        }
-        match (self.fifo.front(), self.out_of_order.first()) {
-            (Some(a), Some(b)) => Some(a.0.min(b.0)),
-            (a, b) => a.or(b).map(|e| e.0),
+            self.base += 1;
         }
     }
 
-    /// Removes and returns the earliest live entry due at or before `now`.
-    pub fn pop_due(
-        &mut self,
-        now: Instant,
-        live: impl Fn(Instant, MessageId) -> bool,
-    ) -> Option<(Instant, MessageId)> {
-        let earliest = self.first(&live)?;
+    /// The earliest deadline.
+    pub fn first(&self) -> Option<Instant> {
+        let fifo = self.fifo.front().copied().flatten().map(|e| e.0);
+        let ordered = self.ordered.first().map(|e| e.0);
+        match (fifo, ordered) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Removes and returns the earliest entry due at or before `now`.
+    pub fn pop_due(&mut self, now: Instant) -> Option<(Instant, MessageId)> {
+        let earliest = self.first()?;
         if earliest > now {
             return None;
         }
-        let from_fifo = self.fifo.front().is_some_and(|e| e.0 == earliest);
-        if from_fifo {
-            self.fifo.pop_front()
-        } else {
-            self.out_of_order.pop_first()
+        let fifo_first = self.fifo.front().copied().flatten();
+        match fifo_first {
+            Some(e) if e.0 == earliest => {
+                self.fifo.pop_front();
+                self.base += 1;
+                self.live_in_fifo -= 1;
+                self.trim_front();
+                Some(e)
+            }
+            _ => self.ordered.pop_first(),
         }
     }
 
-    /// Drops dead entries once they are more than half of the queue (`live_count`: how many
-    /// live ones there are), so a channel whose messages are finished long before their
-    /// deadline does not keep a deadline per finished message until then.
-    pub fn compact(&mut self, live_count: usize, live: impl Fn(Instant, MessageId) -> bool) {
-        if self.fifo.len() + self.out_of_order.len() > 2 * live_count + 64 {
-            self.fifo.retain(|&(at, id)| live(at, id));
-            self.out_of_order.retain(|&(at, id)| live(at, id));
+    /// When cleared entries outnumber live ones, squeezes them out of the FIFO and calls
+    /// `moved(id, new_slot)` for every live entry (the caller updates the slot it keeps).
+    pub fn compact(&mut self, mut moved: impl FnMut(MessageId, Slot)) {
+        if self.fifo.len() <= 2 * self.live_in_fifo + 64 {
+            return;
+        }
+        let live: VecDeque<_> = self.fifo.drain(..).flatten().map(Some).collect();
+        self.fifo = live;
+        for (i, e) in self.fifo.iter().enumerate() {
+            if let Some((_, id)) = e {
+                moved(*id, Slot::Fifo(self.base + i as u64));
+            }
         }
     }
 
     #[cfg(test)]
-    fn len(&self) -> usize {
-        self.fifo.len() + self.out_of_order.len()
+    pub fn len(&self) -> usize {
+        self.live_in_fifo + self.ordered.len()
     }
 }
 
@@ -88,31 +130,35 @@ mod tests {
     use std::collections::HashMap;
     use std::time::Duration;
 
-    fn id(n: u8) -> MessageId {
+    fn id(n: u32) -> MessageId {
         let mut b = [b'0'; 16];
-        b[15] = b'a' + n;
+        b[12..].copy_from_slice(&n.to_be_bytes());
         MessageId(b)
     }
 
     #[test]
-    fn due_entries_come_out_in_deadline_order_skipping_dead_ones() {
+    fn due_entries_come_out_in_deadline_order_without_removed_ones() {
         let t0 = Instant::now();
         let at = |ms| t0 + Duration::from_millis(ms);
-        let mut live: HashMap<MessageId, Instant> = HashMap::new();
         let mut q = DeadlineQueue::default();
+        let mut slots = HashMap::new();
         for (n, ms) in [(0, 10), (1, 20), (2, 5), (3, 30), (4, 15)] {
-            q.push(at(ms), id(n));
-            live.insert(id(n), at(ms));
+            slots.insert(n, (q.push(at(ms), id(n)), at(ms)));
         }
-        // FIN of 1, TOUCH of 0 to 40.
-        live.remove(&id(1));
-        live.insert(id(0), at(40));
+        assert_eq!(slots[&0].0, Slot::Fifo(0));
+        assert_eq!(slots[&2].0, Slot::Ordered);
+        // FIN of 1; TOUCH of 0 to 40.
+        let (s, a) = slots[&1];
+        q.remove(s, a, id(1));
+        let (s, a) = slots[&0];
+        q.remove(s, a, id(0));
         q.push(at(40), id(0));
-        let is_live = |a: Instant, i: MessageId| live.get(&i) == Some(&a);
-        assert_eq!(q.first(is_live), Some(at(5)));
+        assert_eq!(q.len(), 4);
+        assert_eq!(q.first(), Some(at(5)));
+        assert_eq!(q.pop_due(at(4)), None);
         let mut got = Vec::new();
-        while let Some((a, i)) = q.pop_due(at(100), is_live) {
-            got.push((a, i));
+        while let Some(e) = q.pop_due(at(100)) {
+            got.push(e);
         }
         assert_eq!(
             got,
@@ -123,31 +169,41 @@ mod tests {
                 (at(40), id(0))
             ]
         );
-        assert_eq!(q.first(is_live), None);
+        assert_eq!(q.first(), None);
+        assert_eq!(q.len(), 0);
     }
 
     #[test]
-    fn nothing_before_its_time() {
+    fn removing_with_a_stale_deadline_or_slot_does_nothing() {
         let t0 = Instant::now();
         let mut q = DeadlineQueue::default();
-        q.push(t0 + Duration::from_secs(1), id(0));
-        assert_eq!(q.pop_due(t0, |_, _| true), None);
-        assert!(q
-            .pop_due(t0 + Duration::from_secs(1), |_, _| true)
-            .is_some());
-    }
-
-    #[test]
-    fn compaction_keeps_only_live_entries() {
-        let t0 = Instant::now();
-        let mut q = DeadlineQueue::default();
-        for n in 0..200u32 {
-            q.push(t0 + Duration::from_millis(n as u64), id((n % 20) as u8));
-        }
-        // Only deadline 199 (id 19) is live.
-        let live = |a: Instant, i: MessageId| i == id(19) && a == t0 + Duration::from_millis(199);
-        q.compact(1, live);
+        let s = q.push(t0, id(1));
+        q.remove(s, t0 + Duration::from_millis(1), id(1));
+        q.remove(Slot::Fifo(99), t0, id(1));
         assert_eq!(q.len(), 1);
-        assert_eq!(q.first(live), Some(t0 + Duration::from_millis(199)));
+        q.remove(s, t0, id(1));
+        assert_eq!(q.len(), 0);
+        q.remove(s, t0, id(1));
+        assert_eq!(q.len(), 0);
+    }
+
+    #[test]
+    fn a_long_lived_entry_does_not_pin_cleared_ones() {
+        let t0 = Instant::now();
+        let mut q = DeadlineQueue::default();
+        let mut slots: HashMap<MessageId, (Slot, Instant)> = HashMap::new();
+        let pinned = q.push(t0, id(0));
+        slots.insert(id(0), (pinned, t0));
+        for n in 1..10_000u32 {
+            let at = t0 + Duration::from_micros(n as u64);
+            let s = q.push(at, id(n));
+            q.remove(s, at, id(n));
+            q.compact(|i, s| slots.get_mut(&i).expect("live").0 = s);
+        }
+        assert!(q.fifo.len() < 200, "fifo kept {} entries", q.fifo.len());
+        let (s, at) = slots[&id(0)];
+        q.remove(s, at, id(0));
+        assert_eq!(q.len(), 0);
+        assert_eq!(q.first(), None);
     }
 }

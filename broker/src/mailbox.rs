@@ -18,7 +18,7 @@ use crate::channel::{ConsumerKey, ConsumerSpec};
 use crate::sync::Notify;
 use bytes::Bytes;
 use glommio::channels::channel_mesh::Senders;
-use protocol::{Message, MessageId, ProtocolError};
+use protocol::{MessageId, ProtocolError};
 use std::cell::RefCell;
 use std::time::Duration;
 
@@ -37,6 +37,8 @@ pub struct ReplyTo {
 pub enum ChannelOp {
     Rdy(u64),
     Fin(MessageId),
+    /// Several FINs of one read, in order: one mail, one lookup, one dispatch.
+    FinMany(Vec<MessageId>),
     Req(MessageId, Duration),
     Touch(MessageId),
     /// CLS: stop delivering to this consumer.
@@ -82,7 +84,10 @@ pub enum Mail {
         op: ChannelOp,
     },
     /// From an owner to a consumer's shard: messages for connection `conn`.
-    Deliver { conn: u64, msgs: Vec<Message> },
+    /// The frames are encoded by the owner, so the consumer's shard only copies bytes and never
+    /// touches the bodies' reference counts (shared with the owner's log: a cache line bouncing
+    /// between cores for every message otherwise).
+    Deliver { conn: u64, frames: Bytes },
     /// From an owner to a consumer's shard: a non-fatal error frame for connection `conn`.
     ConnError { conn: u64, error: ProtocolError },
     /// The answer to a request, for the waiting `token` on this shard.

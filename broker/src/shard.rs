@@ -19,7 +19,7 @@
 //! second) publishes to it wait in [`PendingTopic`], then its channels are created and the
 //! waiting messages stored, so a channel that exists on another broker gets them too.
 
-use crate::channel::{ConsumerKey, ConsumerSpec, Delivery};
+use crate::channel::{ConsumerKey, ConsumerSpec, Deliveries};
 use crate::config::Config;
 use crate::conn::{self, Conn};
 use crate::ids::{now_nanos, IdGen};
@@ -95,11 +95,21 @@ pub struct Shard {
     pub(crate) disk_acks: RefCell<Vec<DiskAck>>,
     /// New topics waiting for the lookups' channel list, by name.
     pub(crate) pending_topics: RefCell<HashMap<String, PendingTopic>>,
+    /// Channels whose consumers freed room (FIN, REQ, RDY...): dispatched once per batch of
+    /// mail or commands rather than once per operation ([`Shard::dispatch_soon`]).
+    pending_dispatch: RefCell<Vec<ChannelRef>>,
+    wake_dispatcher: Notify,
     /// Per peer: its last publish answer said its storage is failing (no early OKs for it).
     owner_failing: RefCell<Vec<bool>>,
+    /// Topics whose publishes from this shard the owner has answered (see `can_ack_early`).
+    known_topics: RefCell<std::collections::HashSet<String>>,
     /// HTTP publishes answered early and not yet confirmed (bounded by [`MAX_UNCONFIRMED`]).
     pub(crate) http_unconfirmed: Cell<usize>,
 }
+
+/// Attempts, 100 ms apart, at writing what is pending at a clean stop (10 s: time for an
+/// operator to free space) before the stop gives up and reports the loss.
+const FINAL_WRITE_TRIES: u32 = 100;
 
 /// Early-answered HTTP publishes a shard lets travel unconfirmed before it waits for answers.
 pub const MAX_UNCONFIRMED: usize = 1024;
@@ -145,7 +155,10 @@ impl Shard {
             flusher_stop: Cell::new(false),
             disk_acks: RefCell::new(Vec::new()),
             pending_topics: RefCell::new(HashMap::new()),
+            pending_dispatch: RefCell::new(Vec::new()),
+            wake_dispatcher: Notify::new(),
             owner_failing: RefCell::new(vec![false; peers]),
+            known_topics: RefCell::new(std::collections::HashSet::new()),
             http_unconfirmed: Cell::new(0),
         }
     }
@@ -284,11 +297,11 @@ impl Shard {
                 key,
                 op,
             } => self.channel_op_here(&topic, &channel, key, op),
-            Mail::Deliver { conn, msgs } => {
+            Mail::Deliver { conn, frames } => {
                 let c = self.conns.borrow().get(&conn).cloned();
                 // A connection that is gone has already sent Leave; its owner requeues these.
                 if let Some(c) = c {
-                    c.deliver(&msgs);
+                    c.deliver_frames(&frames);
                 }
             }
             Mail::ConnError { conn, error } => {
@@ -513,7 +526,11 @@ impl Shard {
     /// publishes get their E_PUB_FAILED). The message then travels in this process's memory,
     /// in order behind this connection's earlier mail, as a message nsqd has put in its
     /// in-memory queue does; a clean stop waits for its confirmation.
-    pub fn can_ack_early(&self, owner: usize) -> bool {
+    ///
+    /// Also not for a topic this shard has not yet seen a publish answered for: the first
+    /// publish creates the topic (and, with lookups, first learns its channels), and a client
+    /// that reads /stats after its OK expects to see them, as with nsqd.
+    pub fn can_ack_early(&self, owner: usize, topic: &str) -> bool {
         !self.config.durable
             && owner != self.id
             && !self
@@ -522,6 +539,7 @@ impl Shard {
                 .get(owner)
                 .copied()
                 .unwrap_or(true)
+            && self.known_topics.borrow().contains(topic)
     }
 
     /// Learns the owner's health from a publish answer; `acked`: the client already has its OK.
@@ -533,7 +551,12 @@ impl Shard {
         topic: &str,
     ) {
         let failing = match answer {
-            Some(Reply::Publish(Ok(()))) => false,
+            Some(Reply::Publish(Ok(()))) => {
+                if !acked && !self.known_topics.borrow().contains(topic) {
+                    self.known_topics.borrow_mut().insert(topic.to_string());
+                }
+                false
+            }
             Some(Reply::Publish(Err(e))) if e.code == ErrorCode::PubFailed => true,
             _ => {
                 if acked {
@@ -686,9 +709,18 @@ impl Shard {
             if let Some((code, verb, id)) = op_failure_parts(&op) {
                 self.send_conn_error(key, code, format!("{verb} {id} failed ID not in flight"));
             }
+            if let ChannelOp::FinMany(ids) = &op {
+                for id in ids {
+                    self.send_conn_error(
+                        key,
+                        ErrorCode::FinFailed,
+                        format!("FIN {id} failed ID not in flight"),
+                    );
+                }
+            }
             return;
         };
-        let now = Instant::now();
+        let mut fin_failures = Vec::new();
         let max = self.config.max_msg_timeout;
         let result = {
             let mut c = ch.borrow_mut();
@@ -698,8 +730,18 @@ impl Shard {
                     Ok(())
                 }
                 ChannelOp::Fin(id) => c.finish(key, *id),
-                ChannelOp::Req(id, delay) => c.requeue(key, *id, *delay, now, &self.timers),
-                ChannelOp::Touch(id) => c.touch(key, *id, max, now, &self.timers),
+                ChannelOp::FinMany(ids) => {
+                    for id in ids {
+                        if let Err(e) = c.finish(key, *id) {
+                            fin_failures.push((*id, e));
+                        }
+                    }
+                    Ok(())
+                }
+                ChannelOp::Req(id, delay) => {
+                    c.requeue(key, *id, *delay, Instant::now(), &self.timers)
+                }
+                ChannelOp::Touch(id) => c.touch(key, *id, max, Instant::now(), &self.timers),
                 ChannelOp::Close => {
                     c.close_consumer(key);
                     Ok(())
@@ -715,12 +757,53 @@ impl Shard {
                 self.send_conn_error(key, code, format!("{verb} {id} failed {}", e.text()));
             }
         }
+        for (id, e) in fin_failures {
+            self.send_conn_error(
+                key,
+                ErrorCode::FinFailed,
+                format!("FIN {id} failed {}", e.text()),
+            );
+        }
         if matches!(op, ChannelOp::Leave) {
             if let Some(t) = &t {
                 self.drop_if_ephemeral_and_unused(t, &ch);
             }
         }
-        self.dispatch(&ch);
+        self.dispatch_soon(&ch);
+    }
+
+    /// Lists `ch` for dispatch at the end of the current batch: a burst of FINs from one read
+    /// or one mailbox batch then frees room many times but dispatches (and sends one delivery
+    /// batch per consumer) once. The inbox loop and connection readers call
+    /// [`Shard::flush_dispatches`] when they finish a batch; the dispatcher task covers every
+    /// other path as soon as the current task yields.
+    pub(crate) fn dispatch_soon(&self, ch: &ChannelRef) {
+        {
+            let mut c = ch.borrow_mut();
+            if c.dispatch_queued {
+                return;
+            }
+            c.dispatch_queued = true;
+        }
+        let mut list = self.pending_dispatch.borrow_mut();
+        if list.is_empty() {
+            self.wake_dispatcher.notify();
+        }
+        list.push(ch.clone());
+    }
+
+    /// Dispatches every channel [`Shard::dispatch_soon`] listed.
+    pub(crate) fn flush_dispatches(&self) {
+        loop {
+            let list = std::mem::take(&mut *self.pending_dispatch.borrow_mut());
+            if list.is_empty() {
+                return;
+            }
+            for ch in list {
+                ch.borrow_mut().dispatch_queued = false;
+                self.dispatch(&ch);
+            }
+        }
     }
 
     fn send_conn_error(&self, key: ConsumerKey, code: ErrorCode, text: String) {
@@ -768,7 +851,7 @@ impl Shard {
             return;
         };
         let log = t.borrow().log.clone();
-        let mut out = Vec::new();
+        let mut out = Deliveries::default();
         ch.borrow_mut().dispatch(
             &log.borrow(),
             Instant::now(),
@@ -779,21 +862,23 @@ impl Shard {
         self.route_deliveries(out);
     }
 
-    /// Groups deliveries by connection and sends each group to the connection's shard.
-    fn route_deliveries(&self, out: Vec<Delivery>) {
-        let mut groups: Vec<(ConsumerKey, Vec<Message>)> = Vec::new();
-        for d in out {
-            match groups.iter_mut().find(|(k, _)| *k == d.to) {
-                Some((_, msgs)) => msgs.push(d.msg),
-                None => groups.push((d.to, vec![d.msg])),
+    /// Hands each consumer's frames to its connection: here, or through the mailbox of the
+    /// connection's shard.
+    fn route_deliveries(&self, out: Deliveries) {
+        for (key, frames) in out.batches {
+            if key.shard == self.id {
+                let c = self.conns.borrow().get(&key.conn).cloned();
+                // A connection that is gone has already sent Leave; that requeues these.
+                if let Some(c) = c {
+                    c.deliver_frames(&frames);
+                }
+                continue;
             }
-        }
-        for (key, msgs) in groups {
             self.route(
                 key.shard,
                 Mail::Deliver {
                     conn: key.conn,
-                    msgs,
+                    frames: frames.freeze(),
                 },
             );
         }
@@ -865,7 +950,10 @@ impl Shard {
     /// The hand-over to storage at a clean stop: every topic's pending writes are written and
     /// fsynced, and its metadata records each channel's cursor and every message it still owed
     /// (in flight ones as requeued, deferred ones with the delay left).
-    async fn hand_over_to_storage(&self) {
+    ///
+    /// A write that fails (disk full, say) is retried for a while; returns how many bytes were
+    /// still unwritten after that (lost: the process then exits with an error).
+    async fn hand_over_to_storage(&self) -> usize {
         // The flusher may be writing chunks it took from a log: let that round finish first.
         self.flusher_stop.set(true);
         self.wake_flusher.notify();
@@ -874,13 +962,25 @@ impl Shard {
         }
         let topics: Vec<Rc<RefCell<Topic>>> = self.topics.borrow().values().cloned().collect();
         let mut owed = 0usize;
+        let mut lost = 0usize;
         for t in topics {
             let log = t.borrow().log.clone();
             if !log.borrow().is_persistent() {
                 continue;
             }
-            if let Err(e) = storage::log::flush(&log).await {
-                error!(topic = %t.borrow().name, "final write failed: {e}");
+            let mut tries = 0;
+            while let Err(e) = storage::log::flush(&log).await {
+                tries += 1;
+                if tries >= FINAL_WRITE_TRIES {
+                    let left = log.borrow().unwritten_bytes();
+                    error!(topic = %t.borrow().name, unwritten_bytes = left, "final write failed, giving up: {e}");
+                    lost += left;
+                    break;
+                }
+                if tries == 1 {
+                    error!(topic = %t.borrow().name, "final write failed, retrying for {}s: {e}", FINAL_WRITE_TRIES / 10);
+                }
+                glommio::timer::sleep(Duration::from_millis(100)).await;
             }
             if let Err(e) = storage::log::sync(&log).await {
                 error!(topic = %t.borrow().name, "final fsync failed: {e}");
@@ -895,6 +995,7 @@ impl Shard {
             }
         }
         info!(shard = self.id, owed, "storage hand-over done");
+        lost
     }
 
     /// Writes, fsyncs by the sync policy (or always, durable), answers durable publishes,
@@ -1093,6 +1194,7 @@ pub async fn run(
                 for mail in batch {
                     shard.handle(mail);
                 }
+                shard.flush_dispatches();
                 glommio::yield_if_needed().await;
             }
             debug!(shard = shard.id, peer, "inbox closed");
@@ -1100,6 +1202,14 @@ pub async fn run(
         .detach();
     }
     spawn_pumps(&shard, &senders, peers);
+    let dispatcher = shard.clone();
+    glommio::spawn_local(async move {
+        loop {
+            dispatcher.wake_dispatcher.notified().await;
+            dispatcher.flush_dispatches();
+        }
+    })
+    .detach();
 
     let timers_shard = shard.clone();
     glommio::spawn_local(async move {
@@ -1117,8 +1227,13 @@ pub async fn run(
     // Wait for shutdown, then for the connections to finish, then for the word to exit.
     shard.exit.notified().await;
     drop(acceptor);
-    shard.hand_over_to_storage().await;
+    let lost = shard.hand_over_to_storage().await;
     debug!(shard = id, "exited");
+    if lost > 0 {
+        return Err(format!(
+            "shard {id}: {lost} bytes of acknowledged messages could not be written at shutdown (see the errors above); they are lost"
+        ));
+    }
     Ok(())
 }
 

@@ -144,9 +144,9 @@ async fn publish(shard: &Rc<Shard>, topic: String, bodies: Vec<Bytes>, defer: Du
     }
     // OK now if the owner is another, healthy shard and few early answers are unconfirmed;
     // the confirmation is awaited in the background (it carries the owner's health).
-    let acked =
-        shard.http_unconfirmed.get() < crate::shard::MAX_UNCONFIRMED && shard.can_ack_early(owner);
-    let name = acked.then(|| topic.clone());
+    let acked = shard.http_unconfirmed.get() < crate::shard::MAX_UNCONFIRMED
+        && shard.can_ack_early(owner, &topic);
+    let name = topic.clone();
     let reply = shard.request(owner, |reply| Mail::Publish {
         topic,
         bodies,
@@ -154,7 +154,7 @@ async fn publish(shard: &Rc<Shard>, topic: String, bodies: Vec<Bytes>, defer: Du
         acked,
         reply,
     });
-    if let Some(name) = name {
+    if acked {
         shard.http_unconfirmed.set(shard.http_unconfirmed.get() + 1);
         let s = shard.clone();
         glommio::spawn_local(async move {
@@ -167,7 +167,7 @@ async fn publish(shard: &Rc<Shard>, topic: String, bodies: Vec<Bytes>, defer: Du
         return Answer::PubOk;
     }
     let reply = reply.await;
-    shard.note_publish_answer(owner, &reply, false, "");
+    shard.note_publish_answer(owner, &reply, false, &name);
     match reply {
         Some(Reply::Publish(Ok(()))) => Answer::PubOk,
         _ => error(503, "EXITING"),

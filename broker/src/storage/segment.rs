@@ -94,7 +94,12 @@ pub enum Parsed {
 /// Parses the record at `off` of `seg` (the whole segment as one `Bytes`, so bodies are
 /// zero-copy slices of it). `max_payload` bounds a plausible length.
 pub fn parse_at(seg: &Bytes, off: usize, max_payload: usize) -> Parsed {
-    let b = &seg[..];
+    parse_within(seg, seg.len(), off, max_payload)
+}
+
+/// [`parse_at`] looking only at `seg[..limit]` (the written part of a mapping).
+pub fn parse_within(seg: &Bytes, limit: usize, off: usize, max_payload: usize) -> Parsed {
+    let b = &seg[..limit.min(seg.len())];
     if off + FRAME_LEN > b.len() {
         return Parsed::Incomplete;
     }
