@@ -21,13 +21,15 @@
 //! [`Registrar::topic_channels`] sends `GET /channels?topic=` to every lookup whose HTTP address
 //! it knows (the host of the lookup's TCP address and the `http_port` of its IDENTIFY answer),
 //! all at once, each bounded by [`QUERY_TIMEOUT`]; the answer is the union of the lookups that
-//! answered in time.
+//! answered in time. Each answer is read with `protocol::http::decode_response`
+//! (`Content-Length`, chunked, or up to the close), done as soon as it is whole.
 
 use crate::config::Config;
 use crate::sync::Notify;
 use bytes::{BufMut, BytesMut};
 use futures_lite::io::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::TcpStream;
+use protocol::http::{decode_response, Limits, ReceivedResponse};
 use protocol::lookup::{decode_reply, LookupCommand, LookupReply, PeerInfo};
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
@@ -56,6 +58,12 @@ const BATCH: usize = 256;
 const MAX_REPLY: u32 = 64 * 1024;
 /// Largest HTTP answer read from a lookup.
 const MAX_HTTP_ANSWER: usize = 4 * 1024 * 1024;
+/// Bounds on a lookup's HTTP answer: its body may take all of [`MAX_HTTP_ANSWER`].
+const HTTP_ANSWER_LIMITS: Limits = Limits {
+    max_header_bytes: 64 * 1024,
+    max_headers: 64,
+    max_body: MAX_HTTP_ANSWER,
+};
 /// The version we announce, nsqd's.
 pub const VERSION: &str = "1.3.0";
 
@@ -558,80 +566,36 @@ async fn fetch_channels(http_addr: &str, topic: &str) -> Result<Vec<String>, Str
             .read(&mut chunk)
             .await
             .map_err(|e| format!("read: {e}"))?;
-        if n == 0 {
-            break;
-        }
         raw.extend_from_slice(&chunk[..n]);
+        // Done once the answer is whole (the server may keep the socket).
+        if let Some(response) = decode_answer(&raw, n == 0)? {
+            return channels_of(&response);
+        }
+        if n == 0 {
+            // not reached: once the lookup has closed, an incomplete answer is an error
+            return Err("incomplete answer".into());
+        }
         if raw.len() > MAX_HTTP_ANSWER {
             return Err("answer too large".into());
         }
-        // Enough once a Content-Length body is complete (the server may keep the socket).
-        if let Some(len) = complete_length(&raw) {
-            if raw.len() >= len {
-                break;
-            }
-        }
     }
-    parse_channels_answer(&raw)
 }
 
-/// The total length of a response whose head declares a Content-Length, once the head is in.
-fn complete_length(raw: &[u8]) -> Option<usize> {
-    let head_end = find(raw, b"\r\n\r\n")?;
-    let head = std::str::from_utf8(&raw[..head_end]).ok()?;
-    let len = head.split("\r\n").skip(1).find_map(|line| {
-        let (name, value) = line.split_once(':')?;
-        name.trim()
-            .eq_ignore_ascii_case("content-length")
-            .then(|| value.trim().parse::<usize>().ok())
-            .flatten()
-    })?;
-    (head_end + 4).checked_add(len)
+/// The response in `raw` if it is whole (with `closed`, `raw` is all the lookup sent).
+fn decode_answer(raw: &[u8], closed: bool) -> Result<Option<ReceivedResponse>, String> {
+    decode_response(raw, closed, &HTTP_ANSWER_LIMITS)
+        .map(|r| r.map(|(response, _)| response))
+        .map_err(|e| e.to_string())
 }
 
-/// Reads the channel names out of a whole HTTP answer to `GET /channels`: status 200 and
-/// `{"channels":[..]}` (or nsqlookupd's old `{"data":{"channels":[..]}}`).
-pub fn parse_channels_answer(raw: &[u8]) -> Result<Vec<String>, String> {
-    let head_end = find(raw, b"\r\n\r\n").ok_or("no end of the HTTP head")?;
-    let head = std::str::from_utf8(&raw[..head_end]).map_err(|_| "HTTP head is not UTF-8")?;
-    let mut lines = head.split("\r\n");
-    let status_line = lines.next().unwrap_or_default();
-    let mut parts = status_line.split(' ');
-    if !parts.next().unwrap_or_default().starts_with("HTTP/1.") {
-        return Err("not an HTTP/1 answer".into());
-    }
-    let status: u16 = parts
-        .next()
-        .and_then(|s| s.parse().ok())
-        .ok_or("bad status line")?;
-    let mut content_length = None;
-    for line in lines {
-        let Some((name, value)) = line.split_once(':') else {
-            continue;
-        };
-        let name = name.trim();
-        if name.eq_ignore_ascii_case("transfer-encoding") {
-            return Err("chunked answer to an HTTP/1.0 request".into());
-        }
-        if name.eq_ignore_ascii_case("content-length") {
-            content_length = Some(
-                value
-                    .trim()
-                    .parse::<usize>()
-                    .map_err(|_| "bad Content-Length")?,
-            );
-        }
-    }
-    let rest = &raw[head_end + 4..];
-    let body = match content_length {
-        Some(len) => rest.get(..len).ok_or("body shorter than Content-Length")?,
-        None => rest,
-    };
-    if status != 200 {
-        return Err(format!("status {status}"));
+/// The channel names in an answer to `GET /channels`: status 200 and `{"channels":[..]}` (or
+/// nsqlookupd's old `{"data":{"channels":[..]}}`).
+fn channels_of(response: &ReceivedResponse) -> Result<Vec<String>, String> {
+    if response.status != 200 {
+        return Err(format!("status {}", response.status));
     }
     let value: serde_json::Value =
-        serde_json::from_slice(body).map_err(|e| format!("bad JSON: {e}"))?;
+        serde_json::from_slice(&response.body).map_err(|e| format!("bad JSON: {e}"))?;
     let channels = value
         .get("channels")
         .or_else(|| value.get("data").and_then(|d| d.get("channels")));
@@ -643,10 +607,6 @@ pub fn parse_channels_answer(raw: &[u8]) -> Result<Vec<String>, String> {
         Some(serde_json::Value::Null) => Ok(Vec::new()),
         _ => Err("no channels list in the answer".into()),
     }
-}
-
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
 }
 
 #[cfg(test)]
@@ -765,6 +725,12 @@ mod tests {
         );
     }
 
+    /// The channel names in a whole answer, as received up to the lookup's close.
+    fn parse_channels_answer(raw: &[u8]) -> Result<Vec<String>, String> {
+        let response = decode_answer(raw, true)?.ok_or("incomplete answer")?;
+        channels_of(&response)
+    }
+
     #[test]
     fn channels_answer_is_parsed() {
         let body = r#"{"channels":["a","b"]}"#;
@@ -772,9 +738,10 @@ mod tests {
             "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
             body.len()
         );
-        assert_eq!(complete_length(raw.as_bytes()), Some(raw.len()));
+        // whole before the lookup closes
+        assert!(matches!(decode_answer(raw.as_bytes(), false), Ok(Some(_))));
         let huge = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", usize::MAX);
-        assert_eq!(complete_length(huge.as_bytes()), None);
+        assert!(decode_answer(huge.as_bytes(), false).is_err());
         assert_eq!(
             parse_channels_answer(raw.as_bytes()).unwrap(),
             vec!["a".to_string(), "b".to_string()]
@@ -785,8 +752,15 @@ mod tests {
             parse_channels_answer(wrapped.as_bytes()).unwrap(),
             vec!["c".to_string()]
         );
+        // without a length, only whole once the lookup closes
+        assert!(matches!(decode_answer(wrapped.as_bytes(), false), Ok(None)));
         let null = "HTTP/1.0 200 OK\r\n\r\n{\"channels\":null}";
         assert!(parse_channels_answer(null.as_bytes()).unwrap().is_empty());
+        let chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n7\r\n{\"chann\r\nA\r\nels\":[\"d\"]\r\n1\r\n}\r\n0\r\n\r\n";
+        assert_eq!(
+            parse_channels_answer(chunked).unwrap(),
+            vec!["d".to_string()]
+        );
     }
 
     #[test]
@@ -798,7 +772,8 @@ mod tests {
             b"HTTP/1.1 500 Internal\r\n\r\n{}",
             b"HTTP/1.1 200 OK\r\nContent-Length: 99\r\n\r\n{}",
             b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n{}",
-            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n9\r\n{}",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n{}",
             b"HTTP/1.1 200 OK\r\n\r\nnot json",
             b"HTTP/1.1 200 OK\r\n\r\n{\"channels\":7}",
             b"HTTP/1.1 \xff\xfe\r\n\r\n",

@@ -8,17 +8,26 @@
 //!
 //! The consumer polls every lookup and takes the union of the answers, keyed by
 //! `broadcast_address:tcp_port` ([`broker_addresses`]); the HTTP client here is just enough
-//! for that one request.
+//! for that one request: the response is read with [`protocol::http::decode_response`]
+//! (`Content-Length`, chunked, or up to the close), and the query is done as soon as the
+//! response is whole.
 
 use crate::error::{Error, Result};
 use crate::rt;
 use futures_lite::io::{AsyncReadExt, AsyncWriteExt};
+use protocol::http::{decode_response, Limits, ReceivedResponse};
 use serde::Deserialize;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
 /// Largest lookup answer read.
 const MAX_RESPONSE: usize = 4 * 1024 * 1024;
+/// Bounds on a lookup's answer: its body may take all of [`MAX_RESPONSE`].
+const RESPONSE_LIMITS: Limits = Limits {
+    max_header_bytes: 64 * 1024,
+    max_headers: 64,
+    max_body: MAX_RESPONSE,
+};
 
 /// One broker as a lookup describes it.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -71,7 +80,7 @@ pub async fn query(lookupd: &str, topic: &str, timeout: Duration) -> Result<Look
         protocol::http::percent_encode(topic),
         crate::config::DEFAULT_USER_AGENT,
     );
-    let raw = rt::with_timeout(timeout, async {
+    let response = rt::with_timeout(timeout, async {
         let mut stream = rt::connect_tcp(&host, timeout).await?;
         stream.write_all(request.as_bytes()).await?;
         stream.flush().await?;
@@ -79,18 +88,22 @@ pub async fn query(lookupd: &str, topic: &str, timeout: Duration) -> Result<Look
         let mut chunk = vec![0u8; 16 * 1024];
         loop {
             let n = stream.read(&mut chunk).await?;
-            if n == 0 {
-                break;
-            }
             raw.extend_from_slice(&chunk[..n]);
+            // Done once the response is whole: the lookup need not close first.
+            if let Some(response) = decode_answer(&raw, n == 0)? {
+                return Ok(response);
+            }
+            if n == 0 {
+                // not reached: once the peer has closed, an incomplete response is an error
+                return Err(Error::BadHttpResponse("incomplete answer"));
+            }
             if raw.len() > MAX_RESPONSE {
                 return Err(Error::BadHttpResponse("answer too large"));
             }
         }
-        Ok(raw)
     })
     .await?;
-    parse_http_lookup(&raw)
+    lookup_answer(&response)
 }
 
 /// The union of the brokers in several answers, as `host:port` strings.
@@ -103,11 +116,23 @@ pub fn broker_addresses<'a>(
         .collect()
 }
 
-/// Reads a whole HTTP response to `/lookup`.
+/// Reads a whole HTTP response to `/lookup`, as received up to the lookup's close.
 pub fn parse_http_lookup(raw: &[u8]) -> Result<LookupResponse> {
-    let (status, body) = parse_http_response(raw)?;
-    match status {
-        200 => parse_lookup_body(&body),
+    let response = decode_answer(raw, true)?.ok_or(Error::BadHttpResponse("incomplete answer"))?;
+    lookup_answer(&response)
+}
+
+/// The response in `raw` if it is whole (with `closed`, `raw` is all the lookup sent).
+fn decode_answer(raw: &[u8], closed: bool) -> Result<Option<ReceivedResponse>> {
+    decode_response(raw, closed, &RESPONSE_LIMITS)
+        .map(|r| r.map(|(response, _)| response))
+        .map_err(|e| Error::BadHttpResponse(e.as_str()))
+}
+
+/// The brokers in a `/lookup` answer: its body for a 200, none for a 404.
+fn lookup_answer(response: &ReceivedResponse) -> Result<LookupResponse> {
+    match response.status {
+        200 => parse_lookup_body(&response.body),
         404 => Ok(LookupResponse::default()),
         status => Err(Error::Http { status }),
     }
@@ -121,78 +146,6 @@ pub fn parse_lookup_body(body: &[u8]) -> Result<LookupResponse> {
         return Ok(wrapped.data);
     }
     Ok(serde_json::from_value(value)?)
-}
-
-/// Splits a complete HTTP/1.x response into status and body (handles `Content-Length`,
-/// chunked encoding, and bodies that run to the end of the stream).
-fn parse_http_response(raw: &[u8]) -> Result<(u16, Vec<u8>)> {
-    let head_end = find(raw, b"\r\n\r\n").ok_or(Error::BadHttpResponse("no end of headers"))?;
-    let head = std::str::from_utf8(&raw[..head_end])
-        .map_err(|_| Error::BadHttpResponse("headers are not UTF-8"))?;
-    let mut lines = head.split("\r\n");
-    let status_line = lines.next().unwrap_or_default();
-    let mut parts = status_line.split(' ');
-    let version = parts.next().unwrap_or_default();
-    if !version.starts_with("HTTP/1.") {
-        return Err(Error::BadHttpResponse("not an HTTP/1 status line"));
-    }
-    let status: u16 = parts
-        .next()
-        .and_then(|s| s.parse().ok())
-        .ok_or(Error::BadHttpResponse("bad status code"))?;
-    let mut content_length = None;
-    let mut chunked = false;
-    for line in lines {
-        let Some((name, value)) = line.split_once(':') else {
-            continue;
-        };
-        let value = value.trim();
-        if name.eq_ignore_ascii_case("content-length") {
-            content_length = Some(
-                value
-                    .parse::<usize>()
-                    .map_err(|_| Error::BadHttpResponse("bad Content-Length"))?,
-            );
-        } else if name.eq_ignore_ascii_case("transfer-encoding") {
-            chunked = value.to_ascii_lowercase().contains("chunked");
-        }
-    }
-    let rest = &raw[head_end + 4..];
-    let body = if chunked {
-        dechunk(rest)?
-    } else if let Some(len) = content_length {
-        rest.get(..len)
-            .ok_or(Error::BadHttpResponse("body shorter than Content-Length"))?
-            .to_vec()
-    } else {
-        rest.to_vec()
-    };
-    Ok((status, body))
-}
-
-fn dechunk(mut data: &[u8]) -> Result<Vec<u8>> {
-    let mut body = Vec::new();
-    loop {
-        let line_end = find(data, b"\r\n").ok_or(Error::BadHttpResponse("bad chunk size line"))?;
-        let size_text = std::str::from_utf8(&data[..line_end])
-            .map_err(|_| Error::BadHttpResponse("bad chunk size"))?;
-        let size_text = size_text.split(';').next().unwrap_or_default().trim();
-        let size = usize::from_str_radix(size_text, 16)
-            .map_err(|_| Error::BadHttpResponse("bad chunk size"))?;
-        data = &data[line_end + 2..];
-        if size == 0 {
-            return Ok(body);
-        }
-        let chunk = data
-            .get(..size)
-            .ok_or(Error::BadHttpResponse("truncated chunk"))?;
-        body.extend_from_slice(chunk);
-        data = data.get(size + 2..).unwrap_or_default();
-    }
-}
-
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
 }
 
 #[cfg(test)]
@@ -240,6 +193,33 @@ mod tests {
         ));
         assert!(parse_http_lookup(b"garbage").is_err());
         assert!(parse_http_lookup(b"HTTP/1.1 200 OK\r\n\r\n{nope").is_err());
+        // cut short: the lookup closed before the end of the body or of a chunk
+        assert!(matches!(
+            parse_http_lookup(b"HTTP/1.1 200 OK\r\nContent-Length: 99\r\n\r\n{}"),
+            Err(Error::BadHttpResponse(_))
+        ));
+        assert!(matches!(
+            parse_http_lookup(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n9\r\n{}"),
+            Err(Error::BadHttpResponse(_))
+        ));
+        assert!(matches!(
+            parse_http_lookup(b""),
+            Err(Error::BadHttpResponse(_))
+        ));
+    }
+
+    #[test]
+    fn an_answer_without_length_runs_to_the_close() {
+        let raw = format!("HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n{BODY}");
+        assert_eq!(
+            parse_http_lookup(raw.as_bytes())
+                .expect("parses")
+                .producers
+                .len(),
+            2
+        );
+        // while the lookup has not closed, it is not whole yet
+        assert!(matches!(decode_answer(raw.as_bytes(), false), Ok(None)));
     }
 
     #[test]

@@ -1,5 +1,6 @@
-//! A minimal HTTP/1.1 server side, without sockets or runtime, for the broker's and the lookup's
-//! HTTP APIs. Each server drives it from its own I/O loop:
+//! Just enough HTTP/1.1, without sockets or runtime: the server side of the broker's and the
+//! lookup's HTTP APIs, and the reading of a response for the few requests made to lookups
+//! ([`decode_response`]). Each server drives the server side from its own I/O loop:
 //!
 //! ```text
 //! loop {
@@ -27,6 +28,11 @@
 //! - responses with nsqd's headers: `Content-Type` for text and JSON bodies (none for an empty
 //!   one), `X-NSQ-Content-Type: nsq; version=1.0` on V1 API answers, `Content-Length`, and the
 //!   standard error body `{"message":"CODE"}`.
+//!
+//! On the client side ([`decode_response`], for the client library's `/lookup` and the broker's
+//! `/channels` queries to lookups): a whole response read from a buffer, head by `httparse`,
+//! body by `Content-Length`, chunked encoding, or the connection's close; 1xx interim
+//! responses skipped; "need more bytes" until it is all there.
 
 use bytes::{BufMut, Bytes, BytesMut};
 use std::fmt::Write as _;
@@ -45,10 +51,10 @@ pub const CONTINUE_RESPONSE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 /// Longest chunk-size line (with extensions) accepted in a chunked body.
 const MAX_CHUNK_LINE: usize = 4096;
 
-/// Bounds on what one request may take.
+/// Bounds on what one request (or, for [`decode_response`], one response) may take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
-    /// Request line and headers together (Go's default is 1 MiB).
+    /// Request or status line and headers together (Go's default is 1 MiB).
     pub max_header_bytes: usize,
     /// Number of header fields.
     pub max_headers: usize,
@@ -273,16 +279,7 @@ impl RequestDecoder {
         };
         let method = req.method.unwrap_or_default().to_owned();
         let (path, raw_query) = split_target(req.path.unwrap_or_default())?;
-        let headers: Vec<(String, String)> = req
-            .headers
-            .iter()
-            .map(|h| {
-                (
-                    h.name.to_owned(),
-                    String::from_utf8_lossy(h.value).trim().to_owned(),
-                )
-            })
-            .collect();
+        let headers = owned_headers(req.headers);
         let keep_alive = keep_alive(version, &headers);
         let head = RequestHead {
             method,
@@ -342,36 +339,78 @@ fn keep_alive(version: Version, headers: &[(String, String)]) -> bool {
 }
 
 fn body_framing(head: &RequestHead) -> Result<BodyFraming, HttpError> {
+    match framing(&head.headers) {
+        Ok(Framing::Length(len)) => Ok(BodyFraming::Length(len)),
+        Ok(Framing::Chunked) => Ok(BodyFraming::Chunked),
+        // a request without either has no body
+        Ok(Framing::Unspecified) => Ok(BodyFraming::Length(0)),
+        Err(FramingError::BadLength) => Err(HttpError::Malformed("bad Content-Length")),
+        Err(FramingError::Both) => Err(HttpError::Malformed(
+            "both Transfer-Encoding and Content-Length",
+        )),
+        Err(FramingError::UnsupportedCoding) => Err(HttpError::UnsupportedTransferEncoding),
+    }
+}
+
+/// How the headers of a request or a response say its body is delimited.
+enum Framing {
+    Length(usize),
+    Chunked,
+    /// Neither `Content-Length` nor `Transfer-Encoding`.
+    Unspecified,
+}
+
+enum FramingError {
+    /// Not a decimal number, or several different values.
+    BadLength,
+    /// A transfer coding other than one `chunked`.
+    UnsupportedCoding,
+    /// Both `Transfer-Encoding` and `Content-Length` (request smuggling or response splitting).
+    Both,
+}
+
+fn framing(headers: &[(String, String)]) -> Result<Framing, FramingError> {
     let mut length: Option<usize> = None;
     let mut chunked = false;
-    for (name, value) in &head.headers {
+    for (name, value) in headers {
         if name.eq_ignore_ascii_case("Content-Length") {
-            let bad = HttpError::Malformed("bad Content-Length");
             if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
-                return Err(bad);
+                return Err(FramingError::BadLength);
             }
-            let len: usize = value.parse().map_err(|_| bad.clone())?;
+            let len: usize = value.parse().map_err(|_| FramingError::BadLength)?;
             if length.is_some_and(|l| l != len) {
-                return Err(bad);
+                return Err(FramingError::BadLength);
             }
             length = Some(len);
         } else if name.eq_ignore_ascii_case("Transfer-Encoding") {
             for coding in value.split(',').map(str::trim) {
                 if chunked || !coding.eq_ignore_ascii_case("chunked") {
                     // chunked must be the one and only coding
-                    return Err(HttpError::UnsupportedTransferEncoding);
+                    return Err(FramingError::UnsupportedCoding);
                 }
                 chunked = true;
             }
         }
     }
     match (chunked, length) {
-        (true, Some(_)) => Err(HttpError::Malformed(
-            "both Transfer-Encoding and Content-Length",
-        )),
-        (true, None) => Ok(BodyFraming::Chunked),
-        (false, length) => Ok(BodyFraming::Length(length.unwrap_or(0))),
+        (true, Some(_)) => Err(FramingError::Both),
+        (true, None) => Ok(Framing::Chunked),
+        (false, Some(len)) => Ok(Framing::Length(len)),
+        (false, None) => Ok(Framing::Unspecified),
     }
+}
+
+/// Header fields as owned pairs, values read as UTF-8 (lossily) and trimmed.
+fn owned_headers(headers: &[httparse::Header<'_>]) -> Vec<(String, String)> {
+    headers
+        .iter()
+        .map(|h| {
+            (
+                h.name.to_owned(),
+                String::from_utf8_lossy(h.value).trim().to_owned(),
+            )
+        })
+        .collect()
 }
 
 enum ChunkError {
@@ -462,7 +501,200 @@ fn parse_hex(s: &[u8]) -> Option<usize> {
     })
 }
 
-/// Percent-decodes `s` (and `+` to a space when `plus_is_space`); `None` on a bad escape.
+/// A response as a client reads it, from [`decode_response`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReceivedResponse {
+    pub version: Version,
+    pub status: u16,
+    /// Header fields in the order sent; values are read as UTF-8 (lossily) and trimmed.
+    pub headers: Vec<(String, String)>,
+    /// The body, chunked framing removed.
+    pub body: Bytes,
+}
+
+impl ReceivedResponse {
+    /// The first value of a header, by case-insensitive name.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Why [`decode_response`] cannot read a response. The connection is of no further use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResponseError {
+    /// Not HTTP/1.x, or framing that does not add up.
+    Malformed(&'static str),
+    /// Status line and headers over `max_header_bytes` or `max_headers`.
+    HeadersTooLarge,
+    /// Body over `max_body`.
+    BodyTooLarge,
+    /// A transfer coding other than `chunked`.
+    UnsupportedTransferEncoding,
+    /// The peer closed the connection before the response was complete.
+    Truncated,
+}
+
+impl ResponseError {
+    /// What went wrong, in a few words.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ResponseError::Malformed(why) => why,
+            ResponseError::HeadersTooLarge => "response headers too large",
+            ResponseError::BodyTooLarge => "response body too large",
+            ResponseError::UnsupportedTransferEncoding => "unsupported transfer encoding",
+            ResponseError::Truncated => "connection closed before the end of the response",
+        }
+    }
+}
+
+impl std::fmt::Display for ResponseError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "bad HTTP response: {}", self.as_str())
+    }
+}
+
+impl std::error::Error for ResponseError {}
+
+/// Reads one HTTP/1.x response from the start of `buf`: the response and the number of bytes
+/// it took, or `Ok(None)` when more bytes are needed (nothing is consumed; call again with
+/// the buffer grown).
+///
+/// `eof` says the peer has closed the connection, so `buf` is all there will ever be: a body
+/// delimited by neither `Content-Length` nor chunked encoding runs to its end, and a response
+/// still incomplete is [`ResponseError::Truncated`]. With `eof` the answer is never `Ok(None)`.
+///
+/// The body is framed as RFC 9112 says for a response: none for 1xx, 204 and 304; else
+/// `Transfer-Encoding: chunked` (extensions and trailers skipped), else `Content-Length`, else
+/// up to the close. Interim 1xx responses (`100 Continue`) before the final one are skipped;
+/// `101 Switching Protocols` is final. Not for answers to HEAD, whose `Content-Length` does not
+/// describe a body. Both `Content-Length` and `Transfer-Encoding`, differing `Content-Length`s,
+/// or another transfer coding are refused. `limits` bound the status line and headers and the
+/// body (a `Content-Length` over `max_body` is refused before the body arrives). Any bytes give
+/// an answer, never a panic.
+pub fn decode_response(
+    buf: &[u8],
+    eof: bool,
+    limits: &Limits,
+) -> Result<Option<(ReceivedResponse, usize)>, ResponseError> {
+    let incomplete = if eof {
+        Err(ResponseError::Truncated)
+    } else {
+        Ok(None)
+    };
+    let mut start = 0usize;
+    loop {
+        let rest = buf.get(start..).unwrap_or_default();
+        let Some(ResponseHead {
+            version,
+            status,
+            headers,
+            len: head_len,
+        }) = parse_response_head(rest, limits)?
+        else {
+            return incomplete;
+        };
+        if (100..200).contains(&status) && status != 101 {
+            // an interim response: the final one follows
+            start += head_len;
+            continue;
+        }
+        let data = rest.get(head_len..).unwrap_or_default();
+        let body = if status < 200 || status == 204 || status == 304 {
+            Some((0, Bytes::new()))
+        } else {
+            match framing(&headers) {
+                Ok(Framing::Length(len)) => {
+                    if len > limits.max_body {
+                        return Err(ResponseError::BodyTooLarge);
+                    }
+                    data.get(..len)
+                        .map(|body| (len, Bytes::copy_from_slice(body)))
+                }
+                Ok(Framing::Chunked) => match decode_chunked(data, limits.max_body) {
+                    Ok(body) => body,
+                    Err(ChunkError::TooLarge) => return Err(ResponseError::BodyTooLarge),
+                    Err(ChunkError::Malformed(why)) => return Err(ResponseError::Malformed(why)),
+                },
+                Ok(Framing::Unspecified) => {
+                    if data.len() > limits.max_body {
+                        return Err(ResponseError::BodyTooLarge);
+                    }
+                    eof.then(|| (data.len(), Bytes::copy_from_slice(data)))
+                }
+                Err(FramingError::BadLength) => {
+                    return Err(ResponseError::Malformed("bad Content-Length"))
+                }
+                Err(FramingError::Both) => {
+                    return Err(ResponseError::Malformed(
+                        "both Transfer-Encoding and Content-Length",
+                    ))
+                }
+                Err(FramingError::UnsupportedCoding) => {
+                    return Err(ResponseError::UnsupportedTransferEncoding)
+                }
+            }
+        };
+        let Some((body_len, body)) = body else {
+            return incomplete;
+        };
+        let response = ReceivedResponse {
+            version,
+            status,
+            headers,
+            body,
+        };
+        return Ok(Some((response, start + head_len + body_len)));
+    }
+}
+
+/// A response's status line and headers.
+struct ResponseHead {
+    version: Version,
+    status: u16,
+    headers: Vec<(String, String)>,
+    /// Bytes taken, the empty line included.
+    len: usize,
+}
+
+/// The status line and headers at the start of `buf`, or `None` if they are not all there yet.
+fn parse_response_head(buf: &[u8], limits: &Limits) -> Result<Option<ResponseHead>, ResponseError> {
+    let mut headers = vec![httparse::EMPTY_HEADER; limits.max_headers];
+    let mut resp = httparse::Response::new(&mut headers);
+    let head_len = match resp.parse(buf) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) => {
+            if buf.len() > limits.max_header_bytes {
+                return Err(ResponseError::HeadersTooLarge);
+            }
+            return Ok(None);
+        }
+        Err(httparse::Error::TooManyHeaders) => return Err(ResponseError::HeadersTooLarge),
+        Err(httparse::Error::Version) => return Err(ResponseError::Malformed("not HTTP/1.x")),
+        Err(httparse::Error::Status) => return Err(ResponseError::Malformed("bad status code")),
+        Err(_) => return Err(ResponseError::Malformed("malformed status line or header")),
+    };
+    if head_len > limits.max_header_bytes {
+        return Err(ResponseError::HeadersTooLarge);
+    }
+    let version = match resp.version {
+        Some(0) => Version::Http10,
+        Some(1) => Version::Http11,
+        _ => return Err(ResponseError::Malformed("not HTTP/1.x")),
+    };
+    let status = resp
+        .code
+        .ok_or(ResponseError::Malformed("bad status code"))?;
+    Ok(Some(ResponseHead {
+        version,
+        status,
+        headers: owned_headers(resp.headers),
+        len: head_len,
+    }))
+}
+
 /// Percent-encodes a query value (unreserved characters kept), the inverse of the decoding
 /// [`Query::parse`] does: what a client puts after `?topic=`.
 pub fn percent_encode(s: &str) -> String {
@@ -477,6 +709,7 @@ pub fn percent_encode(s: &str) -> String {
     out
 }
 
+/// Percent-decodes `s` (and `+` to a space when `plus_is_space`); `None` on a bad escape.
 fn percent_decode(s: &str, plus_is_space: bool) -> Option<String> {
     if !s.bytes().any(|b| b == b'%' || (plus_is_space && b == b'+')) {
         return Some(s.to_owned());
@@ -943,6 +1176,201 @@ mod tests {
         assert_eq!(
             HttpError::UnsupportedTransferEncoding.to_response().status,
             501
+        );
+    }
+
+    const RESPONSE_LIMITS: Limits = Limits {
+        max_header_bytes: 1024,
+        max_headers: 16,
+        max_body: 64,
+    };
+
+    fn response(
+        bytes: &[u8],
+        eof: bool,
+    ) -> Result<Option<(ReceivedResponse, usize)>, ResponseError> {
+        decode_response(bytes, eof, &RESPONSE_LIMITS)
+    }
+
+    fn complete(bytes: &[u8], eof: bool) -> (ReceivedResponse, usize) {
+        match response(bytes, eof) {
+            Ok(Some(r)) => r,
+            other => panic!("expected a response, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn response_with_content_length() {
+        let raw =
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}";
+        for eof in [false, true] {
+            let (r, used) = complete(raw, eof);
+            assert_eq!(r.version, Version::Http11);
+            assert_eq!(r.status, 200);
+            assert_eq!(r.header("content-type"), Some("application/json"));
+            assert_eq!(&r.body[..], b"{}");
+            assert_eq!(used, raw.len());
+        }
+        // what follows the body is not taken
+        let mut two = raw.to_vec();
+        two.extend_from_slice(b"HTTP/1.1 204 No Content\r\n\r\n");
+        let (r, used) = complete(&two, false);
+        assert_eq!(&r.body[..], b"{}");
+        assert_eq!(used, raw.len());
+        let (r, used) = complete(&two[used..], false);
+        assert_eq!((r.status, used), (204, 27));
+        // no reason phrase, HTTP/1.0, a 404 with its body
+        let (r, _) = complete(b"HTTP/1.0 404\r\nContent-Length: 1\r\n\r\nx", false);
+        assert_eq!(
+            (r.version, r.status, &r.body[..]),
+            (Version::Http10, 404, &b"x"[..])
+        );
+    }
+
+    #[test]
+    fn partial_responses_need_more_bytes_or_are_truncated() {
+        let full: &[&[u8]] = &[
+            b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabc",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+            b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabc",
+        ];
+        for full in full {
+            for cut in 0..full.len() {
+                assert_eq!(response(&full[..cut], false), Ok(None), "cut {cut}");
+                assert_eq!(
+                    response(&full[..cut], true),
+                    Err(ResponseError::Truncated),
+                    "cut {cut}"
+                );
+            }
+            let (r, used) = complete(full, false);
+            assert_eq!((&r.body[..], used), (&b"abc"[..], full.len()));
+        }
+    }
+
+    #[test]
+    fn chunked_responses() {
+        let raw = b"HTTP/1.1 200 OK\r\ntransfer-encoding: Chunked\r\n\r\n3;ext=1\r\nabc\r\nA\r\n0123456789\r\n0\r\nTrailer: x\r\n\r\nrest";
+        let (r, used) = complete(raw, false);
+        assert_eq!(&r.body[..], b"abc0123456789");
+        assert_eq!(used, raw.len() - 4);
+        let (r, _) = complete(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            false,
+        );
+        assert!(r.body.is_empty());
+    }
+
+    #[test]
+    fn a_body_without_length_runs_to_the_close() {
+        let raw = b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nall of it";
+        assert_eq!(response(raw, false), Ok(None));
+        let (r, used) = complete(raw, true);
+        assert_eq!((&r.body[..], used), (&b"all of it"[..], raw.len()));
+        let (r, _) = complete(b"HTTP/1.1 200 OK\r\n\r\n", true);
+        assert!(r.body.is_empty());
+    }
+
+    #[test]
+    fn bodiless_statuses_and_interim_responses() {
+        for raw in [
+            &b"HTTP/1.1 204 No Content\r\n\r\n"[..],
+            b"HTTP/1.1 304 Not Modified\r\nContent-Length: 10\r\n\r\n",
+            b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\n\r\n",
+        ] {
+            let (r, used) = complete(raw, false);
+            assert!(r.body.is_empty());
+            assert_eq!(used, raw.len());
+        }
+        let raw = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 102 Processing\r\n\r\nHTTP/1.1 500 Internal Server Error\r\nContent-Length: 2\r\n\r\nno";
+        let (r, used) = complete(raw, false);
+        assert_eq!((r.status, &r.body[..], used), (500, &b"no"[..], raw.len()));
+    }
+
+    #[test]
+    fn malformed_responses_are_refused() {
+        let malformed = |raw: &[u8]| {
+            for eof in [false, true] {
+                assert!(
+                    matches!(response(raw, eof), Err(ResponseError::Malformed(_))),
+                    "{} -> {:?}",
+                    String::from_utf8_lossy(raw),
+                    response(raw, eof)
+                );
+            }
+        };
+        malformed(b"garbage");
+        malformed(b"garbage\r\n\r\n");
+        malformed(b"GET / HTTP/1.1\r\n\r\n");
+        malformed(b"HTTP/2.0 200 OK\r\n\r\n");
+        malformed(b"HTTP/1.1 abc OK\r\n\r\n");
+        malformed(b"HTTP/1.1 \xff\xfe\r\n\r\n");
+        malformed(b"HTTP/1.1 200 OK\r\nBad Header\r\n\r\n");
+        malformed(b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n{}");
+        malformed(b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n");
+        malformed(b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab");
+        malformed(b"HTTP/1.1 200 OK\r\nContent-Length: 99999999999999999999999\r\n\r\n");
+        malformed(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n");
+        malformed(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n");
+        malformed(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabXX");
+        assert_eq!(
+            response(
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+                false
+            ),
+            Err(ResponseError::UnsupportedTransferEncoding)
+        );
+        // the same Content-Length twice is fine
+        let (r, _) = complete(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\nx",
+            false,
+        );
+        assert_eq!(&r.body[..], b"x");
+    }
+
+    #[test]
+    fn response_limits() {
+        let too_large = |raw: &[u8], eof: bool| {
+            assert_eq!(
+                response(raw, eof),
+                Err(ResponseError::BodyTooLarge),
+                "{raw:?}"
+            );
+        };
+        // refused from the head alone
+        too_large(b"HTTP/1.1 200 OK\r\nContent-Length: 65\r\n\r\n", false);
+        too_large(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n41\r\n",
+            false,
+        );
+        let mut close = b"HTTP/1.1 200 OK\r\n\r\n".to_vec();
+        close.extend([b'a'; 64]);
+        assert!(response(&close, true).is_ok());
+        close.push(b'a');
+        too_large(&close, false);
+        too_large(&close, true);
+        let mut long = b"HTTP/1.1 200 OK\r\nX: ".to_vec();
+        long.extend(vec![b'a'; 2000]);
+        assert_eq!(response(&long, false), Err(ResponseError::HeadersTooLarge));
+        long.extend(b"\r\n\r\n");
+        assert_eq!(response(&long, false), Err(ResponseError::HeadersTooLarge));
+        let mut many = b"HTTP/1.1 200 OK\r\n".to_vec();
+        for i in 0..20 {
+            many.extend(format!("H{i}: v\r\n").as_bytes());
+        }
+        many.extend(b"\r\n");
+        assert_eq!(response(&many, false), Err(ResponseError::HeadersTooLarge));
+    }
+
+    #[test]
+    fn response_error_texts() {
+        assert_eq!(
+            ResponseError::Malformed("bad chunk size").as_str(),
+            "bad chunk size"
+        );
+        assert_eq!(
+            ResponseError::Truncated.to_string(),
+            "bad HTTP response: connection closed before the end of the response"
         );
     }
 }
