@@ -8,8 +8,9 @@
 //!   drives it until it ends, and then either reconnects with exponential backoff (direct
 //!   addresses) or leaves it to the next lookup poll (discovered addresses);
 //! - the connection's reader hands each message to [`Inner::on_message`], which updates RDY
-//!   and spawns the handler; when the handler returns, FIN or REQ is sent and the outcome is
-//!   fed to RDY and to [`crate::backoff`], whose pause timer is a task of its own;
+//!   and runs the handler (inline; it becomes a task only if it has to wait); when the
+//!   handler returns, FIN or REQ is sent and the outcome is fed to RDY and to
+//!   [`crate::backoff`], whose pause timer is a task of its own;
 //! - a ticker drives redistribution and probe retries ([`RdyState::tick`]); a poller asks
 //!   the lookups and connects to new brokers / retires vanished ones;
 //! - retiring a connection (vanished from lookups, or [`Consumer::stop`]) sends CLS, waits for
@@ -442,7 +443,7 @@ impl Inner {
         };
         self.send_rdy(&ups);
         let msg = Message::new(m, conn.clone());
-        rt::spawn(self.clone().handle(id, msg));
+        rt::run_or_spawn(self.clone().handle(id, msg));
     }
 
     /// Runs the handler (or the give-up callback) and answers the broker.

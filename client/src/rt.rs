@@ -51,6 +51,17 @@ pub(crate) async fn with_timeout<T>(
     .await
 }
 
+/// Polls `fut` once right here; only if it is not done then does it become a task (whose
+/// first poll registers the real waker). A handler that answers at once (most do) then costs no
+/// task: no allocation, no trip through the run queue.
+pub(crate) fn run_or_spawn(fut: impl Future<Output = ()> + 'static) {
+    let mut fut = Box::pin(fut);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    if fut.as_mut().poll(&mut cx).is_pending() {
+        spawn(fut);
+    }
+}
+
 /// Spawns `fut` on the current executor and lets it run on its own.
 pub(crate) fn spawn(fut: impl Future<Output = ()> + 'static) {
     glommio::spawn_local(fut).detach();
