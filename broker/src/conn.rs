@@ -554,13 +554,7 @@ async fn publish(
     } else {
         conn.unanswered.set(conn.unanswered.get() + 1);
     }
-    let reply = shard.request(owner, |reply| Mail::Publish {
-        topic,
-        bodies,
-        defer,
-        acked,
-        reply,
-    });
+    let reply = shard.send_publish(owner, topic, bodies, defer, acked);
     conn.outstanding.set(conn.outstanding.get() + 1);
     conn.pending.borrow_mut().push_back(PendingPublish {
         reply,

@@ -248,6 +248,24 @@ impl Shard {
         rx
     }
 
+    /// Sends published messages to `topic`'s owner; the answer comes back on the receiver.
+    pub fn send_publish(
+        &self,
+        owner: usize,
+        topic: String,
+        bodies: Vec<Bytes>,
+        defer: Duration,
+        acked: bool,
+    ) -> Receiver<Reply> {
+        self.request(owner, |reply| Mail::Publish {
+            topic,
+            bodies,
+            defer,
+            acked,
+            reply,
+        })
+    }
+
     /// True while the outbox towards `peer` is too full to take more from a reader.
     pub fn is_congested(&self, peer: usize) -> bool {
         peer != self.id && self.outboxes.get(peer).is_some_and(Outbox::is_congested)

@@ -4,7 +4,7 @@
 //! Bodies are never copied again: each message is a `Bytes` slice of the request body.
 
 use super::routes::{error, query, Answer};
-use crate::mailbox::{Mail, Reply};
+use crate::mailbox::Reply;
 use crate::shard::Shard;
 use bytes::Bytes;
 use protocol::http::{Query, Request};
@@ -147,13 +147,7 @@ async fn publish(shard: &Rc<Shard>, topic: String, bodies: Vec<Bytes>, defer: Du
     let acked = shard.http_unconfirmed.get() < crate::shard::MAX_UNCONFIRMED
         && shard.can_ack_early(owner, &topic);
     let name = topic.clone();
-    let reply = shard.request(owner, |reply| Mail::Publish {
-        topic,
-        bodies,
-        defer,
-        acked,
-        reply,
-    });
+    let reply = shard.send_publish(owner, topic, bodies, defer, acked);
     if acked {
         shard.http_unconfirmed.set(shard.http_unconfirmed.get() + 1);
         let s = shard.clone();
