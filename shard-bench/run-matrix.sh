@@ -18,6 +18,7 @@
 #   PORT [24150]    broker TCP port (HTTP on PORT+1)
 #   OUT [shard-bench/results]   BUILD [1]: 0 skips `cargo build --release`
 #   REPORT_ONLY [0]: 1 skips the runs and rebuilds the table and charts from $OUT/*.json
+#   WRITE_README [1]: 0 leaves README.md alone (it is written only when OUT is the default)
 #   BROKER_BIN, BENCH_BIN: binaries to use (default: the release builds)
 set -euo pipefail
 
@@ -167,3 +168,15 @@ for shards in $SHARDS; do files+=("$OUT"/s"$shards"-*.json); done
 } >>"$OUT/report.md"
 
 cat "$OUT/report.md"
+
+# The README's performance section: the table and charts between the matrix markers.
+readme=$root/README.md
+if [[ ${WRITE_README:-1} == 1 && $OUT == "$here/results" ]] && grep -q '<!-- matrix:begin' "$readme"; then
+    body=$(sed -e '1,/^$/d' -e 's|](\([a-z]*\.svg\))|](shard-bench/results/\1)|' "$OUT/report.md")
+    awk -v body="$body" '
+        /<!-- matrix:begin/ { print; print body; skip = 1; next }
+        /<!-- matrix:end/ { skip = 0 }
+        !skip { print }
+    ' "$readme" >"$readme.tmp" && mv "$readme.tmp" "$readme"
+    echo "run-matrix: README.md performance table updated" >&2
+fi

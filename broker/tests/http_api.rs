@@ -1,5 +1,5 @@
 //! nsqd's HTTP API against the built broker: every endpoint and error code through real
-//! requests, checked against the responses recorded from nsqd 1.3 (../shared/fixtures), and
+//! requests, checked against the responses recorded from nsqd 1.3 (tests/fixtures/nsq, a copy of ../shared/fixtures), and
 //! the API's effect on TCP consumers (publish, pause, empty, delete) with one and two shards.
 
 mod support;

@@ -21,9 +21,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, HERE)
 
-FIXTURES = os.environ.get(
-    "NSQ_FIXTURES", os.path.abspath(os.path.join(REPO, "..", "shared", "fixtures"))
-)
+# Real nsqd/nsqlookupd responses: a copy of ../shared/fixtures kept in the repository, so a
+# clone anywhere can run the tests.
+FIXTURES = os.environ.get("NSQ_FIXTURES", os.path.join(REPO, "tests", "fixtures", "nsq"))
 START_TIMEOUT = 10.0
 STOP_GRACE = 5.0
 

@@ -1,6 +1,6 @@
 """Raw-socket tests of every error the broker can send, compared byte for byte with real nsqd.
 
-The broker runs with the limits nsqd had when ../../shared/fixtures/nsqd_tcp_transcripts.json was
+The broker runs with the limits nsqd had when tests/fixtures/nsq/nsqd_tcp_transcripts.json was
 recorded. The expected frames are read from that file; what was sent for each case is rebuilt
 here (the file records the replies, the case name says what was sent).
 """

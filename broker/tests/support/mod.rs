@@ -18,12 +18,13 @@ pub const PATIENCE: Duration = Duration::from_secs(10);
 
 static NEXT_DIR: AtomicUsize = AtomicUsize::new(0);
 
-/// The fixtures recorded from real nsqd (../shared/fixtures next to the repository).
+/// The fixtures recorded from real nsqd: tests/fixtures/nsq (a copy of ../shared/fixtures), or
+/// $NSQ_FIXTURES.
 pub fn fixture(name: &str) -> Value {
     let base = std::env::var("NSQ_FIXTURES")
         .map(PathBuf::from)
         .unwrap_or_else(|_| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures")
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/nsq")
         });
     let path = base.join(name);
     let text = std::fs::read_to_string(&path)

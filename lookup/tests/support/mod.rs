@@ -256,18 +256,15 @@ pub fn wait_until(what: &str, mut check: impl FnMut() -> bool) {
     }
 }
 
-/// The fixture file `name` from shared/fixtures beside the repository.
+/// The fixture file `name`: the real nsqlookupd responses kept in tests/fixtures/nsq (a copy
+/// of ../shared/fixtures), or $NSQ_FIXTURES.
 pub fn fixture(name: &str) -> Value {
-    let path: PathBuf = [
-        env!("CARGO_MANIFEST_DIR"),
-        "..",
-        "..",
-        "shared",
-        "fixtures",
-        name,
-    ]
-    .iter()
-    .collect();
+    let base = std::env::var("NSQ_FIXTURES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/nsq")
+        });
+    let path = base.join(name);
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("read fixture {}: {e}", path.display()));
     serde_json::from_str(&text).expect("fixture JSON")
