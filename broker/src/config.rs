@@ -134,9 +134,10 @@ pub struct Args {
     /// spread), `hash` = the kernel's hash of the addresses
     #[arg(long, value_enum, default_value = "cpu")]
     pub connection_steering: crate::listen::Steering,
-    /// how long a shard that ran out of work keeps polling before it sleeps (0 = sleep at
-    /// once): spinning saves a wake-up per message under load, at the price of CPU when idle
-    #[arg(long, default_value = "50us", value_parser = flag_duration)]
+    /// how long a shard that ran out of work keeps polling before it sleeps (default 0: sleep
+    /// at once). 20-50us saves a wake-up per hop under load when the broker has its cores to
+    /// itself; where clients share the cores it takes CPU from them
+    #[arg(long, default_value = "0s", value_parser = flag_duration)]
     pub spin_before_park: Duration,
 }
 
