@@ -29,8 +29,9 @@ pub struct Shared {
     phase: AtomicU8,
     pub published: AtomicU64,
     pub published_bytes: AtomicU64,
-    pub consumed: AtomicU64,
-    pub consumed_bytes: AtomicU64,
+    /// Counted per message, so split per executor (see [`SplitCounter`]).
+    pub consumed: SplitCounter,
+    pub consumed_bytes: SplitCounter,
     pub errors: AtomicU64,
     /// Messages claimed by publishers so far (for --count).
     pub claimed: AtomicU64,
@@ -43,6 +44,15 @@ pub struct Shared {
 }
 
 impl Shared {
+    /// Shared state for a run with `executors` executors.
+    pub fn new(executors: usize) -> Shared {
+        Shared {
+            consumed: SplitCounter::new(executors),
+            consumed_bytes: SplitCounter::new(executors),
+            ..Shared::default()
+        }
+    }
+
     pub fn phase(&self) -> Phase {
         match self.phase.load(Relaxed) {
             0 => Phase::Connecting,
@@ -80,10 +90,46 @@ impl Shared {
         Counts {
             published: self.published.load(Relaxed),
             published_bytes: self.published_bytes.load(Relaxed),
-            consumed: self.consumed.load(Relaxed),
-            consumed_bytes: self.consumed_bytes.load(Relaxed),
+            consumed: self.consumed.sum(),
+            consumed_bytes: self.consumed_bytes.sum(),
             errors: self.errors.load(Relaxed),
         }
+    }
+}
+
+/// A counter every executor adds to in a cache line of its own, summed by readers. One
+/// executor's consumers count every message they get: a single atomic shared by all
+/// executors made each of those a cache line travelling between cores (and a locked
+/// instruction); an executor's own slot has one writer, so adding is a plain load and store.
+pub struct SplitCounter {
+    slots: Box<[Slot]>,
+}
+
+#[repr(align(128))]
+#[derive(Default)]
+struct Slot(AtomicU64);
+
+impl SplitCounter {
+    pub fn new(executors: usize) -> SplitCounter {
+        SplitCounter {
+            slots: (0..executors.max(1)).map(|_| Slot::default()).collect(),
+        }
+    }
+
+    /// Adds `n` to executor `executor`'s slot. Only that executor's thread may call this.
+    pub fn add(&self, executor: usize, n: u64) {
+        let slot = &self.slots[executor % self.slots.len()].0;
+        slot.store(slot.load(Relaxed) + n, Relaxed);
+    }
+
+    pub fn sum(&self) -> u64 {
+        self.slots.iter().map(|s| s.0.load(Relaxed)).sum()
+    }
+}
+
+impl Default for SplitCounter {
+    fn default() -> SplitCounter {
+        SplitCounter::new(1)
     }
 }
 

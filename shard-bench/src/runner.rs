@@ -37,8 +37,8 @@ const TICK: Duration = Duration::from_millis(5);
 /// Runs `plan` and returns its result; `command` is recorded in it.
 pub fn run(plan: LoadPlan, command: String) -> Result<BenchResult> {
     let plan = Arc::new(plan);
-    let shared = Arc::new(Shared::default());
     let executors = plan.executors();
+    let shared = Arc::new(Shared::new(executors));
     let mut handles = Vec::with_capacity(executors);
     for i in 0..executors {
         let placement = plan
@@ -145,7 +145,7 @@ fn finished(plan: &LoadPlan, shared: &Shared, executors: usize) -> bool {
         let expected = count * plan.channels.len() as u64;
         let done = match plan.mode {
             Mode::Pub => shared.published.load(Relaxed) >= count,
-            Mode::Sub | Mode::PubSub => shared.consumed.load(Relaxed) >= expected,
+            Mode::Sub | Mode::PubSub => shared.consumed.sum() >= expected,
         };
         if done {
             return true;
@@ -257,8 +257,9 @@ async fn executor_main(
             let slots = plan.sub_connections * plan.channels.len();
             for slot in (index..slots).step_by(executors) {
                 let channel = &plan.channels[slot % plan.channels.len()];
-                let c = subscriber::subscribe(&plan, channel, shared.clone(), latencies.clone())
-                    .await?;
+                let c =
+                    subscriber::subscribe(&plan, channel, index, shared.clone(), latencies.clone())
+                        .await?;
                 consumers.push(c);
             }
         }

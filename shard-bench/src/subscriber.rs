@@ -9,14 +9,14 @@ use crate::payload;
 use client::{Consumer, ConsumerConfig, HandlerResult, Message};
 use std::cell::RefCell;
 use std::rc::Rc;
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Subscribes one consumer connection (per broker) to `channel`.
+/// Subscribes one consumer connection (per broker) to `channel`, on executor `executor`.
 pub async fn subscribe(
     plan: &LoadPlan,
     channel: &str,
+    executor: usize,
     shared: Arc<Shared>,
     latencies: Rc<RefCell<Latencies>>,
 ) -> Result<Consumer> {
@@ -29,7 +29,7 @@ pub async fn subscribe(
         .lookupd_poll_interval(Duration::from_secs(5))
         .stop_timeout(Duration::from_secs(2));
     let handler = move |msg: Message| {
-        on_message(&shared, &latencies, msg.body());
+        on_message(&shared, executor, &latencies, msg.body());
         std::future::ready(HandlerResult::Finish)
     };
     let consumer =
@@ -65,9 +65,9 @@ pub async fn subscribe(
     Ok(consumer)
 }
 
-fn on_message(shared: &Shared, latencies: &RefCell<Latencies>, body: &[u8]) {
-    shared.consumed.fetch_add(1, Relaxed);
-    shared.consumed_bytes.fetch_add(body.len() as u64, Relaxed);
+fn on_message(shared: &Shared, executor: usize, latencies: &RefCell<Latencies>, body: &[u8]) {
+    shared.consumed.add(executor, 1);
+    shared.consumed_bytes.add(executor, body.len() as u64);
     if shared.measuring() {
         if let Some(sent) = payload::sent_ns(body) {
             let ns = payload::now_ns().saturating_sub(sent);
