@@ -296,3 +296,31 @@ def test_idle_client_closed_after_two_heartbeat_intervals(broker):
         assert heartbeats >= 1, "no heartbeat before the close"
         assert closed, "a client silent for > 2 heartbeat intervals was not closed within 6 s"
         assert elapsed >= 1.5, "closed after only %.2fs" % elapsed
+
+
+def test_fins_of_one_read_are_one_batch_and_a_bad_id_among_them_fails_alone(broker):
+    """FINs that arrive in one read go to the owner together (FinMany): the good ones finish,
+    an unknown ID among them gets its own non-fatal E_FIN_FAILED, and the connection stays."""
+    from nsqwire import FRAME_ERROR
+
+    with consumer(broker, "finbatch", "ch", rdy=10) as c, publisher(broker) as p:
+        p.mpub("finbatch", [b"a", b"b", b"c", b"d"])
+        msgs = c.read_messages(4, timeout=10)
+        bogus = b"0123456789abcdef"
+        lines = [b"FIN " + msgs[0].id, b"FIN " + msgs[1].id, b"FIN " + bogus,
+                 b"FIN " + msgs[2].id, b"FIN " + msgs[3].id]
+        c.send(b"".join(line + b"\n" for line in lines))  # one write: one read on the broker
+        ftype, data = c.read_frame(timeout=10)
+        assert ftype == FRAME_ERROR, (ftype, data)
+        assert data == b"E_FIN_FAILED FIN " + bogus + b" failed ID not in flight", data
+        # No other error, and the connection still works.
+        c.expect_nothing(0.5)
+        c.cmd("NOP")
+    # All four were finished: a disconnect would have put any still in flight back at once,
+    # so a new consumer of the channel gets only the next message.
+    with consumer(broker, "finbatch", "ch", rdy=10) as c2, publisher(broker) as p:
+        p.pub("finbatch", b"e")
+        m = c2.read_message(timeout=10)
+        assert m.body == b"e" and m.attempts == 1, m
+        c2.fin(m.id)
+        c2.expect_nothing(0.5)

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# HTTP /pub under load: starts a release broker on 127.0.0.1 (ephemeral ports, temporary data
+# directory, --shards ${SHARDS:-2}), runs `wrk -t2 -c16 -d${DURATION:-10s} --latency -s pub.lua`
+# against it ${ROUNDS:-3} times, prints wrk's summary of each round, and stops the broker.
+# Needs wrk (Debian package `wrk`). Extra arguments go to the broker.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+broker=${BROKER_BIN:-$root/target/release/broker}
+command -v wrk >/dev/null || { echo "wrk_pub: wrk not found (apt-get install wrk)" >&2; exit 1; }
+[[ -x $broker ]] || { echo "wrk_pub: $broker not found (cargo build --release -p broker)" >&2; exit 1; }
+data=$(mktemp -d /tmp/wrk-pub.XXXXXX)
+"$broker" --tcp-address 127.0.0.1:0 --http-address 127.0.0.1:0 --data-path "$data" \
+    --shards "${SHARDS:-2}" --log-level info "$@" 2>"$data/broker.log" &
+pid=$!
+trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$data"' EXIT
+port=
+for _ in $(seq 100); do
+    port=$(sed -n 's/.*HTTP: listening http=127.0.0.1:\([0-9]*\).*/\1/p' "$data/broker.log" | head -1)
+    [[ -n $port ]] && break
+    sleep 0.05
+done
+[[ -n $port ]] || { echo "wrk_pub: the broker did not start" >&2; cat "$data/broker.log" >&2; exit 1; }
+for round in $(seq "${ROUNDS:-3}"); do
+    echo "--- round $round: wrk -t2 -c16 -d${DURATION:-10s} --latency -s pub.lua http://127.0.0.1:$port/"
+    wrk -t2 -c16 -d"${DURATION:-10s}" --latency -s "$here/pub.lua" "http://127.0.0.1:$port/" |
+        grep -E "Latency  |50%|90%|99%|Requests/sec|requests in|Non-2xx"
+done
