@@ -414,6 +414,7 @@ impl Channel {
         self.in_flight_order.remove(f.slot, f.deadline, id);
         f.deadline = deadline;
         f.slot = self.in_flight_order.push(deadline, id);
+        self.compact_deadlines();
         self.arm(TimerKind::InFlight, timers);
         Ok(())
     }
@@ -516,13 +517,20 @@ impl Channel {
                 },
             );
         }
+        self.compact_deadlines();
+        self.arm(TimerKind::InFlight, timers);
+    }
+
+    /// Squeezes cleared entries out of the in-flight order when they outnumber live ones
+    /// (cheap to call: a comparison unless there is something to do). Called after deliveries
+    /// and after TOUCH, which also runs while the channel is paused.
+    fn compact_deadlines(&mut self) {
         let in_flight = &mut self.in_flight;
         self.in_flight_order.compact(|id, slot| {
             if let Some(f) = in_flight.get_mut(&id) {
                 f.slot = slot;
             }
         });
-        self.arm(TimerKind::InFlight, timers);
     }
 
     /// The next deliverable message at the cursor; deferred ones (DPUB) met on the way are set

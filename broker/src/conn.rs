@@ -29,7 +29,7 @@ use std::os::fd::{AsRawFd, FromRawFd};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
-use tracing::{debug, info, Instrument};
+use tracing::{debug, info, warn, Instrument};
 
 /// Smallest and largest read buffer; it doubles while reads fill it.
 const READ_MIN: usize = 4 * 1024;
@@ -219,6 +219,12 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
             Ok(())
         })
         .await;
+        if conn.outstanding.get() > 0 {
+            warn!(
+                outstanding = conn.outstanding.get(),
+                "publishes still unconfirmed by their owner when the connection closed"
+            );
+        }
 
         if let Some((owner, topic, channel)) = session.and_then(|s| s.sub) {
             shard.route(

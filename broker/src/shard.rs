@@ -103,6 +103,8 @@ pub struct Shard {
     owner_failing: RefCell<Vec<bool>>,
     /// Topics whose publishes from this shard the owner has answered (see `can_ack_early`).
     known_topics: RefCell<std::collections::HashSet<String>>,
+    /// HTTP publish requests being handled (a clean stop waits for them).
+    pub(crate) http_publishing: Cell<usize>,
     /// HTTP publishes answered early and not yet confirmed (bounded by [`MAX_UNCONFIRMED`]).
     pub(crate) http_unconfirmed: Cell<usize>,
 }
@@ -110,6 +112,9 @@ pub struct Shard {
 /// Attempts, 100 ms apart, at writing what is pending at a clean stop (10 s: time for an
 /// operator to free space) before the stop gives up and reports the loss.
 const FINAL_WRITE_TRIES: u32 = 100;
+
+/// Topics a shard remembers as answered for (see `Shard::can_ack_early`).
+const MAX_KNOWN_TOPICS: usize = 100_000;
 
 /// Early-answered HTTP publishes a shard lets travel unconfirmed before it waits for answers.
 pub const MAX_UNCONFIRMED: usize = 1024;
@@ -124,6 +129,8 @@ pub(crate) struct PendingTopic {
 struct ParkedPublish {
     bodies: Vec<Bytes>,
     defer: Duration,
+    /// Already answered OK (early): stored even if storage fails meanwhile.
+    acked: bool,
     reply: ReplyTo,
 }
 
@@ -159,6 +166,7 @@ impl Shard {
             wake_dispatcher: Notify::new(),
             owner_failing: RefCell::new(vec![false; peers]),
             known_topics: RefCell::new(std::collections::HashSet::new()),
+            http_publishing: Cell::new(0),
             http_unconfirmed: Cell::new(0),
         }
     }
@@ -492,9 +500,19 @@ impl Shard {
         }
         debug!(topic = %name, channels = channels.len(), waiting = pending.publishes.len(), "lookups answered");
         for p in pending.publishes {
-            let result = match self.admin.health() {
-                Some(reason) => Some(Err(ProtocolError::fatal(ErrorCode::PubFailed, reason))),
-                None => self.store_published(&t, p.bodies, p.defer, p.reply),
+            let result = match (self.admin.health(), p.acked) {
+                (Some(reason), false) => {
+                    Some(Err(ProtocolError::fatal(ErrorCode::PubFailed, reason)))
+                }
+                (Some(reason), true) => {
+                    match self.store_published(&t, p.bodies, p.defer, p.reply) {
+                        Some(Ok(())) => {
+                            Some(Err(ProtocolError::fatal(ErrorCode::PubFailed, reason)))
+                        }
+                        other => other,
+                    }
+                }
+                (None, _) => self.store_published(&t, p.bodies, p.defer, p.reply),
             };
             if let Some(result) = result {
                 self.reply(p.reply, Reply::Publish(result));
@@ -524,6 +542,7 @@ impl Shard {
             p.publishes.push(ParkedPublish {
                 bodies,
                 defer,
+                acked,
                 reply,
             });
             return None;
@@ -550,6 +569,7 @@ impl Shard {
     /// that reads /stats after its OK expects to see them, as with nsqd.
     pub fn can_ack_early(&self, owner: usize, topic: &str) -> bool {
         !self.config.durable
+            && !self.stopping.get()
             && owner != self.id
             && !self
                 .owner_failing
@@ -571,7 +591,12 @@ impl Shard {
         let failing = match answer {
             Some(Reply::Publish(Ok(()))) => {
                 if !acked && !self.known_topics.borrow().contains(topic) {
-                    self.known_topics.borrow_mut().insert(topic.to_string());
+                    let mut known = self.known_topics.borrow_mut();
+                    // Bounded: forgetting only costs each topic one waited-for publish.
+                    if known.len() >= MAX_KNOWN_TOPICS {
+                        known.clear();
+                    }
+                    known.insert(topic.to_string());
                 }
                 false
             }
@@ -947,9 +972,20 @@ impl Shard {
             )
             .await;
         }
-        // HTTP publishes answered early: their owners must have them before this shard says done.
-        while self.http_unconfirmed.get() > 0 && Instant::now() < deadline {
+        // HTTP publishes in progress, and those answered early: their owners must have them
+        // before this shard says done.
+        let http_deadline = Instant::now() + Duration::from_secs(5);
+        while (self.http_unconfirmed.get() > 0 || self.http_publishing.get() > 0)
+            && Instant::now() < http_deadline
+        {
             glommio::timer::sleep(Duration::from_millis(1)).await;
+        }
+        if self.http_unconfirmed.get() > 0 {
+            error!(
+                shard = self.id,
+                unconfirmed = self.http_unconfirmed.get(),
+                "HTTP publishes answered OK were not confirmed by their owners at shutdown"
+            );
         }
         let left = self.conns.borrow().len();
         if left > 0 {

@@ -138,9 +138,26 @@ async fn publish(shard: &Rc<Shard>, topic: String, bodies: Vec<Bytes>, defer: Du
         return error(503, "EXITING");
     }
     let owner = shard.config.owner_of(&topic);
+    shard.http_publishing.set(shard.http_publishing.get() + 1);
+    let answer = publish_counted(shard, owner, topic, bodies, defer).await;
+    shard.http_publishing.set(shard.http_publishing.get() - 1);
+    answer
+}
+
+/// [`publish`] while counted in `http_publishing` (a clean stop waits for it).
+async fn publish_counted(
+    shard: &Rc<Shard>,
+    owner: usize,
+    topic: String,
+    bodies: Vec<Bytes>,
+    defer: Duration,
+) -> Answer {
     // A full mailbox towards the owner pushes back on this connection, as on TCP.
     while shard.is_congested(owner) {
         glommio::timer::sleep(Duration::from_millis(1)).await;
+    }
+    if shard.is_stopping() {
+        return error(503, "EXITING");
     }
     // OK now if the owner is another, healthy shard and few early answers are unconfirmed;
     // the confirmation is awaited in the background (it carries the owner's health).
