@@ -132,11 +132,19 @@ impl Conn {
     }
 
     /// Writes message frames the channel's owner encoded (see `Mail::Deliver`).
-    pub fn deliver_frames(&self, frames: &[u8]) {
+    /// An empty output buffer is replaced by the frames' buffer instead of copied into.
+    pub fn deliver_frames(&self, frames: BytesMut) {
         if self.closed.get() {
             return;
         }
-        self.out.borrow_mut().extend_from_slice(frames);
+        {
+            let mut out = self.out.borrow_mut();
+            if out.is_empty() {
+                *out = frames;
+            } else {
+                out.extend_from_slice(&frames);
+            }
+        }
         self.wake_writer.notify();
     }
 
@@ -173,12 +181,10 @@ const FIN_BATCH: usize = 512;
 /// Sends the gathered FINs to the channel's owner as one operation. Called before any other
 /// command runs (so operations keep their order) and when the read buffer is used up.
 fn flush_fins(shard: &Shard, conn: &Conn, session: &mut Session) {
-    let op = match session.fins.len() {
-        0 => return,
-        1 => ChannelOp::Fin(session.fins[0]),
-        _ => ChannelOp::FinMany(std::mem::take(&mut session.fins)),
-    };
-    session.fins.clear();
+    if session.fins.is_empty() {
+        return;
+    }
+    let op = ChannelOp::Fin(std::mem::take(&mut session.fins));
     channel_op(shard, conn, session, op);
 }
 
@@ -443,7 +449,7 @@ async fn execute(
             Ok(())
         }
         Command::Fin(id) => {
-            channel_op(shard, conn, session, ChannelOp::Fin(id));
+            channel_op(shard, conn, session, ChannelOp::Fin(vec![id]));
             Ok(())
         }
         Command::Req { id, delay_ms } => {

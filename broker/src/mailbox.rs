@@ -36,9 +36,8 @@ pub struct ReplyTo {
 #[derive(Debug, Clone)]
 pub enum ChannelOp {
     Rdy(u64),
-    Fin(MessageId),
-    /// Several FINs of one read, in order: one mail, one lookup, one dispatch.
-    FinMany(Vec<MessageId>),
+    /// The FINs of one read, in order: one mail, one lookup, one dispatch.
+    Fin(Vec<MessageId>),
     Req(MessageId, Duration),
     Touch(MessageId),
     /// CLS: stop delivering to this consumer.

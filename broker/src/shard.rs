@@ -29,12 +29,12 @@ use crate::storage::{self, log::TopicLog};
 use crate::sync::{oneshot, Notify, Receiver, Sender};
 use crate::timer::{TimerEntry, TimerQueue};
 use crate::topic::{ChannelRef, Topic};
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use glommio::channels::channel_mesh::{Full, MeshBuilder, Senders};
 use glommio::net::TcpListener;
 use protocol::{ErrorCode, Message, ProtocolError};
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::os::fd::{FromRawFd, IntoRawFd};
 use std::rc::Rc;
 use std::sync::Arc;
@@ -105,8 +105,19 @@ pub struct Shard {
     known_topics: RefCell<std::collections::HashSet<String>>,
     /// HTTP publish requests being handled (a clean stop waits for them).
     pub(crate) http_publishing: Cell<usize>,
-    /// HTTP publishes answered early and not yet confirmed (bounded by [`MAX_UNCONFIRMED`]).
-    pub(crate) http_unconfirmed: Cell<usize>,
+    /// HTTP publishes answered early and not yet confirmed (bounded by [`MAX_UNCONFIRMED`]):
+    /// their answers, oldest first, for the one confirmer task (not a task per request).
+    http_unconfirmed: RefCell<VecDeque<Unconfirmed>>,
+    /// The answer the confirmer is waiting for right now (still unconfirmed).
+    http_confirming: Cell<bool>,
+    wake_confirmer: Notify,
+}
+
+/// An HTTP publish answered OK early; its owner's answer confirms it.
+struct Unconfirmed {
+    owner: usize,
+    topic: String,
+    reply: Receiver<Reply>,
 }
 
 /// Attempts, 100 ms apart, at writing what is pending at a clean stop (10 s: time for an
@@ -167,7 +178,9 @@ impl Shard {
             owner_failing: RefCell::new(vec![false; peers]),
             known_topics: RefCell::new(std::collections::HashSet::new()),
             http_publishing: Cell::new(0),
-            http_unconfirmed: Cell::new(0),
+            http_unconfirmed: RefCell::new(VecDeque::new()),
+            http_confirming: Cell::new(false),
+            wake_confirmer: Notify::new(),
         }
     }
 
@@ -327,7 +340,11 @@ impl Shard {
                 let c = self.conns.borrow().get(&conn).cloned();
                 // A connection that is gone has already sent Leave; its owner requeues these.
                 if let Some(c) = c {
-                    c.deliver_frames(&frames);
+                    // The owner's buffer, unshared once it arrives: taken over, not copied.
+                    let frames = frames
+                        .try_into_mut()
+                        .unwrap_or_else(|shared| BytesMut::from(&shared[..]));
+                    c.deliver_frames(frames);
                 }
             }
             Mail::ConnError { conn, error } => {
@@ -580,6 +597,37 @@ impl Shard {
             && self.known_topics.borrow().contains(topic)
     }
 
+    /// HTTP publishes answered OK early and not yet confirmed by their owner.
+    pub fn http_unconfirmed(&self) -> usize {
+        self.http_unconfirmed.borrow().len() + usize::from(self.http_confirming.get())
+    }
+
+    /// Hands the answer of an HTTP publish answered OK early to the confirmer.
+    pub fn confirm_later(&self, owner: usize, topic: String, reply: Receiver<Reply>) {
+        self.http_unconfirmed.borrow_mut().push_back(Unconfirmed {
+            owner,
+            topic,
+            reply,
+        });
+        self.wake_confirmer.notify();
+    }
+
+    /// Takes the answers of early-answered HTTP publishes in order, learning the owners'
+    /// health from them (as a TCP connection's replier does for its own).
+    async fn confirm_http_publishes(self: Rc<Self>) {
+        loop {
+            let next = self.http_unconfirmed.borrow_mut().pop_front();
+            let Some(u) = next else {
+                self.wake_confirmer.notified().await;
+                continue;
+            };
+            self.http_confirming.set(true);
+            let answer = u.reply.await;
+            self.http_confirming.set(false);
+            self.note_publish_answer(u.owner, &answer, true, &u.topic);
+        }
+    }
+
     /// Learns the owner's health from a publish answer; `acked`: the client already has its OK.
     pub fn note_publish_answer(
         &self,
@@ -749,63 +797,45 @@ impl Shard {
         let ch = t.as_ref().and_then(|t| t.borrow().channel(channel));
         let Some(ch) = ch else {
             // The channel was deleted under the consumer; only FIN/REQ/TOUCH deserve an answer.
-            if let Some((code, verb, id)) = op_failure_parts(&op) {
-                self.send_conn_error(key, code, format!("{verb} {id} failed ID not in flight"));
-            }
-            if let ChannelOp::FinMany(ids) = &op {
+            if let Some((code, verb, ids)) = op_ids(&op) {
                 for id in ids {
-                    self.send_conn_error(
-                        key,
-                        ErrorCode::FinFailed,
-                        format!("FIN {id} failed ID not in flight"),
-                    );
+                    let text = format!("{verb} {id} failed ID not in flight");
+                    self.send_conn_error(key, code, text);
                 }
             }
             return;
         };
-        let mut fin_failures = Vec::new();
+        let mut failures = Vec::new();
         let max = self.config.max_msg_timeout;
-        let result = {
+        {
             let mut c = ch.borrow_mut();
             match &op {
-                ChannelOp::Rdy(n) => {
-                    c.set_rdy(key, *n);
-                    Ok(())
-                }
-                ChannelOp::Fin(id) => c.finish(key, *id),
-                ChannelOp::FinMany(ids) => {
+                ChannelOp::Rdy(n) => c.set_rdy(key, *n),
+                ChannelOp::Fin(ids) => {
                     for id in ids {
                         if let Err(e) = c.finish(key, *id) {
-                            fin_failures.push((*id, e));
+                            failures.push((*id, e));
                         }
                     }
-                    Ok(())
                 }
                 ChannelOp::Req(id, delay) => {
-                    c.requeue(key, *id, *delay, Instant::now(), &self.timers)
+                    if let Err(e) = c.requeue(key, *id, *delay, Instant::now(), &self.timers) {
+                        failures.push((*id, e));
+                    }
                 }
-                ChannelOp::Touch(id) => c.touch(key, *id, max, Instant::now(), &self.timers),
-                ChannelOp::Close => {
-                    c.close_consumer(key);
-                    Ok(())
+                ChannelOp::Touch(id) => {
+                    if let Err(e) = c.touch(key, *id, max, Instant::now(), &self.timers) {
+                        failures.push((*id, e));
+                    }
                 }
-                ChannelOp::Leave => {
-                    c.remove_consumer(key);
-                    Ok(())
-                }
-            }
-        };
-        if let Err(e) = result {
-            if let Some((code, verb, id)) = op_failure_parts(&op) {
-                self.send_conn_error(key, code, format!("{verb} {id} failed {}", e.text()));
+                ChannelOp::Close => c.close_consumer(key),
+                ChannelOp::Leave => c.remove_consumer(key),
             }
         }
-        for (id, e) in fin_failures {
-            self.send_conn_error(
-                key,
-                ErrorCode::FinFailed,
-                format!("FIN {id} failed {}", e.text()),
-            );
+        if let Some((code, verb, _)) = op_ids(&op) {
+            for (id, e) in failures {
+                self.send_conn_error(key, code, format!("{verb} {id} failed {}", e.text()));
+            }
         }
         if matches!(op, ChannelOp::Leave) {
             if let Some(t) = &t {
@@ -913,7 +943,7 @@ impl Shard {
                 let c = self.conns.borrow().get(&key.conn).cloned();
                 // A connection that is gone has already sent Leave; that requeues these.
                 if let Some(c) = c {
-                    c.deliver_frames(&frames);
+                    c.deliver_frames(frames);
                 }
                 continue;
             }
@@ -975,15 +1005,15 @@ impl Shard {
         // HTTP publishes in progress, and those answered early: their owners must have them
         // before this shard says done.
         let http_deadline = Instant::now() + Duration::from_secs(5);
-        while (self.http_unconfirmed.get() > 0 || self.http_publishing.get() > 0)
+        while (self.http_unconfirmed() > 0 || self.http_publishing.get() > 0)
             && Instant::now() < http_deadline
         {
             glommio::timer::sleep(Duration::from_millis(1)).await;
         }
-        if self.http_unconfirmed.get() > 0 {
+        if self.http_unconfirmed() > 0 {
             error!(
                 shard = self.id,
-                unconfirmed = self.http_unconfirmed.get(),
+                unconfirmed = self.http_unconfirmed(),
                 "HTTP publishes answered OK were not confirmed by their owners at shutdown"
             );
         }
@@ -1212,11 +1242,12 @@ impl Shard {
     }
 }
 
-fn op_failure_parts(op: &ChannelOp) -> Option<(ErrorCode, &'static str, protocol::MessageId)> {
+/// The error code, verb and IDs of a FIN, REQ or TOUCH (what a failure answer names).
+fn op_ids(op: &ChannelOp) -> Option<(ErrorCode, &'static str, &[protocol::MessageId])> {
     match op {
-        ChannelOp::Fin(id) => Some((ErrorCode::FinFailed, "FIN", *id)),
-        ChannelOp::Req(id, _) => Some((ErrorCode::ReqFailed, "REQ", *id)),
-        ChannelOp::Touch(id) => Some((ErrorCode::TouchFailed, "TOUCH", *id)),
+        ChannelOp::Fin(ids) => Some((ErrorCode::FinFailed, "FIN", ids)),
+        ChannelOp::Req(id, _) => Some((ErrorCode::ReqFailed, "REQ", std::slice::from_ref(id))),
+        ChannelOp::Touch(id) => Some((ErrorCode::TouchFailed, "TOUCH", std::slice::from_ref(id))),
         _ => None,
     }
 }
@@ -1256,6 +1287,7 @@ pub async fn run(
         .detach();
     }
     spawn_pumps(&shard, &senders, peers);
+    glommio::spawn_local(shard.clone().confirm_http_publishes()).detach();
     let dispatcher = shard.clone();
     glommio::spawn_local(async move {
         loop {

@@ -299,7 +299,7 @@ def test_idle_client_closed_after_two_heartbeat_intervals(broker):
 
 
 def test_fins_of_one_read_are_one_batch_and_a_bad_id_among_them_fails_alone(broker):
-    """FINs that arrive in one read go to the owner together (FinMany): the good ones finish,
+    """FINs that arrive in one read go to the owner as one operation: the good ones finish,
     an unknown ID among them gets its own non-fatal E_FIN_FAILED, and the connection stays."""
     from nsqwire import FRAME_ERROR
 

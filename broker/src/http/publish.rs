@@ -160,25 +160,23 @@ async fn publish_counted(
         return error(503, "EXITING");
     }
     // OK now if the owner is another, healthy shard and few early answers are unconfirmed;
-    // the confirmation is awaited in the background (it carries the owner's health).
-    let acked = shard.http_unconfirmed.get() < crate::shard::MAX_UNCONFIRMED
+    // the shard's confirmer takes the owner's answer (it carries the owner's health).
+    let acked = shard.http_unconfirmed() < crate::shard::MAX_UNCONFIRMED
         && shard.can_ack_early(owner, &topic);
-    let name = topic.clone();
+    // The name is only needed to learn about another shard's topic.
+    let name = (owner != shard.id).then(|| topic.clone());
     let reply = shard.send_publish(owner, topic, bodies, defer, acked);
-    if acked {
-        shard.http_unconfirmed.set(shard.http_unconfirmed.get() + 1);
-        let s = shard.clone();
-        glommio::spawn_local(async move {
-            let answer = reply.await;
-            s.http_unconfirmed
-                .set(s.http_unconfirmed.get().saturating_sub(1));
-            s.note_publish_answer(owner, &answer, true, &name);
-        })
-        .detach();
-        return Answer::PubOk;
-    }
+    let name = match (acked, name) {
+        (true, Some(name)) => {
+            shard.confirm_later(owner, name, reply);
+            return Answer::PubOk;
+        }
+        (_, name) => name,
+    };
     let reply = reply.await;
-    shard.note_publish_answer(owner, &reply, false, &name);
+    if let Some(name) = &name {
+        shard.note_publish_answer(owner, &reply, false, name);
+    }
     match reply {
         Some(Reply::Publish(Ok(()))) => Answer::PubOk,
         _ => error(503, "EXITING"),
