@@ -201,17 +201,28 @@ mod tests {
     }
 
     #[test]
-    fn sockets_come_back_in_shard_order() {
+    fn every_shard_gets_listening_sockets_and_the_kernel_takes_the_program() {
         let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        // Port 0 would give every socket its own port; bind one first and reuse its port.
-        let first = open_group("--tcp-address", any, &[0]).unwrap();
-        let port = first[0].local_addr().unwrap().as_socket().unwrap().port();
-        let first_h = open_group("--http-address", any, &[0]).unwrap();
-        let hport = first_h[0].local_addr().unwrap().as_socket().unwrap().port();
-        drop((first, first_h));
-        let tcp = SocketAddr::from(([127, 0, 0, 1], port));
-        let http = SocketAddr::from(([127, 0, 0, 1], hport));
-        let (l, _) = open(tcp, http, &[1, 0, 1], Steering::Cpu).unwrap();
-        assert_eq!(l.len(), 3);
+        // Port 0 would give every socket its own port: hold one port of each kind (kept open,
+        // so nothing else takes it) and open the shards' groups on those ports.
+        let held_t = open_group("--tcp-address", any, &[0]).unwrap();
+        let held_h = open_group("--http-address", any, &[0]).unwrap();
+        let port = |s: &Socket| s.local_addr().unwrap().as_socket().unwrap().port();
+        let tcp = SocketAddr::from(([127, 0, 0, 1], port(&held_t[0])));
+        let http = SocketAddr::from(([127, 0, 0, 1], port(&held_h[0])));
+        let (shards, steered) = open(tcp, http, &[1, 0, 1], Steering::Cpu).unwrap();
+        // The kernel checks a classic BPF program when it is attached: a malformed one is
+        // refused, and the broker would fall back to hashing.
+        assert!(steered, "SO_ATTACH_REUSEPORT_CBPF refused the program");
+        assert_eq!(shards.len(), 3);
+        for l in shards {
+            for (fd, want) in [(l.tcp, tcp), (l.http, http)] {
+                let sock = Socket::from(fd);
+                assert_eq!(sock.local_addr().unwrap().as_socket(), Some(want));
+                assert!(sock.is_listener().unwrap(), "{want} is not listening");
+            }
+        }
+        let (_, steered) = open(tcp, http, &[0], Steering::Hash).unwrap();
+        assert!(!steered);
     }
 }
