@@ -202,16 +202,7 @@ pub fn throughput_svg(results: &[BenchResult], title: &str) -> String {
     let py = |v: f64| TOP + plot_h - v / max_y * plot_h;
     let mut v = 0.0;
     while v <= max_y {
-        let _ = writeln!(
-            s,
-            "<line x1=\"{LEFT}\" x2=\"{}\" y1=\"{y:.1}\" y2=\"{y:.1}\" stroke=\"#ddd\"/>\
-             <text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
-            LEFT + plot_w,
-            LEFT - 6.0,
-            py(v) + 4.0,
-            group(v),
-            y = py(v)
-        );
+        y_gridline(&mut s, py(v), &group(v));
         v += y_step;
     }
     let mut t = 0.0;
@@ -276,16 +267,7 @@ pub fn latency_svg(results: &[BenchResult], title: &str) -> String {
     let py = |us: f64| TOP + plot_h - (us.max(1.0).log10() / decades) * plot_h;
     for d in 0..=(decades as i32) {
         let us = 10f64.powi(d);
-        let _ = writeln!(
-            s,
-            "<line x1=\"{LEFT}\" x2=\"{}\" y1=\"{y:.1}\" y2=\"{y:.1}\" stroke=\"#ddd\"/>\
-             <text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
-            LEFT + plot_w,
-            LEFT - 6.0,
-            py(us) + 4.0,
-            micros(us),
-            y = py(us)
-        );
+        y_gridline(&mut s, py(us), &micros(us));
     }
     let _ = writeln!(
         s,
@@ -322,4 +304,17 @@ pub fn latency_svg(results: &[BenchResult], title: &str) -> String {
     legend(&mut s, results, HEIGHT + 4.0);
     s.push_str("</svg>\n");
     s
+}
+
+/// A horizontal grid line at `y` across the plot, labelled on the left.
+fn y_gridline(s: &mut String, y: f64, label: &str) {
+    let plot_w = WIDTH - LEFT - RIGHT;
+    let _ = writeln!(
+        s,
+        "<line x1=\"{LEFT}\" x2=\"{}\" y1=\"{y:.1}\" y2=\"{y:.1}\" stroke=\"#ddd\"/>\
+         <text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{label}</text>",
+        LEFT + plot_w,
+        LEFT - 6.0,
+        y + 4.0,
+    );
 }
