@@ -578,7 +578,7 @@ impl Channel {
                     return Some(s);
                 }
                 Read::Skip(next) if next > self.cursor => self.cursor = next,
-                Read::Skip(_) | Read::End => return None,
+                Read::Skip(_) | Read::End | Read::Wait => return None,
             }
         }
     }
@@ -709,7 +709,7 @@ impl Channel {
         }
         let mut restored = 0;
         for p in &meta.pending {
-            let Read::Msg(mut s, _) = log.read(p.seq, DiskHint::default()) else {
+            let Read::Msg(mut s, _) = log.read_blocking(p.seq) else {
                 continue;
             };
             if s.seq != p.seq {

@@ -83,6 +83,9 @@ pub struct Shard {
     /// Topics with writes for the flusher, and its wake-up.
     pub(crate) flush_queue: RefCell<Vec<Rc<RefCell<Topic>>>>,
     pub(crate) wake_flusher: Notify,
+    /// Topics whose readers wait for segment blocks, and the fetcher's wake-up.
+    fetch_queue: RefCell<Vec<Rc<RefCell<Topic>>>>,
+    wake_fetcher: Notify,
     /// Topics the next checkpoint looks at; untouched topics cost it nothing.
     checkpoint_list: RefCell<Vec<Rc<RefCell<Topic>>>>,
     /// True while the flusher is inside a round (it holds chunks taken from logs).
@@ -167,6 +170,8 @@ impl Shard {
             admin: crate::admin::AdminState::default(),
             flush_queue: RefCell::new(Vec::new()),
             wake_flusher: Notify::new(),
+            fetch_queue: RefCell::new(Vec::new()),
+            wake_fetcher: Notify::new(),
             checkpoint_list: RefCell::new(Vec::new()),
             flusher_busy: Cell::new(false),
             flusher_idle: Notify::new(),
@@ -933,6 +938,44 @@ impl Shard {
             &mut out,
         );
         self.route_deliveries(out);
+        if log.borrow().has_wanted_blocks() {
+            self.queue_fetch(&t);
+        }
+    }
+
+    fn queue_fetch(&self, t: &Rc<RefCell<Topic>>) {
+        let mut tb = t.borrow_mut();
+        if !tb.fetch_queued {
+            tb.fetch_queued = true;
+            self.fetch_queue.borrow_mut().push(t.clone());
+            self.wake_fetcher.notify();
+        }
+    }
+
+    /// Reads the segment blocks channels wait for (see `storage::blocks`), then lets the
+    /// topics' channels deliver again. Sleeps while nobody waits.
+    async fn fetcher(self: Rc<Self>) {
+        loop {
+            let queued = std::mem::take(&mut *self.fetch_queue.borrow_mut());
+            if queued.is_empty() {
+                self.wake_fetcher.notified().await;
+                continue;
+            }
+            for t in &queued {
+                t.borrow_mut().fetch_queued = false;
+                let log = t.borrow().log.clone();
+                let (_, failed) = storage::log::fetch(&log).await;
+                if failed > 0 {
+                    // An unreadable file: retry in a while, not in a loop.
+                    glommio::timer::sleep(Duration::from_secs(1)).await;
+                }
+                let channels: Vec<ChannelRef> = t.borrow().channels().cloned().collect();
+                for ch in &channels {
+                    self.dispatch_soon(ch);
+                }
+            }
+            self.flush_dispatches();
+        }
     }
 
     /// Hands each consumer's frames to its connection: here, or through the mailbox of the
@@ -1065,6 +1108,9 @@ impl Shard {
                     error!(topic = %t.borrow().name, "final write failed, retrying for {}s: {e}", FINAL_WRITE_TRIES / 10);
                 }
                 glommio::timer::sleep(Duration::from_millis(100)).await;
+            }
+            if let Err(e) = storage::log::trim_padding(&log).await {
+                warn!(topic = %t.borrow().name, "cannot trim the newest segment's padding: {e}");
             }
             if let Err(e) = storage::log::sync(&log).await {
                 error!(topic = %t.borrow().name, "final fsync failed: {e}");
@@ -1269,7 +1315,9 @@ pub async fn run(
     let peers = senders.nr_consumers();
     let shard = Rc::new(Shard::new(id, config.clone(), peers, control));
     shard.load_topics()?;
+    storage::file::probe(&config.data_path, id).await;
     glommio::spawn_local(shard.clone().flusher()).detach();
+    glommio::spawn_local(shard.clone().fetcher()).detach();
     let senders = Rc::new(senders);
 
     for (peer, rx) in receivers.streams() {

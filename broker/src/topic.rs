@@ -37,6 +37,8 @@ pub struct Topic {
     pub message_bytes: u64,
     /// Queued for the shard's flusher.
     pub flush_queued: bool,
+    /// Queued for the shard's block fetcher.
+    pub fetch_queued: bool,
     /// Something structural changed (a channel created or deleted, a pause): checkpoint soon.
     pub meta_dirty: bool,
     /// The metadata last written, so unchanged topics are not rewritten.
@@ -60,6 +62,7 @@ impl Topic {
             message_count: 0,
             message_bytes: 0,
             flush_queued: false,
+            fetch_queued: false,
             meta_dirty: false,
             last_meta: None,
             checkpoint_queued: false,

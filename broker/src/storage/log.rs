@@ -4,27 +4,30 @@
 //!
 //! - `append` gives each message the next sequence number, keeps it in the in-memory window
 //!   and encodes its record into the pending write buffer. It never waits.
-//! - The shard's flusher ([`flush`], [`sync`]) writes pending records with one `write_at` per
-//!   segment chunk through the shard's io_uring, and fsyncs by the sync policy.
+//! - The shard's flusher ([`flush`], [`sync`]) writes pending records with direct I/O through
+//!   the shard's io_uring (whole aligned blocks, see [`flush`]), and fsyncs by the sync policy.
 //! - Channels read by sequence number ([`TopicLog::read`]): from the window when the message
-//!   is recent or not written yet, else from the segment, memory-mapped, with a per-reader
-//!   hint so sequential reading never searches. Bodies read from disk are slices of the mapping
-//!   (no copy, and not anonymous memory).
+//!   is recent or not written yet, else from the log's block cache ([`super::blocks`]), with a
+//!   per-reader hint so sequential reading never searches. A block not cached yet makes the
+//!   read return [`Read::Wait`]; the shard's fetcher ([`fetch`]) reads it and wakes the
+//!   channels. Bodies read from disk are slices of their block.
 //! - Memory bound: the window holds the newest `mem_limit` messages plus those not yet
 //!   written; everything older is read back from disk. An ephemeral topic has no files: what
 //!   falls out of its window is gone.
 //! - Segments are deleted once every channel's floor has passed them ([`TopicLog::release_below`]).
+//! - Start-up recovery ([`TopicLog::open`]) scans every segment through a memory mapping.
 
-use super::segment::{self, Parsed, Stored, HEADER_LEN};
+use super::blocks::{self, BlockKey, Blocks, BLOCK};
+use super::file::SegFile;
+use super::segment::{self, Stored, Viewed, FRAME_LEN, HEADER_LEN, PAYLOAD_FIXED};
 use bytes::Bytes;
-use glommio::io::{BufferedFile, OpenOptions};
 use protocol::Message;
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::time::Instant;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 /// One segment file.
 struct Segment {
@@ -36,12 +39,19 @@ struct Segment {
     planned_len: u64,
     /// Bytes known to be in the file.
     written_len: u64,
-    file: Option<Rc<BufferedFile>>,
-    /// A mapping of the file and the length it covers.
-    map: RefCell<Option<Bytes>>,
+    file: Option<Rc<SegFile>>,
+    /// Direct I/O writes whole aligned blocks: the file's bytes from the last block boundary
+    /// below `written_len` up to it, written again in front of the next write.
+    tail: Vec<u8>,
+    /// False until `tail` holds those bytes (a segment recovered at start-up).
+    tail_known: bool,
+    /// The file opened for direct reads (older segments; the newest reads through `file`).
+    rfile: RefCell<Option<Rc<SegFile>>>,
     /// Sparse (seq, offset) index.
     index: Vec<(u64, usize)>,
     records: u64,
+    /// Corrupt stretches recovery found: (offset, offset of the next valid record).
+    skips: Vec<(u64, u64)>,
 }
 
 /// Encoded records waiting to be written at `offset` of the segment starting at `base`.
@@ -51,6 +61,15 @@ struct Chunk {
     bytes: Vec<u8>,
     /// One past the last seq in the chunk.
     end_seq: u64,
+}
+
+/// One record met while reading the disk.
+enum Step {
+    /// The record looked for (body copied out of the block), and its length.
+    Found(Stored, usize),
+    /// A record before it: its length and seq.
+    Before(usize, u64),
+    Corrupt,
 }
 
 /// Where a reader stopped on disk: reading `seq` next means parsing at `offset` of `base`.
@@ -70,6 +89,9 @@ pub enum Read {
     Skip(u64),
     /// Nothing more to read yet.
     End,
+    /// The record is on disk and not cached: the blocks are asked for; the shard's fetcher
+    /// reads them and wakes the topic's channels.
+    Wait,
 }
 
 pub struct TopicLog {
@@ -91,10 +113,12 @@ pub struct TopicLog {
     max_bytes_per_file: u64,
     max_payload: usize,
     /// Segments written since the last fsync.
-    dirty: Vec<Rc<BufferedFile>>,
+    dirty: Vec<Rc<SegFile>>,
     /// The last write or sync error, until one succeeds.
     pub failed: Option<String>,
     pub bytes_written: u64,
+    /// Blocks of segments read back from disk (see [`super::blocks`]).
+    blocks: RefCell<Blocks>,
 }
 
 impl TopicLog {
@@ -128,6 +152,7 @@ impl TopicLog {
             dirty: Vec::new(),
             failed: None,
             bytes_written: 0,
+            blocks: RefCell::new(Blocks::default()),
         }
     }
 
@@ -262,9 +287,12 @@ impl TopicLog {
             planned_len: HEADER_LEN as u64,
             written_len: 0,
             file: None,
-            map: RefCell::new(None),
+            tail: Vec::new(),
+            tail_known: true,
+            rfile: RefCell::new(None),
             index: Vec::new(),
             records: 0,
+            skips: Vec::new(),
         });
         self.pending.push(Chunk {
             base,
@@ -324,49 +352,65 @@ impl TopicLog {
             .segments
             .partition_point(|s| s.base <= seq)
             .checked_sub(1)?;
-        let mut offset = if hint.valid && hint.seq == seq && self.segments[idx].base == hint.base {
-            Some(hint.offset)
-        } else {
-            None
-        };
+        let hinted = hint.valid && hint.seq == seq && self.segments[idx].base == hint.base;
+        let mut offset = hinted.then_some(hint.offset as u64);
+        let cache = self.blocks.borrow();
         loop {
             let seg = self.segments.get(idx)?;
-            // Borrowed, not cloned: a clone per read is an atomic on the mapping's shared
-            // count, and each delivered body already takes one.
-            seg.ensure_mapped()?;
-            let map = seg.map.borrow();
-            let data = map.as_ref()?;
             let mut off = match offset.take() {
                 Some(o) => o,
                 None => {
                     let i = seg.index.partition_point(|(s, _)| *s <= seq);
                     i.checked_sub(1)
-                        .map(|i| seg.index[i].1)
-                        .unwrap_or(HEADER_LEN)
+                        .map(|i| seg.index[i].1 as u64)
+                        .unwrap_or(HEADER_LEN as u64)
                 }
             };
-            let limit = (seg.written_len as usize).min(data.len());
+            let limit = seg.written_len;
             let mut last_seq = None;
-            while off < limit {
-                match segment::parse_within(data, limit, off, self.max_payload) {
-                    Parsed::Record(s, next) => {
-                        if s.seq >= seq {
-                            let hint = DiskHint {
-                                seq: s.seq + 1,
-                                base: seg.base,
-                                offset: next,
-                                valid: true,
-                            };
-                            return Some(Read::Msg(s, hint));
-                        }
-                        last_seq = Some(s.seq);
-                        off = next;
+            while off + FRAME_LEN as u64 <= limit {
+                let step = match self.step_at(&cache, seg.base, off, limit, seq) {
+                    Ok(Some(step)) => step,
+                    Ok(None) => break,
+                    Err(missing) => {
+                        drop(cache);
+                        return Some(self.wait_for(missing, limit));
                     }
-                    Parsed::Incomplete => break,
-                    Parsed::Corrupt => {
-                        warn!(topic = %self.name, segment = %seg.path.display(), offset = off, "corrupt record skipped while reading");
-                        match segment::resync(&data.slice(..limit), off, last_seq, self.max_payload)
-                        {
+                };
+                match step {
+                    Step::Found(s, n) => {
+                        let next = off + n as u64;
+                        let hint = DiskHint {
+                            seq: s.seq + 1,
+                            base: seg.base,
+                            offset: next as usize,
+                            valid: true,
+                        };
+                        if !hinted || off / BLOCK != next / BLOCK {
+                            drop(cache);
+                            self.read_ahead(seg.base, next / BLOCK, limit);
+                        }
+                        return Some(Read::Msg(s, hint));
+                    }
+                    Step::Before(n, s) => {
+                        last_seq = Some(s);
+                        off += n as u64;
+                    }
+                    Step::Corrupt => {
+                        if let Some(&(_, next)) = seg.skips.iter().find(|(o, _)| *o == off) {
+                            // Found and logged at start-up.
+                            off = next;
+                            continue;
+                        }
+                        // Damage that appeared since start-up: the next valid record in this
+                        // block, else the next indexed one (or the next segment).
+                        let next = self
+                            .resync_in_block(&cache, seg.base, off, last_seq)
+                            .or_else(|| {
+                                seg.index.iter().map(|(_, o)| *o as u64).find(|&o| o > off)
+                            });
+                        warn!(topic = %self.name, segment = %seg.path.display(), offset = off, resumed_at = ?next, "corrupt record while reading; skipped");
+                        match next {
                             Some(n) => off = n,
                             None => break,
                         }
@@ -381,12 +425,138 @@ impl TopicLog {
         }
     }
 
+    /// The record at `off` of segment `base` (written up to `limit`) from the cache: `None`
+    /// when it is incomplete, `Err` names a missing block.
+    fn step_at(
+        &self,
+        cache: &Blocks,
+        base: u64,
+        off: u64,
+        limit: u64,
+        seq: u64,
+    ) -> Result<Option<Step>, BlockKey> {
+        // A record inside one block (most): its body is a slice of the block.
+        let (block, at, valid) = cache.tail_from(base, off)?;
+        let here = &block[at..valid];
+        let len = if here.len() >= FRAME_LEN {
+            segment::frame_payload_len(here, self.max_payload)
+        } else {
+            // The frame header itself straddles two blocks.
+            cache.with_bytes(base, off, FRAME_LEN, |b| {
+                segment::frame_payload_len(b, self.max_payload)
+            })?
+        };
+        let Some(len) = len else {
+            return Ok(Some(Step::Corrupt));
+        };
+        let rec = FRAME_LEN + len;
+        if off + rec as u64 > limit {
+            return Ok(None);
+        }
+        let judge = |b: &[u8], body: &dyn Fn(&segment::View) -> Bytes| match segment::view(
+            b,
+            self.max_payload,
+        ) {
+            Viewed::Record(v, n) if v.seq >= seq => Step::Found(v.stored(body(&v)), n),
+            Viewed::Record(v, n) => Step::Before(n, v.seq),
+            _ => Step::Corrupt,
+        };
+        if rec <= here.len() {
+            let body = |_: &segment::View| block.slice(at + FRAME_LEN + PAYLOAD_FIXED..at + rec);
+            return Ok(Some(judge(&here[..rec], &body)));
+        }
+        // Straddling two blocks: joined, and the body copied.
+        cache
+            .with_bytes(base, off, rec, |b| {
+                judge(b, &|v| Bytes::copy_from_slice(v.body))
+            })
+            .map(Some)
+    }
+
+    /// The offset of the first valid record after `off` (seq above `last_seq`) within the
+    /// cached block holding `off`.
+    fn resync_in_block(
+        &self,
+        cache: &Blocks,
+        base: u64,
+        off: u64,
+        last_seq: Option<u64>,
+    ) -> Option<u64> {
+        let (block, at, valid) = cache.tail_from(base, off).ok()?;
+        (at + 1..valid).find_map(
+            |i| match segment::view(&block[i..valid], self.max_payload) {
+                Viewed::Record(v, _) if last_seq.is_none_or(|l| v.seq > l) => {
+                    Some(off + (i - at) as u64)
+                }
+                _ => None,
+            },
+        )
+    }
+
+    /// Asks for a missing block and the ones after it; the reader waits.
+    fn wait_for(&self, missing: BlockKey, limit: u64) -> Read {
+        self.blocks.borrow_mut().want(missing);
+        self.read_ahead(missing.0, missing.1, limit);
+        Read::Wait
+    }
+
+    /// Asks for the blocks after block `n` of segment `base` that are not cached.
+    fn read_ahead(&self, base: u64, n: u64, limit: u64) {
+        let mut cache = self.blocks.borrow_mut();
+        for k in n + 1..=n + blocks::READ_AHEAD {
+            if k * BLOCK >= limit {
+                break;
+            }
+            if !cache.has(base, k, limit) {
+                cache.want((base, k));
+            }
+        }
+    }
+
+    /// Whether readers wait for blocks the fetcher has not read yet.
+    pub fn has_wanted_blocks(&self) -> bool {
+        self.blocks.borrow().has_wanted()
+    }
+
+    /// [`TopicLog::read`] that reads missing blocks at once, with blocking I/O: for start-up
+    /// only, before the shard serves anything.
+    pub fn read_blocking(&self, seq: u64) -> Read {
+        for _ in 0..64 {
+            match self.read(seq, DiskHint::default()) {
+                Read::Wait => {}
+                r => return r,
+            }
+            let wanted = self.blocks.borrow_mut().take_wanted();
+            for key in wanted {
+                let Some(seg) = self.segments.iter().find(|s| s.base == key.0) else {
+                    self.blocks.borrow_mut().give_up(key);
+                    continue;
+                };
+                let pos = key.1 * BLOCK;
+                let len = BLOCK.min(seg.written_len.saturating_sub(pos)) as usize;
+                let mut buf = vec![0u8; len];
+                let read = std::fs::File::open(&seg.path)
+                    .and_then(|f| std::os::unix::fs::FileExt::read_exact_at(&f, &mut buf, pos));
+                match read {
+                    Ok(()) => self.blocks.borrow_mut().insert(key, Bytes::from(buf), len),
+                    Err(e) => {
+                        warn!(topic = %self.name, segment = %seg.path.display(), "cannot read: {e}");
+                        self.blocks.borrow_mut().give_up(key);
+                        return Read::End;
+                    }
+                }
+            }
+        }
+        Read::End
+    }
+
     /// Deletes segments entirely below `floor` (every channel has passed them).
     pub fn release_below(&mut self, floor: u64) {
         let floor = floor.min(self.written_end);
         self.start = self.start.max(floor.min(self.head));
         while self.segments.len() > 1 && self.segments[0].end <= floor {
             let seg = self.segments.remove(0);
+            self.blocks.borrow_mut().drop_segment(seg.base);
             match std::fs::remove_file(&seg.path) {
                 Ok(()) => {
                     info!(topic = %self.name, segment = %seg.path.display(), "segment deleted: every channel has passed it")
@@ -408,6 +578,7 @@ impl TopicLog {
         self.pending.clear();
         self.window.clear();
         self.segments.clear();
+        self.blocks.borrow_mut().clear();
         if let Some(dir) = &self.dir {
             if let Err(e) = std::fs::remove_dir_all(dir) {
                 warn!(topic = %self.name, "cannot remove {}: {e}", dir.display());
@@ -417,38 +588,6 @@ impl TopicLog {
 
     pub fn dir(&self) -> Option<&Path> {
         self.dir.as_deref()
-    }
-}
-
-impl Segment {
-    /// Makes `map` hold the segment's bytes as one shared buffer, remapped when the file grew.
-    fn ensure_mapped(&self) -> Option<()> {
-        let mut map = self.map.borrow_mut();
-        if let Some(m) = map.as_ref() {
-            if m.len() as u64 >= self.written_len {
-                return Some(());
-            }
-        }
-        let file = std::fs::File::open(&self.path).ok()?;
-        // SAFETY: segment files are only appended to (never truncated or rewritten) while the
-        // broker runs, and reads stay below the written length, so the mapping stays valid.
-        let mmap = unsafe { memmap2::Mmap::map(&file) }.ok()?;
-        *map = Some(Bytes::from_owner(LoneMap(mmap)));
-        Some(())
-    }
-}
-
-/// A mapping as the owner of the `Bytes` every body read from it shares. Aligned and padded to
-/// two cache lines so that the shared count `Bytes` keeps next to it never shares a line with
-/// another allocation: each delivered body clones and drops that count, and a neighbour that
-/// another thread writes (a mail batch freed by another shard, say) made every one of those
-/// atomics a cache miss (found with perf annotate: 11-18% of a drain's CPU on the `lock xadd`).
-#[repr(align(128))]
-struct LoneMap(memmap2::Mmap);
-
-impl AsRef<[u8]> for LoneMap {
-    fn as_ref(&self) -> &[u8] {
-        &self.0
     }
 }
 
@@ -490,7 +629,16 @@ fn recover_segment(
         warn!(topic, segment = %path.display(), offset = off, bytes = n, "corrupt data skipped; its records will not be delivered");
     }
     let mut valid = report.valid_end as u64;
-    if report.torn_tail > 0 {
+    let padding = report.torn_tail > 0 && data[report.valid_end..].iter().all(|&b| b == 0);
+    if padding {
+        // The zeros after the last direct write (a stop that was not clean): not damage.
+        debug!(topic, segment = %path.display(), offset = report.valid_end, bytes = report.torn_tail, "write padding cut");
+        drop(data);
+        if last {
+            file.set_len(valid)?;
+            file.sync_all()?;
+        }
+    } else if report.torn_tail > 0 {
         if last {
             warn!(topic, segment = %path.display(), offset = report.valid_end, bytes = report.torn_tail, "torn tail cut");
             drop(data);
@@ -510,15 +658,37 @@ fn recover_segment(
         planned_len: valid,
         written_len: valid,
         file: None,
-        map: RefCell::new(None),
+        tail: Vec::new(),
+        tail_known: false,
+        rfile: RefCell::new(None),
         index: report.index,
         records: report.records,
+        skips: report
+            .skipped
+            .iter()
+            .map(|&(o, n)| (o as u64, (o + n) as u64))
+            .collect(),
     }))
 }
 
+/// Direct I/O writes start and end on this boundary (a multiple of every logical block size
+/// met in practice; a device with a larger one raises it, see [`segment_file`]).
+const ALIGN: u64 = 4096;
+/// The largest single write: a pending chunk bigger than this goes out in pieces.
+const MAX_WRITE: usize = 1 << 20;
+
+fn align_down(v: u64, align: u64) -> u64 {
+    v - v % align
+}
+
 /// Writes every pending chunk of `log`. On failure the unwritten part stays pending (written
-/// again on the next flush) and the error is returned. Each `write_at` gets its own copy of the
-/// bytes (io_uring owns the buffer while the write runs), so a failure never loses a chunk.
+/// again on the next flush) and the error is returned, so a failure never loses a chunk.
+///
+/// Segments are written with direct I/O (`O_DIRECT` through the shard's io_uring): the bytes
+/// go from a reused, registered buffer to the device, not through freshly allocated page
+/// cache. Each write covers whole aligned blocks: the partial block at the end of the file
+/// (`Segment::tail`) is written again, with the same bytes, in front of the new records, and
+/// the last block is padded with zeros (recovery knows such a tail; a clean stop trims it).
 pub async fn flush(log: &RefCell<TopicLog>) -> Result<(), String> {
     let chunks = std::mem::take(&mut log.borrow_mut().pending);
     let mut chunks = VecDeque::from(chunks);
@@ -533,32 +703,19 @@ pub async fn flush(log: &RefCell<TopicLog>) -> Result<(), String> {
         let len = chunk.bytes.len();
         let mut written = 0usize;
         while written < len {
-            let copy = chunk.bytes[written..].to_vec();
-            match file.write_at(copy, chunk.offset + written as u64).await {
-                Ok(0) => {
-                    chunk.bytes.drain(..written);
-                    chunk.offset += written as u64;
-                    chunks.push_front(chunk);
-                    return Err(restore(
-                        log,
-                        chunks,
-                        "write wrote nothing (disk full?)".into(),
-                    ));
-                }
+            let at = chunk.offset + written as u64;
+            match write_piece(log, &file, chunk.base, at, &chunk.bytes[written..]).await {
                 Ok(n) => written += n,
                 Err(e) => {
                     chunk.bytes.drain(..written);
                     chunk.offset += written as u64;
                     chunks.push_front(chunk);
-                    return Err(restore(log, chunks, e.to_string()));
+                    return Err(restore(log, chunks, e));
                 }
             }
         }
         let mut l = log.borrow_mut();
         l.bytes_written += len as u64;
-        if let Some(seg) = l.segments.iter_mut().find(|s| s.base == chunk.base) {
-            seg.written_len = seg.written_len.max(chunk.offset + len as u64);
-        }
         l.written_end = l.written_end.max(chunk.end_seq);
         l.unsynced += 1;
         if !l.dirty.iter().any(|f| Rc::ptr_eq(f, &file)) {
@@ -571,6 +728,73 @@ pub async fn flush(log: &RefCell<TopicLog>) -> Result<(), String> {
     Ok(())
 }
 
+/// Writes the start of `data` (at most [`MAX_WRITE`] bytes) at `at`, which must be the
+/// segment's written length; returns how many bytes of `data` are now in the file.
+async fn write_piece(
+    log: &RefCell<TopicLog>,
+    file: &Rc<SegFile>,
+    base: u64,
+    at: u64,
+    data: &[u8],
+) -> Result<usize, String> {
+    let align = file.alignment().max(ALIGN);
+    let take = data.len().min(MAX_WRITE);
+    let (start, tail, size) = {
+        let l = log.borrow();
+        let seg = l
+            .segments
+            .iter()
+            .find(|s| s.base == base)
+            .ok_or_else(|| format!("segment {base} vanished"))?;
+        if seg.written_len != at || !seg.tail_known {
+            return Err(format!(
+                "write at {at} of segment {base} does not follow its end {}",
+                seg.written_len
+            ));
+        }
+        let start = at - seg.tail.len() as u64;
+        let total = seg.tail.len() + take;
+        let size = total.div_ceil(align as usize) * align as usize;
+        (start, seg.tail.clone(), size)
+    };
+    let data_end = at + take as u64;
+    // The new tail: the bytes of the last, partial block.
+    let tail_from = align_down(data_end, align).max(start);
+    let mut new_tail = Vec::with_capacity((data_end - tail_from) as usize);
+    if tail_from < at {
+        new_tail.extend_from_slice(&tail[(tail_from - start) as usize..]);
+    }
+    new_tail.extend_from_slice(&data[(tail_from.max(at) - at) as usize..take]);
+    let fill = |b: &mut [u8]| {
+        b[..tail.len()].copy_from_slice(&tail);
+        b[tail.len()..tail.len() + take].copy_from_slice(&data[..take]);
+        b[tail.len() + take..].fill(0);
+    };
+    let n = file
+        .write_with(size, start, fill)
+        .await
+        .map_err(|e| e.to_string())?;
+    let reached = (start + n.min(size) as u64).min(data_end);
+    if reached <= at {
+        return Err("write wrote nothing (disk full?)".into());
+    }
+    if reached < data_end {
+        // A short write (rare): it ends on a block boundary, so no partial block is left.
+        new_tail.clear();
+        if !reached.is_multiple_of(align) {
+            return Err(format!(
+                "short write ending off a block boundary at {reached}"
+            ));
+        }
+    }
+    let mut l = log.borrow_mut();
+    if let Some(seg) = l.segments.iter_mut().find(|s| s.base == base) {
+        seg.written_len = reached;
+        seg.tail = new_tail;
+    }
+    Ok((reached - at) as usize)
+}
+
 /// Puts unwritten chunks back in front of anything appended meanwhile, and records the error.
 fn restore(log: &RefCell<TopicLog>, chunks: VecDeque<Chunk>, e: String) -> String {
     let mut l = log.borrow_mut();
@@ -580,7 +804,7 @@ fn restore(log: &RefCell<TopicLog>, chunks: VecDeque<Chunk>, e: String) -> Strin
     e
 }
 
-async fn segment_file(log: &RefCell<TopicLog>, base: u64) -> Result<Rc<BufferedFile>, String> {
+async fn segment_file(log: &RefCell<TopicLog>, base: u64) -> Result<Rc<SegFile>, String> {
     let path = {
         let l = log.borrow();
         let Some(seg) = l.segments.iter().find(|s| s.base == base) else {
@@ -591,13 +815,8 @@ async fn segment_file(log: &RefCell<TopicLog>, base: u64) -> Result<Rc<BufferedF
         }
         seg.path.clone()
     };
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .buffered_open(&path)
-        .await
-        .map_err(|e| format!("open {}: {e}", path.display()))?;
+    let file = SegFile::open(&path, true).await?;
+    let align = file.alignment().max(ALIGN);
     let file = Rc::new(file);
     let mut l = log.borrow_mut();
     // Only the newest segment keeps its file open; older ones are read through mappings.
@@ -607,7 +826,117 @@ async fn segment_file(log: &RefCell<TopicLog>, base: u64) -> Result<Rc<BufferedF
         }
     }
     if let Some(seg) = l.segments.iter_mut().find(|s| s.base == base) {
+        if !seg.tail_known {
+            // A segment from before a restart: its last partial block, read once (at most one
+            // block, from the page cache recovery just filled).
+            let from = align_down(seg.written_len, align);
+            let mut tail = vec![0u8; (seg.written_len - from) as usize];
+            std::fs::File::open(&seg.path)
+                .and_then(|f| std::os::unix::fs::FileExt::read_exact_at(&f, &mut tail, from))
+                .map_err(|e| format!("read the end of {}: {e}", path.display()))?;
+            seg.tail = tail;
+            seg.tail_known = true;
+        }
         seg.file = Some(file.clone());
+    }
+    Ok(file)
+}
+
+/// Cuts the zero padding of the last direct write off the newest segment (a clean stop), so
+/// that the file ends with its last record.
+pub async fn trim_padding(log: &RefCell<TopicLog>) -> Result<(), String> {
+    let (file, len) = {
+        let l = log.borrow();
+        let Some(seg) = l.segments.last() else {
+            return Ok(());
+        };
+        let Some(file) = seg.file.clone() else {
+            return Ok(());
+        };
+        (file, seg.written_len)
+    };
+    file.truncate(len).await.map_err(|e| e.to_string())
+}
+
+/// Reads every block the log's readers asked for, all at once, with direct I/O; returns how
+/// many arrived and how many failed. A block that cannot be read is given up (asked for again
+/// by the next reader).
+pub async fn fetch(log: &RefCell<TopicLog>) -> (usize, usize) {
+    let wanted = log.borrow().blocks.borrow_mut().take_wanted();
+    let mut reads = Vec::with_capacity(wanted.len());
+    let mut failed = 0;
+    for key in wanted {
+        let file = match read_file(log, key.0).await {
+            Ok(f) => f,
+            Err(e) => {
+                let l = log.borrow();
+                warn!(topic = %l.name, segment_base = key.0, "cannot open for reading: {e}");
+                l.blocks.borrow_mut().give_up(key);
+                failed += 1;
+                continue;
+            }
+        };
+        let written = {
+            let l = log.borrow();
+            l.segments
+                .iter()
+                .find(|s| s.base == key.0)
+                .map(|s| s.written_len)
+        };
+        let pos = key.1 * BLOCK;
+        let Some(written) = written.filter(|w| *w > pos) else {
+            log.borrow().blocks.borrow_mut().give_up(key);
+            continue;
+        };
+        // Bytes below `written` were written before this read is issued: the read sees them.
+        let size =
+            (BLOCK.min(written - pos)).next_multiple_of(file.alignment().max(ALIGN)) as usize;
+        let valid = (written - pos) as usize;
+        reads.push((
+            key,
+            valid,
+            glommio::spawn_local(async move { file.read(pos, size).await }),
+        ));
+    }
+    let mut arrived = 0;
+    for (key, valid, read) in reads {
+        let result = read.await;
+        let l = log.borrow();
+        let mut cache = l.blocks.borrow_mut();
+        match result {
+            Ok(data) if l.segments.iter().any(|s| s.base == key.0) => {
+                cache.insert(key, data, valid);
+                arrived += 1;
+            }
+            Ok(_) => cache.give_up(key),
+            Err(e) => {
+                warn!(topic = %l.name, segment_base = key.0, block = key.1, "segment read failed: {e}");
+                cache.give_up(key);
+                failed += 1;
+            }
+        }
+    }
+    (arrived, failed)
+}
+
+/// The file to read segment `base` from: the newest segment's open file, else its own.
+async fn read_file(log: &RefCell<TopicLog>, base: u64) -> Result<Rc<SegFile>, String> {
+    let path = {
+        let l = log.borrow();
+        let seg = l
+            .segments
+            .iter()
+            .find(|s| s.base == base)
+            .ok_or_else(|| format!("segment {base} vanished"))?;
+        if let Some(f) = seg.file.as_ref().or(seg.rfile.borrow().as_ref()) {
+            return Ok(f.clone());
+        }
+        seg.path.clone()
+    };
+    let file = Rc::new(SegFile::open(&path, false).await?);
+    let l = log.borrow();
+    if let Some(seg) = l.segments.iter().find(|s| s.base == base) {
+        *seg.rfile.borrow_mut() = Some(file.clone());
     }
     Ok(file)
 }

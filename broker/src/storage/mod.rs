@@ -1,12 +1,16 @@
 //! Segment storage: each shard owns the logs of its topics under `--data-path`.
 //!
 //! - [`segment`]: the record and file format (lengths, checksums, versioned headers).
+//! - [`blocks`]: the direct-I/O read cache channels read segments through.
+//! - [`file`]: a segment file on the io_uring (direct I/O, or buffered where unavailable).
 //! - [`log`]: a topic's log: append, the in-memory window, reads, flush and fsync.
 //! - [`meta`]: a topic's metadata (channels, cursors, pending messages at a clean stop).
 //!
 //! Files are laid out by topic name, not by shard, so a restart with another `--shards` finds
 //! everything: each shard loads the topics it owns under the new count.
 
+pub mod blocks;
+pub mod file;
 pub mod log;
 pub mod meta;
 pub mod segment;

@@ -100,39 +100,85 @@ pub fn parse_at(seg: &Bytes, off: usize, max_payload: usize) -> Parsed {
 /// [`parse_at`] looking only at `seg[..limit]` (the written part of a mapping).
 pub fn parse_within(seg: &Bytes, limit: usize, off: usize, max_payload: usize) -> Parsed {
     let b = &seg[..limit.min(seg.len())];
-    if off + FRAME_LEN > b.len() {
-        return Parsed::Incomplete;
+    match view(&b[off.min(b.len())..], max_payload) {
+        Viewed::Record(v, len) => {
+            let p = off + FRAME_LEN;
+            let body = seg.slice(p + PAYLOAD_FIXED..p + len - FRAME_LEN);
+            Parsed::Record(v.stored(body), off + len)
+        }
+        Viewed::Incomplete => Parsed::Incomplete,
+        Viewed::Corrupt => Parsed::Corrupt,
     }
-    let len = u32::from_be_bytes([b[off], b[off + 1], b[off + 2], b[off + 3]]) as usize;
-    if !(PAYLOAD_FIXED..=max_payload).contains(&len) {
-        return Parsed::Corrupt;
-    }
-    let end = off + FRAME_LEN + len;
-    if end > b.len() {
-        return Parsed::Incomplete;
-    }
-    let crc = u32::from_be_bytes([b[off + 4], b[off + 5], b[off + 6], b[off + 7]]);
-    let p = off + FRAME_LEN;
-    if crc32fast::hash(&b[p..end]) != crc {
-        return Parsed::Corrupt;
-    }
-    let seq = u64::from_be_bytes(b[p..p + 8].try_into().unwrap_or([0; 8]));
-    let timestamp = i64::from_be_bytes(b[p + 8..p + 16].try_into().unwrap_or([0; 8]));
-    let defer_until = i64::from_be_bytes(b[p + 16..p + 24].try_into().unwrap_or([0; 8]));
-    let Some(id) = MessageId::from_slice(&b[p + 24..p + 40]) else {
-        return Parsed::Corrupt;
-    };
-    let body = seg.slice(p + PAYLOAD_FIXED..end);
-    Parsed::Record(
+}
+
+/// A record's fields, its body borrowed.
+#[derive(Debug)]
+pub struct View<'a> {
+    pub seq: u64,
+    pub timestamp: i64,
+    pub defer_until: i64,
+    pub id: MessageId,
+    pub body: &'a [u8],
+}
+
+impl View<'_> {
+    pub fn stored(&self, body: Bytes) -> Stored {
         Stored {
-            seq,
+            seq: self.seq,
             msg: Message {
-                id,
-                timestamp,
+                id: self.id,
+                timestamp: self.timestamp,
                 attempts: 0,
                 body,
             },
-            defer_until,
+            defer_until: self.defer_until,
+        }
+    }
+}
+
+/// What [`view`] found at the start of a slice.
+#[derive(Debug)]
+pub enum Viewed<'a> {
+    /// A valid record and its whole length (frame included).
+    Record(View<'a>, usize),
+    Incomplete,
+    Corrupt,
+}
+
+/// The payload length a frame header announces, if plausible.
+pub fn frame_payload_len(b: &[u8], max_payload: usize) -> Option<usize> {
+    let len = u32::from_be_bytes(b.get(..4)?.try_into().ok()?) as usize;
+    (PAYLOAD_FIXED..=max_payload).contains(&len).then_some(len)
+}
+
+/// Parses the record at the start of `b`, checking its checksum.
+pub fn view(b: &[u8], max_payload: usize) -> Viewed<'_> {
+    if b.len() < FRAME_LEN {
+        return Viewed::Incomplete;
+    }
+    let Some(len) = frame_payload_len(b, max_payload) else {
+        return Viewed::Corrupt;
+    };
+    let end = FRAME_LEN + len;
+    if end > b.len() {
+        return Viewed::Incomplete;
+    }
+    let crc = u32::from_be_bytes([b[4], b[5], b[6], b[7]]);
+    let p = &b[FRAME_LEN..end];
+    if crc32fast::hash(p) != crc {
+        return Viewed::Corrupt;
+    }
+    let int = |at: usize| u64::from_be_bytes(p[at..at + 8].try_into().unwrap_or([0; 8]));
+    let Some(id) = MessageId::from_slice(&p[24..40]) else {
+        return Viewed::Corrupt;
+    };
+    Viewed::Record(
+        View {
+            seq: int(0),
+            timestamp: int(8) as i64,
+            defer_until: int(16) as i64,
+            id,
+            body: &p[PAYLOAD_FIXED..],
         },
         end,
     )

@@ -1,0 +1,209 @@
+//! The read cache of a topic's segments: aligned blocks read with direct I/O through the
+//! shard's io_uring, shared by every channel that reads the log from disk.
+//!
+//! Reading a segment through a memory mapping would fault each page in synchronously (the
+//! shard stalls on the disk) and fill freshly allocated page cache, which on a virtual machine
+//! costs more than the read itself (measured: cold buffered reads 370 MB/s, direct reads
+//! 970 MB/s, on the 2-vCPU test VM). So channels read from here instead:
+//!
+//! - [`Blocks::with_bytes`] hands out contiguous bytes of a segment when every block covering
+//!   them is cached (copying only when a record straddles two blocks); otherwise it names the
+//!   missing block, which the reader marks wanted ([`Blocks::want`]) before it waits.
+//! - The shard's fetcher takes the wanted blocks ([`Blocks::take_wanted`]), reads them all at
+//!   once, and inserts them ([`Blocks::insert`]); then it wakes the topic's channels.
+//! - Read-ahead: a reader entering a block asks for the next [`READ_AHEAD`] ones too, so a
+//!   sequential reader rarely waits.
+//! - A block records how much of it was written when its read was issued; bytes past that
+//!   are not trusted (the file's last block grows), and a reader needing them refetches.
+//! - At most [`CAPACITY`] blocks per log, evicted oldest first. Bodies are copied out of the
+//!   blocks, so a message held in flight never pins a block.
+
+use crate::ids::IdHash;
+use bytes::Bytes;
+use std::collections::{HashMap, HashSet, VecDeque};
+
+/// Bytes per block (and per direct read).
+pub const BLOCK: u64 = 256 * 1024;
+/// Blocks a sequential reader asks for beyond the one it is in.
+pub const READ_AHEAD: u64 = 3;
+/// Blocks kept per log.
+pub const CAPACITY: usize = 64;
+
+/// A block of one segment: (segment base seq, block number).
+pub type BlockKey = (u64, u64);
+
+struct Block {
+    /// A copy of the direct read's buffer (which goes straight back to the shard's registered
+    /// pool): bodies are slices of it, a reference count each, not an allocation each
+    /// (measured: a malloc and free per body cost a fifth of a drain's CPU).
+    data: Bytes,
+    /// Bytes of `data` that were written when it was read.
+    valid: usize,
+}
+
+#[derive(Default)]
+pub struct Blocks {
+    /// Keyed with the broker's cheap integer hash: keys are ours, not a client's.
+    cached: HashMap<BlockKey, Block, IdHash>,
+    order: VecDeque<BlockKey>,
+    wanted: Vec<BlockKey>,
+    /// Wanted or being read: not asked for twice.
+    asked: HashSet<BlockKey>,
+}
+
+impl Blocks {
+    /// The block holding byte `off` of segment `base`, where `off` is in it, and where its
+    /// valid part ends (one lookup: the common case of a record inside one block); `Err` when
+    /// that block is missing.
+    pub fn tail_from(&self, base: u64, off: u64) -> Result<(&Bytes, usize, usize), BlockKey> {
+        let n = off / BLOCK;
+        let b = self.block(base, n, off + 1)?;
+        Ok((&b.data, (off - n * BLOCK) as usize, b.valid))
+    }
+
+    /// Calls `f` with `len` bytes of segment `base` from `off`, if cached; else `Err` names the
+    /// first block missing.
+    pub fn with_bytes<R>(
+        &self,
+        base: u64,
+        off: u64,
+        len: usize,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Result<R, BlockKey> {
+        let end = off + len as u64;
+        let first = off / BLOCK;
+        let last = (end.max(off + 1) - 1) / BLOCK;
+        if first == last {
+            let b = self.block(base, first, end)?;
+            let from = (off - first * BLOCK) as usize;
+            return Ok(f(&b.data[from..from + len]));
+        }
+        let mut joined = Vec::with_capacity(len);
+        for n in first..=last {
+            let b = self.block(base, n, end.min((n + 1) * BLOCK))?;
+            let from = off.max(n * BLOCK) - n * BLOCK;
+            let to = end.min((n + 1) * BLOCK) - n * BLOCK;
+            joined.extend_from_slice(&b.data[from as usize..to as usize]);
+        }
+        Ok(f(&joined))
+    }
+
+    /// Block `n` of `base` if it holds valid bytes up to file offset `need_end`.
+    fn block(&self, base: u64, n: u64, need_end: u64) -> Result<&Block, BlockKey> {
+        match self.cached.get(&(base, n)) {
+            Some(b) if n * BLOCK + b.valid as u64 >= need_end => Ok(b),
+            _ => Err((base, n)),
+        }
+    }
+
+    /// Whether block `n` of `base` is cached in full (or up to `written_len`).
+    pub fn has(&self, base: u64, n: u64, written_len: u64) -> bool {
+        let need_end = ((n + 1) * BLOCK).min(written_len);
+        self.block(base, n, need_end).is_ok()
+    }
+
+    /// Asks for a block (once, until it is fetched).
+    pub fn want(&mut self, key: BlockKey) {
+        if self.asked.insert(key) {
+            self.wanted.push(key);
+        }
+    }
+
+    pub fn has_wanted(&self) -> bool {
+        !self.wanted.is_empty()
+    }
+
+    /// The wanted blocks, for the fetcher (they stay `asked` until inserted or given up).
+    pub fn take_wanted(&mut self) -> Vec<BlockKey> {
+        std::mem::take(&mut self.wanted)
+    }
+
+    /// A fetched block: `valid` bytes of it were written when the read was issued.
+    pub fn insert(&mut self, key: BlockKey, data: Bytes, valid: usize) {
+        self.asked.remove(&key);
+        let valid = valid.min(data.len());
+        if self.cached.insert(key, Block { data, valid }).is_none() {
+            self.order.push_back(key);
+        }
+        while self.cached.len() > CAPACITY {
+            let Some(old) = self.order.pop_front() else {
+                break;
+            };
+            self.cached.remove(&old);
+        }
+    }
+
+    /// A fetch that failed: the block may be asked for again.
+    pub fn give_up(&mut self, key: BlockKey) {
+        self.asked.remove(&key);
+    }
+
+    /// Forgets the blocks of a deleted segment.
+    pub fn drop_segment(&mut self, base: u64) {
+        self.cached.retain(|k, _| k.0 != base);
+        self.order.retain(|k| k.0 != base);
+        self.wanted.retain(|k| k.0 != base);
+        self.asked.retain(|k| k.0 != base);
+    }
+
+    pub fn clear(&mut self) {
+        *self = Blocks::default();
+    }
+
+    /// Bytes held.
+    #[cfg(test)]
+    pub fn cached_bytes(&self) -> usize {
+        self.cached.values().map(|b| b.data.len()).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn block(n: u64, len: usize) -> Bytes {
+        (0..len)
+            .map(|i| ((n * BLOCK + i as u64) % 251) as u8)
+            .collect()
+    }
+
+    fn expected(off: u64, len: usize) -> Vec<u8> {
+        (off..off + len as u64).map(|i| (i % 251) as u8).collect()
+    }
+
+    #[test]
+    fn bytes_within_and_across_blocks() {
+        let mut b = Blocks::default();
+        assert_eq!(b.with_bytes(7, 10, 5, |s| s.to_vec()), Err((7, 0)));
+        b.insert((7, 0), block(0, BLOCK as usize), BLOCK as usize);
+        assert_eq!(b.with_bytes(7, 10, 5, |s| s.to_vec()), Ok(expected(10, 5)));
+        // Straddling into block 1, which is missing, then present.
+        assert_eq!(b.with_bytes(7, BLOCK - 3, 10, |s| s.to_vec()), Err((7, 1)));
+        b.insert((7, 1), block(1, 100), 100);
+        assert_eq!(
+            b.with_bytes(7, BLOCK - 3, 10, |s| s.to_vec()),
+            Ok(expected(BLOCK - 3, 10))
+        );
+        // Past the valid part of block 1: refetch.
+        assert_eq!(b.with_bytes(7, BLOCK + 90, 20, |s| s.to_vec()), Err((7, 1)));
+        assert!(b.has(7, 1, BLOCK + 100));
+        assert!(!b.has(7, 1, BLOCK + 101));
+    }
+
+    #[test]
+    fn wanted_once_and_evicted_oldest_first() {
+        let mut b = Blocks::default();
+        b.want((1, 0));
+        b.want((1, 0));
+        assert_eq!(b.take_wanted(), vec![(1, 0)]);
+        b.want((1, 0));
+        assert!(!b.has_wanted(), "asked already, until inserted");
+        for n in 0..CAPACITY as u64 + 2 {
+            b.insert((1, n), block(n, 8), 8);
+        }
+        assert!(!b.has(1, 0, 8) && !b.has(1, 1, 8));
+        assert!(b.has(1, 2, 2 * BLOCK + 8));
+        b.drop_segment(1);
+        assert_eq!(b.cached_bytes(), 0);
+    }
+}

@@ -1,0 +1,118 @@
+//! A segment file on the shard's io_uring: direct I/O (`O_DIRECT`, glommio `DmaFile`) where the
+//! file system has it, buffered I/O (glommio `BufferedFile`) where it does not.
+//!
+//! Each shard probes its data path once at start ([`probe`]); a file system that refuses
+//! `O_DIRECT` (some FUSE or network file systems) gets buffered segment files, with a warning,
+//! instead of a broker that cannot write. Callers see one interface: whole-block writes filled
+//! in place, block reads returned as `Bytes`, fdatasync and truncate.
+
+use bytes::Bytes;
+use glommio::io::{BufferedFile, DmaFile, OpenOptions};
+use std::cell::Cell;
+use std::path::Path;
+use std::rc::Rc;
+use tracing::warn;
+
+thread_local! {
+    /// Whether this shard's segment files use direct I/O (decided by [`probe`]).
+    static DIRECT: Cell<bool> = const { Cell::new(true) };
+}
+
+pub enum SegFile {
+    Direct(DmaFile),
+    Buffered(BufferedFile),
+}
+
+impl SegFile {
+    /// Opens `path` for reading, and for writing (created if missing) when `write`.
+    pub async fn open(path: &Path, write: bool) -> Result<SegFile, String> {
+        let mut opts = OpenOptions::new();
+        opts.read(true).write(write).create(write);
+        let file = if DIRECT.with(Cell::get) {
+            opts.dma_open(path).await.map(SegFile::Direct)
+        } else {
+            opts.buffered_open(path).await.map(SegFile::Buffered)
+        };
+        file.map_err(|e| format!("open {}: {e}", path.display()))
+    }
+
+    /// The boundary writes and reads keep to.
+    pub fn alignment(&self) -> u64 {
+        match self {
+            SegFile::Direct(f) => f.alignment(),
+            SegFile::Buffered(_) => 1,
+        }
+    }
+
+    /// Writes `size` bytes at `pos`, filled by `fill` straight into the buffer the kernel
+    /// reads from (a registered one for direct I/O); returns the bytes written.
+    pub async fn write_with(
+        &self,
+        size: usize,
+        pos: u64,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> std::io::Result<usize> {
+        match self {
+            SegFile::Direct(f) => {
+                let mut buf = f.alloc_dma_buffer(size);
+                fill(buf.as_bytes_mut());
+                Ok(f.write_rc_at(Rc::new(buf), pos).await?)
+            }
+            SegFile::Buffered(f) => {
+                let mut buf = vec![0u8; size];
+                fill(&mut buf);
+                Ok(f.write_at(buf, pos).await?)
+            }
+        }
+    }
+
+    /// Reads `size` bytes at `pos` (aligned for direct I/O), fewer at the end of the file.
+    /// The result is a copy, so the I/O buffer returns to its pool at once.
+    pub async fn read(&self, pos: u64, size: usize) -> std::io::Result<Bytes> {
+        let data = match self {
+            SegFile::Direct(f) => f.read_at_aligned(pos, size).await?,
+            SegFile::Buffered(f) => f.read_at(pos, size).await?,
+        };
+        Ok(Bytes::copy_from_slice(&data))
+    }
+
+    pub async fn fdatasync(&self) -> std::io::Result<()> {
+        match self {
+            SegFile::Direct(f) => Ok(f.fdatasync().await?),
+            SegFile::Buffered(f) => Ok(f.fdatasync().await?),
+        }
+    }
+
+    pub async fn truncate(&self, len: u64) -> std::io::Result<()> {
+        match self {
+            SegFile::Direct(f) => Ok(f.truncate(len).await?),
+            SegFile::Buffered(f) => Ok(f.truncate(len).await?),
+        }
+    }
+}
+
+/// Decides, once per shard, whether the data path takes direct I/O, and lets glommio probe the
+/// device for polled I/O with a file that has data.
+///
+/// glommio probes a device once per thread with a read of the first file it opens for direct
+/// I/O; a new, empty segment answers that read "successfully" on any device, so every later
+/// direct I/O on that thread went to the polled ring, where reads fail with EOPNOTSUPP on a
+/// device without poll queues (found on virtio-blk). A one-block file of our own makes the
+/// probe real.
+pub async fn probe(data_path: &Path, shard: usize) {
+    let path = data_path.join(format!(".direct-io-probe-{shard}"));
+    if let Err(e) = std::fs::write(&path, [0u8; 4096]) {
+        warn!(path = %path.display(), "cannot write the direct I/O probe: {e}");
+        return;
+    }
+    match OpenOptions::new().read(true).dma_open(&path).await {
+        Ok(f) => {
+            let _ = f.close().await;
+        }
+        Err(e) => {
+            warn!(data_path = %data_path.display(), "direct I/O unavailable ({e}); segment files use buffered I/O");
+            DIRECT.with(|d| d.set(false));
+        }
+    }
+    let _ = std::fs::remove_file(&path);
+}
