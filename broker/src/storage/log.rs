@@ -513,6 +513,13 @@ impl TopicLog {
         }
     }
 
+    fn segment(&self, base: u64) -> Result<&Segment, String> {
+        self.segments
+            .iter()
+            .find(|s| s.base == base)
+            .ok_or_else(|| format!("segment {base} vanished"))
+    }
+
     /// Whether readers wait for blocks the fetcher has not read yet.
     pub fn has_wanted_blocks(&self) -> bool {
         self.blocks.borrow().has_wanted()
@@ -741,11 +748,7 @@ async fn write_piece(
     let take = data.len().min(MAX_WRITE);
     let (start, tail, size) = {
         let l = log.borrow();
-        let seg = l
-            .segments
-            .iter()
-            .find(|s| s.base == base)
-            .ok_or_else(|| format!("segment {base} vanished"))?;
+        let seg = l.segment(base)?;
         if seg.written_len != at || !seg.tail_known {
             return Err(format!(
                 "write at {at} of segment {base} does not follow its end {}",
@@ -923,11 +926,7 @@ pub async fn fetch(log: &RefCell<TopicLog>) -> (usize, usize) {
 async fn read_file(log: &RefCell<TopicLog>, base: u64) -> Result<Rc<SegFile>, String> {
     let path = {
         let l = log.borrow();
-        let seg = l
-            .segments
-            .iter()
-            .find(|s| s.base == base)
-            .ok_or_else(|| format!("segment {base} vanished"))?;
+        let seg = l.segment(base)?;
         if let Some(f) = seg.file.as_ref().or(seg.rfile.borrow().as_ref()) {
             return Ok(f.clone());
         }
