@@ -346,12 +346,12 @@ impl Channel {
     }
 
     fn take_in_flight(&mut self, key: ConsumerKey, id: MessageId) -> Result<InFlight, OpError> {
-        match self.in_flight.get(&id) {
-            None => return Err(OpError::NotInFlight),
-            Some(f) if f.consumer != key => return Err(OpError::NotOwner),
-            Some(_) => {}
-        }
+        // One lookup: remove, and put back in the rare case of another consumer's ID.
         let f = self.in_flight.remove(&id).ok_or(OpError::NotInFlight)?;
+        if f.consumer != key {
+            self.in_flight.insert(id, f);
+            return Err(OpError::NotOwner);
+        }
         self.in_flight_order.remove(f.slot, f.deadline, id);
         if let Some(c) = self.consumer_mut(key) {
             c.in_flight = c.in_flight.saturating_sub(1);
