@@ -333,9 +333,12 @@ where
     F: FnMut(&Conn, Event),
 {
     loop {
-        while let Some(frame) = decode_frame(&mut buf, MAX_FRAME_SIZE)? {
-            route_frame(&conn, frame, &mut on_event);
-        }
+        crate::clock::for_one_read(|| -> Result<()> {
+            while let Some(frame) = decode_frame(&mut buf, MAX_FRAME_SIZE)? {
+                route_frame(&conn, frame, &mut on_event);
+            }
+            Ok(())
+        })?;
         if read_more(&mut r, &mut buf).await? == 0 {
             return Err(Error::Closed);
         }

@@ -439,7 +439,7 @@ impl Inner {
         let ups = {
             let mut st = self.state.borrow_mut();
             st.stats.messages_received += 1;
-            st.rdy.on_message(id, Instant::now())
+            st.rdy.on_message(id, crate::clock::now())
         };
         self.send_rdy(&ups);
         let msg = Message::new(m, conn.clone());
@@ -485,7 +485,7 @@ impl Inner {
 
     /// Books a handled message: RDY, backoff, and closing a retired connection once empty.
     fn handled(self: &Rc<Self>, id: ConnId, outcome: Outcome) {
-        let now = Instant::now();
+        let now = crate::clock::now();
         let (ups, action, close) = {
             let mut st = self.state.borrow_mut();
             let mut ups = st.rdy.on_message_done(id, now);

@@ -59,6 +59,7 @@
 //! - [`lookup`]: asking lookups which brokers have a topic.
 
 pub mod backoff;
+pub mod clock;
 pub mod config;
 pub mod conn;
 pub mod consumer;

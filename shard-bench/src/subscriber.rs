@@ -70,7 +70,8 @@ fn on_message(shared: &Shared, executor: usize, latencies: &RefCell<Latencies>, 
     shared.consumed_bytes.add(executor, body.len() as u64);
     if shared.measuring() {
         if let Some(sent) = payload::sent_ns(body) {
-            let ns = payload::now_ns().saturating_sub(sent);
+            // The time of the read that brought it (one clock read per read, not per message).
+            let ns = client::clock::wall_ns().saturating_sub(sent);
             record(&mut latencies.borrow_mut().e2e, ns);
         }
     }
