@@ -91,6 +91,12 @@ impl SegFile {
     }
 }
 
+/// Makes this thread's segment files buffered (tests of the fallback).
+#[cfg(test)]
+pub fn force_buffered() {
+    DIRECT.with(|d| d.set(false));
+}
+
 /// Decides, once per shard, whether the data path takes direct I/O, and lets glommio probe the
 /// device for polled I/O with a file that has data.
 ///
