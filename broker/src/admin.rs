@@ -95,6 +95,8 @@ pub struct ShardStats {
     pub waiting_replies: usize,
     /// Timers pending (in-flight timeouts, deferred messages).
     pub timers: usize,
+    /// Bytes of segment blocks cached for readers behind the in-memory window.
+    pub read_cache_bytes: u64,
 }
 
 /// Admin state kept by each shard: health and the options `PUT /config` changes.
@@ -333,6 +335,7 @@ impl Shard {
             outbox_depth: self.outboxes.iter().map(|o| o.len()).collect(),
             waiting_replies: self.waiters.borrow().len(),
             timers: self.timers.len(),
+            read_cache_bytes: self.read_cache_bytes(),
         }
     }
 

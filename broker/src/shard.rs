@@ -55,6 +55,8 @@ const WRITE_BACKLOG_LIMIT: usize = 4 << 20;
 
 /// How often channel floors are persisted and passed segments deleted.
 const CHECKPOINT_EVERY: Duration = Duration::from_secs(5);
+/// Cached segment blocks nobody read for about this long are dropped (see `Shard::trimmer`).
+const BLOCK_IDLE: Duration = Duration::from_secs(5);
 /// Without --durable nobody waits for the disk: the flusher lets writes gather this long, so a
 /// stream of single PUBs becomes one write per millisecond instead of one per message.
 const WRITE_COALESCE: Duration = Duration::from_millis(1);
@@ -86,6 +88,9 @@ pub struct Shard {
     /// Topics whose readers wait for segment blocks, and the fetcher's wake-up.
     fetch_queue: RefCell<Vec<Rc<RefCell<Topic>>>>,
     wake_fetcher: Notify,
+    /// Topics whose logs hold cached blocks, aged by the trimmer while it runs.
+    cached_topics: RefCell<Vec<Rc<RefCell<Topic>>>>,
+    trimmer_running: Cell<bool>,
     /// Topics the next checkpoint looks at; untouched topics cost it nothing.
     checkpoint_list: RefCell<Vec<Rc<RefCell<Topic>>>>,
     /// True while the flusher is inside a round (it holds chunks taken from logs).
@@ -172,6 +177,8 @@ impl Shard {
             wake_flusher: Notify::new(),
             fetch_queue: RefCell::new(Vec::new()),
             wake_fetcher: Notify::new(),
+            cached_topics: RefCell::new(Vec::new()),
+            trimmer_running: Cell::new(false),
             checkpoint_list: RefCell::new(Vec::new()),
             flusher_busy: Cell::new(false),
             flusher_idle: Notify::new(),
@@ -943,6 +950,49 @@ impl Shard {
         }
     }
 
+    /// Bytes of segment blocks the shard's logs hold (for /metrics).
+    pub(crate) fn read_cache_bytes(&self) -> u64 {
+        self.cached_topics
+            .borrow()
+            .iter()
+            .map(|t| t.borrow().log.borrow().cached_bytes())
+            .sum()
+    }
+
+    /// Lists a topic whose log now holds cached blocks, and starts the trimmer if it sleeps.
+    fn list_cached(self: &Rc<Self>, t: &Rc<RefCell<Topic>>) {
+        {
+            let mut tb = t.borrow_mut();
+            if tb.blocks_listed {
+                return;
+            }
+            tb.blocks_listed = true;
+        }
+        self.cached_topics.borrow_mut().push(t.clone());
+        if !self.trimmer_running.replace(true) {
+            glommio::spawn_local(self.clone().trimmer()).detach();
+        }
+    }
+
+    /// Every few seconds, drops the cached blocks nobody read meanwhile; ends when no log has
+    /// any (so an idle broker has no timer ticking).
+    async fn trimmer(self: Rc<Self>) {
+        loop {
+            glommio::timer::sleep(BLOCK_IDLE).await;
+            self.cached_topics.borrow_mut().retain(|t| {
+                let left = t.borrow().log.borrow().age_blocks();
+                if !left {
+                    t.borrow_mut().blocks_listed = false;
+                }
+                left
+            });
+            if self.cached_topics.borrow().is_empty() {
+                self.trimmer_running.set(false);
+                return;
+            }
+        }
+    }
+
     fn queue_fetch(&self, t: &Rc<RefCell<Topic>>) {
         let mut tb = t.borrow_mut();
         if !tb.fetch_queued {
@@ -964,7 +1014,10 @@ impl Shard {
             for t in &queued {
                 t.borrow_mut().fetch_queued = false;
                 let log = t.borrow().log.clone();
-                let (_, failed) = storage::log::fetch(&log).await;
+                let (arrived, failed) = storage::log::fetch(&log).await;
+                if arrived > 0 {
+                    self.list_cached(t);
+                }
                 if failed > 0 {
                     // An unreadable file: retry in a while, not in a loop.
                     glommio::timer::sleep(Duration::from_secs(1)).await;

@@ -39,6 +39,8 @@ pub struct Topic {
     pub flush_queued: bool,
     /// Queued for the shard's block fetcher.
     pub fetch_queued: bool,
+    /// Listed for the shard's block trimmer (its log has cached blocks).
+    pub blocks_listed: bool,
     /// Something structural changed (a channel created or deleted, a pause): checkpoint soon.
     pub meta_dirty: bool,
     /// The metadata last written, so unchanged topics are not rewritten.
@@ -63,6 +65,7 @@ impl Topic {
             message_bytes: 0,
             flush_queued: false,
             fetch_queued: false,
+            blocks_listed: false,
             meta_dirty: false,
             last_meta: None,
             checkpoint_queued: false,

@@ -313,3 +313,27 @@ def test_crash_after_direct_writes_leaves_no_damage(restartable):
     assert seen == expect
     r.stop()
     assert os.path.getsize(_segments(r.data_path)[-1]) % 4096 != 0, "a clean stop trims padding"
+
+
+def _read_cache_bytes(broker):
+    import urllib.request
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % broker.http_port, timeout=5) as r:
+        text = r.read().decode()
+    return sum(int(line.split()[-1]) for line in text.splitlines()
+               if line.startswith("nsq_shard_read_cache_bytes{"))
+
+
+def test_read_cache_is_given_back_when_readers_stop(restartable):
+    """A channel reading behind memory fills the topic's block cache (/metrics
+    nsq_shard_read_cache_bytes); once nobody reads, the blocks are dropped within seconds."""
+    r = restartable("--mem-queue-size=0")
+    r.start()
+    create_channels(r.addr)
+    expect = publish(r.addr, 20000, prefix="cache")
+    seen, _ = drain(r.addr, "a", expect)
+    assert seen == expect
+    assert _read_cache_bytes(r.broker) > 0, "the drain read through the block cache"
+    deadline = time.monotonic() + 30
+    while _read_cache_bytes(r.broker) > 0:
+        assert time.monotonic() < deadline, "blocks still cached 30 s after the last read"
+        time.sleep(1)

@@ -277,7 +277,7 @@ fn render_metrics(parts: &[ShardStats]) -> String {
     f.sample("nsq_healthy", &[], u8::from(healthy));
 
     type ShardGauge = fn(&ShardStats) -> u64;
-    let shard_families: [(&str, &str, &str, ShardGauge); 7] = [
+    let shard_families: [(&str, &str, &str, ShardGauge); 8] = [
         (
             "nsq_shard_timers",
             "gauge",
@@ -295,6 +295,12 @@ fn render_metrics(parts: &[ShardStats]) -> String {
             "gauge",
             "Messages held in memory by the shard's topics and channels.",
             |s| s.messages_held,
+        ),
+        (
+            "nsq_shard_read_cache_bytes",
+            "gauge",
+            "Bytes of segment blocks the shard holds for channels reading behind memory.",
+            |s| s.read_cache_bytes,
         ),
         (
             "nsq_shard_tcp_connections",

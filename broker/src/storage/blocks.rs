@@ -15,19 +15,21 @@
 //!   sequential reader rarely waits.
 //! - A block records how much of it was written when its read was issued; bytes past that
 //!   are not trusted (the file's last block grows), and a reader needing them refetches.
-//! - At most [`CAPACITY`] blocks per log, evicted oldest first. Bodies are copied out of the
-//!   blocks, so a message held in flight never pins a block.
+//! - At most [`CAPACITY`] blocks per log, evicted oldest first; blocks nobody read for a few
+//!   seconds are dropped ([`Blocks::age`]). Bodies are slices of a block's copy; a record that
+//!   straddles two blocks is copied on its own.
 
 use crate::ids::IdHash;
 use bytes::Bytes;
+use std::cell::Cell;
 use std::collections::{HashMap, HashSet, VecDeque};
 
 /// Bytes per block (and per direct read).
 pub const BLOCK: u64 = 256 * 1024;
 /// Blocks a sequential reader asks for beyond the one it is in.
 pub const READ_AHEAD: u64 = 3;
-/// Blocks kept per log.
-pub const CAPACITY: usize = 64;
+/// Blocks kept per log (8 MiB): room for the read-ahead of 8 channels at different places.
+pub const CAPACITY: usize = 32;
 
 /// A block of one segment: (segment base seq, block number).
 pub type BlockKey = (u64, u64);
@@ -39,6 +41,8 @@ struct Block {
     data: Bytes,
     /// Bytes of `data` that were written when it was read.
     valid: usize,
+    /// Read since the last [`Blocks::age`].
+    used: Cell<bool>,
 }
 
 #[derive(Default)]
@@ -58,6 +62,7 @@ impl Blocks {
     pub fn tail_from(&self, base: u64, off: u64) -> Result<(&Bytes, usize, usize), BlockKey> {
         let n = off / BLOCK;
         let b = self.block(base, n, off + 1)?;
+        b.used.set(true);
         Ok((&b.data, (off - n * BLOCK) as usize, b.valid))
     }
 
@@ -75,12 +80,14 @@ impl Blocks {
         let last = (end.max(off + 1) - 1) / BLOCK;
         if first == last {
             let b = self.block(base, first, end)?;
+            b.used.set(true);
             let from = (off - first * BLOCK) as usize;
             return Ok(f(&b.data[from..from + len]));
         }
         let mut joined = Vec::with_capacity(len);
         for n in first..=last {
             let b = self.block(base, n, end.min((n + 1) * BLOCK))?;
+            b.used.set(true);
             let from = off.max(n * BLOCK) - n * BLOCK;
             let to = end.min((n + 1) * BLOCK) - n * BLOCK;
             joined.extend_from_slice(&b.data[from as usize..to as usize]);
@@ -122,7 +129,12 @@ impl Blocks {
     pub fn insert(&mut self, key: BlockKey, data: Bytes, valid: usize) {
         self.asked.remove(&key);
         let valid = valid.min(data.len());
-        if self.cached.insert(key, Block { data, valid }).is_none() {
+        let block = Block {
+            data,
+            valid,
+            used: Cell::new(true),
+        };
+        if self.cached.insert(key, block).is_none() {
             self.order.push_back(key);
         }
         while self.cached.len() > CAPACITY {
@@ -138,6 +150,16 @@ impl Blocks {
         self.asked.remove(&key);
     }
 
+    /// Drops the blocks nobody read since the last call; returns whether any are left. The
+    /// shard calls it every few seconds while a log has blocks, so a topic whose readers
+    /// caught up (or left) gives its memory back.
+    pub fn age(&mut self) -> bool {
+        self.cached.retain(|_, b| b.used.replace(false));
+        let cached = &self.cached;
+        self.order.retain(|k| cached.contains_key(k));
+        !self.cached.is_empty()
+    }
+
     /// Forgets the blocks of a deleted segment.
     pub fn drop_segment(&mut self, base: u64) {
         self.cached.retain(|k, _| k.0 != base);
@@ -151,7 +173,6 @@ impl Blocks {
     }
 
     /// Bytes held.
-    #[cfg(test)]
     pub fn cached_bytes(&self) -> usize {
         self.cached.values().map(|b| b.data.len()).sum()
     }
@@ -188,6 +209,19 @@ mod tests {
         assert_eq!(b.with_bytes(7, BLOCK + 90, 20, |s| s.to_vec()), Err((7, 1)));
         assert!(b.has(7, 1, BLOCK + 100));
         assert!(!b.has(7, 1, BLOCK + 101));
+    }
+
+    #[test]
+    fn unread_blocks_age_out() {
+        let mut b = Blocks::default();
+        b.insert((1, 0), block(0, 8), 8);
+        b.insert((1, 1), block(1, 8), 8);
+        assert!(b.age(), "both fresh");
+        assert!(b.with_bytes(1, 0, 4, |_| ()).is_ok());
+        assert!(b.age(), "block 0 was read");
+        assert!(b.has(1, 0, 8) && !b.has(1, 1, BLOCK + 8));
+        assert!(!b.age(), "nothing read since: all gone");
+        assert_eq!(b.cached_bytes(), 0);
     }
 
     #[test]

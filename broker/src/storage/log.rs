@@ -520,6 +520,16 @@ impl TopicLog {
             .ok_or_else(|| format!("segment {base} vanished"))
     }
 
+    /// Bytes of segment blocks cached for readers.
+    pub fn cached_bytes(&self) -> u64 {
+        self.blocks.borrow().cached_bytes() as u64
+    }
+
+    /// Drops cached blocks nobody read since the last call; whether any are left.
+    pub fn age_blocks(&self) -> bool {
+        self.blocks.borrow_mut().age()
+    }
+
     /// Whether readers wait for blocks the fetcher has not read yet.
     pub fn has_wanted_blocks(&self) -> bool {
         self.blocks.borrow().has_wanted()
