@@ -22,7 +22,7 @@ use crate::storage::log::{DiskHint, Read, TopicLog};
 use crate::storage::meta::{ChannelMeta, PendingMeta};
 use crate::storage::segment::Stored;
 use crate::timer::{TimerKind, TimerQueue};
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use protocol::{Message, MessageId};
 use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap, VecDeque};
@@ -234,7 +234,10 @@ impl Channel {
         })
     }
 
-    fn defer(&mut self, msg: Stored, at: Instant, timers: &TimerQueue) {
+    fn defer(&mut self, mut msg: Stored, at: Instant, timers: &TimerQueue) {
+        // A deferred message may wait for hours: its body gets its own allocation instead of
+        // keeping alive the buffer it was cut from (a 256 KiB segment block, a read buffer).
+        msg.msg.body = Bytes::copy_from_slice(&msg.msg.body);
         let id = msg.msg.id;
         if let Some(old) = self.deferred.insert(id, Deferred { msg, at }) {
             self.deferred_order.remove(&(old.at, id));

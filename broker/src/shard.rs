@@ -1018,11 +1018,21 @@ impl Shard {
                 if arrived > 0 {
                     self.list_cached(t);
                 }
-                if failed > 0 {
-                    // An unreadable file: retry in a while, not in a loop.
-                    glommio::timer::sleep(Duration::from_secs(1)).await;
-                }
                 let channels: Vec<ChannelRef> = t.borrow().channels().cloned().collect();
+                if failed > 0 {
+                    // A read failed: this topic's readers try again in a while (after a few
+                    // failures they skip the block), without holding up other topics.
+                    let shard = self.clone();
+                    glommio::spawn_local(async move {
+                        glommio::timer::sleep(Duration::from_secs(1)).await;
+                        for ch in &channels {
+                            shard.dispatch_soon(ch);
+                        }
+                        shard.flush_dispatches();
+                    })
+                    .detach();
+                    continue;
+                }
                 for ch in &channels {
                     self.dispatch_soon(ch);
                 }
@@ -1369,6 +1379,13 @@ pub async fn run(
     let shard = Rc::new(Shard::new(id, config.clone(), peers, control));
     shard.load_topics()?;
     storage::file::probe(&config.data_path, id).await;
+    // Blocks read at start-up (messages owed at the last stop) age like any others.
+    let loaded: Vec<Rc<RefCell<Topic>>> = shard.topics.borrow().values().cloned().collect();
+    for t in &loaded {
+        if t.borrow().log.borrow().cached_bytes() > 0 {
+            shard.list_cached(t);
+        }
+    }
     glommio::spawn_local(shard.clone().flusher()).detach();
     glommio::spawn_local(shard.clone().fetcher()).detach();
     let senders = Rc::new(senders);

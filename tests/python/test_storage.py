@@ -264,14 +264,17 @@ def test_sigkill_under_durable_publishing_loses_no_acknowledged_message(restarta
 
 def test_messages_larger_than_a_read_block_come_back_from_disk(restartable):
     """--mem-queue-size 0: every body is read back from the segment through the direct-I/O
-    block cache (256 KiB blocks); bodies of 300-900 KB straddle two or more blocks."""
+    block cache (256 KiB blocks); bodies of 300-900 KB straddle two or more blocks, and one of
+    10 MB is larger than the whole cache."""
     import hashlib
     import random
-    r = restartable("--mem-queue-size=0", "--max-msg-size=1048576", "--max-body-size=5242880")
+    r = restartable("--mem-queue-size=0", "--max-msg-size=12000000", "--max-body-size=24000000")
     r.start()
     create_channels(r.addr)
     rnd = random.Random(7)
-    bodies = [os.urandom(rnd.randint(300_000, 900_000)) for _ in range(12)]
+    bodies = [os.urandom(rnd.randint(300_000, 900_000)) for _ in range(11)]
+    # One larger than the whole block cache (32 x 256 KiB): read in one fetch round.
+    bodies.insert(5, os.urandom(10_000_000))
     small = [b"s-%d" % i for i in range(2000)]
     with Conn(r.addr) as p:
         for i, b in enumerate(bodies):

@@ -43,6 +43,8 @@ struct Block {
     valid: usize,
     /// Read since the last [`Blocks::age`].
     used: Cell<bool>,
+    /// The fetch round that inserted it.
+    round: u64,
 }
 
 #[derive(Default)]
@@ -53,7 +55,14 @@ pub struct Blocks {
     wanted: Vec<BlockKey>,
     /// Wanted or being read: not asked for twice.
     asked: HashSet<BlockKey>,
+    /// The current fetch round: blocks inserted in it are not evicted by it.
+    round: u64,
+    /// Failed reads per block; at [`BAD_AFTER`] the block is bad and readers skip it.
+    failures: HashMap<BlockKey, u32, IdHash>,
 }
+
+/// Failed reads after which a block counts as unreadable.
+pub const BAD_AFTER: u32 = 3;
 
 impl Blocks {
     /// The block holding byte `off` of segment `base`, where `off` is in it, and where its
@@ -126,28 +135,56 @@ impl Blocks {
     }
 
     /// A fetched block: `valid` bytes of it were written when the read was issued.
+    /// Starts a fetch round: what it inserts stays until its readers had their turn, even
+    /// past [`CAPACITY`] (a record larger than the cache is read whole, once).
+    pub fn begin_round(&mut self) {
+        self.round += 1;
+    }
+
+    /// A fetched block: `valid` bytes of it were written when the read was issued. Evicts the
+    /// oldest blocks of earlier rounds beyond [`CAPACITY`].
     pub fn insert(&mut self, key: BlockKey, data: Bytes, valid: usize) {
         self.asked.remove(&key);
+        self.failures.remove(&key);
         let valid = valid.min(data.len());
         let block = Block {
             data,
             valid,
             used: Cell::new(true),
+            round: self.round,
         };
-        if self.cached.insert(key, block).is_none() {
-            self.order.push_back(key);
+        // Re-inserted (a grown last block): it moves to the back of the eviction order.
+        if self.cached.insert(key, block).is_some() {
+            self.order.retain(|k| *k != key);
         }
+        self.order.push_back(key);
         while self.cached.len() > CAPACITY {
-            let Some(old) = self.order.pop_front() else {
+            let Some(&old) = self.order.front() else {
                 break;
             };
+            if self.cached.get(&old).is_some_and(|b| b.round == self.round) {
+                break;
+            }
+            self.order.pop_front();
             self.cached.remove(&old);
         }
     }
 
-    /// A fetch that failed: the block may be asked for again.
+    /// A fetch that failed: the block may be asked for again, until it failed [`BAD_AFTER`]
+    /// times.
     pub fn give_up(&mut self, key: BlockKey) {
         self.asked.remove(&key);
+    }
+
+    /// A read of `key` that failed (I/O error): counted towards [`Blocks::is_bad`].
+    pub fn failed(&mut self, key: BlockKey) {
+        self.give_up(key);
+        *self.failures.entry(key).or_default() += 1;
+    }
+
+    /// Whether `key` failed to read [`BAD_AFTER`] times: its readers skip it.
+    pub fn is_bad(&self, key: BlockKey) -> bool {
+        self.failures.get(&key).is_some_and(|n| *n >= BAD_AFTER)
     }
 
     /// Drops the blocks nobody read since the last call; returns whether any are left. The
@@ -166,6 +203,7 @@ impl Blocks {
         self.order.retain(|k| k.0 != base);
         self.wanted.retain(|k| k.0 != base);
         self.asked.retain(|k| k.0 != base);
+        self.failures.retain(|k, _| k.0 != base);
     }
 
     pub fn clear(&mut self) {
@@ -212,6 +250,45 @@ mod tests {
     }
 
     #[test]
+    fn a_round_keeps_what_it_inserted_beyond_capacity() {
+        let mut b = Blocks::default();
+        b.begin_round();
+        for n in 0..4 {
+            b.insert((1, n), block(n, 8), 8);
+        }
+        b.begin_round();
+        let big = CAPACITY as u64 + 10;
+        for n in 100..100 + big {
+            b.insert((1, n), block(n, 8), 8);
+        }
+        assert!(
+            (100..100 + big).all(|n| b.has(1, n, n * BLOCK + 8)),
+            "a whole round stays"
+        );
+        assert!(!b.has(1, 0, 8), "older rounds go first");
+        b.begin_round();
+        b.insert((2, 0), block(0, 8), 8);
+        assert!(
+            b.cached.len() <= CAPACITY,
+            "the next round evicts down to capacity"
+        );
+    }
+
+    #[test]
+    fn failed_reads_make_a_block_bad() {
+        let mut b = Blocks::default();
+        for _ in 0..BAD_AFTER {
+            assert!(!b.is_bad((1, 5)));
+            b.want((1, 5));
+            b.take_wanted();
+            b.failed((1, 5));
+        }
+        assert!(b.is_bad((1, 5)));
+        b.insert((1, 5), block(5, 8), 8);
+        assert!(!b.is_bad((1, 5)), "a later good read clears it");
+    }
+
+    #[test]
     fn unread_blocks_age_out() {
         let mut b = Blocks::default();
         b.insert((1, 0), block(0, 8), 8);
@@ -233,6 +310,7 @@ mod tests {
         b.want((1, 0));
         assert!(!b.has_wanted(), "asked already, until inserted");
         for n in 0..CAPACITY as u64 + 2 {
+            b.begin_round();
             b.insert((1, n), block(n, 8), 8);
         }
         assert!(!b.has(1, 0, 8) && !b.has(1, 1, 8));

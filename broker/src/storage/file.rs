@@ -91,6 +91,26 @@ impl SegFile {
     }
 }
 
+/// Opens the probe file for direct I/O, writes a block and reads it back: some file systems
+/// accept `O_DIRECT` at open and fail the I/O.
+async fn direct_round_trip(path: &Path) -> std::io::Result<()> {
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .dma_open(path)
+        .await?;
+    let mut buf = f.alloc_dma_buffer(4096);
+    buf.as_bytes_mut().fill(0x5a);
+    f.write_rc_at(Rc::new(buf), 0).await?;
+    let back = f.read_at_aligned(0, 4096).await?;
+    let _ = f.close().await;
+    if back.len() == 4096 && back.iter().all(|&b| b == 0x5a) {
+        Ok(())
+    } else {
+        Err(std::io::Error::other("direct write did not read back"))
+    }
+}
+
 /// Makes this thread's segment files buffered (tests of the fallback).
 #[cfg(test)]
 pub fn force_buffered() {
@@ -111,14 +131,9 @@ pub async fn probe(data_path: &Path, shard: usize) {
         warn!(path = %path.display(), "cannot write the direct I/O probe: {e}");
         return;
     }
-    match OpenOptions::new().read(true).dma_open(&path).await {
-        Ok(f) => {
-            let _ = f.close().await;
-        }
-        Err(e) => {
-            warn!(data_path = %data_path.display(), "direct I/O unavailable ({e}); segment files use buffered I/O");
-            DIRECT.with(|d| d.set(false));
-        }
+    if let Err(e) = direct_round_trip(&path).await {
+        warn!(data_path = %data_path.display(), "direct I/O unavailable ({e}); segment files use buffered I/O");
+        DIRECT.with(|d| d.set(false));
     }
     let _ = std::fs::remove_file(&path);
 }

@@ -63,6 +63,10 @@ struct Chunk {
     end_seq: u64,
 }
 
+/// A read that needs blocks: the first one missing, and the range of blocks it needs (first
+/// and last block numbers of the same segment).
+struct Missing(BlockKey, u64, u64);
+
 /// One record met while reading the disk.
 enum Step {
     /// The record looked for (body copied out of the block), and its length.
@@ -119,7 +123,14 @@ pub struct TopicLog {
     pub bytes_written: u64,
     /// Blocks of segments read back from disk (see [`super::blocks`]).
     blocks: RefCell<Blocks>,
+    /// Segments opened for reading, most recent last (at most [`READ_FILES`] stay open).
+    read_files: RefCell<VecDeque<u64>>,
+    /// The topic was deleted: a flush in progress drops what it holds.
+    destroyed: bool,
 }
+
+/// Segment files a log keeps open for reading.
+const READ_FILES: usize = 4;
 
 impl TopicLog {
     /// A log that never touches disk (`#ephemeral` topics).
@@ -153,6 +164,8 @@ impl TopicLog {
             failed: None,
             bytes_written: 0,
             blocks: RefCell::new(Blocks::default()),
+            read_files: RefCell::new(VecDeque::new()),
+            destroyed: false,
         }
     }
 
@@ -372,6 +385,23 @@ impl TopicLog {
                 let step = match self.step_at(&cache, seg.base, off, limit, seq) {
                     Ok(Some(step)) => step,
                     Ok(None) => break,
+                    Err(Missing(key, ..)) if cache.is_bad(key) => {
+                        // Unreadable (I/O errors): skip what lies in it.
+                        let past = (key.1 + 1) * BLOCK;
+                        let next = seg
+                            .index
+                            .iter()
+                            .map(|(_, o)| *o as u64)
+                            .find(|&o| o >= past);
+                        warn!(topic = %self.name, segment = %seg.path.display(), offset = off, resumed_at = ?next, "unreadable block; its records skipped");
+                        match next {
+                            Some(n) => {
+                                off = n;
+                                continue;
+                            }
+                            None => break,
+                        }
+                    }
                     Err(missing) => {
                         drop(cache);
                         return Some(self.wait_for(missing, limit));
@@ -434,17 +464,20 @@ impl TopicLog {
         off: u64,
         limit: u64,
         seq: u64,
-    ) -> Result<Option<Step>, BlockKey> {
+    ) -> Result<Option<Step>, Missing> {
+        let one = |k: BlockKey| Missing(k, k.1, k.1);
         // A record inside one block (most): its body is a slice of the block.
-        let (block, at, valid) = cache.tail_from(base, off)?;
+        let (block, at, valid) = cache.tail_from(base, off).map_err(one)?;
         let here = &block[at..valid];
         let len = if here.len() >= FRAME_LEN {
             segment::frame_payload_len(here, self.max_payload)
         } else {
             // The frame header itself straddles two blocks.
-            cache.with_bytes(base, off, FRAME_LEN, |b| {
-                segment::frame_payload_len(b, self.max_payload)
-            })?
+            cache
+                .with_bytes(base, off, FRAME_LEN, |b| {
+                    segment::frame_payload_len(b, self.max_payload)
+                })
+                .map_err(one)?
         };
         let Some(len) = len else {
             return Ok(Some(Step::Corrupt));
@@ -465,12 +498,15 @@ impl TopicLog {
             let body = |_: &segment::View| block.slice(at + FRAME_LEN + PAYLOAD_FIXED..at + rec);
             return Ok(Some(judge(&here[..rec], &body)));
         }
-        // Straddling two blocks: joined, and the body copied.
+        // Straddling blocks: joined, and the body copied. Every missing block of the record
+        // is asked for at once (a record may be larger than the whole cache).
+        let (first, last) = (off / BLOCK, (off + rec as u64 - 1) / BLOCK);
         cache
             .with_bytes(base, off, rec, |b| {
                 judge(b, &|v| Bytes::copy_from_slice(v.body))
             })
             .map(Some)
+            .map_err(|k| Missing(k, first, last))
     }
 
     /// The offset of the first valid record after `off` (seq above `last_seq`) within the
@@ -494,9 +530,20 @@ impl TopicLog {
     }
 
     /// Asks for a missing block and the ones after it; the reader waits.
-    fn wait_for(&self, missing: BlockKey, limit: u64) -> Read {
-        self.blocks.borrow_mut().want(missing);
-        self.read_ahead(missing.0, missing.1, limit);
+    fn wait_for(&self, Missing(key, from, to): Missing, limit: u64) -> Read {
+        {
+            let mut cache = self.blocks.borrow_mut();
+            cache.want(key);
+            // A record over more than two blocks: all of them in one round, cached ones too,
+            // so that the round which brings the last cannot evict the first (a record may be
+            // larger than the whole cache).
+            for n in from..=to {
+                if to - from > 1 || !cache.has(key.0, n, limit) {
+                    cache.want((key.0, n));
+                }
+            }
+        }
+        self.read_ahead(key.0, to, limit);
         Read::Wait
     }
 
@@ -543,7 +590,11 @@ impl TopicLog {
                 Read::Wait => {}
                 r => return r,
             }
-            let wanted = self.blocks.borrow_mut().take_wanted();
+            let wanted = {
+                let mut cache = self.blocks.borrow_mut();
+                cache.begin_round();
+                cache.take_wanted()
+            };
             for key in wanted {
                 let Some(seg) = self.segments.iter().find(|s| s.base == key.0) else {
                     self.blocks.borrow_mut().give_up(key);
@@ -558,8 +609,8 @@ impl TopicLog {
                     Ok(()) => self.blocks.borrow_mut().insert(key, Bytes::from(buf), len),
                     Err(e) => {
                         warn!(topic = %self.name, segment = %seg.path.display(), "cannot read: {e}");
-                        self.blocks.borrow_mut().give_up(key);
-                        return Read::End;
+                        // Counted: after a few failures readers skip the block.
+                        self.blocks.borrow_mut().failed(key);
                     }
                 }
             }
@@ -596,6 +647,7 @@ impl TopicLog {
         self.window.clear();
         self.segments.clear();
         self.blocks.borrow_mut().clear();
+        self.destroyed = true;
         if let Some(dir) = &self.dir {
             if let Err(e) = std::fs::remove_dir_all(dir) {
                 warn!(topic = %self.name, "cannot remove {}: {e}", dir.display());
@@ -707,6 +759,18 @@ fn align_down(v: u64, align: u64) -> u64 {
 /// (`Segment::tail`) is written again, with the same bytes, in front of the new records, and
 /// the last block is padded with zeros (recovery knows such a tail; a clean stop trims it).
 pub async fn flush(log: &RefCell<TopicLog>) -> Result<(), String> {
+    let result = flush_pending(log).await;
+    let mut l = log.borrow_mut();
+    if l.destroyed {
+        // Deleted meanwhile: nothing left to write to, and nothing to retry.
+        l.pending.clear();
+        l.failed = None;
+        return Ok(());
+    }
+    result
+}
+
+async fn flush_pending(log: &RefCell<TopicLog>) -> Result<(), String> {
     let chunks = std::mem::take(&mut log.borrow_mut().pending);
     let mut chunks = VecDeque::from(chunks);
     while let Some(mut chunk) = chunks.pop_front() {
@@ -875,7 +939,12 @@ pub async fn trim_padding(log: &RefCell<TopicLog>) -> Result<(), String> {
 /// many arrived and how many failed. A block that cannot be read is given up (asked for again
 /// by the next reader).
 pub async fn fetch(log: &RefCell<TopicLog>) -> (usize, usize) {
-    let wanted = log.borrow().blocks.borrow_mut().take_wanted();
+    let wanted = {
+        let l = log.borrow();
+        let mut cache = l.blocks.borrow_mut();
+        cache.begin_round();
+        cache.take_wanted()
+    };
     let mut reads = Vec::with_capacity(wanted.len());
     let mut failed = 0;
     for key in wanted {
@@ -884,7 +953,7 @@ pub async fn fetch(log: &RefCell<TopicLog>) -> (usize, usize) {
             Err(e) => {
                 let l = log.borrow();
                 warn!(topic = %l.name, segment_base = key.0, "cannot open for reading: {e}");
-                l.blocks.borrow_mut().give_up(key);
+                l.blocks.borrow_mut().failed(key);
                 failed += 1;
                 continue;
             }
@@ -924,7 +993,7 @@ pub async fn fetch(log: &RefCell<TopicLog>) -> (usize, usize) {
             Ok(_) => cache.give_up(key),
             Err(e) => {
                 warn!(topic = %l.name, segment_base = key.0, block = key.1, "segment read failed: {e}");
-                cache.give_up(key);
+                cache.failed(key);
                 failed += 1;
             }
         }
@@ -946,6 +1015,18 @@ async fn read_file(log: &RefCell<TopicLog>, base: u64) -> Result<Rc<SegFile>, St
     let l = log.borrow();
     if let Some(seg) = l.segments.iter().find(|s| s.base == base) {
         *seg.rfile.borrow_mut() = Some(file.clone());
+        // A few stay open (readers move forward); a reader racing through a long backlog
+        // must not hold a descriptor per segment.
+        let mut open = l.read_files.borrow_mut();
+        open.retain(|b| *b != base);
+        open.push_back(base);
+        while open.len() > READ_FILES {
+            if let Some(old) = open.pop_front() {
+                if let Some(s) = l.segments.iter().find(|s| s.base == old) {
+                    *s.rfile.borrow_mut() = None;
+                }
+            }
+        }
     }
     Ok(file)
 }
