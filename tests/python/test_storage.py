@@ -340,3 +340,23 @@ def test_read_cache_is_given_back_when_readers_stop(restartable):
     while _read_cache_bytes(r.broker) > 0:
         assert time.monotonic() < deadline, "blocks still cached 30 s after the last read"
         time.sleep(1)
+
+
+def test_deleting_topics_while_their_segments_open_keeps_the_broker_up(restartable):
+    """Publish then delete at once, many times: the flusher may be opening the topic's first
+    segment while its directory goes. The broker must stay up and healthy."""
+    import urllib.request
+    r = restartable()
+    r.start()
+    base = "http://127.0.0.1:%d" % r.broker.http_port
+    for i in range(60):
+        topic = "gone-%d" % i
+        with Conn(r.addr) as p:
+            p.mpub(topic, ["x-%d" % j for j in range(50)])
+        req = urllib.request.Request(base + "/topic/delete?topic=" + topic, method="POST")
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            assert resp.status == 200
+    assert r.broker.alive(), r.broker.stderr()[-2000:]
+    with urllib.request.urlopen(base + "/ping", timeout=5) as resp:
+        assert resp.read() == b"OK"
+    assert "panicked" not in r.broker.stderr()

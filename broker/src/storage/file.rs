@@ -9,7 +9,8 @@
 use bytes::Bytes;
 use glommio::io::{BufferedFile, DmaFile, OpenOptions};
 use std::cell::Cell;
-use std::path::Path;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use tracing::warn;
 
@@ -26,14 +27,41 @@ pub enum SegFile {
 impl SegFile {
     /// Opens `path` for reading, and for writing (created if missing) when `write`.
     pub async fn open(path: &Path, write: bool) -> Result<SegFile, String> {
-        let mut opts = OpenOptions::new();
-        opts.read(true).write(write).create(write);
-        let file = if DIRECT.with(Cell::get) {
-            opts.dma_open(path).await.map(SegFile::Direct)
+        let failed = |e: &dyn std::fmt::Display| format!("open {}: {e}", path.display());
+        if !DIRECT.with(Cell::get) {
+            let mut opts = OpenOptions::new();
+            opts.read(true).write(write).create(write);
+            return opts
+                .buffered_open(path)
+                .await
+                .map(SegFile::Buffered)
+                .map_err(|e| failed(&e));
+        }
+        // glommio's direct open calls statfs on the path after its openat and panics if that
+        // fails: a topic deleted in between (its directory removed) would take the shard
+        // down. So the file is opened here first and glommio opens it again through
+        // /proc/self/fd, which stays valid while `held` is open, unlinked or not.
+        let held = std::fs::OpenOptions::new()
+            .read(true)
+            .write(write)
+            .create(write)
+            .truncate(false)
+            .open(path)
+            .map_err(|e| failed(&e))?;
+        let via = PathBuf::from(format!("/proc/self/fd/{}", held.as_raw_fd()));
+        let target = if via.exists() {
+            via
         } else {
-            opts.buffered_open(path).await.map(SegFile::Buffered)
+            path.to_path_buf()
         };
-        file.map_err(|e| format!("open {}: {e}", path.display()))
+        let file = OpenOptions::new()
+            .read(true)
+            .write(write)
+            .dma_open(&target)
+            .await
+            .map_err(|e| failed(&e))?;
+        drop(held);
+        Ok(SegFile::Direct(file))
     }
 
     /// The boundary writes and reads keep to.
