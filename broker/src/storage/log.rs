@@ -41,10 +41,9 @@ struct Segment {
     written_len: u64,
     file: Option<Rc<SegFile>>,
     /// Direct I/O writes whole aligned blocks: the file's bytes from the last block boundary
-    /// below `written_len` up to it, written again in front of the next write.
-    tail: Vec<u8>,
-    /// False until `tail` holds those bytes (a segment recovered at start-up).
-    tail_known: bool,
+    /// below `written_len` up to it, written again in front of the next write. `None` until
+    /// read from the file (a segment recovered at start-up).
+    tail: Option<Vec<u8>>,
     /// The file opened for direct reads (older segments; the newest reads through `file`).
     rfile: RefCell<Option<Rc<SegFile>>>,
     /// Sparse (seq, offset) index.
@@ -300,8 +299,7 @@ impl TopicLog {
             planned_len: HEADER_LEN as u64,
             written_len: 0,
             file: None,
-            tail: Vec::new(),
-            tail_known: true,
+            tail: Some(Vec::new()),
             rfile: RefCell::new(None),
             index: Vec::new(),
             records: 0,
@@ -727,8 +725,7 @@ fn recover_segment(
         planned_len: valid,
         written_len: valid,
         file: None,
-        tail: Vec::new(),
-        tail_known: false,
+        tail: None,
         rfile: RefCell::new(None),
         index: report.index,
         records: report.records,
@@ -823,16 +820,19 @@ async fn write_piece(
     let (start, tail, size) = {
         let l = log.borrow();
         let seg = l.segment(base)?;
-        if seg.written_len != at || !seg.tail_known {
-            return Err(format!(
-                "write at {at} of segment {base} does not follow its end {}",
-                seg.written_len
-            ));
-        }
-        let start = at - seg.tail.len() as u64;
-        let total = seg.tail.len() + take;
+        let tail = match &seg.tail {
+            Some(t) if seg.written_len == at => t,
+            _ => {
+                return Err(format!(
+                    "write at {at} of segment {base} does not follow its end {}",
+                    seg.written_len
+                ))
+            }
+        };
+        let start = at - tail.len() as u64;
+        let total = tail.len() + take;
         let size = total.div_ceil(align as usize) * align as usize;
-        (start, seg.tail.clone(), size)
+        (start, tail.clone(), size)
     };
     let data_end = at + take as u64;
     // The new tail: the bytes of the last, partial block.
@@ -867,7 +867,7 @@ async fn write_piece(
     let mut l = log.borrow_mut();
     if let Some(seg) = l.segments.iter_mut().find(|s| s.base == base) {
         seg.written_len = reached;
-        seg.tail = new_tail;
+        seg.tail = Some(new_tail);
     }
     Ok((reached - at) as usize)
 }
@@ -903,7 +903,7 @@ async fn segment_file(log: &RefCell<TopicLog>, base: u64) -> Result<Rc<SegFile>,
         }
     }
     if let Some(seg) = l.segments.iter_mut().find(|s| s.base == base) {
-        if !seg.tail_known {
+        if seg.tail.is_none() {
             // A segment from before a restart: its last partial block, read once (at most one
             // block, from the page cache recovery just filled).
             let from = align_down(seg.written_len, align);
@@ -911,8 +911,7 @@ async fn segment_file(log: &RefCell<TopicLog>, base: u64) -> Result<Rc<SegFile>,
             std::fs::File::open(&seg.path)
                 .and_then(|f| std::os::unix::fs::FileExt::read_exact_at(&f, &mut tail, from))
                 .map_err(|e| format!("read the end of {}: {e}", path.display()))?;
-            seg.tail = tail;
-            seg.tail_known = true;
+            seg.tail = Some(tail);
         }
         seg.file = Some(file.clone());
     }
