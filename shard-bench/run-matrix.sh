@@ -140,6 +140,14 @@ for shards in $SHARDS; do
         --target "pub_rate>=60000"
     stop_broker
 
+    # The same PUBs, one message each, with up to 32 unacknowledged on the connection (what
+    # go-nsq's PublishAsync and nsqjs do): one round trip no longer paces every message.
+    start_broker "$shards"
+    bench "s$shards-6b-pub1-async" pub "${common[@]}" "${timed[@]}" --broker-pid "$broker_pid" \
+        --batch-size 1 --connections 1 --pipeline 32 \
+        --label "PUB one at a time, 1 conn, 32 unacked ($tag)" --target "pub_rate>=60000"
+    stop_broker
+
     start_broker "$shards"
     bench "s$shards-7-e2e-100k" pubsub "${common[@]}" "${timed[@]}" --broker-pid "$broker_pid" \
         --rate 100000 --batch-size "$E2E_BATCH" --connections 2 --sub-connections 2 \
@@ -152,6 +160,9 @@ for shards in $SHARDS; do
     bench "s$shards-9-raw-sub" raw --workload sub --size 200 "${timed[@]}" \
         "${pin[@]}" "${sink_pin[@]}" --connections 4 \
         --label "raw ceiling: sub, 4 conn (as $tag)"
+    bench "s$shards-9b-raw-pubone" raw --workload pub --size 200 "${timed[@]}" \
+        "${pin[@]}" "${sink_pin[@]}" --batch-size 1 --connections 1 \
+        --label "raw ceiling: PUB one at a time, 1 conn (as $tag)"
 done
 done
 
@@ -186,8 +197,8 @@ for shards in $SHARDS; do files+=("$OUT"/s"$shards"-*.json); done
 # Broker throughput as a share of raw with the same connections.
 {
     echo
-    echo "| shards | ingest / raw-pub | drain / raw-sub | pub+sub / raw-sub |"
-    echo "| --- | ---: | ---: | ---: |"
+    echo "| shards | ingest / raw-pub | drain / raw-sub | pub+sub / raw-sub | PUB x1 / raw PUB x1 |"
+    echo "| --- | ---: | ---: | ---: | ---: |"
     for shards in $SHARDS; do
         rate() { sed -n 's/.*"msgs_per_s": \([0-9.]*\).*/\1/p' "$1" | sed -n "${2}p"; }
         f() { ls "$OUT"/s"$shards"-*-"$1".json; }
@@ -195,7 +206,8 @@ for shards in $SHARDS; do files+=("$OUT"/s"$shards"-*.json); done
         # msgs_per_s appears twice per file: published (1st), consumed (2nd).
         echo "| $shards | $(share "$(rate "$(f ingest)" 1)" "$(rate "$(f raw-pub)" 1)") \
 | $(share "$(rate "$(f drain)" 2)" "$(rate "$(f raw-sub)" 2)") \
-| $(share "$(rate "$(f pubsub)" 2)" "$(rate "$(f raw-sub)" 2)") |"
+| $(share "$(rate "$(f pubsub)" 2)" "$(rate "$(f raw-sub)" 2)") \
+| $(share "$(rate "$(f pub1)" 1)" "$(rate "$(f raw-pubone)" 1)") |"
     done
 } >>"$OUT/report.md"
 
