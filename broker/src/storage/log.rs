@@ -266,7 +266,10 @@ impl TopicLog {
             return;
         };
         let offset = seg.planned_len;
-        let same_chunk = matches!(self.pending.last(), Some(c) if c.base == seg.base);
+        // A chunk stops growing at MAX_WRITE (the next starts where it ends): doubling a Vec
+        // past that copied megabytes at every step and left glibc holding the big buffers.
+        let same_chunk = matches!(self.pending.last(),
+            Some(c) if c.base == seg.base && c.bytes.len() + rec_len as usize <= MAX_WRITE);
         if !same_chunk {
             self.pending.push(Chunk {
                 base: seg.base,
@@ -1068,8 +1071,9 @@ mod tests {
         }
     }
 
-    /// Appends, flushes in several rounds (each rewrites the partial last block), reads every
-    /// message back through the block cache, trims, and recovers the segment after a reopen.
+    /// Appends, flushes in several rounds (each rewrites the partial last block; the last round
+    /// is over MAX_WRITE, so it goes out as several chunks of one segment), reads every message
+    /// back through the block cache, trims, and recovers the segment after a reopen.
     fn round_trip(direct: bool) {
         let dir = std::env::temp_dir().join(format!(
             "log-test-{}-{}",
@@ -1083,19 +1087,27 @@ mod tests {
             .io_memory(512 * 1024)
             .make()
             .unwrap();
-        let total: u64 = 300;
+        let total: u64 = 1000;
         ex.run(async {
             super::super::file::probe(&dir, 0).await;
             if !direct {
                 super::super::file::force_buffered();
             }
             let log =
-                RefCell::new(TopicLog::open("t", topic_dir.clone(), 0, 1 << 20, 1 << 20).unwrap());
+                RefCell::new(TopicLog::open("t", topic_dir.clone(), 0, 8 << 20, 1 << 20).unwrap());
             let mut next = 0;
-            for round in [1u64, 7, 40, 52, 200] {
+            for round in [1u64, 7, 40, 52, 200, 700] {
                 let msgs: Vec<Message> = (next..next + round).map(message).collect();
                 next += round;
                 log.borrow_mut().append(msgs, 0);
+                if round == 700 {
+                    let l = log.borrow();
+                    assert!(
+                        l.pending.len() >= 2,
+                        "a round over MAX_WRITE makes several chunks"
+                    );
+                    assert!(l.pending.iter().all(|c| c.bytes.len() <= MAX_WRITE));
+                }
                 flush(&log).await.unwrap();
             }
             assert_eq!(next, total);
@@ -1137,7 +1149,7 @@ mod tests {
             trim_padding(&log).await.unwrap();
             assert_eq!(std::fs::metadata(&seg).unwrap().len(), written);
         });
-        let reopened = TopicLog::open("t", topic_dir, 0, 1 << 20, 1 << 20).unwrap();
+        let reopened = TopicLog::open("t", topic_dir, 0, 8 << 20, 1 << 20).unwrap();
         assert_eq!(reopened.head(), total);
         let _ = std::fs::remove_dir_all(&dir);
     }
