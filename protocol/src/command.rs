@@ -186,6 +186,9 @@ fn line_with_body(out: &mut BytesMut, words: &[&[u8]], body: &[u8]) {
     out.put_slice(body);
 }
 
+/// Parameters of one command line kept on the stack (the most any command has, with room).
+const STACK_PARAMS: usize = 8;
+
 /// Cuts one command off the front of `buf`.
 ///
 /// `Ok(None)`: more bytes are needed; nothing was consumed. `Ok(Some(cmd))`: the command's bytes
@@ -211,8 +214,27 @@ pub fn decode_command(
     }
     let parsed = {
         let line = &buf[..line_end];
-        let params: Vec<&[u8]> = line.split(|&b| b == b' ').collect();
-        parse_line(&params, buf, nl + 1, ctx)?
+        // Every command has a few parameters: they stay on the stack (a Vec here was a malloc
+        // and free per FIN); a longer line is split again onto the heap.
+        let mut on_stack: [&[u8]; STACK_PARAMS] = [&[]; STACK_PARAMS];
+        let mut n = 0;
+        let mut more = false;
+        for p in line.split(|&b| b == b' ') {
+            if n == STACK_PARAMS {
+                more = true;
+                break;
+            }
+            on_stack[n] = p;
+            n += 1;
+        }
+        let on_heap: Vec<&[u8]>;
+        let params: &[&[u8]] = if more {
+            on_heap = line.split(|&b| b == b' ').collect();
+            &on_heap
+        } else {
+            &on_stack[..n]
+        };
+        parse_line(params, buf, nl + 1, ctx)?
     };
     match parsed {
         Parsed::NeedMore => Ok(None),
