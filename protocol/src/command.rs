@@ -769,6 +769,32 @@ mod tests {
     }
 
     #[test]
+    fn lines_with_many_parameters_decode_like_short_ones() {
+        // More parameters than the stack holds: the heap split sees the same ones.
+        for extra in [0usize, 5, 6, 20] {
+            let mut line = b"SUB t c".to_vec();
+            for _ in 0..extra {
+                line.extend_from_slice(b" x");
+            }
+            line.push(b'\n');
+            match decode(&line, ConnPhase::Init) {
+                Ok(Some(Command::Sub { topic, channel })) => {
+                    assert_eq!(
+                        (topic.as_str(), channel.as_str()),
+                        ("t", "c"),
+                        "{extra} extra"
+                    );
+                }
+                other => panic!("{extra} extra parameters: {other:?}"),
+            }
+        }
+        assert_eq!(
+            err_text(b"AUTH a b c d e f g h i j\n", ConnPhase::Init),
+            err_text(b"AUTH a\n", ConnPhase::Init)
+        );
+    }
+
+    #[test]
     fn waits_for_whole_commands() {
         assert_eq!(decode(b"PUB t", ConnPhase::Init), Ok(None));
         assert_eq!(decode(b"PUB t\n\0\0", ConnPhase::Init), Ok(None));
