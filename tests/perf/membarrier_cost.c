@@ -18,18 +18,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "pin.h"
+
 static volatile int stop;
 static int busy;
-
-static void pin(int cpu) {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(cpu, &set);
-    if (sched_setaffinity(0, sizeof set, &set) != 0) {
-        perror("sched_setaffinity");
-        exit(1);
-    }
-}
 
 static void *other(void *arg) {
     (void)arg;

@@ -21,19 +21,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "pin.h"
+
 static int spin;
 static int server_cpu = 1;
 static int listen_fd;
-
-static void pin(int cpu) {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(cpu, &set);
-    if (sched_setaffinity(0, sizeof set, &set) != 0) {
-        perror("sched_setaffinity");
-        exit(1);
-    }
-}
 
 /* Receives at least one byte: blocking, or polling when spinning. */
 static ssize_t receive(int fd, char *buf, size_t len) {
