@@ -1024,7 +1024,7 @@ impl Shard {
                     // failures they skip the block), without holding up other topics.
                     let shard = self.clone();
                     glommio::spawn_local(async move {
-                        glommio::timer::sleep(Duration::from_secs(1)).await;
+                        glommio::timer::sleep(storage::blocks::RETRY_AFTER).await;
                         for ch in &channels {
                             shard.dispatch_soon(ch);
                         }

@@ -23,6 +23,7 @@ use crate::ids::IdHash;
 use bytes::Bytes;
 use std::cell::Cell;
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::time::{Duration, Instant};
 
 /// Bytes per block (and per direct read).
 pub const BLOCK: u64 = 256 * 1024;
@@ -57,12 +58,16 @@ pub struct Blocks {
     asked: HashSet<BlockKey>,
     /// The current fetch round: blocks inserted in it are not evicted by it.
     round: u64,
-    /// Failed reads per block; at [`BAD_AFTER`] the block is bad and readers skip it.
-    failures: HashMap<BlockKey, u32, IdHash>,
+    /// Failed reads per block, and when the last one failed; at [`BAD_AFTER`] the block is
+    /// bad and readers skip it.
+    failures: HashMap<BlockKey, (u32, Instant), IdHash>,
 }
 
 /// Failed reads after which a block counts as unreadable.
 pub const BAD_AFTER: u32 = 3;
+/// How long after a failed read the block may be asked for again: the failures that make a
+/// block bad are spread over seconds, so a passing error does not make readers skip it.
+pub const RETRY_AFTER: Duration = Duration::from_secs(1);
 
 impl Blocks {
     /// The block holding byte `off` of segment `base`, where `off` is in it, and where its
@@ -118,8 +123,14 @@ impl Blocks {
         self.block(base, n, need_end).is_ok()
     }
 
-    /// Asks for a block (once, until it is fetched).
+    /// Asks for a block (once, until it is fetched; not within [`RETRY_AFTER`] of a failed
+    /// read of it).
     pub fn want(&mut self, key: BlockKey) {
+        if let Some((_, at)) = self.failures.get(&key) {
+            if at.elapsed() < RETRY_AFTER {
+                return;
+            }
+        }
         if self.asked.insert(key) {
             self.wanted.push(key);
         }
@@ -178,13 +189,20 @@ impl Blocks {
 
     /// A read of `key` that failed (I/O error): counted towards [`Blocks::is_bad`].
     pub fn failed(&mut self, key: BlockKey) {
+        self.failed_at(key, Instant::now());
+    }
+
+    fn failed_at(&mut self, key: BlockKey, at: Instant) {
         self.give_up(key);
-        *self.failures.entry(key).or_default() += 1;
+        let entry = self.failures.entry(key).or_insert((0, at));
+        *entry = (entry.0 + 1, at);
     }
 
     /// Whether `key` failed to read [`BAD_AFTER`] times: its readers skip it.
     pub fn is_bad(&self, key: BlockKey) -> bool {
-        self.failures.get(&key).is_some_and(|n| *n >= BAD_AFTER)
+        self.failures
+            .get(&key)
+            .is_some_and(|(n, _)| *n >= BAD_AFTER)
     }
 
     /// Drops the blocks nobody read since the last call; returns whether any are left. The
@@ -277,15 +295,31 @@ mod tests {
     #[test]
     fn failed_reads_make_a_block_bad() {
         let mut b = Blocks::default();
+        let long_ago = Instant::now() - RETRY_AFTER;
         for _ in 0..BAD_AFTER {
             assert!(!b.is_bad((1, 5)));
             b.want((1, 5));
-            b.take_wanted();
-            b.failed((1, 5));
+            assert_eq!(
+                b.take_wanted(),
+                [(1, 5)],
+                "asked for again after RETRY_AFTER"
+            );
+            b.failed_at((1, 5), long_ago);
         }
         assert!(b.is_bad((1, 5)));
         b.insert((1, 5), block(5, 8), 8);
         assert!(!b.is_bad((1, 5)), "a later good read clears it");
+    }
+
+    #[test]
+    fn a_failed_block_is_not_asked_for_again_at_once() {
+        let mut b = Blocks::default();
+        b.want((1, 5));
+        b.take_wanted();
+        b.failed((1, 5));
+        b.want((1, 5));
+        assert!(!b.has_wanted(), "within RETRY_AFTER of the failure");
+        assert!(!b.is_bad((1, 5)));
     }
 
     #[test]

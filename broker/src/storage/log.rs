@@ -603,15 +603,21 @@ impl TopicLog {
                 };
                 let pos = key.1 * BLOCK;
                 let len = BLOCK.min(seg.written_len.saturating_sub(pos)) as usize;
-                let mut buf = vec![0u8; len];
-                let read = std::fs::File::open(&seg.path)
-                    .and_then(|f| std::os::unix::fs::FileExt::read_exact_at(&f, &mut buf, pos));
-                match read {
-                    Ok(()) => self.blocks.borrow_mut().insert(key, Bytes::from(buf), len),
-                    Err(e) => {
-                        warn!(topic = %self.name, segment = %seg.path.display(), "cannot read: {e}");
-                        // Counted: after a few failures readers skip the block.
-                        self.blocks.borrow_mut().failed(key);
+                // Tried here up to BAD_AFTER times (a failed block is not asked for again
+                // within RETRY_AFTER); then readers skip it.
+                for _ in 0..blocks::BAD_AFTER {
+                    let mut buf = vec![0u8; len];
+                    let read = std::fs::File::open(&seg.path)
+                        .and_then(|f| std::os::unix::fs::FileExt::read_exact_at(&f, &mut buf, pos));
+                    match read {
+                        Ok(()) => {
+                            self.blocks.borrow_mut().insert(key, Bytes::from(buf), len);
+                            break;
+                        }
+                        Err(e) => {
+                            warn!(topic = %self.name, segment = %seg.path.display(), "cannot read: {e}");
+                            self.blocks.borrow_mut().failed(key);
+                        }
                     }
                 }
             }
