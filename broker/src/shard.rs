@@ -90,7 +90,6 @@ pub struct Shard {
     wake_fetcher: Notify,
     /// Topics whose logs hold cached blocks, aged by the trimmer while it runs.
     cached_topics: RefCell<Vec<Rc<RefCell<Topic>>>>,
-    trimmer_running: Cell<bool>,
     /// Topics the next checkpoint looks at; untouched topics cost it nothing.
     checkpoint_list: RefCell<Vec<Rc<RefCell<Topic>>>>,
     /// True while the flusher is inside a round (it holds chunks taken from logs).
@@ -178,7 +177,6 @@ impl Shard {
             fetch_queue: RefCell::new(Vec::new()),
             wake_fetcher: Notify::new(),
             cached_topics: RefCell::new(Vec::new()),
-            trimmer_running: Cell::new(false),
             checkpoint_list: RefCell::new(Vec::new()),
             flusher_busy: Cell::new(false),
             flusher_idle: Notify::new(),
@@ -968,8 +966,13 @@ impl Shard {
             }
             tb.blocks_listed = true;
         }
-        self.cached_topics.borrow_mut().push(t.clone());
-        if !self.trimmer_running.replace(true) {
+        // The trimmer runs exactly while the list is not empty (only it removes entries).
+        let first = {
+            let mut listed = self.cached_topics.borrow_mut();
+            listed.push(t.clone());
+            listed.len() == 1
+        };
+        if first {
             glommio::spawn_local(self.clone().trimmer()).detach();
         }
     }
@@ -987,7 +990,6 @@ impl Shard {
                 left
             });
             if self.cached_topics.borrow().is_empty() {
-                self.trimmer_running.set(false);
                 return;
             }
         }
