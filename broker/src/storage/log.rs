@@ -23,7 +23,7 @@ use super::segment::{self, Stored, Viewed, FRAME_LEN, HEADER_LEN, PAYLOAD_FIXED}
 use bytes::Bytes;
 use protocol::Message;
 use std::cell::RefCell;
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::time::Instant;
@@ -49,8 +49,52 @@ struct Segment {
     /// Sparse (seq, offset) index.
     index: Vec<(u64, usize)>,
     records: u64,
-    /// Corrupt stretches recovery found: (offset, offset of the next valid record).
-    skips: Vec<(u64, u64)>,
+    /// Damage met in this segment, by the offset of the first record it spoils: recovery's
+    /// findings, and what readers have met since.
+    skips: RefCell<BTreeMap<u64, Skip>>,
+}
+
+/// Where reading goes on after damage at an offset of a segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Skip {
+    /// At this offset: the next valid record, an index point, or the end of the segment.
+    To(u64),
+    /// The search (damage met while serving) is under way: offsets below this were tried. It
+    /// goes on once the blocks it needs are read, or the segment grows.
+    Searching(u64),
+}
+
+/// A segment's bytes through the block cache, as [`segment::resync`] reads them. Bytes past
+/// what is written, or in an unreadable block, cannot be had; the first offset whose record
+/// ran past the written end is remembered (the segment may still grow).
+struct CachedBytes<'a> {
+    cache: &'a Blocks,
+    base: u64,
+    limit: u64,
+    first_past_end: std::cell::Cell<Option<u64>>,
+}
+
+impl segment::ByteSource for CachedBytes<'_> {
+    type Missing = BlockKey;
+
+    fn with<R>(
+        &self,
+        off: u64,
+        len: usize,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Result<Option<R>, BlockKey> {
+        if off + len as u64 > self.limit {
+            if self.first_past_end.get().is_none() {
+                self.first_past_end.set(Some(off));
+            }
+            return Ok(None);
+        }
+        match self.cache.with_bytes(self.base, off, len, f) {
+            Ok(r) => Ok(Some(r)),
+            Err(key) if self.cache.is_bad(key) => Ok(None),
+            Err(key) => Err(key),
+        }
+    }
 }
 
 /// Encoded records waiting to be written at `offset` of the segment starting at `base`.
@@ -306,7 +350,7 @@ impl TopicLog {
             rfile: RefCell::new(None),
             index: Vec::new(),
             records: 0,
-            skips: Vec::new(),
+            skips: RefCell::default(),
         });
         self.pending.push(Chunk {
             base,
@@ -387,20 +431,26 @@ impl TopicLog {
                     Ok(Some(step)) => step,
                     Ok(None) => break,
                     Err(Missing(key, ..)) if cache.is_bad(key) => {
-                        // Unreadable (I/O errors): skip what lies in it.
+                        // Unreadable (I/O errors): what lies in it is lost; reading goes on
+                        // at the first valid record after it.
                         let past = (key.1 + 1) * BLOCK;
-                        let next = seg
-                            .index
-                            .iter()
-                            .map(|(_, o)| *o as u64)
-                            .find(|&o| o >= past);
-                        warn!(topic = %self.name, segment = %seg.path.display(), offset = off, resumed_at = ?next, "unreadable block; its records skipped");
-                        match next {
-                            Some(n) => {
+                        match self.past_damage(
+                            &cache,
+                            seg,
+                            off,
+                            past,
+                            last_seq,
+                            "unreadable block; its records skipped",
+                        ) {
+                            Ok(Some(n)) => {
                                 off = n;
                                 continue;
                             }
-                            None => break,
+                            Ok(None) => break,
+                            Err(key) => {
+                                drop(cache);
+                                return Some(self.wait_for(Missing(key, key.1, key.1), limit));
+                            }
                         }
                     }
                     Err(missing) => {
@@ -428,22 +478,20 @@ impl TopicLog {
                         off += n as u64;
                     }
                     Step::Corrupt => {
-                        if let Some(&(_, next)) = seg.skips.iter().find(|(o, _)| *o == off) {
-                            // Found and logged at start-up.
-                            off = next;
-                            continue;
-                        }
-                        // Damage that appeared since start-up: the next valid record in this
-                        // block, else the next indexed one (or the next segment).
-                        let next = self
-                            .resync_in_block(&cache, seg.base, off, last_seq)
-                            .or_else(|| {
-                                seg.index.iter().map(|(_, o)| *o as u64).find(|&o| o > off)
-                            });
-                        warn!(topic = %self.name, segment = %seg.path.display(), offset = off, resumed_at = ?next, "corrupt record while reading; skipped");
-                        match next {
-                            Some(n) => off = n,
-                            None => break,
+                        match self.past_damage(
+                            &cache,
+                            seg,
+                            off,
+                            off + 1,
+                            last_seq,
+                            "corrupt record while reading; skipped",
+                        ) {
+                            Ok(Some(n)) => off = n,
+                            Ok(None) => break,
+                            Err(key) => {
+                                drop(cache);
+                                return Some(self.wait_for(Missing(key, key.1, key.1), limit));
+                            }
                         }
                     }
                 }
@@ -510,24 +558,63 @@ impl TopicLog {
             .map_err(|k| Missing(k, first, last))
     }
 
-    /// The offset of the first valid record after `off` (seq above `last_seq`) within the
-    /// cached block holding `off`.
-    fn resync_in_block(
+    /// Where reading goes on after damage at `off` of `seg` (a corrupt record, or a record in
+    /// an unreadable block): the first valid record from `from` on, with a seq above
+    /// `last_seq`. The search tries every offset up to the next index point (a record recovery
+    /// found valid), so only the damaged bytes are lost; it is remembered, so the next reader
+    /// jumps straight there and the damage is logged once. `Ok(None)`: nothing valid up to
+    /// the segment's written end (yet). `Err`: the search needs a block that is not cached.
+    fn past_damage(
         &self,
         cache: &Blocks,
-        base: u64,
+        seg: &Segment,
         off: u64,
+        from: u64,
         last_seq: Option<u64>,
-    ) -> Option<u64> {
-        let (block, at, valid) = cache.tail_from(base, off).ok()?;
-        (at + 1..valid).find_map(
-            |i| match segment::view(&block[i..valid], self.max_payload) {
-                Viewed::Record(v, _) if last_seq.is_none_or(|l| v.seq > l) => {
-                    Some(off + (i - at) as u64)
-                }
-                _ => None,
-            },
-        )
+        what: &str,
+    ) -> Result<Option<u64>, BlockKey> {
+        let start = match seg.skips.borrow().get(&off) {
+            Some(Skip::To(n)) => return Ok(Some(*n)),
+            Some(Skip::Searching(at)) => (*at).max(from),
+            None => from,
+        };
+        let limit = seg.written_len;
+        let stop = seg
+            .index
+            .iter()
+            .map(|(_, o)| *o as u64)
+            .find(|&o| o >= from)
+            .unwrap_or(limit)
+            .min(limit);
+        let bytes = CachedBytes {
+            cache,
+            base: seg.base,
+            limit,
+            first_past_end: Default::default(),
+        };
+        let (skip, found) = match segment::resync(&bytes, start, stop, last_seq, self.max_payload) {
+            Ok(Some(n)) => (Skip::To(n), Some(n)),
+            Ok(None) if stop < limit => (Skip::To(stop), Some(stop)),
+            Ok(None) => (
+                Skip::Searching(bytes.first_past_end.get().unwrap_or(stop)),
+                None,
+            ),
+            Err((at, key)) => {
+                seg.skips.borrow_mut().insert(off, Skip::Searching(at));
+                return Err(key);
+            }
+        };
+        let first_time = seg
+            .skips
+            .borrow_mut()
+            .insert(off, skip)
+            .is_none_or(|s| s != skip);
+        if first_time {
+            if let Skip::To(n) = skip {
+                warn!(topic = %self.name, segment = %seg.path.display(), offset = off, resumed_at = n, lost_bytes = n - off, "{what}");
+            }
+        }
+        Ok(found)
     }
 
     /// Asks for a missing block and the ones after it; the reader waits.
@@ -738,11 +825,13 @@ fn recover_segment(
         rfile: RefCell::new(None),
         index: report.index,
         records: report.records,
-        skips: report
-            .skipped
-            .iter()
-            .map(|&(o, n)| (o as u64, (o + n) as u64))
-            .collect(),
+        skips: RefCell::new(
+            report
+                .skipped
+                .iter()
+                .map(|&(o, n)| (o as u64, Skip::To((o + n) as u64)))
+                .collect(),
+        ),
     }))
 }
 
@@ -1157,6 +1246,93 @@ mod tests {
         });
         let reopened = TopicLog::open("t", topic_dir, 0, 8 << 20, 1 << 20).unwrap();
         assert_eq!(reopened.head(), total);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Reads `seq` through the fetcher; panics if it never arrives.
+    async fn read_through(log: &RefCell<TopicLog>, seq: u64, hint: DiskHint) -> Read {
+        for _ in 0..10 {
+            let r = log.borrow().read(seq, hint);
+            match r {
+                Read::Wait => {
+                    fetch(log).await;
+                }
+                r => return r,
+            }
+        }
+        panic!("seq {seq} never arrived");
+    }
+
+    /// Damage that appears after start-up (the file changes under the broker) costs only the
+    /// damaged records: reading resynchronises on the very next record, even when that one
+    /// starts in a block not cached yet, instead of jumping to the next index point (up to 255
+    /// records further). The search is remembered, so a second pass meets the same result.
+    #[test]
+    fn damage_after_start_up_loses_only_the_damaged_records() {
+        let dir = std::env::temp_dir().join(format!("log-test-{}-damage", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let topic_dir = dir.join("t");
+        let ex = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+            .io_memory(512 * 1024)
+            .make()
+            .unwrap();
+        let total: u64 = 600;
+        ex.run(async {
+            super::super::file::probe(&dir, 0).await;
+            let log =
+                RefCell::new(TopicLog::open("t", topic_dir.clone(), 0, 64 << 20, 1 << 20).unwrap());
+            log.borrow_mut()
+                .append((0..total).map(message).collect(), 0);
+            flush(&log).await.unwrap();
+            sync(&log).await.unwrap();
+            // Where each record starts.
+            let mut starts = Vec::new();
+            let mut at = HEADER_LEN as u64;
+            for i in 0..total {
+                starts.push(at);
+                at += (FRAME_LEN + PAYLOAD_FIXED + message(i).body.len()) as u64;
+            }
+            // The record that straddles the first block boundary (the next one starts in a
+            // block of its own), and one in the middle of a block.
+            let straddling = (0..total as usize)
+                .find(|&i| starts[i] < BLOCK && starts[i + 1] > BLOCK)
+                .unwrap() as u64;
+            assert!(straddling < segment::INDEX_EVERY - 2);
+            let damaged = [straddling, straddling + 40];
+            let path = log.borrow().segments[0].path.clone();
+            let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+            for &d in &damaged {
+                let body_at = starts[d as usize] + (FRAME_LEN + PAYLOAD_FIXED + 5) as u64;
+                std::os::unix::fs::FileExt::write_all_at(&file, &[0xA5], body_at).unwrap();
+            }
+            drop(file);
+            for pass in 0..2 {
+                let mut delivered = Vec::new();
+                let mut hint = DiskHint::default();
+                let mut seq = 0;
+                while seq < total {
+                    match read_through(&log, seq, hint).await {
+                        Read::Msg(s, h) => {
+                            assert_eq!(s.msg, message(s.seq));
+                            delivered.push(s.seq);
+                            seq = s.seq + 1;
+                            hint = h;
+                        }
+                        Read::Skip(n) => panic!("pass {pass}: skip from {seq} to {n}"),
+                        Read::End => break,
+                        Read::Wait => unreachable!(),
+                    }
+                }
+                let expected: Vec<u64> = (0..total).filter(|s| !damaged.contains(s)).collect();
+                assert_eq!(delivered, expected, "pass {pass}");
+            }
+            let skips = log.borrow().segments[0].skips.borrow().clone();
+            for d in damaged {
+                let (from, to) = (starts[d as usize], starts[d as usize + 1]);
+                assert_eq!(skips.get(&from), Some(&Skip::To(to)));
+            }
+        });
         let _ = std::fs::remove_dir_all(&dir);
     }
 

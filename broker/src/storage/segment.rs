@@ -184,12 +184,77 @@ pub fn view(b: &[u8], max_payload: usize) -> Viewed<'_> {
     )
 }
 
-/// After a corrupt record at `off`, finds the next offset holding a valid record whose seq is
-/// above `last_seq`. `None` when there is none.
-pub fn resync(seg: &Bytes, off: usize, last_seq: Option<u64>, max_payload: usize) -> Option<usize> {
-    (off + 1..seg.len().saturating_sub(FRAME_LEN + PAYLOAD_FIXED - 1)).find(|&o| {
-        matches!(parse_at(seg, o, max_payload), Parsed::Record(ref s, _) if last_seq.is_none_or(|l| s.seq > l))
-    })
+/// A segment's bytes by offset, as the search after damage ([`resync`]) sees them: the whole
+/// file at start-up, the log's block cache afterwards.
+pub trait ByteSource {
+    /// Why bytes are not at hand yet (a block still to be read); stops the search.
+    type Missing;
+    /// `f` applied to the bytes `off..off + len`; `Ok(None)` when they cannot be had (past the
+    /// end, or unreadable).
+    fn with<R>(
+        &self,
+        off: u64,
+        len: usize,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Result<Option<R>, Self::Missing>;
+}
+
+impl ByteSource for [u8] {
+    type Missing = std::convert::Infallible;
+    fn with<R>(
+        &self,
+        off: u64,
+        len: usize,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Result<Option<R>, Self::Missing> {
+        let Ok(off) = usize::try_from(off) else {
+            return Ok(None);
+        };
+        Ok(self.get(off..off.saturating_add(len)).map(f))
+    }
+}
+
+/// After damage: the first offset in `from..stop` where a valid record with a seq above
+/// `last_seq` starts, `None` if there is none. Every offset is tried, so no valid record
+/// after the damage is passed over. `Err((at, missing))`: deciding about the record at `at`
+/// needs bytes the source does not have yet; the search can go on from `at` later.
+pub fn resync<S: ByteSource + ?Sized>(
+    src: &S,
+    from: u64,
+    stop: u64,
+    last_seq: Option<u64>,
+    max_payload: usize,
+) -> Result<Option<u64>, (u64, S::Missing)> {
+    for at in from..stop {
+        let len = src
+            .with(at, FRAME_LEN, |b| frame_payload_len(b, max_payload))
+            .map_err(|m| (at, m))?;
+        let Some(Some(len)) = len else {
+            continue;
+        };
+        let valid = src
+            .with(at, FRAME_LEN + len, |b| {
+                matches!(view(b, max_payload), Viewed::Record(v, _) if last_seq.is_none_or(|l| v.seq > l))
+            })
+            .map_err(|m| (at, m))?;
+        if valid == Some(true) {
+            return Ok(Some(at));
+        }
+    }
+    Ok(None)
+}
+
+/// [`resync`] over a whole segment in memory, from just after `off`.
+fn resync_after(
+    seg: &[u8],
+    off: usize,
+    last_seq: Option<u64>,
+    max_payload: usize,
+) -> Option<usize> {
+    match resync(seg, off as u64 + 1, seg.len() as u64, last_seq, max_payload) {
+        Ok(found) => found.map(|at| at as usize),
+        Err((_, never)) => match never {},
+    }
 }
 
 /// What a full scan of a segment found.
@@ -222,7 +287,7 @@ pub fn scan(seg: &Bytes, max_payload: usize) -> ScanReport {
             Parsed::Record(s, next) => {
                 if r.last_seq.is_some_and(|l| s.seq <= l) {
                     // A stale record (a seq going backwards) is corruption too.
-                    match resync(seg, off, r.last_seq, max_payload) {
+                    match resync_after(seg, off, r.last_seq, max_payload) {
                         Some(n) => {
                             r.skipped.push((off, n - off));
                             off = n;
@@ -241,7 +306,7 @@ pub fn scan(seg: &Bytes, max_payload: usize) -> ScanReport {
                 r.valid_end = next;
             }
             Parsed::Incomplete => break,
-            Parsed::Corrupt => match resync(seg, off, r.last_seq, max_payload) {
+            Parsed::Corrupt => match resync_after(seg, off, r.last_seq, max_payload) {
                 Some(n) => {
                     r.skipped.push((off, n - off));
                     off = n;
