@@ -22,7 +22,7 @@ use crate::storage::log::{DiskHint, Read, TopicLog};
 use crate::storage::meta::{ChannelMeta, PendingMeta};
 use crate::storage::segment::Stored;
 use crate::timer::{TimerKind, TimerQueue};
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use protocol::{Message, MessageId};
 use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap, VecDeque};
@@ -234,10 +234,10 @@ impl Channel {
         })
     }
 
-    fn defer(&mut self, mut msg: Stored, at: Instant, timers: &TimerQueue) {
-        // A deferred message may wait for hours: its body gets its own allocation instead of
-        // keeping alive the buffer it was cut from (a 256 KiB segment block, a read buffer).
-        msg.msg.body = Bytes::copy_from_slice(&msg.msg.body);
+    /// Keeps `msg` until `at`. It may wait for hours, so its body must not be a slice of a
+    /// long-lived buffer: the log hands out DPUB bodies with their own allocation, and REQ
+    /// detaches the body of a message it delays.
+    fn defer(&mut self, msg: Stored, at: Instant, timers: &TimerQueue) {
         let id = msg.msg.id;
         if let Some(old) = self.deferred.insert(id, Deferred { msg, at }) {
             self.deferred_order.remove(&(old.at, id));
@@ -387,7 +387,9 @@ impl Channel {
         if delay.is_zero() {
             self.requeue_now(f.msg);
         } else {
-            self.defer(f.msg, now + delay, timers);
+            let mut msg = f.msg;
+            msg.detach_body();
+            self.defer(msg, now + delay, timers);
         }
         Ok(())
     }
@@ -721,6 +723,7 @@ impl Channel {
             }
             s.msg.attempts = p.attempts;
             if p.delay_ms > 0 {
+                s.detach_body();
                 self.defer(s, now + Duration::from_millis(p.delay_ms), timers);
             } else {
                 self.requeued.push_back(s);

@@ -98,15 +98,22 @@ impl Blocks {
             let from = (off - first * BLOCK) as usize;
             return Ok(f(&b.data[from..from + len]));
         }
+        Ok(f(&self.joined(base, off, len)?))
+    }
+
+    /// `len` bytes of segment `base` from `off`, copied out of the blocks holding them (a
+    /// record that straddles blocks), if cached; else `Err` names the first block missing.
+    pub fn joined(&self, base: u64, off: u64, len: usize) -> Result<Bytes, BlockKey> {
+        let end = off + len as u64;
         let mut joined = Vec::with_capacity(len);
-        for n in first..=last {
+        for n in off / BLOCK..=(end.max(off + 1) - 1) / BLOCK {
             let b = self.block(base, n, end.min((n + 1) * BLOCK))?;
             b.used.set(true);
             let from = off.max(n * BLOCK) - n * BLOCK;
             let to = end.min((n + 1) * BLOCK) - n * BLOCK;
             joined.extend_from_slice(&b.data[from as usize..to as usize]);
         }
-        Ok(f(&joined))
+        Ok(Bytes::from(joined))
     }
 
     /// Block `n` of `base` if it holds valid bytes up to file offset `need_end`.

@@ -281,7 +281,12 @@ impl TopicLog {
 
     /// Appends messages; returns the seq after the last one.
     pub fn append(&mut self, msgs: Vec<Message>, defer_until: i64) -> u64 {
-        for msg in msgs {
+        for mut msg in msgs {
+            if defer_until != 0 {
+                // Channels keep a deferred message for its whole delay: its body gets its own
+                // allocation here, once, instead of keeping a connection's read buffer alive.
+                msg.body = Bytes::copy_from_slice(&msg.body);
+            }
             let stored = Stored {
                 seq: self.head,
                 msg,
@@ -544,18 +549,26 @@ impl TopicLog {
             _ => Step::Corrupt,
         };
         if rec <= here.len() {
-            let body = |_: &segment::View| block.slice(at + FRAME_LEN + PAYLOAD_FIXED..at + rec);
+            // A slice of the block; but a deferred message may wait for hours, so its body is
+            // copied out rather than keep the block alive (once here, not by every channel).
+            let body = |v: &segment::View| {
+                if v.defer_until != 0 {
+                    Bytes::copy_from_slice(v.body)
+                } else {
+                    block.slice(at + FRAME_LEN + PAYLOAD_FIXED..at + rec)
+                }
+            };
             return Ok(Some(judge(&here[..rec], &body)));
         }
-        // Straddling blocks: joined, and the body copied. Every missing block of the record
-        // is asked for at once (a record may be larger than the whole cache).
+        // Straddling blocks: copied out once, joined, and the body is a slice of that. Every
+        // missing block of the record is asked for at once (a record may be larger than the
+        // whole cache).
         let (first, last) = (off / BLOCK, (off + rec as u64 - 1) / BLOCK);
-        cache
-            .with_bytes(base, off, rec, |b| {
-                judge(b, &|v| Bytes::copy_from_slice(v.body))
-            })
-            .map(Some)
-            .map_err(|k| Missing(k, first, last))
+        let joined = cache
+            .joined(base, off, rec)
+            .map_err(|k| Missing(k, first, last))?;
+        let body = |_: &segment::View| joined.slice(FRAME_LEN + PAYLOAD_FIXED..);
+        Ok(Some(judge(&joined, &body)))
     }
 
     /// Where reading goes on after damage at `off` of `seg` (a corrupt record, or a record in
@@ -1247,6 +1260,33 @@ mod tests {
         let reopened = TopicLog::open("t", topic_dir, 0, 8 << 20, 1 << 20).unwrap();
         assert_eq!(reopened.head(), total);
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A DPUB body is copied out of the buffer it came in (a connection's read buffer) once,
+    /// when appended, and every channel reading it shares that copy; other bodies are not
+    /// copied at all.
+    #[test]
+    fn deferred_bodies_are_copied_once_at_append() {
+        let mut log = TopicLog::in_memory("t", 100);
+        let read_buffer = Bytes::from(vec![7u8; 4096]);
+        let body = |i: usize| read_buffer.slice(i * 100..i * 100 + 100);
+        let msg = |i: usize| Message {
+            id: MessageId::from_u64(i as u64 + 1),
+            timestamp: 0,
+            attempts: 0,
+            body: body(i),
+        };
+        log.append(vec![msg(0)], 0);
+        log.append(vec![msg(1)], 1);
+        let read = |seq| match log.read(seq, DiskHint::default()) {
+            Read::Msg(s, _) => s.msg.body,
+            _ => panic!("seq {seq} not read"),
+        };
+        assert_eq!(read(0).as_ptr(), body(0).as_ptr(), "not deferred: shared");
+        let (first, second) = (read(1), read(1));
+        assert_eq!(first, body(1));
+        assert_ne!(first.as_ptr(), body(1).as_ptr(), "deferred: copied");
+        assert_eq!(first.as_ptr(), second.as_ptr(), "once");
     }
 
     /// Reads `seq` through the fetcher; panics if it never arrives.

@@ -121,6 +121,15 @@ pub struct View<'a> {
     pub body: &'a [u8],
 }
 
+impl Stored {
+    /// Gives the body its own allocation, so that a message kept for long (a REQ with a
+    /// delay) does not keep alive the buffer it was cut from: a 256 KiB segment block, a
+    /// connection's read buffer.
+    pub fn detach_body(&mut self) {
+        self.msg.body = Bytes::copy_from_slice(&self.msg.body);
+    }
+}
+
 impl View<'_> {
     pub fn stored(&self, body: Bytes) -> Stored {
         Stored {
