@@ -19,6 +19,11 @@ thread_local! {
     static DIRECT: Cell<bool> = const { Cell::new(true) };
 }
 
+/// Direct I/O writes start and end on this boundary at least: a multiple of every logical
+/// block size met in practice (a device with a larger one raises it), and the page size, so a
+/// rewritten tail never straddles a 4 KiB physical sector.
+const DIRECT_ALIGN: u64 = 4096;
+
 pub enum SegFile {
     Direct(DmaFile),
     Buffered(BufferedFile),
@@ -64,10 +69,12 @@ impl SegFile {
         Ok(SegFile::Direct(file))
     }
 
-    /// The boundary writes and reads keep to.
+    /// The boundary writes and reads keep to: whole blocks for direct I/O (the tail of the
+    /// file is written again and padded, see `storage::log::flush`), none for buffered files,
+    /// which are written exactly and never padded.
     pub fn alignment(&self) -> u64 {
         match self {
-            SegFile::Direct(f) => f.alignment(),
+            SegFile::Direct(f) => f.alignment().max(DIRECT_ALIGN),
             SegFile::Buffered(_) => 1,
         }
     }

@@ -848,9 +848,6 @@ fn recover_segment(
     }))
 }
 
-/// Direct I/O writes start and end on this boundary (a multiple of every logical block size
-/// met in practice; a device with a larger one raises it, see [`segment_file`]).
-const ALIGN: u64 = 4096;
 /// The largest single write: a pending chunk bigger than this goes out in pieces.
 const MAX_WRITE: usize = 1 << 20;
 
@@ -926,7 +923,7 @@ async fn write_piece(
     at: u64,
     data: &[u8],
 ) -> Result<usize, String> {
-    let align = file.alignment().max(ALIGN);
+    let align = file.alignment();
     let take = data.len().min(MAX_WRITE);
     let (start, tail, size) = {
         let l = log.borrow();
@@ -1004,7 +1001,7 @@ async fn segment_file(log: &RefCell<TopicLog>, base: u64) -> Result<Rc<SegFile>,
         seg.path.clone()
     };
     let file = SegFile::open(&path, true).await?;
-    let align = file.alignment().max(ALIGN);
+    let align = file.alignment();
     let file = Rc::new(file);
     let mut l = log.borrow_mut();
     // Only the newest segment keeps its file open; older ones are read through mappings.
@@ -1081,8 +1078,7 @@ pub async fn fetch(log: &RefCell<TopicLog>) -> (usize, usize) {
             continue;
         };
         // Bytes below `written` were written before this read is issued: the read sees them.
-        let size =
-            (BLOCK.min(written - pos)).next_multiple_of(file.alignment().max(ALIGN)) as usize;
+        let size = (BLOCK.min(written - pos)).next_multiple_of(file.alignment()) as usize;
         let valid = (written - pos) as usize;
         reads.push((
             key,
@@ -1225,6 +1221,12 @@ mod tests {
             let on_disk = std::fs::read(&seg).unwrap();
             if direct {
                 assert_eq!(on_disk.len() % 4096, 0, "direct writes cover whole blocks");
+            } else {
+                assert_eq!(
+                    on_disk.len() as u64,
+                    written,
+                    "buffered writes are not padded"
+                );
             }
             assert!(
                 on_disk[written as usize..].iter().all(|&b| b == 0),
