@@ -661,10 +661,20 @@ impl TopicLog {
         }
     }
 
-    fn segment(&self, base: u64) -> Result<&Segment, String> {
-        self.segments
-            .iter()
-            .find(|s| s.base == base)
+    /// The segment starting at `base`, if it still exists (segments are sorted by base).
+    fn segment(&self, base: u64) -> Option<&Segment> {
+        let i = self.segments.binary_search_by_key(&base, |s| s.base).ok()?;
+        self.segments.get(i)
+    }
+
+    fn segment_mut(&mut self, base: u64) -> Option<&mut Segment> {
+        let i = self.segments.binary_search_by_key(&base, |s| s.base).ok()?;
+        self.segments.get_mut(i)
+    }
+
+    /// [`TopicLog::segment`] for a write or read that needs it: gone is an error.
+    fn live_segment(&self, base: u64) -> Result<&Segment, String> {
+        self.segment(base)
             .ok_or_else(|| format!("segment {base} vanished"))
     }
 
@@ -697,7 +707,7 @@ impl TopicLog {
                 cache.take_wanted()
             };
             for key in wanted {
-                let Some(seg) = self.segments.iter().find(|s| s.base == key.0) else {
+                let Some(seg) = self.segment(key.0) else {
                     self.blocks.borrow_mut().give_up(key);
                     continue;
                 };
@@ -927,7 +937,7 @@ async fn write_piece(
     let take = data.len().min(MAX_WRITE);
     let (start, tail, size) = {
         let l = log.borrow();
-        let seg = l.segment(base)?;
+        let seg = l.live_segment(base)?;
         let tail = match &seg.tail {
             Some(t) if seg.written_len == at => t,
             _ => {
@@ -973,7 +983,7 @@ async fn write_piece(
         }
     }
     let mut l = log.borrow_mut();
-    if let Some(seg) = l.segments.iter_mut().find(|s| s.base == base) {
+    if let Some(seg) = l.segment_mut(base) {
         seg.written_len = reached;
         seg.tail = Some(new_tail);
     }
@@ -992,7 +1002,7 @@ fn restore(log: &RefCell<TopicLog>, chunks: VecDeque<Chunk>, e: String) -> Strin
 async fn segment_file(log: &RefCell<TopicLog>, base: u64) -> Result<Rc<SegFile>, String> {
     let path = {
         let l = log.borrow();
-        let Some(seg) = l.segments.iter().find(|s| s.base == base) else {
+        let Some(seg) = l.segment(base) else {
             return Err(format!("segment {base} vanished"));
         };
         if let Some(f) = &seg.file {
@@ -1010,7 +1020,7 @@ async fn segment_file(log: &RefCell<TopicLog>, base: u64) -> Result<Rc<SegFile>,
             seg.file = None;
         }
     }
-    if let Some(seg) = l.segments.iter_mut().find(|s| s.base == base) {
+    if let Some(seg) = l.segment_mut(base) {
         if seg.tail.is_none() {
             // A segment from before a restart: its last partial block, read once (at most one
             // block, from the page cache recovery just filled).
@@ -1067,10 +1077,7 @@ pub async fn fetch(log: &RefCell<TopicLog>) -> (usize, usize) {
         };
         let written = {
             let l = log.borrow();
-            l.segments
-                .iter()
-                .find(|s| s.base == key.0)
-                .map(|s| s.written_len)
+            l.segment(key.0).map(|s| s.written_len)
         };
         let pos = key.1 * BLOCK;
         let Some(written) = written.filter(|w| *w > pos) else {
@@ -1092,7 +1099,7 @@ pub async fn fetch(log: &RefCell<TopicLog>) -> (usize, usize) {
         let l = log.borrow();
         let mut cache = l.blocks.borrow_mut();
         match result {
-            Ok(data) if l.segments.iter().any(|s| s.base == key.0) => {
+            Ok(data) if l.segment(key.0).is_some() => {
                 cache.insert(key, data, valid);
                 arrived += 1;
             }
@@ -1111,7 +1118,7 @@ pub async fn fetch(log: &RefCell<TopicLog>) -> (usize, usize) {
 async fn read_file(log: &RefCell<TopicLog>, base: u64) -> Result<Rc<SegFile>, String> {
     let path = {
         let l = log.borrow();
-        let seg = l.segment(base)?;
+        let seg = l.live_segment(base)?;
         if let Some(f) = seg.file.as_ref().or(seg.rfile.borrow().as_ref()) {
             return Ok(f.clone());
         }
@@ -1119,7 +1126,7 @@ async fn read_file(log: &RefCell<TopicLog>, base: u64) -> Result<Rc<SegFile>, St
     };
     let file = Rc::new(SegFile::open(&path, false).await?);
     let l = log.borrow();
-    if let Some(seg) = l.segments.iter().find(|s| s.base == base) {
+    if let Some(seg) = l.segment(base) {
         *seg.rfile.borrow_mut() = Some(file.clone());
         // A few stay open (readers move forward); a reader racing through a long backlog
         // must not hold a descriptor per segment.
@@ -1128,7 +1135,7 @@ async fn read_file(log: &RefCell<TopicLog>, base: u64) -> Result<Rc<SegFile>, St
         open.push_back(base);
         while open.len() > READ_FILES {
             if let Some(old) = open.pop_front() {
-                if let Some(s) = l.segments.iter().find(|s| s.base == old) {
+                if let Some(s) = l.segment(old) {
                     *s.rfile.borrow_mut() = None;
                 }
             }
