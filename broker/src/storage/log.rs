@@ -672,6 +672,17 @@ impl TopicLog {
         self.segments.get_mut(i)
     }
 
+    /// How to read block `key`: its file offset, the read size (rounded up to `align`) and how
+    /// many of the bytes read are valid. Bytes below the segment's written length were
+    /// written before the read is issued, so the read sees them. `None`: the segment is gone,
+    /// or nothing of that block is written.
+    fn block_read(&self, key: BlockKey, align: u64) -> Option<(u64, usize, usize)> {
+        let written = self.segment(key.0)?.written_len;
+        let pos = key.1 * BLOCK;
+        let len = BLOCK.min(written.checked_sub(pos).filter(|&n| n > 0)?);
+        Some((pos, len.next_multiple_of(align) as usize, len as usize))
+    }
+
     /// [`TopicLog::segment`] for a write or read that needs it: gone is an error.
     fn live_segment(&self, base: u64) -> Result<&Segment, String> {
         self.segment(base)
@@ -707,12 +718,12 @@ impl TopicLog {
                 cache.take_wanted()
             };
             for key in wanted {
-                let Some(seg) = self.segment(key.0) else {
+                let (Some(seg), Some((pos, len, valid))) =
+                    (self.segment(key.0), self.block_read(key, 1))
+                else {
                     self.blocks.borrow_mut().give_up(key);
                     continue;
                 };
-                let pos = key.1 * BLOCK;
-                let len = BLOCK.min(seg.written_len.saturating_sub(pos)) as usize;
                 // Tried here up to BAD_AFTER times (a failed block is not asked for again
                 // within RETRY_AFTER); then readers skip it.
                 for _ in 0..blocks::BAD_AFTER {
@@ -721,7 +732,9 @@ impl TopicLog {
                         .and_then(|f| std::os::unix::fs::FileExt::read_exact_at(&f, &mut buf, pos));
                     match read {
                         Ok(()) => {
-                            self.blocks.borrow_mut().insert(key, Bytes::from(buf), len);
+                            self.blocks
+                                .borrow_mut()
+                                .insert(key, Bytes::from(buf), valid);
                             break;
                         }
                         Err(e) => {
@@ -1075,18 +1088,10 @@ pub async fn fetch(log: &RefCell<TopicLog>) -> (usize, usize) {
                 continue;
             }
         };
-        let written = {
-            let l = log.borrow();
-            l.segment(key.0).map(|s| s.written_len)
-        };
-        let pos = key.1 * BLOCK;
-        let Some(written) = written.filter(|w| *w > pos) else {
+        let Some((pos, size, valid)) = log.borrow().block_read(key, file.alignment()) else {
             log.borrow().blocks.borrow_mut().give_up(key);
             continue;
         };
-        // Bytes below `written` were written before this read is issued: the read sees them.
-        let size = (BLOCK.min(written - pos)).next_multiple_of(file.alignment()) as usize;
-        let valid = (written - pos) as usize;
         reads.push((
             key,
             valid,
@@ -1312,36 +1317,69 @@ mod tests {
         panic!("seq {seq} never arrived");
     }
 
+    /// Runs `test` on a glommio executor with a fresh data directory named after `name`.
+    fn with_dir<F: std::future::Future<Output = ()>>(name: &str, test: impl FnOnce(PathBuf) -> F) {
+        let dir = std::env::temp_dir().join(format!("log-test-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let ex = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+            .io_memory(512 * 1024)
+            .make()
+            .unwrap();
+        ex.run(async {
+            super::super::file::probe(&dir, 0).await;
+            test(dir.clone()).await;
+        });
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A log (nothing kept in memory) holding messages `0..total`, written and synced, and
+    /// the file offset where each record starts.
+    async fn written_log(dir: &Path, total: u64) -> (RefCell<TopicLog>, Vec<u64>) {
+        let log = RefCell::new(TopicLog::open("t", dir.join("t"), 0, 64 << 20, 1 << 20).unwrap());
+        log.borrow_mut()
+            .append((0..total).map(message).collect(), 0);
+        flush(&log).await.unwrap();
+        sync(&log).await.unwrap();
+        let mut starts = Vec::new();
+        let mut at = HEADER_LEN as u64;
+        for i in 0..total {
+            starts.push(at);
+            at += (FRAME_LEN + PAYLOAD_FIXED + message(i).body.len()) as u64;
+        }
+        starts.push(at);
+        (log, starts)
+    }
+
+    /// Reads the whole log in order as a channel does; the seqs delivered.
+    async fn read_all(log: &RefCell<TopicLog>) -> Vec<u64> {
+        let mut delivered = Vec::new();
+        let mut hint = DiskHint::default();
+        let mut seq = 0;
+        loop {
+            match read_through(log, seq, hint).await {
+                Read::Msg(s, h) => {
+                    assert_eq!(s.msg, message(s.seq));
+                    delivered.push(s.seq);
+                    seq = s.seq + 1;
+                    hint = h;
+                }
+                Read::Skip(n) => panic!("skip from {seq} to {n}"),
+                Read::End => return delivered,
+                Read::Wait => unreachable!(),
+            }
+        }
+    }
+
     /// Damage that appears after start-up (the file changes under the broker) costs only the
     /// damaged records: reading resynchronises on the very next record, even when that one
     /// starts in a block not cached yet, instead of jumping to the next index point (up to 255
     /// records further). The search is remembered, so a second pass meets the same result.
     #[test]
     fn damage_after_start_up_loses_only_the_damaged_records() {
-        let dir = std::env::temp_dir().join(format!("log-test-{}-damage", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let topic_dir = dir.join("t");
-        let ex = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
-            .io_memory(512 * 1024)
-            .make()
-            .unwrap();
-        let total: u64 = 600;
-        ex.run(async {
-            super::super::file::probe(&dir, 0).await;
-            let log =
-                RefCell::new(TopicLog::open("t", topic_dir.clone(), 0, 64 << 20, 1 << 20).unwrap());
-            log.borrow_mut()
-                .append((0..total).map(message).collect(), 0);
-            flush(&log).await.unwrap();
-            sync(&log).await.unwrap();
-            // Where each record starts.
-            let mut starts = Vec::new();
-            let mut at = HEADER_LEN as u64;
-            for i in 0..total {
-                starts.push(at);
-                at += (FRAME_LEN + PAYLOAD_FIXED + message(i).body.len()) as u64;
-            }
+        with_dir("damage", |dir| async move {
+            let total = 600;
+            let (log, starts) = written_log(&dir, total).await;
             // The record that straddles the first block boundary (the next one starts in a
             // block of its own), and one in the middle of a block.
             let straddling = (0..total as usize)
@@ -1356,33 +1394,39 @@ mod tests {
                 std::os::unix::fs::FileExt::write_all_at(&file, &[0xA5], body_at).unwrap();
             }
             drop(file);
-            for pass in 0..2 {
-                let mut delivered = Vec::new();
-                let mut hint = DiskHint::default();
-                let mut seq = 0;
-                while seq < total {
-                    match read_through(&log, seq, hint).await {
-                        Read::Msg(s, h) => {
-                            assert_eq!(s.msg, message(s.seq));
-                            delivered.push(s.seq);
-                            seq = s.seq + 1;
-                            hint = h;
-                        }
-                        Read::Skip(n) => panic!("pass {pass}: skip from {seq} to {n}"),
-                        Read::End => break,
-                        Read::Wait => unreachable!(),
-                    }
-                }
-                let expected: Vec<u64> = (0..total).filter(|s| !damaged.contains(s)).collect();
-                assert_eq!(delivered, expected, "pass {pass}");
-            }
+            let expected: Vec<u64> = (0..total).filter(|s| !damaged.contains(s)).collect();
+            assert_eq!(read_all(&log).await, expected, "first pass");
+            assert_eq!(read_all(&log).await, expected, "second pass");
             let skips = log.borrow().segments[0].skips.borrow().clone();
             for d in damaged {
                 let (from, to) = (starts[d as usize], starts[d as usize + 1]);
                 assert_eq!(skips.get(&from), Some(&Skip::To(to)));
             }
         });
-        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A block that cannot be read (its reads failed BAD_AFTER times) loses the records that
+    /// touch it, and only those: reading goes on at the first record after it.
+    #[test]
+    fn an_unreadable_block_loses_only_its_records() {
+        with_dir("unreadable", |dir| async move {
+            let total = 600;
+            let (log, starts) = written_log(&dir, total).await;
+            let base = log.borrow().segments[0].base;
+            for _ in 0..blocks::BAD_AFTER {
+                log.borrow().blocks.borrow_mut().failed((base, 1));
+            }
+            let (lost_from, lost_to) = (BLOCK, 2 * BLOCK);
+            let expected: Vec<u64> = (0..total)
+                .filter(|&i| {
+                    let (start, end) = (starts[i as usize], starts[i as usize + 1]);
+                    end <= lost_from || start >= lost_to
+                })
+                .collect();
+            assert!(expected.len() < total as usize - 50, "block 1 held records");
+            assert!(expected.contains(&(segment::INDEX_EVERY - 1)));
+            assert_eq!(read_all(&log).await, expected);
+        });
     }
 
     #[test]
