@@ -94,7 +94,12 @@ async fn serve_connection(stream: &mut TcpStream, lookup: &Lookup) -> std::io::R
             match decoder.decode(&mut buf) {
                 Ok(Decoded::Request(req)) => {
                     let response = route(lookup, &req.head, Stamp::now());
-                    debug!("{} {} {}", response.status, req.head.method, req.head.path);
+                    debug!(
+                        "{} {} {}",
+                        response.status,
+                        req.head.method(),
+                        req.head.path()
+                    );
                     response.write_for(&req.head, &mut out);
                     if !req.head.keep_alive {
                         close = true;
@@ -130,20 +135,20 @@ async fn serve_connection(stream: &mut TcpStream, lookup: &Lookup) -> std::io::R
 pub fn route(lookup: &Lookup, head: &RequestHead, now: Stamp) -> Response {
     let allowed: Vec<&str> = ROUTES
         .iter()
-        .filter(|(_, path)| *path == head.path)
+        .filter(|(_, path)| *path == head.path())
         .map(|(method, _)| *method)
         .collect();
     if allowed.is_empty() {
         return Response::error(404, "NOT_FOUND");
     }
-    if !allowed.contains(&head.method.as_str()) {
+    if !allowed.contains(&head.method()) {
         let allow = format!("{}, OPTIONS", allowed.join(", "));
-        if head.method == "OPTIONS" {
+        if head.method() == "OPTIONS" {
             return Response::empty(200).with_header("Allow", allow);
         }
         return Response::error(405, "METHOD_NOT_ALLOWED").with_header("Allow", allow);
     }
-    let result = match head.path.as_str() {
+    let result = match head.path() {
         "/ping" => return Response::text(200, "OK"),
         "/info" => Ok(ok_json(
             &json!({ "version": protocol::NSQD_COMPAT_VERSION }),
@@ -181,16 +186,16 @@ fn bad(message: &str) -> Response {
     Response::error(400, message)
 }
 
-fn params(head: &RequestHead) -> Result<Query, Response> {
+fn params(head: &RequestHead) -> Result<Query<'_>, Response> {
     head.query().map_err(|_| bad("INVALID_REQUEST"))
 }
 
-fn topic_param(query: &Query) -> Result<&str, Response> {
+fn topic_param<'a>(query: &'a Query<'_>) -> Result<&'a str, Response> {
     query.get("topic").ok_or_else(|| bad("MISSING_ARG_TOPIC"))
 }
 
 /// The topic and channel of the channel endpoints, checked as nsqd's `GetTopicChannelArgs`.
-fn topic_channel_params(query: &Query) -> Result<(&str, &str), Response> {
+fn topic_channel_params<'a>(query: &'a Query<'_>) -> Result<(&'a str, &'a str), Response> {
     let topic = topic_param(query)?;
     if !is_valid_topic_name(topic) {
         return Err(bad("INVALID_ARG_TOPIC"));

@@ -138,8 +138,8 @@ fn option_value(shard: &Shard, name: &str) -> Option<Value> {
 }
 
 pub async fn config(shard: &Rc<Shard>, req: &Request) -> Answer {
-    let opt = req.head.path.trim_start_matches("/config/");
-    if req.head.method == "PUT" {
+    let opt = req.head.path().trim_start_matches("/config/");
+    if req.head.method() == "PUT" {
         let body = &req.body;
         if body.is_empty() || body.len() as u64 > shard.config.max_msg_size {
             return error(413, "INVALID_VALUE");

@@ -36,13 +36,13 @@ pub fn done() -> Answer {
 }
 
 /// The query string, or nsqd's 400 `INVALID_REQUEST`.
-pub fn query(head: &RequestHead) -> Result<Query, Answer> {
+pub fn query(head: &RequestHead) -> Result<Query<'_>, Answer> {
     head.query().map_err(|_| error(400, "INVALID_REQUEST"))
 }
 
 /// The answer to a body over `--max-body-size`, in the words of the endpoint it was sent to.
 pub fn body_too_large(head: &RequestHead) -> Response {
-    match head.path.as_str() {
+    match head.path() {
         "/pub" => Response::error(413, "MSG_TOO_BIG"),
         "/mpub" => Response::error(413, "BODY_TOO_BIG"),
         _ => Response::error(413, "REQUEST_TOO_LARGE"),
@@ -101,10 +101,10 @@ fn route(path: &str) -> Option<(Route, &'static [&'static str])> {
 
 /// Answers one request.
 pub async fn handle(shard: &Rc<Shard>, req: &Request) -> Answer {
-    let Some((route, methods)) = route(&req.head.path) else {
+    let Some((route, methods)) = route(req.head.path()) else {
         return error(404, "NOT_FOUND");
     };
-    if !methods.contains(&req.head.method.as_str()) {
+    if !methods.contains(&req.head.method()) {
         let mut allow = methods.join(", ");
         allow.push_str(", OPTIONS");
         return Answer::Response(

@@ -1,0 +1,70 @@
+//! What decoding an HTTP request costs in allocations: a `/pub` from a keep-alive connection
+//! allocates for its body (a message outlives the read buffer) and for nothing else; the head
+//! is a slice of the read buffer and the query borrows it.
+//!
+//! Its own test binary, because it installs a counting global allocator.
+
+use bytes::BytesMut;
+use protocol::http::{Decoded, Limits, RequestDecoder};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+struct Counting;
+
+static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        System.alloc(layout)
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        System.dealloc(ptr, layout)
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        System.realloc(ptr, layout, new_size)
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+#[test]
+fn a_pub_request_allocates_only_its_body() {
+    let request = format!(
+        "POST /pub?topic=bench HTTP/1.1\r\nHost: 127.0.0.1:4151\r\nUser-Agent: wrk\r\n\
+         Content-Length: 200\r\n\r\n{}",
+        "x".repeat(200)
+    );
+    let mut buf = BytesMut::with_capacity(64 * 1024);
+    for _ in 0..4 {
+        buf.extend_from_slice(request.as_bytes());
+    }
+    let mut decoder = RequestDecoder::new(Limits::default());
+    // The first request turns the buffer into a shared one (one allocation, once per buffer).
+    let Ok(Decoded::Request(first)) = decoder.decode(&mut buf) else {
+        panic!("first request not decoded");
+    };
+    drop(first);
+    for i in 1..4 {
+        let before = ALLOCATIONS.load(Ordering::Relaxed);
+        let Ok(Decoded::Request(req)) = decoder.decode(&mut buf) else {
+            panic!("request {i} not decoded");
+        };
+        let decoded = ALLOCATIONS.load(Ordering::Relaxed) - before;
+        let q = req.head.query().expect("query");
+        let queried = ALLOCATIONS.load(Ordering::Relaxed) - before;
+        let checks = (
+            req.head.method() == "POST",
+            req.head.path() == "/pub",
+            q.get("topic") == Some("bench"),
+            req.head.keep_alive,
+            req.body.len(),
+        );
+        let checked = ALLOCATIONS.load(Ordering::Relaxed) - before;
+        // Decoding: the body. The query: its one list of pairs. Reading them: nothing.
+        assert_eq!((decoded, queried, checked), (1, 2, 2), "request {i}");
+        assert_eq!(checks, (true, true, true, true, 200), "request {i}");
+    }
+}
