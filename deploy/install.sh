@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
-# Installs the broker and lookup binaries and their systemd units on this host.
-# Run from the repository root after `cargo build --release -p broker -p lookup`, as root.
+# Installs the broker, lookup and admin-ui binaries and their systemd units on this host.
+# Run from the repository root after `cargo build --release -p broker -p lookup -p admin-ui`,
+# as root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 id nsq >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin nsq
 install -m 0755 target/release/broker /usr/local/bin/broker
 install -m 0755 target/release/lookup /usr/local/bin/lookup
+install -m 0755 target/release/admin-ui /usr/local/bin/admin-ui
 install -m 0644 deploy/broker.service /etc/systemd/system/broker.service
 install -m 0644 deploy/lookup.service /etc/systemd/system/lookup.service
+install -m 0644 deploy/admin-ui.service /etc/systemd/system/admin-ui.service
 [ -f /etc/default/broker ] || install -m 0644 deploy/broker.env /etc/default/broker
 [ -f /etc/default/lookup ] || install -m 0644 deploy/lookup.env /etc/default/lookup
+[ -f /etc/default/admin-ui ] || install -m 0644 deploy/admin-ui.env /etc/default/admin-ui
 install -d -m 0755 /usr/local/share/doc/broker
 install -m 0644 README.md ARCHITECTURE.md deploy/README.md /usr/local/share/doc/broker/
 systemctl daemon-reload
-echo "installed; edit /etc/default/broker and /etc/default/lookup, then:"
-echo "  systemctl enable --now lookup broker"
+echo "installed; edit /etc/default/broker, /etc/default/lookup and /etc/default/admin-ui, then:"
+echo "  systemctl enable --now lookup broker admin-ui"

@@ -1,0 +1,129 @@
+//! Command-line flags, with nsqadmin's names and defaults.
+
+use clap::Parser;
+use std::net::{SocketAddr, ToSocketAddrs};
+
+/// The flags as clap reads them.
+#[derive(Debug, Parser)]
+#[command(
+    name = "admin-ui",
+    version,
+    about = "NSQ-compatible admin web UI (nsqadmin replacement)"
+)]
+struct Flags {
+    /// <addr>:<port> to listen on for HTTP clients (browsers)
+    #[arg(long, default_value = "0.0.0.0:4171", value_parser = listen_addr)]
+    http_address: SocketAddr,
+
+    /// lookup HTTP address, host:port (repeatable)
+    #[arg(long = "lookupd-http-address", value_parser = upstream_addr)]
+    lookupd_http_addresses: Vec<String>,
+
+    /// broker HTTP address, host:port (repeatable)
+    #[arg(long = "nsqd-http-address", value_parser = upstream_addr)]
+    nsqd_http_addresses: Vec<String>,
+
+    /// log level: debug, info, warn or error
+    #[arg(long, default_value = "info")]
+    log_level: tracing::Level,
+}
+
+/// The settings, checked.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub http_address: SocketAddr,
+    /// Lookups, `host:port` of their HTTP APIs.
+    pub lookups: Vec<String>,
+    /// Brokers read besides (or without) the lookups' producers, `host:port` of their HTTP APIs.
+    pub brokers: Vec<String>,
+    pub log_level: tracing::Level,
+}
+
+impl Config {
+    /// Reads the flags from `args` (the first item is the program name). On a bad flag, on
+    /// neither a lookup nor a broker given, or on `--help` / `--version`, returns clap's error,
+    /// which prints itself and knows its exit code.
+    pub fn from_args<I>(args: I) -> Result<Config, clap::Error>
+    where
+        I: IntoIterator<Item = String>,
+    {
+        let flags = Flags::try_parse_from(args)?;
+        if flags.lookupd_http_addresses.is_empty() && flags.nsqd_http_addresses.is_empty() {
+            return Err(<Flags as clap::CommandFactory>::command().error(
+                clap::error::ErrorKind::MissingRequiredArgument,
+                "give at least one --lookupd-http-address or --nsqd-http-address",
+            ));
+        }
+        Ok(Config {
+            http_address: flags.http_address,
+            lookups: dedup(flags.lookupd_http_addresses),
+            brokers: dedup(flags.nsqd_http_addresses),
+            log_level: flags.log_level,
+        })
+    }
+}
+
+fn dedup(mut v: Vec<String>) -> Vec<String> {
+    let mut seen = std::collections::HashSet::new();
+    v.retain(|a| seen.insert(a.clone()));
+    v
+}
+
+/// A listen address; an empty host (`:4171`) means every interface, as in Go.
+fn listen_addr(s: &str) -> Result<SocketAddr, String> {
+    let full = match s.strip_prefix(':') {
+        Some(port) => format!("0.0.0.0:{port}"),
+        None => s.to_owned(),
+    };
+    let mut addrs = full
+        .to_socket_addrs()
+        .map_err(|e| format!("invalid address {s:?}: {e}"))?;
+    addrs
+        .next()
+        .ok_or_else(|| format!("{s:?} resolves to nothing"))
+}
+
+/// A lookup's or broker's `host:port` (an `http://` prefix and a trailing `/` are dropped).
+fn upstream_addr(s: &str) -> Result<String, String> {
+    let a = s.trim_start_matches("http://").trim_end_matches('/');
+    match a.rsplit_once(':') {
+        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => Ok(a.to_owned()),
+        _ => Err(format!("{s:?} is not host:port")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(a: &[&str]) -> Vec<String> {
+        std::iter::once("admin-ui")
+            .chain(a.iter().copied())
+            .map(String::from)
+            .collect()
+    }
+
+    #[test]
+    fn defaults_and_repeated_addresses() {
+        let c = Config::from_args(args(&[
+            "--lookupd-http-address",
+            "http://127.0.0.1:4161/",
+            "--lookupd-http-address=127.0.0.1:4161",
+            "--nsqd-http-address=h:4151",
+        ]))
+        .unwrap();
+        assert_eq!(c.http_address, "0.0.0.0:4171".parse().unwrap());
+        assert_eq!(c.lookups, ["127.0.0.1:4161"]);
+        assert_eq!(c.brokers, ["h:4151"]);
+    }
+
+    #[test]
+    fn refuses_nothing_to_read_and_bad_addresses() {
+        assert!(Config::from_args(args(&[])).is_err());
+        assert!(Config::from_args(args(&["--nsqd-http-address=nohost"])).is_err());
+        assert!(Config::from_args(args(&["--nsqd-http-address=:4151"])).is_err());
+        assert!(Config::from_args(args(&["--nsqd-http-address=h:99999"])).is_err());
+        let c = Config::from_args(args(&["--http-address=:0", "--nsqd-http-address=h:1"]));
+        assert_eq!(c.unwrap().http_address, "0.0.0.0:0".parse().unwrap());
+    }
+}

@@ -1,0 +1,50 @@
+//! `admin-ui`: an nsqadmin replacement. A web page and a JSON API over the lookups' and the
+//! brokers' own HTTP APIs: topics, channels, clients and nodes of a cluster, and the actions an
+//! operator takes on them (create, pause, empty, delete, tombstone).
+//!
+//! It is small and serves few people, so it is plain threads and blocking sockets: one thread
+//! per browser connection, and a scoped thread per broker or lookup asked. The modules, from
+//! the outside in:
+//! - [`config`]: the flags (nsqadmin's names);
+//! - [`server`]: the listener and each connection's request loop;
+//! - [`api`]: the routes of the JSON API and the static page;
+//! - [`cluster`]: what the cluster looks like, gathered from lookups and brokers, and the
+//!   actions fanned out to them;
+//! - [`upstream`]: one HTTP request to a lookup or a broker.
+
+mod api;
+mod cluster;
+mod config;
+mod server;
+mod upstream;
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let config = match config::Config::from_args(std::env::args()) {
+        Ok(config) => config,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
+        }
+    };
+    init_logging(config.log_level);
+    match server::run(config) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e}");
+            eprintln!("admin-ui: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging(level: tracing::Level) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level.as_str()));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+}

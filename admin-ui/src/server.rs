@@ -1,0 +1,107 @@
+//! The listener and each connection's request loop: a thread per browser connection (an admin
+//! UI has a handful), keep-alive, requests decoded with `protocol::http`, answers from
+//! [`crate::api`].
+
+use crate::api;
+use crate::cluster::Cluster;
+use crate::config::Config;
+use bytes::BytesMut;
+use protocol::http::{Decoded, Limits, RequestDecoder, CONTINUE_RESPONSE};
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tracing::{debug, info, warn};
+
+/// Connections served at once; more are closed at once (each is a thread).
+const MAX_CONNECTIONS: usize = 256;
+/// A keep-alive connection with no request for this long is closed.
+const IDLE: Duration = Duration::from_secs(60);
+
+/// Listens on `--http-address` and serves until the process is stopped.
+pub fn run(config: Config) -> Result<(), String> {
+    let listener = TcpListener::bind(config.http_address).map_err(|e| {
+        format!(
+            "cannot listen on --http-address {}: {e}",
+            config.http_address
+        )
+    })?;
+    let local = listener
+        .local_addr()
+        .map_err(|e| format!("cannot read the listening address: {e}"))?;
+    info!("HTTP: listening on {local}");
+    info!(lookups = ?config.lookups, brokers = ?config.brokers, "reading the cluster from");
+    let cluster = Arc::new(Cluster {
+        lookups: config.lookups,
+        brokers: config.brokers,
+    });
+    let open = Arc::new(AtomicUsize::new(0));
+    for conn in listener.incoming() {
+        let conn = match conn {
+            Ok(c) => c,
+            Err(e) => {
+                warn!("accept failed: {e}");
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+        };
+        if open.fetch_add(1, Ordering::Relaxed) >= MAX_CONNECTIONS {
+            open.fetch_sub(1, Ordering::Relaxed);
+            warn!("{MAX_CONNECTIONS} connections open; one more refused");
+            continue;
+        }
+        let (cluster, open) = (cluster.clone(), open.clone());
+        let spawned = std::thread::Builder::new()
+            .name("admin-conn".into())
+            .spawn(move || {
+                let peer = conn.peer_addr().map(|a| a.to_string()).unwrap_or_default();
+                if let Err(e) = serve(conn, &cluster) {
+                    debug!(client = %peer, "connection ended: {e}");
+                }
+                open.fetch_sub(1, Ordering::Relaxed);
+            });
+        if let Err(e) = spawned {
+            warn!("cannot start a connection thread: {e}");
+        }
+    }
+    Ok(())
+}
+
+/// One connection: requests answered in order until the client closes or asks to.
+fn serve(mut conn: TcpStream, cluster: &Cluster) -> std::io::Result<()> {
+    conn.set_read_timeout(Some(IDLE))?;
+    let _ = conn.set_nodelay(true);
+    let mut decoder = RequestDecoder::new(Limits::default());
+    let mut buf = BytesMut::with_capacity(8 * 1024);
+    let mut chunk = [0u8; 8 * 1024];
+    loop {
+        loop {
+            match decoder.decode(&mut buf) {
+                Ok(Decoded::Request(req)) => {
+                    let resp = api::handle(cluster, &req);
+                    debug!("{} {} {}", resp.status, req.head.method(), req.head.path());
+                    let mut out = BytesMut::new();
+                    resp.write_for(&req.head, &mut out);
+                    conn.write_all(&out)?;
+                    if !req.head.keep_alive {
+                        return Ok(());
+                    }
+                }
+                Ok(Decoded::SendContinue) => conn.write_all(CONTINUE_RESPONSE)?,
+                Ok(Decoded::Incomplete) => break,
+                Err(e) => {
+                    let mut out = BytesMut::new();
+                    e.to_response().write_to(&mut out, false, false);
+                    conn.write_all(&out)?;
+                    return Ok(());
+                }
+            }
+        }
+        let n = conn.read(&mut chunk)?;
+        if n == 0 {
+            return Ok(());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}

@@ -1,0 +1,453 @@
+/*
+ * admin-ui front-end: everything the browser does for the single page.
+ *
+ * This file owns the hash router, one render function per page (topics, topic, channel,
+ * nodes, node, counter, lookup), the calls to the JSON API described in admin-ui/API.md,
+ * and the DOM contract of admin-ui/UI.md that the browser tests rely on: #app's
+ * data-page / data-loaded attributes, #error, #warnings, and each page's ids and data
+ * attributes.
+ *
+ * Rules kept throughout: data reaches the DOM only as text nodes or attribute values,
+ * never as HTML; every name put in a URL or an API path goes through encodeURIComponent.
+ */
+'use strict';
+
+const app = document.getElementById('app');
+const errorBox = document.getElementById('error');
+const warningList = document.getElementById('warnings');
+
+/* Bumped on every route; an answer that arrives for an older generation is dropped. */
+let generation = 0;
+/* The hash whose page #app currently shows (kept on screen while that page reloads). */
+let shownHash = null;
+/* The counter page's setInterval id, cleared whenever the route changes. */
+let pollTimer = null;
+
+const enc = encodeURIComponent;
+const numberFormat = new Intl.NumberFormat('en-US');
+
+/* ---------- API ---------- */
+
+/* Calls the JSON API; returns the parsed answer, throws an Error with the server's message. */
+async function api(method, path, body) {
+  const init = { method, headers: { Accept: 'application/json' } };
+  if (body !== undefined) {
+    init.headers['Content-Type'] = 'application/json';
+    init.body = JSON.stringify(body);
+  }
+  const response = await fetch(path, init);
+  const text = await response.text();
+  let data = null;
+  try {
+    data = text ? JSON.parse(text) : null;
+  } catch {
+    // Not JSON: reported below with the HTTP status instead.
+  }
+  if (!response.ok) {
+    throw new Error((data && data.message) || `${response.status} ${response.statusText}`);
+  }
+  if (data === null) throw new Error(`${method} ${path}: answer is not JSON`);
+  return data;
+}
+
+/* ---------- DOM helpers ---------- */
+
+/* Creates an element; attrs are attributes (null/undefined/false skipped), "on…" keys are
+ * event listeners; children are nodes or strings (appended as text, never parsed as HTML). */
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs)) {
+    if (value === null || value === undefined || value === false) continue;
+    if (key.startsWith('on')) node.addEventListener(key.slice(2), value);
+    else node.setAttribute(key, value === true ? '' : String(value));
+  }
+  for (const child of children.flat()) {
+    if (child === null || child === undefined || child === false) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+function link(href, text) {
+  return el('a', { href }, text);
+}
+
+const num = (n) => numberFormat.format(n ?? 0);
+const numCell = (n) => el('td', { class: 'num' }, num(n));
+const plainCell = (text) => el('td', { class: 'num' }, String(text ?? ''));
+const stateText = (paused) => (paused ? 'paused' : 'active');
+const stateCell = (paused) => el('td', { class: `state ${stateText(paused)}` }, stateText(paused));
+/* A row's class list: `base` plus "paused" when paused (null when empty). */
+const rowClass = (paused, base = '') => [base, paused ? 'paused' : ''].filter(Boolean).join(' ') || null;
+
+/* A Unix timestamp in seconds as local date and time. */
+function time(seconds) {
+  return seconds ? new Date(seconds * 1000).toLocaleString() : '—';
+}
+
+function table(id, headings, rows, emptyText) {
+  const body = rows.length
+    ? rows
+    : [el('tr', { class: 'empty' }, el('td', { colspan: headings.length }, emptyText))];
+  return el('table', { id },
+    el('thead', {}, el('tr', {}, headings.map((heading) => el('th', {}, heading)))),
+    el('tbody', {}, body));
+}
+
+/* A list of labelled values: pairs of [label, already formatted text]. */
+function facts(id, pairs) {
+  return el('dl', { id, class: 'facts' },
+    pairs.map(([label, value]) => el('div', {}, el('dt', {}, label), el('dd', {}, value))));
+}
+
+function kicker(...parts) {
+  return el('p', { class: 'kicker' }, parts);
+}
+
+function stateLine(id, paused) {
+  return el('p', { class: 'state-line' }, 'State: ',
+    el('span', { id, class: `state ${stateText(paused)}` }, stateText(paused)));
+}
+
+function actionButton(action, label, onClick) {
+  return el('button', { type: 'button', 'data-action': action, class: `action-${action}`, onclick: onClick }, label);
+}
+
+/* ---------- errors and warnings ---------- */
+
+function showError(err) {
+  errorBox.textContent = err instanceof Error ? err.message : String(err);
+  errorBox.hidden = false;
+}
+
+function clearError() {
+  errorBox.textContent = '';
+  errorBox.hidden = true;
+}
+
+function showWarnings(warnings = []) {
+  warningList.replaceChildren(...warnings.map((warning) => el('li', {}, warning)));
+}
+
+/* ---------- router ---------- */
+
+/* "<first path segment>/<segment count>" → page name. */
+const ROUTES = {
+  'topics/1': 'topics', 'topics/2': 'topic', 'topics/3': 'channel',
+  'nodes/1': 'nodes', 'nodes/2': 'node',
+  'counter/1': 'counter', 'lookup/1': 'lookup',
+};
+
+/* Each page: the API path it reads (from the route's decoded params) and its renderer. */
+const PAGES = {
+  topics: { path: () => '/api/topics', render: renderTopics },
+  topic: { path: (topic) => `/api/topics/${enc(topic)}`, render: renderTopic },
+  channel: { path: (topic, channel) => `/api/topics/${enc(topic)}/${enc(channel)}`, render: renderChannel },
+  nodes: { path: () => '/api/nodes', render: renderNodes },
+  node: { path: (node) => `/api/nodes/${enc(node)}`, render: renderNode },
+  counter: { path: () => '/api/counter', render: renderCounter },
+  lookup: { path: () => '/api/lookups', render: renderLookup },
+};
+
+/* "#/topics/%23t/c" → {page: "channel", section: "topics", params: ["#t", "c"]}, or null. */
+function parseHash(hash) {
+  const raw = hash.replace(/^#\/?/, '').replace(/\/+$/, '');
+  let parts;
+  try {
+    parts = raw.split('/').map(decodeURIComponent);
+  } catch {
+    return null; // malformed percent-encoding
+  }
+  const page = ROUTES[`${parts[0]}/${parts.length}`];
+  if (!page || parts.includes('')) return null;
+  return { page, section: parts[0], params: parts.slice(1) };
+}
+
+function markNav(section) {
+  for (const a of document.querySelectorAll('nav a')) {
+    if (a.getAttribute('href') === `#/${section}`) a.setAttribute('aria-current', 'page');
+    else a.removeAttribute('aria-current');
+  }
+}
+
+/* Shows the page the hash names (unknown hashes become #/topics), from fresh data. */
+async function route() {
+  clearInterval(pollTimer);
+  const gen = ++generation;
+  let target = parseHash(location.hash);
+  if (!target) {
+    history.replaceState(null, '', '#/topics');
+    target = { page: 'topics', section: 'topics', params: [] };
+  }
+  const { path, render } = PAGES[target.page];
+  if (location.hash !== shownHash) app.replaceChildren();
+  shownHash = location.hash;
+  app.dataset.page = target.page;
+  app.dataset.loaded = 'false';
+  markNav(target.section);
+  clearError();
+  showWarnings([]);
+  try {
+    const data = await api('GET', path(...target.params));
+    if (gen !== generation) return;
+    app.replaceChildren(...render(data, ...target.params));
+    showWarnings(data.warnings);
+  } catch (err) {
+    if (gen !== generation) return;
+    app.replaceChildren();
+    showError(err);
+  }
+  app.dataset.loaded = 'true';
+}
+
+/* ---------- actions ---------- */
+
+/* Runs one API action: asks `confirm` first when given, then re-renders the page, or goes
+ * to `next` (a hash) when given. A failure leaves the page as it is and shows the message. */
+async function runAction({ confirm, method, path, body, next }) {
+  if (confirm && !window.confirm(confirm)) return;
+  const gen = generation;
+  clearError();
+  app.dataset.loaded = 'false';
+  try {
+    await api(method, path, body);
+  } catch (err) {
+    if (gen !== generation) return;
+    showError(err);
+    app.dataset.loaded = 'true';
+    return;
+  }
+  if (gen !== generation) return;
+  if (next && location.hash !== next) location.hash = next; // hashchange renders it
+  else route();
+}
+
+/* The pause/unpause, empty and delete buttons shared by the topic and channel pages. */
+function entityActions(id, path, paused, what, afterDelete) {
+  const toggle = paused ? 'unpause' : 'pause';
+  return el('div', { id, class: 'actions' },
+    actionButton(toggle, paused ? 'Unpause' : 'Pause',
+      () => runAction({ method: 'POST', path, body: { action: toggle } })),
+    actionButton('empty', 'Empty', () => runAction({
+      confirm: `Empty ${what}? Its queued messages will be lost.`,
+      method: 'POST', path, body: { action: 'empty' },
+    })),
+    actionButton('delete', 'Delete', () => runAction({
+      confirm: `Delete ${what}?`, method: 'DELETE', path, next: afterDelete,
+    })));
+}
+
+/* ---------- pages ---------- */
+
+function renderTopics(data) {
+  const rows = data.topics.map((name) =>
+    el('tr', { 'data-topic': name }, el('td', {}, link(`#/topics/${enc(name)}`, name))));
+  return [el('h1', {}, 'Topics'), table('topics', ['Topic'], rows, 'No topics.')];
+}
+
+function renderTopic(data, topic) {
+  const topicHash = `#/topics/${enc(topic)}`;
+  const nodeRows = data.nodes.map((n) => el('tr', { 'data-node': n.node, class: rowClass(n.paused) },
+    el('td', {}, link(`#/nodes/${enc(n.node)}`, n.node)),
+    [n.depth, n.memory_depth, n.backend_depth, n.message_count, n.channel_count].map(numCell),
+    stateCell(n.paused),
+    el('td', {}, actionButton('tombstone', 'Tombstone', () => runAction({
+      confirm: `Tombstone topic "${topic}" of node ${n.node} at every lookup?`,
+      method: 'DELETE', path: `/api/nodes/${enc(n.node)}`, body: { topic },
+    })))));
+  const channelRows = data.channels.map((c) =>
+    el('tr', { 'data-channel': c.channel_name, class: rowClass(c.paused) },
+      el('td', {}, link(`${topicHash}/${enc(c.channel_name)}`, c.channel_name)),
+      [c.depth, c.in_flight_count, c.deferred_count, c.requeue_count, c.timeout_count,
+        c.message_count, c.client_count].map(numCell),
+      stateCell(c.paused)));
+  return [
+    kicker(link('#/topics', 'Topics'), ' › topic'),
+    el('h1', {}, topic),
+    stateLine('topic-state', data.paused),
+    facts('topic-totals', [
+      ['Depth', num(data.depth)], ['Memory depth', num(data.memory_depth)],
+      ['Backend depth', num(data.backend_depth)], ['Messages', num(data.message_count)],
+    ]),
+    entityActions('topic-actions', `/api/topics/${enc(topic)}`, data.paused, `topic "${topic}"`, '#/topics'),
+    el('h2', {}, 'Nodes'),
+    table('topic-nodes', ['Node', 'Depth', 'Memory', 'Backend', 'Messages', 'Channels', 'State', ''],
+      nodeRows, 'No node has this topic.'),
+    el('h2', {}, 'Channels'),
+    table('channels', ['Channel', 'Depth', 'In flight', 'Deferred', 'Requeued', 'Timed out',
+      'Messages', 'Clients', 'State'], channelRows, 'No channels.'),
+  ];
+}
+
+function renderChannel(data, topic, channel) {
+  const topicHash = `#/topics/${enc(topic)}`;
+  const nodeRows = data.nodes.map((n) => el('tr', { 'data-node': n.node, class: rowClass(n.paused) },
+    el('td', {}, link(`#/nodes/${enc(n.node)}`, n.node)),
+    [n.depth, n.memory_depth, n.backend_depth, n.in_flight_count, n.deferred_count,
+      n.requeue_count, n.timeout_count, n.message_count, n.client_count].map(numCell),
+    stateCell(n.paused)));
+  const clientRows = data.clients.map((c) => el('tr', { 'data-client-id': c.client_id },
+    [c.node, c.client_id, c.hostname, c.remote_address, c.user_agent, c.version]
+      .map((text) => el('td', {}, text ?? '')),
+    [c.ready_count, c.in_flight_count, c.message_count, c.finish_count, c.requeue_count].map(numCell),
+    el('td', {}, time(c.connect_ts))));
+  return [
+    kicker(link('#/topics', 'Topics'), ' › channel'),
+    el('h1', {}, link(topicHash, topic), ' / ', channel),
+    stateLine('channel-state', data.paused),
+    facts('channel-totals', [
+      ['Depth', num(data.depth)], ['Memory depth', num(data.memory_depth)],
+      ['Backend depth', num(data.backend_depth)], ['In flight', num(data.in_flight_count)],
+      ['Deferred', num(data.deferred_count)], ['Requeued', num(data.requeue_count)],
+      ['Timed out', num(data.timeout_count)], ['Messages', num(data.message_count)],
+      ['Clients', num(data.client_count)],
+    ]),
+    entityActions('channel-actions', `/api/topics/${enc(topic)}/${enc(channel)}`, data.paused,
+      `channel "${channel}" of topic "${topic}"`, topicHash),
+    el('h2', {}, 'Nodes'),
+    table('channel-nodes', ['Node', 'Depth', 'Memory', 'Backend', 'In flight', 'Deferred',
+      'Requeued', 'Timed out', 'Messages', 'Clients', 'State'], nodeRows, 'No node has this channel.'),
+    el('h2', {}, 'Clients'),
+    table('clients', ['Node', 'Client id', 'Hostname', 'Remote address', 'User agent', 'Version',
+      'Ready', 'In flight', 'Messages', 'Finished', 'Requeued', 'Connected since'],
+    clientRows, 'No clients.'),
+  ];
+}
+
+function renderNodes(data) {
+  const rows = data.nodes.map((n) => el('tr', { 'data-node': n.node },
+    el('td', {}, link(`#/nodes/${enc(n.node)}`, n.node)),
+    el('td', {}, n.hostname ?? ''),
+    el('td', {}, n.version ?? ''),
+    plainCell(n.tcp_port),
+    plainCell(n.http_port),
+    numCell(n.topics.length)));
+  return [
+    el('h1', {}, 'Nodes'),
+    table('nodes', ['Node', 'Hostname', 'Version', 'TCP port', 'HTTP port', 'Topics'], rows, 'No nodes.'),
+  ];
+}
+
+function renderNode(data, node) {
+  const blank = () => el('td', {});
+  const rows = data.topics.flatMap((t) => {
+    const topicHash = `#/topics/${enc(t.topic_name)}`;
+    const topicRow = el('tr', { 'data-topic': t.topic_name, class: rowClass(t.paused, 'topic-row') },
+      el('td', {}, link(topicHash, t.topic_name)),
+      numCell(t.depth),
+      el('td', { class: 'num' }, `${num(t.memory_depth)} / ${num(t.backend_depth)}`),
+      blank(), blank(),
+      numCell(t.message_count),
+      blank(),
+      stateCell(t.paused));
+    const channelRows = t.channels.map((c) =>
+      el('tr', { 'data-channel': c.channel_name, class: rowClass(c.paused, 'channel-row') },
+        el('td', {}, link(`${topicHash}/${enc(c.channel_name)}`, c.channel_name)),
+        numCell(c.depth),
+        blank(),
+        numCell(c.in_flight_count), numCell(c.deferred_count), numCell(c.message_count), numCell(c.client_count),
+        stateCell(c.paused)));
+    return [topicRow, ...channelRows];
+  });
+  return [
+    kicker(link('#/nodes', 'Nodes'), ' › node'),
+    el('h1', {}, node),
+    facts('node-info', [
+      ['Version', data.version ?? ''], ['Health', data.health ?? ''], ['Started', time(data.start_time)],
+      ['Messages', num(data.total_messages)], ['Clients', num(data.total_clients)],
+    ]),
+    el('h2', {}, 'Topics and channels'),
+    table('node-topics', ['Topic / channel', 'Depth', 'Memory / backend', 'In flight', 'Deferred',
+      'Messages', 'Clients', 'State'], rows, 'No topics on this node.'),
+  ];
+}
+
+function counterTopics(topics) {
+  const rows = topics.map((t) => el('tr', { 'data-topic': t.topic_name },
+    el('td', {}, link(`#/topics/${enc(t.topic_name)}`, t.topic_name)),
+    numCell(t.message_count)));
+  return table('counter-topics', ['Topic', 'Messages'], rows, 'No topics.');
+}
+
+function renderCounter(data) {
+  const counter = el('div', { id: 'counter' }, String(data.message_count));
+  const rate = el('div', { id: 'rate' }, '0 msg/s');
+  const perTopic = el('div', {}, counterTopics(data.topics));
+  startCounter(data.message_count, counter, rate, perTopic);
+  return [
+    el('h1', {}, 'Counter'),
+    el('section', { class: 'counter' }, kicker('messages published'), counter, rate),
+    el('h2', {}, 'Per topic'),
+    perTopic,
+  ];
+}
+
+/* Polls /api/counter every second while this page is shown (route() clears the timer). */
+function startCounter(count, counterEl, rateEl, perTopicEl) {
+  const gen = generation;
+  let last = { count, at: performance.now() };
+  let busy = false;
+  pollTimer = setInterval(async () => {
+    if (busy) return; // the previous poll has not answered yet
+    busy = true;
+    try {
+      const data = await api('GET', '/api/counter');
+      if (gen !== generation) return;
+      const now = performance.now();
+      const perSecond = Math.max(0, ((data.message_count - last.count) * 1000) / (now - last.at));
+      last = { count: data.message_count, at: now };
+      counterEl.textContent = String(data.message_count);
+      rateEl.textContent = `${Math.round(perSecond * 10) / 10} msg/s`;
+      perTopicEl.replaceChildren(counterTopics(data.topics));
+      clearError();
+      showWarnings(data.warnings);
+    } catch (err) {
+      if (gen === generation) showError(err);
+    } finally {
+      busy = false;
+    }
+  }, 1000);
+}
+
+function lookupTopics(topics) {
+  if (!topics.length) return '—';
+  return el('ul', { class: 'plain' }, topics.map((t) => el('li', {},
+    link(`#/topics/${enc(t.topic_name)}`, t.topic_name),
+    t.channels.length ? `: ${t.channels.join(', ')}` : null)));
+}
+
+function createForm() {
+  const topic = el('input', { id: 'create-topic', name: 'topic', placeholder: 'topic', autocomplete: 'off' });
+  const channel = el('input', {
+    id: 'create-channel', name: 'channel', placeholder: 'channel (optional)', autocomplete: 'off',
+  });
+  const submit = (event) => {
+    event.preventDefault();
+    const body = { topic: topic.value.trim() };
+    if (channel.value.trim()) body.channel = channel.value.trim();
+    runAction({ method: 'POST', path: '/api/topics', body });
+  };
+  return el('form', { id: 'create-form', class: 'create', onsubmit: submit },
+    el('label', {}, 'Topic ', topic),
+    el('label', {}, 'Channel ', channel),
+    el('button', { id: 'create-submit', type: 'submit' }, 'Create'));
+}
+
+function renderLookup(data) {
+  const rows = data.lookups.map((l) =>
+    el('tr', { 'data-lookup': l.address, class: l.reachable ? null : 'unreachable' },
+      el('td', {}, l.address),
+      el('td', { class: 'reachability' }, l.reachable ? 'reachable' : 'unreachable'),
+      el('td', {}, lookupTopics(l.topics))));
+  return [
+    el('h1', {}, 'Lookup'),
+    table('lookups', ['Address', 'Status', 'Topics and channels'], rows, 'No lookups configured.'),
+    el('h2', {}, 'Create a topic (and channel)'),
+    createForm(),
+  ];
+}
+
+/* ---------- start ---------- */
+
+window.addEventListener('hashchange', route);
+route();
