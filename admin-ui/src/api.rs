@@ -39,6 +39,7 @@ fn done(result: Result<(), Failure>) -> Response {
 fn failure(f: Failure) -> Response {
     match f {
         Failure::NotFound(code) => fail(404, code),
+        Failure::Refused(code) => fail(400, code),
         Failure::Upstream(why) => fail(502, &why),
     }
 }

@@ -56,6 +56,8 @@ pub fn gather<T: Send>(
 pub enum Failure {
     /// Nothing by that name (the code to answer with, e.g. `TOPIC_NOT_FOUND`).
     NotFound(&'static str),
+    /// The request cannot be carried out as configured (the code to answer with).
+    Refused(&'static str),
     /// An action failed on some node or lookup: what each said.
     Upstream(String),
 }
@@ -536,6 +538,10 @@ impl Cluster {
     /// `DELETE /api/nodes/{node}`: the node's registration of `topic` tombstoned at every
     /// lookup.
     pub fn tombstone(&self, node: &str, topic: &str) -> Result<(), Failure> {
+        if self.lookups.is_empty() {
+            // Registrations live in lookups: without any there is nothing to tombstone.
+            return Err(Failure::Refused("NO_LOOKUPS"));
+        }
         let (names, _) = self.node_names();
         if !names.iter().any(|n| n == node) {
             return Err(Failure::NotFound("NODE_NOT_FOUND"));
