@@ -2,7 +2,8 @@
 # The project's single test command (README and CI call exactly this).
 #
 #   tests/run.sh            everything: build, cargo tests, Python and node wire tests
-#                           for --shards 1, 2 and 4
+#                           for --shards 1, 2 and 4, then the admin-ui tests (API and
+#                           headless Chromium) once
 #
 # Environment:
 #   SHARDS="1 2 4"          shard counts of the wire-test matrix
@@ -10,7 +11,8 @@
 #   SKIP_CARGO_TEST=1       skip `cargo test --workspace` (the wire tests still build the broker)
 #   SKIP_NODE=1             skip the nsqjs tests
 #   SERIAL=1                run the shard counts one after another (default: side by side)
-#   SKIP_BUILD=1            skip `cargo build --release -p broker`
+#   SKIP_BUILD=1            skip `cargo build --release -p broker -p lookup -p admin-ui`
+#   SKIP_ADMIN=1            skip the admin-ui tests (tests/admin)
 #   BROKER_BIN=path         test another broker binary
 set -euo pipefail
 
@@ -42,7 +44,7 @@ if [ ! -f "$REQ_STAMP" ] || [ "$(cat "$REQ_STAMP")" != "$REQ_SHA" ]; then
   "$VENV/bin/pip" install --disable-pip-version-check -q -r "$TESTS_DIR/requirements.txt"
   echo "$REQ_SHA" > "$REQ_STAMP"
 fi
-"$VENV/bin/python" -c "import nsq, gnsq, pytest, pytest_timeout" 
+"$VENV/bin/python" -c "import nsq, gnsq, pytest, pytest_timeout, selenium"
 
 if [ "${SKIP_NODE:-0}" != "1" ]; then
   step "node modules (tests/node)"
@@ -55,14 +57,29 @@ fi
 
 # ---- build and unit tests ---------------------------------------------------------------
 if [ "${SKIP_BUILD:-0}" != "1" ]; then
-  step "cargo build --release -p broker -p lookup"
-  cargo build --release -p broker -p lookup
+  step "cargo build --release -p broker -p lookup -p admin-ui"
+  cargo build --release -p broker -p lookup -p admin-ui
 fi
 
 if [ "${SKIP_CARGO_TEST:-0}" != "1" ]; then
   step "cargo test --release --workspace"
   if cargo test --release --workspace; then record "cargo test --workspace" ok
   else record "cargo test --workspace" FAILED; fi
+fi
+
+# ---- browser for the admin-ui tests ----------------------------------------------------------
+# tests/admin drives a headless Chromium through chromedriver (Debian packages).
+if [ "${SKIP_ADMIN:-0}" != "1" ] && { ! command -v chromium >/dev/null 2>&1 ||
+     ! command -v chromedriver >/dev/null 2>&1; }; then
+  step "apt-get install chromium chromium-driver"
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then SUDO="sudo"; fi
+  # A failed install does not stop the run: the admin-ui browser tests then fail, saying so.
+  if ! { $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -q &&
+         $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+           --no-install-recommends chromium chromium-driver; }; then
+    echo "run.sh: could not install chromium/chromium-driver" >&2
+  fi
 fi
 
 # ---- wire tests ----------------------------------------------------------------------------
@@ -128,6 +145,18 @@ run_matrix pytest
 if [ "${SKIP_NODE:-0}" != "1" ]; then
   step "wire tests: node --test tests/node (nsqjs) for --shards $SHARDS"
   run_matrix node
+fi
+
+# ---- admin-ui tests ------------------------------------------------------------------------
+# Once, after the shard suites (its brokers run with --shards 2 whatever SHARDS says).
+if [ "${SKIP_ADMIN:-0}" != "1" ]; then
+  step "admin-ui: pytest tests/admin (JSON API, headless Chromium)"
+  set +e
+  "$VENV/bin/python" -m pytest "$TESTS_DIR/admin" -rfE -q > "$LOGDIR/admin.log" 2>&1
+  rc=$?
+  set -e
+  cat "$LOGDIR/admin.log"
+  record "admin-ui" "$(pytest_status "$rc")"
 fi
 
 # ---- summary -----------------------------------------------------------------------------

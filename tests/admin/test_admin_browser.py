@@ -1,0 +1,426 @@
+"""admin-ui's single page (admin-ui/UI.md) in a real headless Chromium driven by Selenium.
+
+Against a lookup + two brokers (--shards 2) cluster and an admin-ui reading the lookup: the
+topics page lists published topics; a topic's page shows its channels and nodes; the pause /
+unpause buttons pause the topic on the brokers and flip `#topic-state`; a channel page lists a
+connected consumer in `#clients` (also for an `#ephemeral` channel reached by its encoded link);
+empty asks window.confirm first (nothing is sent when it answers false) and then drops the
+depth to 0 on the brokers; delete of a channel / topic navigates back; the lookup page's create
+form creates a topic + channel at the lookup and shows a failed action's message in `#error`;
+the counter page shows the published count and a rate; the nodes page lists both brokers and a
+node's page lists its topics and channels; `#error` and `#warnings` show API errors and warnings.
+
+Every wait is on a DOM condition (`#app[data-loaded="true"][data-page=...]` and the like) or
+the brokers' / lookup's own HTTP APIs, with a deadline. Chromium and chromedriver are Debian
+packages (/usr/bin/chromium, /usr/bin/chromedriver; tests/run.sh installs them): when they are
+missing the tests fail, they do not skip.
+"""
+
+import os
+import re
+import shutil
+
+import pytest
+
+from adminlib import closed_port, q, wait_registered, wait_until
+
+CHROMIUM = os.environ.get("CHROMIUM_BIN", "/usr/bin/chromium")
+CHROMEDRIVER = os.environ.get("CHROMEDRIVER_BIN", "/usr/bin/chromedriver")
+WAIT = 10
+
+
+def _find_binary(path, name):
+    if os.path.exists(path):
+        return path
+    return shutil.which(name)
+
+
+@pytest.fixture(scope="module")
+def driver():
+    chromium = _find_binary(CHROMIUM, "chromium")
+    chromedriver = _find_binary(CHROMEDRIVER, "chromedriver")
+    if not chromium or not chromedriver:
+        pytest.fail("the browser tests need Chromium and chromedriver (missing: %s). Install the "
+                    "Debian packages: apt-get install chromium chromium-driver "
+                    "(tests/run.sh does it)"
+                    % ", ".join(p for p, found in ((CHROMIUM, chromium),
+                                                   (CHROMEDRIVER, chromedriver)) if not found),
+                    pytrace=False)
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError as e:
+        pytest.fail("selenium is not installed in this Python (%s): pip install -r "
+                    "tests/requirements.txt" % e, pytrace=False)
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
+                "--window-size=1600,1200", "--disable-gpu"):
+        options.add_argument(arg)
+    d = webdriver.Chrome(service=Service(chromedriver), options=options)
+    d.set_page_load_timeout(WAIT)
+    d.set_script_timeout(WAIT)
+    yield d
+    d.quit()
+
+
+class Page:
+    """The admin-ui page in the browser."""
+
+    def __init__(self, driver, admin):
+        from selenium.webdriver.common.by import By
+        self.By = By
+        self.d = driver
+        self.base = admin.base
+
+    # -- navigation and waiting
+    def open(self, route, page):
+        """A full load of the page at `#<route>`, waiting until `page` has rendered."""
+        self.d.get("about:blank")
+        self.d.get(self.base + "/#" + route)
+        self.wait_loaded(page)
+
+    def wait(self, cond, what, timeout=WAIT):
+        from selenium.common.exceptions import (NoSuchElementException,
+                                                StaleElementReferenceException)
+        from selenium.webdriver.support.ui import WebDriverWait
+        try:
+            return WebDriverWait(self.d, timeout, poll_frequency=0.05, ignored_exceptions=(
+                NoSuchElementException, StaleElementReferenceException)).until(
+                    lambda d: cond())
+        except Exception as e:
+            if type(e).__name__ != "TimeoutException":
+                raise
+            raise AssertionError("timed out after %ss waiting for %s\nlocation: %s\n#error: %r\n"
+                                 "#app: %s" % (timeout, what, self.d.current_url,
+                                               self.error_text(), self.app_html()))
+
+    def wait_loaded(self, page, timeout=WAIT):
+        sel = '#app[data-loaded="true"][data-page="%s"]' % page
+        self.wait(lambda: self.d.find_elements(self.By.CSS_SELECTOR, sel),
+                  "%s (page %r)" % (sel, page), timeout)
+
+    def all(self, css):
+        return self.d.find_elements(self.By.CSS_SELECTOR, css)
+
+    def one(self, css):
+        return self.d.find_element(self.By.CSS_SELECTOR, css)
+
+    def text(self, css):
+        return self.one(css).text.strip()
+
+    def visible(self, css):
+        """The first displayed element matching css (for buttons shown or hidden by state)."""
+        shown = [e for e in self.all(css) if e.is_displayed()]
+        assert shown, "no visible element %s (found %d hidden)\n#app: %s" % (
+            css, len(self.all(css)), self.app_html())
+        return shown[0]
+
+    def error_text(self):
+        try:
+            return self.d.execute_script(
+                "var e = document.getElementById('error'); return e ? e.textContent : null;")
+        except Exception:
+            return None
+
+    def app_html(self):
+        try:
+            html = self.d.execute_script(
+                "var a = document.getElementById('app'); return a ? a.outerHTML : "
+                "document.documentElement.outerHTML;")
+        except Exception as e:
+            return "<%s>" % e
+        return html if len(html) < 4000 else html[:4000] + "..."
+
+    def hash(self):
+        return self.d.execute_script("return location.hash;")
+
+    # -- window.confirm and fetch spying
+    def answer_confirm(self, answer):
+        self.d.execute_script(
+            "window.__confirms = []; window.confirm = function (m) {"
+            " window.__confirms.push(String(m)); return %s; };" % ("true" if answer else "false"))
+
+    def confirms(self):
+        return self.d.execute_script("return window.__confirms || [];")
+
+    def spy_fetch(self):
+        self.d.execute_script(
+            "window.__fetches = []; if (!window.__realFetch) window.__realFetch = window.fetch;"
+            "window.fetch = function (input, init) {"
+            " var m = (init && init.method) || (input && input.method) || 'GET';"
+            " window.__fetches.push([String(m).toUpperCase(), String((input && input.url) || input)]);"
+            " return window.__realFetch.apply(this, arguments); };")
+
+    def fetches(self):
+        return self.d.execute_script("return window.__fetches || [];")
+
+
+@pytest.fixture
+def page(driver, cluster):
+    return Page(driver, cluster.admin)
+
+
+def wait_topic_in_api(admin, topic):
+    wait_until(lambda: topic in admin.get("/api/topics")["topics"],
+               "%s in the admin-ui's /api/topics" % topic)
+
+
+def on_both(cluster, topic, channels=(), count=(1, 1)):
+    for b, n in zip(cluster.brokers, count):
+        b.create_topic(topic)
+        for c in channels:
+            b.create_channel(topic, c)
+        b.publish(topic, n)
+    wait_registered(cluster.lookup, cluster.brokers, topic)
+    for c in channels:
+        wait_registered(cluster.lookup, cluster.brokers, topic, c)
+
+
+# ---- topics and topic pages -----------------------------------------------------------------
+
+def test_topics_page_lists_published_topics(cluster, page):
+    cluster.b1.publish("br_a", 1)
+    cluster.b2.publish("br_b", 2)
+    on_both(cluster, "br_c")
+    for t in ("br_a", "br_b"):
+        wait_topic_in_api(cluster.admin, t)
+    page.open("/topics", "topics")
+    assert page.text("h1") == "Topics"
+    for href in ("#/topics", "#/nodes", "#/counter", "#/lookup"):
+        assert page.all('nav a[href="%s"]' % href), "nav link %s missing" % href
+    for t in ("br_a", "br_b", "br_c"):
+        rows = page.all('#topics tr[data-topic="%s"]' % t)
+        assert len(rows) == 1, "row for %s: %d\n%s" % (t, len(rows), page.app_html())
+        link = rows[0].find_element(page.By.CSS_SELECTOR, 'a[href="#/topics/%s"]' % t)
+        assert link.text.strip() == t
+
+
+def test_clicking_a_topic_shows_its_channels_and_nodes(cluster, page):
+    on_both(cluster, "br_t", channels=["c1", "c2"], count=(2, 3))
+    wait_topic_in_api(cluster.admin, "br_t")
+    page.open("/topics", "topics")
+    page.one('#topics tr[data-topic="br_t"] a[href="#/topics/br_t"]').click()
+    page.wait_loaded("topic")
+    assert page.hash() == "#/topics/br_t"
+    assert "br_t" in page.text("h1")
+    assert page.text("#topic-state") == "active"
+    for c in ("c1", "c2"):
+        row = page.one('#channels tr[data-channel="%s"]' % c)
+        assert row.find_elements(page.By.CSS_SELECTOR, 'a[href="#/topics/br_t/%s"]' % c), (
+            "channel row %s has no link to its page: %s" % (c, row.get_attribute("outerHTML")))
+    for b in cluster.brokers:
+        row = page.one('#topic-nodes tr[data-node="%s"]' % b.node)
+        assert row.find_elements(page.By.CSS_SELECTOR, 'button[data-action="tombstone"]'), (
+            "node row %s has no tombstone button" % b.node)
+    totals = page.text("#topic-totals")
+    assert "5" in totals, "message count 5 not in #topic-totals: %r" % totals
+
+
+def test_pause_and_unpause_buttons(cluster, page):
+    on_both(cluster, "br_p")
+    wait_topic_in_api(cluster.admin, "br_p")
+    page.open("/topics/br_p", "topic")
+    assert page.text("#topic-state") == "active"
+    page.visible('#topic-actions button[data-action="pause"]').click()
+    page.wait(lambda: page.all('#app[data-loaded="true"]') and
+              page.text("#topic-state") == "paused", "#topic-state to read paused")
+    for b in cluster.brokers:
+        assert b.topic_stats("br_p")["paused"] is True, "not paused on broker %s" % b.node
+    page.visible('#topic-actions button[data-action="unpause"]').click()
+    page.wait(lambda: page.all('#app[data-loaded="true"]') and
+              page.text("#topic-state") == "active", "#topic-state to read active")
+    for b in cluster.brokers:
+        assert b.topic_stats("br_p")["paused"] is False, "still paused on broker %s" % b.node
+
+
+def test_delete_topic_navigates_to_topics(cluster, page):
+    on_both(cluster, "br_dt", channels=["c"])
+    wait_topic_in_api(cluster.admin, "br_dt")
+    page.open("/topics/br_dt", "topic")
+    page.answer_confirm(True)
+    page.visible('#topic-actions button[data-action="delete"]').click()
+    page.wait(lambda: page.hash() == "#/topics" and
+              page.all('#app[data-loaded="true"][data-page="topics"]'),
+              "navigation to #/topics after the delete")
+    assert len(page.confirms()) == 1
+    for b in cluster.brokers:
+        assert b.topic_stats("br_dt") is None, "br_dt still on broker %s" % b.node
+    assert not page.all('#topics tr[data-topic="br_dt"]'), page.app_html()
+
+
+# ---- channel pages --------------------------------------------------------------------------
+
+def test_channel_page_lists_a_connected_consumer(cluster, page):
+    on_both(cluster, "br_ch", channels=["live"])
+    consumer = cluster.consumer(cluster.b1, "br_ch", "live", client_id="browser-consumer",
+                                hostname="browser-host")
+    wait_until(lambda: (cluster.b1.channel_stats("br_ch", "live") or {}).get("client_count")
+               == 1, "the consumer in broker 1's /stats")
+    page.open("/topics/br_ch/live", "channel")
+    assert "br_ch / live" in page.text("h1")
+    assert page.text("#channel-state") == "active"
+    row = page.one('#clients tr[data-client-id="browser-consumer"]')
+    text = row.text
+    assert consumer.local_address in text and "browser-host" in text, text
+    assert cluster.b1.node in text, text
+    for b in cluster.brokers:
+        assert page.all('#channel-nodes tr[data-node="%s"]' % b.node), (b.node, page.app_html())
+
+
+def test_ephemeral_channel_link_is_encoded(cluster, page):
+    on_both(cluster, "br_eph")
+    cluster.consumer(cluster.b2, "br_eph", "e#ephemeral", client_id="eph-browser")
+    wait_until(lambda: cluster.b2.channel_stats("br_eph", "e#ephemeral"),
+               "the ephemeral channel on broker 2")
+    page.open("/topics/br_eph", "topic")
+    page.one('#channels tr[data-channel="e#ephemeral"] a[href="#/topics/br_eph/e%23ephemeral"]'
+             ).click()
+    page.wait_loaded("channel")
+    assert "br_eph / e#ephemeral" in page.text("h1")
+    assert page.all('#clients tr[data-client-id="eph-browser"]'), page.app_html()
+
+
+def test_empty_channel_asks_first_then_empties(cluster, page):
+    on_both(cluster, "br_em", channels=["c"], count=(3, 2))
+    for b in cluster.brokers:
+        assert b.channel_stats("br_em", "c")["depth"] > 0, ("precondition", b.node)
+    page.open("/topics/br_em/c", "channel")
+    # confirm answers no: nothing is sent
+    page.answer_confirm(False)
+    page.spy_fetch()
+    page.visible('#channel-actions button[data-action="empty"]').click()
+    page.wait(lambda: len(page.confirms()) == 1, "window.confirm to be asked")
+    sent = [f for f in page.fetches() if f[0] != "GET"]
+    assert sent == [], "confirm answered false, yet the page sent %r" % sent
+    for b in cluster.brokers:
+        assert b.channel_stats("br_em", "c")["depth"] > 0, b.node
+    # confirm answers yes: emptied on both brokers
+    page.answer_confirm(True)
+    page.visible('#channel-actions button[data-action="empty"]').click()
+    for b in cluster.brokers:
+        wait_until(lambda: b.channel_stats("br_em", "c")["depth"] == 0,
+                   "channel br_em/c depth 0 on broker %s" % b.node)
+    assert page.confirms(), "empty did not ask window.confirm"
+    # the spy saw the action this time (so it would have seen one above)
+    sent = [f for f in page.fetches() if f[0] != "GET"]
+    assert [(m, u.split("://")[-1].split("/", 1)[-1]) for m, u in sent] == [
+        ("POST", "api/topics/br_em/c")], sent
+    page.wait_loaded("channel")
+
+
+def test_delete_channel_navigates_back_to_its_topic(cluster, page):
+    on_both(cluster, "br_dc", channels=["gone", "kept"])
+    page.open("/topics/br_dc/gone", "channel")
+    page.answer_confirm(True)
+    page.visible('#channel-actions button[data-action="delete"]').click()
+    page.wait(lambda: page.hash() == "#/topics/br_dc" and
+              page.all('#app[data-loaded="true"][data-page="topic"]'),
+              "navigation to #/topics/br_dc after the delete")
+    for b in cluster.brokers:
+        assert b.channel_stats("br_dc", "gone") is None, "channel still on broker %s" % b.node
+    assert not page.all('#channels tr[data-channel="gone"]'), page.app_html()
+    assert page.all('#channels tr[data-channel="kept"]'), page.app_html()
+
+
+# ---- lookup, counter, nodes -----------------------------------------------------------------
+
+def test_lookup_page_create_form(cluster, page):
+    page.open("/lookup", "lookup")
+    assert page.all('#lookups tr[data-lookup="%s"]' % cluster.lookup.http_address), (
+        page.app_html())
+    page.one("#create-topic").send_keys("br_new")
+    page.one("#create-channel").send_keys("br_newc")
+    page.one("#create-submit").click()
+    wait_until(lambda: "br_newc" in cluster.lookup.channels("br_new"),
+               "br_new/br_newc at the lookup")
+    page.wait(lambda: page.all('#app[data-loaded="true"][data-page="lookup"]') and
+              "br_new" in page.text('#lookups tr[data-lookup="%s"]'
+                                    % cluster.lookup.http_address),
+              "the lookup row to list br_new after the re-render")
+    # a topic alone: the channel is left out
+    page.one("#create-topic").clear()
+    page.one("#create-channel").clear()
+    page.one("#create-topic").send_keys("br_new2")
+    page.one("#create-submit").click()
+    wait_until(lambda: "br_new2" in cluster.lookup.topics(), "br_new2 at the lookup")
+    assert cluster.lookup.channels("br_new2") == []
+    page.wait(lambda: page.all('#app[data-loaded="true"][data-page="lookup"]') and
+              "br_new2" in page.text('#lookups tr[data-lookup="%s"]'
+                                     % cluster.lookup.http_address),
+              "the lookup row to list br_new2 after the re-render")
+    # a failed action shows the API's message
+    page.one("#create-topic").clear()
+    page.one("#create-topic").send_keys("bad topic!")
+    page.one("#create-submit").click()
+    page.wait(lambda: "INVALID_TOPIC" in (page.error_text() or ""),
+              "#error to show INVALID_TOPIC")
+
+
+def test_counter_page_shows_published_count(fresh_cluster, driver):
+    c = fresh_cluster
+    page = Page(driver, c.admin)
+    c.b1.publish("cnt_x", 4)
+    c.b2.publish("cnt_y", 2)
+    page.open("/counter", "counter")
+    page.wait(lambda: page.text("#counter") == "6", "#counter to read 6")
+    c.b2.publish("cnt_x", 5)
+    page.wait(lambda: page.text("#counter") == "11", "#counter to read 11 (refreshed)")
+    page.wait(lambda: re.fullmatch(r"\d+(\.\d+)? msg/s", page.text("#rate")),
+              "#rate to read '<number> msg/s'")
+
+
+def test_nodes_page_and_node_page(cluster, page):
+    cluster.b1.create_channel("br_n1", "nc")
+    cluster.b1.publish("br_n1", 1)
+    cluster.b2.publish("br_n2", 1)
+    wait_registered(cluster.lookup, [cluster.b1], "br_n1", "nc")
+    wait_registered(cluster.lookup, [cluster.b2], "br_n2")
+    page.open("/nodes", "nodes")
+    for b in cluster.brokers:
+        row = page.one('#nodes tr[data-node="%s"]' % b.node)
+        assert row.find_elements(page.By.CSS_SELECTOR, 'a[href="#/nodes/%s"]' % q(b.node)), (
+            row.get_attribute("outerHTML"))
+        assert str(b.tcp_port) in row.text and str(b.http_port) in row.text, row.text
+    page.one('#nodes tr[data-node="%s"] a[href="#/nodes/%s"]'
+             % (cluster.b1.node, q(cluster.b1.node))).click()
+    page.wait_loaded("node")
+    assert cluster.b1.node in page.text("h1")
+    assert cluster.b1.stats()["version"] in page.text("#node-info")
+    assert page.all('#node-topics tr[data-topic="br_n1"]'), page.app_html()
+    assert page.all('#node-topics tr[data-channel="nc"]'), page.app_html()
+    assert not page.all('#node-topics tr[data-topic="br_n2"]'), "broker 2's topic on node 1"
+
+
+# ---- errors and warnings --------------------------------------------------------------------
+
+def test_error_is_shown_for_an_unknown_topic(cluster, page):
+    page.d.get("about:blank")
+    page.d.get(page.base + "/#/topics/br_never_there")
+    page.wait(lambda: (page.error_text() or "").strip(), "#error to show the API's error")
+    assert page.one("#error").is_displayed()
+
+
+def test_warnings_are_listed(cluster, driver, start_admin):
+    cluster.b1.publish("br_w", 1)
+    down = "127.0.0.1:%d" % closed_port()
+    admin = start_admin(nsqds=[cluster.b1.node, down])
+    page = Page(driver, admin)
+    page.open("/topics", "topics")
+    assert page.all('#topics tr[data-topic="br_w"]'), page.app_html()
+    items = [li.text for li in page.all("#warnings li")]
+    assert any(down in t for t in items), "#warnings %r does not name %s" % (items, down)
+    # and none on a healthy admin-ui
+    healthy = Page(driver, cluster.admin)
+    healthy.open("/topics", "topics")
+    assert healthy.all("#warnings li") == []
+
+
+def test_no_error_on_a_healthy_page(cluster, page):
+    page.open("/nodes", "nodes")
+    _assert_empty(page.error_text())
+    assert page.all("#warnings li") == []
+
+
+def _assert_empty(text):
+    assert not (text or "").strip(), "#error shows %r" % text
