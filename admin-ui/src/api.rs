@@ -67,6 +67,9 @@ pub fn handle(cluster: &Cluster, req: &Request) -> Response {
             _ => static_file("text/html; charset=utf-8", INDEX_HTML),
         };
     };
+    if method != "GET" && method != "HEAD" && !same_origin(head) {
+        return fail(403, "FORBIDDEN_ORIGIN");
+    }
     let parts: Vec<&str> = api.split('/').collect();
     match (parts.as_slice(), method) {
         (["topics"], "GET") => ok(cluster.topics()),
@@ -119,6 +122,24 @@ pub fn handle(cluster: &Cluster, req: &Request) -> Response {
         (["lookups"], "GET") => ok(cluster.lookups()),
         (["lookups"], _) => not_allowed("GET"),
         _ => fail(404, "NOT_FOUND"),
+    }
+}
+
+/// Whether a request that changes something comes from admin-ui's own page. A browser names
+/// the page that sent a POST or DELETE in `Origin`; one from another site (a forged form or
+/// fetch: a plain-text POST needs no CORS preflight) is refused, so a page elsewhere cannot
+/// delete topics through an operator's browser. Tools (curl, scripts) send no `Origin`.
+fn same_origin(head: &protocol::http::RequestHead) -> bool {
+    let Some(origin) = head.header("Origin") else {
+        return true;
+    };
+    let origin = origin.trim_end_matches('/');
+    let origin_host = origin
+        .strip_prefix("http://")
+        .or_else(|| origin.strip_prefix("https://"));
+    match (origin_host, head.header("Host")) {
+        (Some(o), Some(host)) => o.eq_ignore_ascii_case(host.trim()),
+        _ => false,
     }
 }
 

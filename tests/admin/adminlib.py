@@ -301,8 +301,8 @@ class AdminUI(Proc):
     def base(self):
         return "http://127.0.0.1:%d" % self.ports["http"]
 
-    def call(self, method, path, body=None):
-        return request(method, self.base + path, body)
+    def call(self, method, path, body=None, headers=None):
+        return request(method, self.base + path, body, headers=headers)
 
     def get(self, path):
         """GET an /api path, asserting 200 and a JSON answer; returns the decoded JSON."""
@@ -338,10 +338,10 @@ class Resp:
         return "Resp(%d, %r)" % (self.status, self.body[:300])
 
 
-def request(method, url, body=None, timeout=10):
+def request(method, url, body=None, timeout=10, headers=None):
     """One HTTP request. `body` may be bytes, str, or anything JSON-encodable (then sent as
-    application/json). Never raises for an HTTP error status."""
-    headers = {}
+    application/json); `headers` are added. Never raises for an HTTP error status."""
+    headers = dict(headers or {})
     if body is not None and not isinstance(body, (bytes, str)):
         body = json.dumps(body).encode()
         headers["Content-Type"] = "application/json"

@@ -519,6 +519,32 @@ def test_method_not_allowed(cluster):
                      "%s %s" % (method, path))
 
 
+def test_actions_from_another_origin_are_refused(cluster):
+    """A browser names the page behind a POST or DELETE in Origin: one from another site is
+    refused (403 FORBIDDEN_ORIGIN) and changes nothing; admin-ui's own origin, and tools that
+    send no Origin, are served."""
+    a = cluster.admin
+    on_both(cluster, "er_o", channels=["c"])
+    evil = {"Origin": "http://evil.example"}
+    assert_error(a.call("POST", "/api/topics/er_o", {"action": "pause"}, headers=evil),
+                 403, "FORBIDDEN_ORIGIN", "pause from another origin")
+    assert_error(a.call("DELETE", "/api/topics/er_o/c", headers=evil),
+                 403, "FORBIDDEN_ORIGIN", "delete from another origin")
+    assert_error(a.call("POST", "/api/topics", '{"topic": "er_o2"}',
+                        headers=dict(evil, **{"Content-Type": "text/plain"})),
+                 403, "FORBIDDEN_ORIGIN", "create from another origin")
+    data = a.get("/api/topics/er_o")
+    assert data["paused"] is False
+    assert [c["channel_name"] for c in data["channels"]] == ["c"]
+    assert "er_o2" not in a.get("/api/topics")["topics"]
+    own = {"Origin": a.base}
+    a_resp = a.call("POST", "/api/topics/er_o", {"action": "pause"}, headers=own)
+    assert a_resp.status == 200, a_resp
+    assert a.get("/api/topics/er_o")["paused"] is True
+    # Reading is never refused: a GET changes nothing.
+    assert a.call("GET", "/api/topics", headers=evil).status == 200
+
+
 def test_unknown_api_path(cluster):
     for path in ("/api/nope", "/api/topicz", "/api/"):
         assert_error(cluster.admin.call("GET", path), 404, "NOT_FOUND", "GET %s" % path)
