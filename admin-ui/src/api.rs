@@ -2,6 +2,7 @@
 //! built here from what [`Cluster`] gathers; a bad request is refused before anything is asked
 //! of the cluster.
 
+use crate::audit::Audit;
 use crate::cluster::{Cluster, Failure};
 use protocol::http::{Request, Response};
 use protocol::names::{is_valid_channel_name, is_valid_topic_name};
@@ -32,10 +33,6 @@ fn answer(result: Result<Value, Failure>) -> Response {
     }
 }
 
-fn done(result: Result<(), Failure>) -> Response {
-    answer(result.map(|()| json!({"message": "OK"})))
-}
-
 fn failure(f: Failure) -> Response {
     match f {
         Failure::NotFound(code) => fail(404, code),
@@ -51,8 +48,54 @@ fn static_file(content_type: &'static str, body: &'static str) -> Response {
         .with_body(body)
 }
 
-/// The answer to one request.
-pub fn handle(cluster: &Cluster, req: &Request) -> Response {
+/// What a POST or DELETE asks for.
+pub enum Action<'a> {
+    Create(String, Option<String>),
+    Topic(&'a str, &'static str),
+    DeleteTopic(&'a str),
+    Channel(&'a str, &'a str, &'static str),
+    DeleteChannel(&'a str, &'a str),
+    Tombstone(&'a str, String),
+}
+
+impl Action<'_> {
+    /// nsqadmin's name for it in notifications.
+    pub fn name(&self) -> String {
+        match self {
+            Action::Create(_, None) => "create_topic".into(),
+            Action::Create(_, Some(_)) => "create_channel".into(),
+            Action::Topic(_, op) => format!("{op}_topic"),
+            Action::DeleteTopic(_) => "delete_topic".into(),
+            Action::Channel(_, _, op) => format!("{op}_channel"),
+            Action::DeleteChannel(..) => "delete_channel".into(),
+            Action::Tombstone(..) => "tombstone_topic_producer".into(),
+        }
+    }
+
+    /// Its topic, channel and node.
+    pub fn subject(&self) -> (&str, Option<&str>, Option<&str>) {
+        match self {
+            Action::Create(t, c) => (t, c.as_deref(), None),
+            Action::Topic(t, _) | Action::DeleteTopic(t) => (t, None, None),
+            Action::Channel(t, c, _) | Action::DeleteChannel(t, c) => (t, Some(c), None),
+            Action::Tombstone(n, t) => (t, None, Some(n)),
+        }
+    }
+
+    fn perform(&self, cluster: &Cluster) -> Result<(), Failure> {
+        match self {
+            Action::Create(t, c) => cluster.create(t, c.as_deref()),
+            Action::Topic(t, op) => cluster.topic_action(t, op),
+            Action::DeleteTopic(t) => cluster.delete_topic(t),
+            Action::Channel(t, c, op) => cluster.channel_action(t, c, op),
+            Action::DeleteChannel(t, c) => cluster.delete_channel(t, c),
+            Action::Tombstone(n, t) => cluster.tombstone(n, t),
+        }
+    }
+}
+
+/// The answer to one request from `peer`.
+pub fn handle(cluster: &Cluster, audit: &Audit, req: &Request, peer: &str) -> Response {
     let head = &req.head;
     let method = head.method();
     let path = head.path();
@@ -67,61 +110,90 @@ pub fn handle(cluster: &Cluster, req: &Request) -> Response {
             _ => static_file("text/html; charset=utf-8", INDEX_HTML),
         };
     };
-    if method != "GET" && method != "HEAD" && !same_origin(head) {
+    let parts: Vec<&str> = api.split('/').collect();
+    if method == "GET" || method == "HEAD" {
+        return read(cluster, &parts);
+    }
+    let action = match action_of(&parts, method, &req.body) {
+        Ok(a) => a,
+        Err(r) => return r,
+    };
+    if !same_origin(head) {
         return fail(403, "FORBIDDEN_ORIGIN");
     }
-    let parts: Vec<&str> = api.split('/').collect();
-    match (parts.as_slice(), method) {
-        (["topics"], "GET") => ok(cluster.topics()),
-        (["topics"], "POST") => create(cluster, &req.body),
-        (["topics"], _) => not_allowed("GET, POST"),
-        (["topics", topic], m) => {
-            if !is_valid_topic_name(topic) {
-                return fail(400, "INVALID_TOPIC");
-            }
-            match m {
-                "GET" => answer(cluster.topic(topic)),
-                "POST" => match action(&req.body) {
-                    Ok(a) => done(cluster.topic_action(topic, a)),
-                    Err(r) => r,
-                },
-                "DELETE" => done(cluster.delete_topic(topic)),
-                _ => not_allowed("GET, POST, DELETE"),
-            }
-        }
-        (["topics", topic, channel], m) => {
-            if !is_valid_topic_name(topic) {
-                return fail(400, "INVALID_TOPIC");
-            }
-            if !is_valid_channel_name(channel) {
-                return fail(400, "INVALID_CHANNEL");
-            }
-            match m {
-                "GET" => answer(cluster.channel(topic, channel)),
-                "POST" => match action(&req.body) {
-                    Ok(a) => done(cluster.channel_action(topic, channel, a)),
-                    Err(r) => r,
-                },
-                "DELETE" => done(cluster.delete_channel(topic, channel)),
-                _ => not_allowed("GET, POST, DELETE"),
-            }
-        }
-        (["nodes"], "GET") => ok(cluster.nodes()),
-        (["nodes"], _) => not_allowed("GET"),
-        (["nodes", node], "GET") => answer(cluster.node(node)),
-        (["nodes", node], "DELETE") => match body_json(&req.body) {
-            Ok(b) => match b.get("topic").and_then(Value::as_str) {
-                Some(t) if is_valid_topic_name(t) => done(cluster.tombstone(node, t)),
-                _ => fail(400, "INVALID_TOPIC"),
-            },
+    let user = match audit.user(head) {
+        Ok(u) => u,
+        Err(()) => return fail(403, "FORBIDDEN"),
+    };
+    let result = action.perform(cluster);
+    if result.is_ok() {
+        audit.notify(&action, user, head, peer);
+    }
+    answer(result.map(|()| json!({"message": "OK"})))
+}
+
+/// A GET under `/api/`.
+fn read(cluster: &Cluster, parts: &[&str]) -> Response {
+    match parts {
+        ["topics"] => ok(cluster.topics()),
+        ["topics", topic] => match check_names(topic, None) {
+            Ok(()) => answer(cluster.topic(topic)),
             Err(r) => r,
         },
-        (["nodes", _], _) => not_allowed("GET, DELETE"),
-        (["counter"], "GET") => ok(cluster.counter()),
-        (["counter"], _) => not_allowed("GET"),
-        (["lookups"], "GET") => ok(cluster.lookups()),
-        (["lookups"], _) => not_allowed("GET"),
+        ["topics", topic, channel] => match check_names(topic, Some(channel)) {
+            Ok(()) => answer(cluster.channel(topic, channel)),
+            Err(r) => r,
+        },
+        ["nodes"] => ok(cluster.nodes()),
+        ["nodes", node] => answer(cluster.node(node)),
+        ["counter"] => ok(cluster.counter()),
+        ["lookups"] => ok(cluster.lookups()),
         _ => fail(404, "NOT_FOUND"),
+    }
+}
+
+/// The action a POST or DELETE under `/api/` asks for, or the answer refusing it.
+fn action_of<'a>(parts: &[&'a str], method: &str, body: &'a [u8]) -> Result<Action<'a>, Response> {
+    match (parts, method) {
+        (["topics"], "POST") => create(body),
+        (["topics", topic], "POST") => {
+            check_names(topic, None)?;
+            Ok(Action::Topic(topic, op(body)?))
+        }
+        (["topics", topic], "DELETE") => {
+            check_names(topic, None)?;
+            Ok(Action::DeleteTopic(topic))
+        }
+        (["topics", topic, channel], "POST") => {
+            check_names(topic, Some(channel))?;
+            Ok(Action::Channel(topic, channel, op(body)?))
+        }
+        (["topics", topic, channel], "DELETE") => {
+            check_names(topic, Some(channel))?;
+            Ok(Action::DeleteChannel(topic, channel))
+        }
+        (["nodes", node], "DELETE") => {
+            let b = body_json(body)?;
+            match b.get("topic").and_then(Value::as_str) {
+                Some(t) if is_valid_topic_name(t) => Ok(Action::Tombstone(node, t.to_owned())),
+                _ => Err(fail(400, "INVALID_TOPIC")),
+            }
+        }
+        (["topics"], _) => Err(not_allowed("GET, POST")),
+        (["topics", _] | ["topics", _, _], _) => Err(not_allowed("GET, POST, DELETE")),
+        (["nodes", _], _) => Err(not_allowed("GET, DELETE")),
+        (["nodes"] | ["counter"] | ["lookups"], _) => Err(not_allowed("GET")),
+        _ => Err(fail(404, "NOT_FOUND")),
+    }
+}
+
+fn check_names(topic: &str, channel: Option<&str>) -> Result<(), Response> {
+    if !is_valid_topic_name(topic) {
+        return Err(fail(400, "INVALID_TOPIC"));
+    }
+    match channel {
+        Some(c) if !is_valid_channel_name(c) => Err(fail(400, "INVALID_CHANNEL")),
+        _ => Ok(()),
     }
 }
 
@@ -152,7 +224,7 @@ fn body_json(body: &[u8]) -> Result<serde_json::Map<String, Value>, Response> {
 }
 
 /// The `action` of a pause / unpause / empty request.
-fn action(body: &[u8]) -> Result<&'static str, Response> {
+fn op(body: &[u8]) -> Result<&'static str, Response> {
     let b = body_json(body)?;
     match b.get("action").and_then(Value::as_str) {
         Some("pause") => Ok("pause"),
@@ -163,22 +235,17 @@ fn action(body: &[u8]) -> Result<&'static str, Response> {
 }
 
 /// `POST /api/topics` with `{"topic": ..., "channel": ...}`.
-fn create(cluster: &Cluster, body: &[u8]) -> Response {
-    let b = match body_json(body) {
-        Ok(b) => b,
-        Err(r) => return r,
+fn create(body: &[u8]) -> Result<Action<'static>, Response> {
+    let b = body_json(body)?;
+    let topic = match b.get("topic").and_then(Value::as_str) {
+        Some(t) if is_valid_topic_name(t) => t.to_owned(),
+        _ => return Err(fail(400, "INVALID_TOPIC")),
     };
-    let Some(topic) = b.get("topic").and_then(Value::as_str) else {
-        return fail(400, "INVALID_TOPIC");
-    };
-    if !is_valid_topic_name(topic) {
-        return fail(400, "INVALID_TOPIC");
-    }
     let channel = match b.get("channel") {
         None | Some(Value::Null) => None,
         Some(Value::String(c)) if c.is_empty() => None,
-        Some(Value::String(c)) if is_valid_channel_name(c) => Some(c.as_str()),
-        Some(_) => return fail(400, "INVALID_CHANNEL"),
+        Some(Value::String(c)) if is_valid_channel_name(c) => Some(c.clone()),
+        Some(_) => return Err(fail(400, "INVALID_CHANNEL")),
     };
-    done(cluster.create(topic, channel))
+    Ok(Action::Create(topic, channel))
 }

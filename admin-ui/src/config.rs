@@ -1,5 +1,6 @@
 //! Command-line flags, with nsqadmin's names and defaults.
 
+use crate::audit::Endpoint;
 use clap::Parser;
 use std::net::{SocketAddr, ToSocketAddrs};
 
@@ -23,6 +24,19 @@ struct Flags {
     #[arg(long = "nsqd-http-address", value_parser = upstream_addr)]
     nsqd_http_addresses: Vec<String>,
 
+    /// a user allowed to take actions (repeatable); when given, actions need one of them named
+    /// in --acl-http-header
+    #[arg(long = "admin-user")]
+    admin_users: Vec<String>,
+
+    /// the header naming the user (set by an authenticating proxy)
+    #[arg(long, default_value = "X-Forwarded-User")]
+    acl_http_header: String,
+
+    /// http://host:port/path to POST a JSON notification of each action to
+    #[arg(long, value_parser = Endpoint::parse)]
+    notification_http_endpoint: Option<Endpoint>,
+
     /// log level: debug, info, warn or error
     #[arg(long, default_value = "info")]
     log_level: tracing::Level,
@@ -36,6 +50,9 @@ pub struct Config {
     pub lookups: Vec<String>,
     /// Brokers read besides (or without) the lookups' producers, `host:port` of their HTTP APIs.
     pub brokers: Vec<String>,
+    pub admin_users: Vec<String>,
+    pub acl_http_header: String,
+    pub notification_http_endpoint: Option<Endpoint>,
     pub log_level: tracing::Level,
 }
 
@@ -58,6 +75,9 @@ impl Config {
             http_address: flags.http_address,
             lookups: dedup(flags.lookupd_http_addresses),
             brokers: dedup(flags.nsqd_http_addresses),
+            admin_users: flags.admin_users,
+            acl_http_header: flags.acl_http_header,
+            notification_http_endpoint: flags.notification_http_endpoint,
             log_level: flags.log_level,
         })
     }
@@ -90,6 +110,15 @@ fn upstream_addr(s: &str) -> Result<String, String> {
         Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => Ok(a.to_owned()),
         _ => Err(format!("{s:?} is not host:port")),
     }
+}
+
+/// This machine's name (what notifications give as `via`).
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned())
 }
 
 #[cfg(test)]

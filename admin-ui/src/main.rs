@@ -8,11 +8,13 @@
 //! - [`config`]: the flags (nsqadmin's names);
 //! - [`server`]: the listener and each connection's request loop;
 //! - [`api`]: the routes of the JSON API and the static page;
+//! - [`audit`]: who may take actions, and the notification of each one;
 //! - [`cluster`]: what the cluster looks like, gathered from lookups and brokers, and the
 //!   actions fanned out to them;
 //! - [`upstream`]: one HTTP request to a lookup or a broker.
 
 mod api;
+mod audit;
 mod cluster;
 mod config;
 mod server;

@@ -3,6 +3,7 @@
 //! [`crate::api`].
 
 use crate::api;
+use crate::audit::Audit;
 use crate::cluster::Cluster;
 use crate::config::Config;
 use bytes::BytesMut;
@@ -36,6 +37,12 @@ pub fn run(config: Config) -> Result<(), String> {
         lookups: config.lookups,
         brokers: config.brokers,
     });
+    let audit = Arc::new(Audit {
+        admin_users: config.admin_users,
+        acl_http_header: config.acl_http_header,
+        notify: config.notification_http_endpoint,
+        hostname: crate::config::hostname(),
+    });
     let open = Arc::new(AtomicUsize::new(0));
     for conn in listener.incoming() {
         let conn = match conn {
@@ -51,12 +58,12 @@ pub fn run(config: Config) -> Result<(), String> {
             warn!("{MAX_CONNECTIONS} connections open; one more refused");
             continue;
         }
-        let (cluster, open) = (cluster.clone(), open.clone());
+        let (cluster, audit, open) = (cluster.clone(), audit.clone(), open.clone());
         let spawned = std::thread::Builder::new()
             .name("admin-conn".into())
             .spawn(move || {
                 let peer = conn.peer_addr().map(|a| a.to_string()).unwrap_or_default();
-                if let Err(e) = serve(conn, &cluster) {
+                if let Err(e) = serve(conn, &cluster, &audit, &peer) {
                     debug!(client = %peer, "connection ended: {e}");
                 }
                 open.fetch_sub(1, Ordering::Relaxed);
@@ -69,7 +76,7 @@ pub fn run(config: Config) -> Result<(), String> {
 }
 
 /// One connection: requests answered in order until the client closes or asks to.
-fn serve(mut conn: TcpStream, cluster: &Cluster) -> std::io::Result<()> {
+fn serve(mut conn: TcpStream, cluster: &Cluster, audit: &Audit, peer: &str) -> std::io::Result<()> {
     conn.set_read_timeout(Some(IDLE))?;
     let _ = conn.set_nodelay(true);
     let mut decoder = RequestDecoder::new(Limits::default());
@@ -79,7 +86,7 @@ fn serve(mut conn: TcpStream, cluster: &Cluster) -> std::io::Result<()> {
         loop {
             match decoder.decode(&mut buf) {
                 Ok(Decoded::Request(req)) => {
-                    let resp = api::handle(cluster, &req);
+                    let resp = api::handle(cluster, audit, &req, peer);
                     debug!("{} {} {}", resp.status, req.head.method(), req.head.path());
                     let mut out = BytesMut::new();
                     resp.write_for(&req.head, &mut out);

@@ -22,6 +22,16 @@ pub struct Answer {
 
 /// Sends `method path` (with its query) to `addr` (`host:port`) and reads the answer.
 pub fn request(addr: &str, method: &str, path: &str) -> Result<Answer, String> {
+    request_with(addr, method, path, None)
+}
+
+/// [`request`] with a body: its content type and bytes.
+fn request_with(
+    addr: &str,
+    method: &str,
+    path: &str,
+    body: Option<(&str, &[u8])>,
+) -> Result<Answer, String> {
     let fail = |what: &str| format!("{method} http://{addr}{path}: {what}");
     let target = addr
         .to_socket_addrs()
@@ -34,12 +44,19 @@ pub fn request(addr: &str, method: &str, path: &str) -> Result<Answer, String> {
     sock.set_read_timeout(Some(IO_TIMEOUT))
         .and_then(|()| sock.set_write_timeout(Some(IO_TIMEOUT)))
         .map_err(|e| fail(&e.to_string()))?;
-    let head = format!(
+    let (content_type, body) = body.unwrap_or(("", &[]));
+    let mut head = format!(
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: application/json\r\n\
-         User-Agent: admin-ui/{}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-        env!("CARGO_PKG_VERSION")
+         User-Agent: admin-ui/{}\r\nContent-Length: {}\r\nConnection: close\r\n",
+        env!("CARGO_PKG_VERSION"),
+        body.len()
     );
+    if !content_type.is_empty() {
+        head.push_str(&format!("Content-Type: {content_type}\r\n"));
+    }
+    head.push_str("\r\n");
     sock.write_all(head.as_bytes())
+        .and_then(|()| sock.write_all(body))
         .map_err(|e| fail(&format!("cannot send: {e}")))?;
     let limits = Limits {
         max_body: MAX_ANSWER,
@@ -83,7 +100,16 @@ pub fn get_json(addr: &str, path: &str) -> Result<serde_json::Value, String> {
 /// POSTs `path` (an action: its arguments in the query) to `addr`; anything but a 2xx is an
 /// error carrying the body's `message` when there is one.
 pub fn post(addr: &str, path: &str) -> Result<(), String> {
-    let answer = request(addr, "POST", path)?;
+    check_posted(addr, path, request(addr, "POST", path)?)
+}
+
+/// POSTs `body` to `path` of `addr`; as [`post`].
+pub fn post_body(addr: &str, path: &str, content_type: &str, body: &[u8]) -> Result<(), String> {
+    let answer = request_with(addr, "POST", path, Some((content_type, body)))?;
+    check_posted(addr, path, answer)
+}
+
+fn check_posted(addr: &str, path: &str, answer: Answer) -> Result<(), String> {
     if (200..300).contains(&answer.status) {
         return Ok(());
     }

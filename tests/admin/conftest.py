@@ -58,11 +58,11 @@ def fresh_cluster():
 
 @pytest.fixture
 def start_admin():
-    """Factory: start_admin(lookups=[...], nsqds=[...]) -> a running AdminUI."""
+    """Factory: start_admin(lookups=[...], nsqds=[...], extra=[flags]) -> a running AdminUI."""
     started = []
 
-    def start(lookups=(), nsqds=()):
-        a = AdminUI(lookups=lookups, nsqds=nsqds)
+    def start(lookups=(), nsqds=(), extra=()):
+        a = AdminUI(lookups=lookups, nsqds=nsqds, extra=extra)
         started.append(a)
         return a.start()
 

@@ -9,8 +9,14 @@ live consumer's client row, nodes, node, counter, lookups) checked against the b
 the brokers; pause / unpause / empty of topics and channels; delete of channels and topics;
 tombstone) checked at the brokers and the lookup; the errors (INVALID_ACTION, INVALID_BODY,
 INVALID_TOPIC, INVALID_CHANNEL, TOPIC_NOT_FOUND, CHANNEL_NOT_FOUND, NODE_NOT_FOUND, NOT_FOUND,
-METHOD_NOT_ALLOWED) and "warnings" for an unreachable broker or lookup.
+METHOD_NOT_ALLOWED, FORBIDDEN_ORIGIN, FORBIDDEN) and "warnings" for an unreachable broker or
+lookup; --admin-user and --notification-http-endpoint.
 """
+
+import http.server
+import json
+import threading
+import time
 
 from adminlib import (assert_error, assert_json_type, closed_port, eventually, q, request,
                       wait_registered, wait_until)
@@ -543,6 +549,75 @@ def test_actions_from_another_origin_are_refused(cluster):
     assert a.get("/api/topics/er_o")["paused"] is True
     # Reading is never refused: a GET changes nothing.
     assert a.call("GET", "/api/topics", headers=evil).status == 200
+
+
+class Hook:
+    """An HTTP endpoint on 127.0.0.1 that keeps the JSON bodies POSTed to it."""
+
+    def __init__(self):
+        received = self.received = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                n = int(self.headers.get("Content-Length", "0"))
+                received.append((self.path, self.headers.get("Content-Type"),
+                                 json.loads(self.rfile.read(n))))
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+        self.url = "http://127.0.0.1:%d/hook?from=admin" % self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_admin_users_and_notifications(cluster, start_admin):
+    """--admin-user: an action needs one of the users named in --acl-http-header (reading does
+    not); --notification-http-endpoint: each action that succeeded is POSTed there as JSON, in
+    nsqadmin's shape; a refused or failed one is not."""
+    hook = Hook()
+    try:
+        a = start_admin(lookups=[cluster.lookup.http_address], extra=[
+            "--admin-user=alice", "--admin-user=carol", "--acl-http-header=X-Remote-User",
+            "--notification-http-endpoint=" + hook.url])
+        on_both(cluster, "au_t", channels=["c"])
+        for headers in (None, {"X-Remote-User": "bob"}, {"X-Forwarded-User": "alice"}):
+            assert_error(a.call("POST", "/api/topics/au_t/c", {"action": "pause"},
+                                headers=headers), 403, "FORBIDDEN", "acting as %r" % headers)
+        assert a.get("/api/topics/au_t/c")["paused"] is False
+        alice = {"X-Remote-User": "alice", "User-Agent": "admin-test"}
+        r = a.call("POST", "/api/topics/au_t/c", {"action": "pause"}, headers=alice)
+        assert r.status == 200, r
+        assert a.get("/api/topics/au_t/c")["paused"] is True
+        r = a.call("POST", "/api/topics", {"topic": "au_new", "channel": "x"},
+                   headers={"X-Remote-User": "carol"})
+        assert r.status == 200, r
+        # A failed action (unknown channel) tells nobody.
+        r = a.call("POST", "/api/topics/au_t/nope", {"action": "empty"}, headers=alice)
+        assert r.status == 404, r
+        wait_until(lambda: len(hook.received) >= 2, "two notifications")
+        time_now = time.time()
+        by_action = {body["action"]: (path, ctype, body) for path, ctype, body in hook.received}
+        assert sorted(by_action) == ["create_channel", "pause_channel"], hook.received
+        path, ctype, body = by_action["pause_channel"]
+        assert path == "/hook?from=admin" and ctype == "application/json", (path, ctype)
+        assert (body["topic"], body["channel"], body["node"]) == ("au_t", "c", ""), body
+        assert (body["user"], body["user_agent"]) == ("alice", "admin-test"), body
+        assert body["remote_ip"] == "127.0.0.1", body
+        assert body["url"].endswith("/api/topics/au_t/c"), body
+        assert abs(body["timestamp"] - time_now) < 30 and body["via"], body
+        _, _, body = by_action["create_channel"]
+        assert (body["topic"], body["channel"], body["user"]) == ("au_new", "x", "carol"), body
+    finally:
+        hook.close()
 
 
 def test_unknown_api_path(cluster):
