@@ -11,6 +11,8 @@ use std::time::Duration;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long one read or write may block.
 const IO_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a whole request may take, however its bytes trickle in.
+const DEADLINE: Duration = Duration::from_secs(15);
 /// The largest answer read (a busy broker's `/stats` with every client is large).
 const MAX_ANSWER: usize = 64 << 20;
 
@@ -32,6 +34,7 @@ fn request_with(
     path: &str,
     body: Option<(&str, &[u8])>,
 ) -> Result<Answer, String> {
+    let started = std::time::Instant::now();
     let fail = |what: &str| format!("{method} http://{addr}{path}: {what}");
     let target = addr
         .to_socket_addrs()
@@ -65,6 +68,9 @@ fn request_with(
     let mut buf = Vec::with_capacity(16 * 1024);
     let mut chunk = [0u8; 16 * 1024];
     loop {
+        if started.elapsed() > DEADLINE {
+            return Err(fail(&format!("no whole answer within {DEADLINE:?}")));
+        }
         let n = sock
             .read(&mut chunk)
             .map_err(|e| fail(&format!("cannot read the answer: {e}")))?;
