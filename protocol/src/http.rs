@@ -1282,6 +1282,38 @@ mod tests {
         assert_eq!(r.head.raw_query(), "x=1");
     }
 
+    /// Every form of request target, as the head's ranges and decoded path give it back.
+    #[test]
+    fn request_targets() {
+        for (target, path, query) in [
+            ("/pub?topic=t", "/pub", "topic=t"),
+            ("/a%20b/%23c?x=%41", "/a b/#c", "x=%41"),
+            ("/pub#frag", "/pub", ""),
+            ("/pub?x=1#frag", "/pub", "x=1"),
+            ("http://h:1", "/", ""),
+            ("https://h:1/s?q", "/s", "q"),
+            ("*", "*", ""),
+        ] {
+            let line = format!("OPTIONS {target} HTTP/1.1\r\nHost: h\r\n\r\n");
+            let r = request(line.as_bytes());
+            assert_eq!(r.head.method(), "OPTIONS", "{target}");
+            assert_eq!(
+                (r.head.path(), r.head.raw_query()),
+                (path, query),
+                "{target}"
+            );
+        }
+        for bad in ["/a%zz", "relative"] {
+            let line = format!("GET {bad} HTTP/1.1\r\n\r\n");
+            let mut d = RequestDecoder::new(Limits::default());
+            let got = d.decode(&mut BytesMut::from(line.as_bytes()));
+            assert!(
+                matches!(got, Err(HttpError::Malformed(_))),
+                "{bad}: {got:?}"
+            );
+        }
+    }
+
     #[test]
     fn query_parsing_like_go() {
         let q = Query::parse("a=1&&b&c=x+y%2B&a=").unwrap();
