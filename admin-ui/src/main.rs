@@ -30,23 +30,19 @@ fn main() -> ExitCode {
             return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
         }
     };
-    init_logging(config.log_level);
-    match server::run(config) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            tracing::error!("{e}");
-            eprintln!("admin-ui: {e}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-fn init_logging(level: tracing::Level) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level.as_str()));
+    // RUST_LOG, when set, wins over --log-level.
     tracing_subscriber::fmt()
-        .with_env_filter(filter)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| config.log_level.as_str().into()),
+        )
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+    if let Err(e) = server::run(config) {
+        tracing::error!("{e}");
+        eprintln!("admin-ui: {e}");
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
 }

@@ -524,6 +524,18 @@ class Cluster:
             self.stop()
             raise
 
+    def on_both(self, topic, channels=(), count=(1, 1)):
+        """Creates `channels` of `topic` on both brokers, publishes count[i] messages on broker
+        i, and waits until the lookup lists both brokers (and the channels) for the topic."""
+        for b, n in zip(self.brokers, count):
+            b.create_topic(topic)
+            for c in channels:
+                b.create_channel(topic, c)
+            b.publish(topic, n)
+        wait_registered(self.lookup, self.brokers, topic)
+        for c in channels:
+            wait_registered(self.lookup, self.brokers, topic, c)
+
     def _start(self, proc):
         self.procs.append(proc)
         return proc.start()

@@ -30,18 +30,6 @@ def admins(cluster):
     return [("lookup admin", cluster.admin), ("nsqd admin", cluster.admin_nsqd)]
 
 
-def on_both(cluster, topic, channels=(), count=(1, 1)):
-    """Creates `channels` of `topic` on both brokers, publishes count[i] messages on broker i,
-    and waits until the lookup lists both brokers (and the channels) for the topic."""
-    for b, n in zip(cluster.brokers, count):
-        b.create_topic(topic)
-        for c in channels:
-            b.create_channel(topic, c)
-        b.publish(topic, n)
-    wait_registered(cluster.lookup, cluster.brokers, topic)
-    for c in channels:
-        wait_registered(cluster.lookup, cluster.brokers, topic, c)
-
 
 def check_topic_against_brokers(data, topic, brokers):
     """`data` (GET /api/topics/{topic}) must add up the brokers' own /stats."""
@@ -119,7 +107,7 @@ def test_ping_page_and_static_files(cluster):
 def test_topics_is_the_union_of_both_brokers(cluster):
     cluster.b1.publish("un_only1", 1)
     cluster.b2.publish("un_only2", 1)
-    on_both(cluster, "un_both")
+    cluster.on_both("un_both")
     wait_registered(cluster.lookup, [cluster.b1], "un_only1")
     wait_registered(cluster.lookup, [cluster.b2], "un_only2")
     for name, admin in admins(cluster):
@@ -181,7 +169,7 @@ def test_topic_not_found(cluster):
 
 
 def test_channel_totals_and_live_client(cluster):
-    on_both(cluster, "ch_live", channels=["c"], count=(2, 3))
+    cluster.on_both("ch_live", channels=["c"], count=(2, 3))
     consumer = cluster.consumer(cluster.b1, "ch_live", "c", client_id="live-consumer",
                                 hostname="live-host", user_agent="admin-tests/live")
     wait_until(lambda: (cluster.b1.channel_stats("ch_live", "c") or {}).get("client_count") == 1,
@@ -214,7 +202,7 @@ def test_channel_totals_and_live_client(cluster):
 
 
 def test_channel_name_is_percent_decoded(cluster):
-    on_both(cluster, "ch_eph")
+    cluster.on_both("ch_eph")
     cluster.consumer(cluster.b2, "ch_eph", "live#ephemeral", client_id="eph-consumer")
     wait_until(lambda: cluster.b2.channel_stats("ch_eph", "live#ephemeral"),
                "the ephemeral channel on broker 2")
@@ -228,7 +216,7 @@ def test_channel_name_is_percent_decoded(cluster):
 
 
 def test_channel_not_found(cluster):
-    on_both(cluster, "ch_nf")
+    cluster.on_both("ch_nf")
     for name, admin in admins(cluster):
         assert_error(admin.call("GET", "/api/topics/ch_nf/nochannel"), 404, "CHANNEL_NOT_FOUND",
                      "%s GET /api/topics/ch_nf/nochannel" % name)
@@ -368,7 +356,7 @@ def test_create_topic_and_channel_on_brokers_without_lookups(cluster):
 
 
 def test_pause_and_unpause_topic(cluster):
-    on_both(cluster, "pa_t")
+    cluster.on_both("pa_t")
     for name, admin in admins(cluster):
         admin.act("POST", "/api/topics/pa_t", {"action": "pause"})
         for b in cluster.brokers:
@@ -384,7 +372,7 @@ def test_pause_and_unpause_topic(cluster):
 
 
 def test_topic_paused_when_any_node_has_it_paused(cluster):
-    on_both(cluster, "pa_any")
+    cluster.on_both("pa_any")
     cluster.b2.post("/topic/pause?topic=pa_any")
     for name, admin in admins(cluster):
         data = admin.get("/api/topics/pa_any")
@@ -394,7 +382,7 @@ def test_topic_paused_when_any_node_has_it_paused(cluster):
 
 
 def test_pause_and_unpause_channel(cluster):
-    on_both(cluster, "pa_ct", channels=["pc"])
+    cluster.on_both("pa_ct", channels=["pc"])
     for name, admin in admins(cluster):
         admin.act("POST", "/api/topics/pa_ct/pc", {"action": "pause"})
         for b in cluster.brokers:
@@ -409,7 +397,7 @@ def test_pause_and_unpause_channel(cluster):
 
 
 def test_empty_topic(cluster):
-    on_both(cluster, "em_t", count=(3, 4))
+    cluster.on_both("em_t", count=(3, 4))
     for b in cluster.brokers:
         assert b.topic_stats("em_t")["depth"] > 0, ("precondition: depth on", b.node,
                                                     b.topic_stats("em_t"))
@@ -420,7 +408,7 @@ def test_empty_topic(cluster):
 
 
 def test_empty_channel(cluster):
-    on_both(cluster, "em_ct", channels=["ec"], count=(3, 2))
+    cluster.on_both("em_ct", channels=["ec"], count=(3, 2))
     for b in cluster.brokers:
         assert b.channel_stats("em_ct", "ec")["depth"] > 0, ("precondition: depth on", b.node)
     cluster.admin_nsqd.act("POST", "/api/topics/em_ct/ec", {"action": "empty"})
@@ -430,7 +418,7 @@ def test_empty_channel(cluster):
 
 
 def test_delete_channel(cluster):
-    on_both(cluster, "dl_ct", channels=["gone", "kept"])
+    cluster.on_both("dl_ct", channels=["gone", "kept"])
     cluster.admin.act("DELETE", "/api/topics/dl_ct/gone")
     for b in cluster.brokers:
         assert b.channel_stats("dl_ct", "gone") is None, b.node
@@ -444,7 +432,7 @@ def test_delete_channel(cluster):
 
 
 def test_delete_topic(cluster):
-    on_both(cluster, "dl_t", channels=["c"])
+    cluster.on_both("dl_t", channels=["c"])
     cluster.admin.act("DELETE", "/api/topics/dl_t")
     for b in cluster.brokers:
         assert b.topic_stats("dl_t") is None, b.node
@@ -460,14 +448,14 @@ def _assert_not_in(item, items):
 
 
 def test_delete_topic_without_lookups(cluster):
-    on_both(cluster, "dln_t")
+    cluster.on_both("dln_t")
     cluster.admin_nsqd.act("DELETE", "/api/topics/dln_t")
     for b in cluster.brokers:
         assert b.topic_stats("dln_t") is None, b.node
 
 
 def test_tombstone_topic_producer(cluster):
-    on_both(cluster, "tb_t")
+    cluster.on_both("tb_t")
     cluster.admin.act("DELETE", "/api/nodes/" + q(cluster.b1.node), {"topic": "tb_t"})
     ports = cluster.lookup.producer_tcp_ports("tb_t")
     assert cluster.b1.tcp_port not in ports, "tombstoned producer still in /lookup: %r" % ports
@@ -483,7 +471,7 @@ def test_tombstone_topic_producer(cluster):
 # ---- errors ---------------------------------------------------------------------------------
 
 def test_invalid_action(cluster):
-    on_both(cluster, "er_t", channels=["c"])
+    cluster.on_both("er_t", channels=["c"])
     a = cluster.admin
     assert_error(a.call("POST", "/api/topics/er_t", {"action": "explode"}), 400,
                  "INVALID_ACTION", "POST /api/topics/er_t explode")
@@ -494,7 +482,7 @@ def test_invalid_action(cluster):
 
 
 def test_invalid_body(cluster):
-    on_both(cluster, "er_b", channels=["c"])
+    cluster.on_both("er_b", channels=["c"])
     a = cluster.admin
     for path in ("/api/topics", "/api/topics/er_b", "/api/topics/er_b/c"):
         assert_error(a.call("POST", path, b"this is not json"), 400, "INVALID_BODY",
@@ -515,7 +503,7 @@ def test_invalid_topic_and_channel_names(cluster):
 
 def test_method_not_allowed(cluster):
     a = cluster.admin
-    on_both(cluster, "er_m", channels=["c"])
+    cluster.on_both("er_m", channels=["c"])
     for method, path in (("PUT", "/api/topics"), ("DELETE", "/api/topics"),
                          ("PATCH", "/api/topics/er_m"), ("PUT", "/api/topics/er_m/c"),
                          ("POST", "/api/nodes"), ("POST", "/api/counter"),
@@ -530,7 +518,7 @@ def test_actions_from_another_origin_are_refused(cluster):
     refused (403 FORBIDDEN_ORIGIN) and changes nothing; admin-ui's own origin, and tools that
     send no Origin, are served."""
     a = cluster.admin
-    on_both(cluster, "er_o", channels=["c"])
+    cluster.on_both("er_o", channels=["c"])
     evil = {"Origin": "http://evil.example"}
     assert_error(a.call("POST", "/api/topics/er_o", {"action": "pause"}, headers=evil),
                  403, "FORBIDDEN_ORIGIN", "pause from another origin")
@@ -588,7 +576,7 @@ def test_admin_users_and_notifications(cluster, start_admin):
         a = start_admin(lookups=[cluster.lookup.http_address], extra=[
             "--admin-user=alice", "--admin-user=carol", "--acl-http-header=X-Remote-User",
             "--notification-http-endpoint=" + hook.url])
-        on_both(cluster, "au_t", channels=["c"])
+        cluster.on_both("au_t", channels=["c"])
         for headers in (None, {"X-Remote-User": "bob"}, {"X-Forwarded-User": "alice"}):
             assert_error(a.call("POST", "/api/topics/au_t/c", {"action": "pause"},
                                 headers=headers), 403, "FORBIDDEN", "acting as %r" % headers)

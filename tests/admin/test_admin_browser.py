@@ -166,23 +166,13 @@ def wait_topic_in_api(admin, topic):
                "%s in the admin-ui's /api/topics" % topic)
 
 
-def on_both(cluster, topic, channels=(), count=(1, 1)):
-    for b, n in zip(cluster.brokers, count):
-        b.create_topic(topic)
-        for c in channels:
-            b.create_channel(topic, c)
-        b.publish(topic, n)
-    wait_registered(cluster.lookup, cluster.brokers, topic)
-    for c in channels:
-        wait_registered(cluster.lookup, cluster.brokers, topic, c)
-
 
 # ---- topics and topic pages -----------------------------------------------------------------
 
 def test_topics_page_lists_published_topics(cluster, page):
     cluster.b1.publish("br_a", 1)
     cluster.b2.publish("br_b", 2)
-    on_both(cluster, "br_c")
+    cluster.on_both("br_c")
     for t in ("br_a", "br_b"):
         wait_topic_in_api(cluster.admin, t)
     page.open("/topics", "topics")
@@ -197,7 +187,7 @@ def test_topics_page_lists_published_topics(cluster, page):
 
 
 def test_clicking_a_topic_shows_its_channels_and_nodes(cluster, page):
-    on_both(cluster, "br_t", channels=["c1", "c2"], count=(2, 3))
+    cluster.on_both("br_t", channels=["c1", "c2"], count=(2, 3))
     wait_topic_in_api(cluster.admin, "br_t")
     page.open("/topics", "topics")
     page.one('#topics tr[data-topic="br_t"] a[href="#/topics/br_t"]').click()
@@ -218,7 +208,7 @@ def test_clicking_a_topic_shows_its_channels_and_nodes(cluster, page):
 
 
 def test_pause_and_unpause_buttons(cluster, page):
-    on_both(cluster, "br_p")
+    cluster.on_both("br_p")
     wait_topic_in_api(cluster.admin, "br_p")
     page.open("/topics/br_p", "topic")
     assert page.text("#topic-state") == "active"
@@ -235,7 +225,7 @@ def test_pause_and_unpause_buttons(cluster, page):
 
 
 def test_delete_topic_navigates_to_topics(cluster, page):
-    on_both(cluster, "br_dt", channels=["c"])
+    cluster.on_both("br_dt", channels=["c"])
     wait_topic_in_api(cluster.admin, "br_dt")
     page.open("/topics/br_dt", "topic")
     page.answer_confirm(True)
@@ -252,7 +242,7 @@ def test_delete_topic_navigates_to_topics(cluster, page):
 # ---- channel pages --------------------------------------------------------------------------
 
 def test_channel_page_lists_a_connected_consumer(cluster, page):
-    on_both(cluster, "br_ch", channels=["live"])
+    cluster.on_both("br_ch", channels=["live"])
     consumer = cluster.consumer(cluster.b1, "br_ch", "live", client_id="browser-consumer",
                                 hostname="browser-host")
     wait_until(lambda: (cluster.b1.channel_stats("br_ch", "live") or {}).get("client_count")
@@ -269,7 +259,7 @@ def test_channel_page_lists_a_connected_consumer(cluster, page):
 
 
 def test_ephemeral_channel_link_is_encoded(cluster, page):
-    on_both(cluster, "br_eph")
+    cluster.on_both("br_eph")
     cluster.consumer(cluster.b2, "br_eph", "e#ephemeral", client_id="eph-browser")
     wait_until(lambda: cluster.b2.channel_stats("br_eph", "e#ephemeral"),
                "the ephemeral channel on broker 2")
@@ -282,7 +272,7 @@ def test_ephemeral_channel_link_is_encoded(cluster, page):
 
 
 def test_empty_channel_asks_first_then_empties(cluster, page):
-    on_both(cluster, "br_em", channels=["c"], count=(3, 2))
+    cluster.on_both("br_em", channels=["c"], count=(3, 2))
     for b in cluster.brokers:
         assert b.channel_stats("br_em", "c")["depth"] > 0, ("precondition", b.node)
     page.open("/topics/br_em/c", "channel")
@@ -310,7 +300,7 @@ def test_empty_channel_asks_first_then_empties(cluster, page):
 
 
 def test_delete_channel_navigates_back_to_its_topic(cluster, page):
-    on_both(cluster, "br_dc", channels=["gone", "kept"])
+    cluster.on_both("br_dc", channels=["gone", "kept"])
     page.open("/topics/br_dc/gone", "channel")
     page.answer_confirm(True)
     page.visible('#channel-actions button[data-action="delete"]').click()
