@@ -135,19 +135,25 @@ where
                 }
             }
         }
-        if read_more(stream, buf).await? == 0 {
+        let mut scratch = [0u8; 4096];
+        if read_more(stream, buf, &mut scratch).await? == 0 {
             return Err(Error::Closed);
         }
     }
 }
 
-/// Reads what the socket has into the end of `buf`; 0 means end of stream.
-async fn read_more<R: AsyncRead + Unpin>(r: &mut R, buf: &mut BytesMut) -> Result<usize> {
-    let start = buf.len();
-    buf.resize(start + READ_CHUNK, 0);
-    let n = r.read(&mut buf[start..]).await;
-    buf.truncate(start + *n.as_ref().unwrap_or(&0));
-    Ok(n?)
+/// Reads what the socket has into `scratch`, then onto the end of `buf`; 0 means end of
+/// stream. Reading through a scratch buffer zeroed once costs a copy of what arrived, where
+/// growing `buf` by a zeroed chunk before every read cost a 64 KiB memset (3% of a synchronous
+/// publisher's CPU, whose answers are 10 bytes).
+async fn read_more<R: AsyncRead + Unpin>(
+    r: &mut R,
+    buf: &mut BytesMut,
+    scratch: &mut [u8],
+) -> Result<usize> {
+    let n = r.read(scratch).await?;
+    buf.extend_from_slice(&scratch[..n]);
+    Ok(n)
 }
 
 /// The IDENTIFY answer: `OK` (no negotiation) or JSON. A JSON answer from an older broker may
@@ -332,6 +338,7 @@ where
     R: AsyncRead + Unpin,
     F: FnMut(&Conn, Event),
 {
+    let mut scratch = vec![0u8; READ_CHUNK];
     loop {
         crate::clock::for_one_read(|| -> Result<()> {
             while let Some(frame) = decode_frame(&mut buf, MAX_FRAME_SIZE)? {
@@ -339,7 +346,7 @@ where
             }
             Ok(())
         })?;
-        if read_more(&mut r, &mut buf).await? == 0 {
+        if read_more(&mut r, &mut buf, &mut scratch).await? == 0 {
             return Err(Error::Closed);
         }
     }

@@ -98,8 +98,9 @@ struct Delivery {
 
 async fn serve(mut stream: TcpStream, size: usize) -> std::io::Result<()> {
     let mut buf = BytesMut::with_capacity(READ_CHUNK);
+    let mut scratch = vec![0u8; READ_CHUNK];
     while buf.len() < 4 {
-        if read_more(&mut stream, &mut buf).await? == 0 {
+        if read_more(&mut stream, &mut buf, &mut scratch).await? == 0 {
             return Ok(());
         }
     }
@@ -124,7 +125,7 @@ async fn serve(mut stream: TcpStream, size: usize) -> std::io::Result<()> {
             stream.write_all(&out).await?;
             out.clear();
         }
-        if read_more(&mut stream, &mut buf).await? == 0 {
+        if read_more(&mut stream, &mut buf, &mut scratch).await? == 0 {
             return Ok(());
         }
     }
@@ -172,10 +173,14 @@ fn deliver(d: &mut Delivery, size: usize, out: &mut BytesMut) {
     }
 }
 
-async fn read_more(stream: &mut TcpStream, buf: &mut BytesMut) -> std::io::Result<usize> {
-    let start = buf.len();
-    buf.resize(start + READ_CHUNK, 0);
-    let n = stream.read(&mut buf[start..]).await;
-    buf.truncate(start + *n.as_ref().unwrap_or(&0));
-    n
+/// Reads what the socket has onto the end of `buf` through `scratch` (zeroed once, so no read
+/// zeroes a fresh chunk of `buf` first); 0 means end of stream.
+async fn read_more(
+    stream: &mut TcpStream,
+    buf: &mut BytesMut,
+    scratch: &mut [u8],
+) -> std::io::Result<usize> {
+    let n = stream.read(scratch).await?;
+    buf.extend_from_slice(&scratch[..n]);
+    Ok(n)
 }
