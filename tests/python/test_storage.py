@@ -240,6 +240,42 @@ def test_flipped_bytes_are_skipped_not_delivered(restartable):
     assert all(b.startswith("flip-") and b[5:].isdigit() for b in seen), "no garbled body"
 
 
+def test_damage_while_running_loses_only_the_damaged_message(restartable):
+    """A record damaged on disk while the broker runs (after start-up, before any reader
+    touched it) costs that message and no other, even when the next record starts in the next
+    256 KiB read block: reading resynchronises on it instead of jumping to the next index
+    point (up to 255 records further)."""
+    r = restartable("--mem-queue-size=0")
+    r.start()
+    create_channels(r.addr)
+    pad = "x" * 300
+    bodies = ["live-%d-%s" % (i, pad) for i in range(2000)]
+    with Conn(r.addr) as p:
+        for i in range(0, len(bodies), 250):
+            p.mpub(TOPIC, bodies[i:i + 250])
+    seg = _segments(r.data_path)[0]
+    deadline = time.monotonic() + 15
+    while b"live-1999-" not in open(seg, "rb").read():
+        assert time.monotonic() < deadline, "the last record never reached %s" % seg
+        time.sleep(0.05)
+    data = open(seg, "rb").read()
+    starts = [data.find(b"live-%d-" % i) - 48 for i in range(len(bodies))]
+    assert all(s > 0 for s in starts)
+    block = 256 * 1024
+    damaged = next(i for i in range(len(bodies) - 1) if starts[i] < block < starts[i + 1])
+    assert damaged % 256 < 250, "the next index point is right after it: pick another block"
+    with open(seg, "r+b") as f:
+        f.seek(starts[damaged] + 48 + 2)
+        f.write(b"?")
+        f.flush()
+        os.fsync(f.fileno())
+    lost = bodies[damaged]
+    seen, _ = drain(r.addr, "a", set(bodies) - {lost}, timeout=30)
+    assert lost not in seen
+    assert all(b.startswith("live-") and b.endswith(pad) for b in seen), "no garbled body"
+    assert logged(r.broker, "corrupt record while reading; skipped"), r.broker.stderr()[-2000:]
+
+
 def test_sigkill_under_durable_publishing_loses_no_acknowledged_message(restartable):
     """20 SIGKILLs while a producer publishes with --durable; every OK'd message comes back."""
     import socket
