@@ -13,8 +13,8 @@
 //! - Deliveries go to ready consumers in turn (round robin), one message at a time, so a
 //!   channel's consumers share it fairly.
 //!
-//! Nothing here does I/O: operations push [`Delivery`]s into a vector the shard routes to
-//! connections (local, or through the mailbox of the consumer's shard).
+//! Nothing here does I/O: operations encode frames into [`Deliveries`], one buffer per consumer,
+//! which the shard routes to connections (local, or through the mailbox of the consumer's shard).
 
 use crate::deadlines::{DeadlineQueue, Slot};
 use crate::ids::IdHash;

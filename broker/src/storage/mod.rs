@@ -2,7 +2,7 @@
 //!
 //! - [`segment`]: the record and file format (lengths, checksums, versioned headers).
 //! - [`blocks`]: the direct-I/O read cache channels read segments through.
-//! - [`file`]: a segment file on the io_uring (direct I/O, or buffered where unavailable).
+//! - [`mod@file`]: a segment file on the io_uring (direct I/O, or buffered where unavailable).
 //! - [`log`]: a topic's log: append, the in-memory window, reads, flush and fsync.
 //! - [`meta`]: a topic's metadata (channels, cursors, pending messages at a clean stop).
 //!
