@@ -14,8 +14,8 @@ import re
 import shutil
 import signal
 import socket
-import struct
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -25,6 +25,10 @@ import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
+
+# The wire tests' raw protocol client.
+sys.path.insert(0, os.path.join(REPO, "tests", "python"))
+from nsqwire import FRAME_MESSAGE, Conn, WireError  # noqa: E402
 
 START_TIMEOUT = 10.0
 STOP_GRACE = 4.0
@@ -418,8 +422,8 @@ def wait_registered(lookup, brokers, topic, channel=None):
 # ---- a raw NSQ consumer -----------------------------------------------------------------------
 
 class Consumer:
-    """A raw protocol-V2 consumer: IDENTIFY, SUB, RDY; a thread answers heartbeats with NOP and
-    keeps (without finishing) the messages it gets."""
+    """A raw protocol-V2 consumer (tests/python/nsqwire.py): IDENTIFY, SUB, RDY; a thread
+    answers heartbeats with NOP and keeps (without finishing) the messages it gets."""
 
     def __init__(self, broker, topic, channel, client_id="admin-test-consumer",
                  hostname="admin-test-host", user_agent="admin-tests/1.0", rdy=0):
@@ -428,72 +432,35 @@ class Consumer:
         self.user_agent = user_agent
         self.messages = []
         self._stop = False
-        self.sock = socket.create_connection(("127.0.0.1", broker.tcp_port), timeout=10)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.local_address = "%s:%d" % self.sock.getsockname()[:2]
-        ident = json.dumps({"client_id": client_id, "hostname": hostname,
-                            "user_agent": user_agent, "feature_negotiation": False}).encode()
-        self.sock.sendall(b"  V2" + b"IDENTIFY\n" + struct.pack(">I", len(ident)) + ident)
-        self._expect_ok("IDENTIFY")
-        self.sock.sendall(("SUB %s %s\n" % (topic, channel)).encode())
-        self._expect_ok("SUB")
-        if rdy:
-            self.sock.sendall(b"RDY %d\n" % rdy)
-        self.sock.settimeout(0.2)
+        self.conn = Conn(("127.0.0.1", broker.tcp_port))
+        self.local_address = "%s:%d" % self.conn.sock.getsockname()[:2]
+        answer = self.conn.identify(client_id=client_id, hostname=hostname,
+                                    user_agent=user_agent, feature_negotiation=False)
+        if answer != b"OK":
+            raise AssertionError("IDENTIFY answered %r" % answer)
+        self.conn.sub(topic, channel, rdy=rdy or None)
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
-    def _read_exact(self, n):
-        data = b""
-        while len(data) < n:
-            chunk = self.sock.recv(n - len(data))
-            if not chunk:
-                raise ConnectionError("broker closed the connection")
-            data += chunk
-        return data
-
-    def _frame(self):
-        size, ftype = struct.unpack(">II", self._read_exact(8))
-        return ftype, self._read_exact(size - 4)
-
-    def _expect_ok(self, what):
-        ftype, data = self._frame()
-        if ftype != 0 or data != b"OK":
-            raise AssertionError("%s answered frame type %d %r" % (what, ftype, data))
-
     def _run(self):
-        buf = b""
         while not self._stop:
             try:
-                chunk = self.sock.recv(65536)
+                ftype, data = self.conn.read_frame(timeout=0.2)
             except socket.timeout:
                 continue
-            except OSError:
+            except (OSError, WireError):
                 return
-            if not chunk:
-                return
-            buf += chunk
-            while len(buf) >= 8:
-                size, ftype = struct.unpack(">II", buf[:8])
-                if len(buf) < 4 + size:
-                    break
-                data, buf = buf[8:4 + size], buf[4 + size:]
-                if ftype == 0 and data == b"_heartbeat_":
-                    try:
-                        self.sock.sendall(b"NOP\n")
-                    except OSError:
-                        return
-                elif ftype == 2:
-                    self.messages.append(data)
+            if ftype == FRAME_MESSAGE:
+                self.messages.append(data)
 
     def close(self):
         self._stop = True
         try:
-            self.sock.sendall(b"CLS\n")
+            self.conn.cmd("CLS")
         except OSError:
             pass
         self._thread.join(timeout=2)
-        self.sock.close()
+        self.conn.close()
 
 
 # ---- a cluster ------------------------------------------------------------------------------
