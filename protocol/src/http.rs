@@ -145,24 +145,18 @@ impl RequestHead {
 
     /// Every header field in the order sent, values trimmed and read as UTF-8 (lossily).
     pub fn headers(&self) -> Vec<(&str, Cow<'_, str>)> {
-        let mut on_stack = [const { MaybeUninit::<httparse::Header>::uninit() }; STACK_HEADERS];
-        let mut on_heap = Vec::new();
         // The head parsed once already: a second parse of the same bytes succeeds, with as
         // many slots as it can have headers (each takes at least 3 bytes).
-        let slots: &mut [MaybeUninit<httparse::Header>] = if self.raw.len() / 3 <= STACK_HEADERS {
-            &mut on_stack[..]
-        } else {
-            on_heap.reserve_exact(self.raw.len() / 3);
-            &mut on_heap.spare_capacity_mut()[..self.raw.len() / 3]
-        };
-        let mut req = httparse::Request::new(&mut []);
-        if req.parse_with_uninit_headers(&self.raw, slots).is_err() {
-            return Vec::new();
-        }
-        req.headers
-            .iter()
-            .map(|h| (h.name, trimmed_value(h.value)))
-            .collect()
+        with_header_slots(self.raw.len() / 3, |slots| {
+            let mut req = httparse::Request::new(&mut []);
+            if req.parse_with_uninit_headers(&self.raw, slots).is_err() {
+                return Vec::new();
+            }
+            req.headers
+                .iter()
+                .map(|h| (h.name, trimmed_value(h.value)))
+                .collect()
+        })
     }
 
     /// Parses the query string (see [`Query::parse`]).
@@ -173,6 +167,22 @@ impl RequestHead {
     /// True for HEAD: the response carries headers only.
     pub fn is_head(&self) -> bool {
         self.method() == "HEAD"
+    }
+}
+
+/// Runs `f` with `count` uninitialised header slots for httparse: on the stack up to
+/// [`STACK_HEADERS`], so a parse costs no allocation and no zeroing (a zeroed 4 KiB `Vec` per
+/// request was a tenth of the HTTP /pub profile), on the heap beyond.
+fn with_header_slots<'b, R>(
+    count: usize,
+    f: impl FnOnce(&mut [MaybeUninit<httparse::Header<'b>>]) -> R,
+) -> R {
+    if count <= STACK_HEADERS {
+        let mut slots = [const { MaybeUninit::uninit() }; STACK_HEADERS];
+        f(&mut slots[..count])
+    } else {
+        let mut slots = Vec::with_capacity(count);
+        f(&mut slots.spare_capacity_mut()[..count])
     }
 }
 
@@ -325,17 +335,16 @@ impl RequestDecoder {
     }
 
     fn parse_head(&self, buf: &[u8]) -> Result<Option<ParsedHead>, HttpError> {
-        // Uninitialised header slots: on the stack up to the default limit, so a request costs
-        // no 4 KiB allocation and no zeroing (it was a tenth of the HTTP /pub profile).
-        let mut on_stack = [const { MaybeUninit::<httparse::Header>::uninit() }; STACK_HEADERS];
-        let mut on_heap = Vec::new();
-        let slots: &mut [MaybeUninit<httparse::Header>] =
-            if self.limits.max_headers <= STACK_HEADERS {
-                &mut on_stack[..self.limits.max_headers]
-            } else {
-                on_heap.reserve_exact(self.limits.max_headers);
-                &mut on_heap.spare_capacity_mut()[..self.limits.max_headers]
-            };
+        with_header_slots(self.limits.max_headers, |slots| {
+            self.parse_head_in(buf, slots)
+        })
+    }
+
+    fn parse_head_in<'b>(
+        &self,
+        buf: &'b [u8],
+        slots: &mut [MaybeUninit<httparse::Header<'b>>],
+    ) -> Result<Option<ParsedHead>, HttpError> {
         let mut req = httparse::Request::new(&mut []);
         let head_len = match req.parse_with_uninit_headers(buf, slots) {
             Ok(httparse::Status::Complete(len)) => len,
@@ -790,9 +799,20 @@ struct ResponseHead {
 
 /// The status line and headers at the start of `buf`, or `None` if they are not all there yet.
 fn parse_response_head(buf: &[u8], limits: &Limits) -> Result<Option<ResponseHead>, ResponseError> {
-    let mut headers = vec![httparse::EMPTY_HEADER; limits.max_headers];
-    let mut resp = httparse::Response::new(&mut headers);
-    let head_len = match resp.parse(buf) {
+    with_header_slots(limits.max_headers, |slots| {
+        parse_response_head_in(buf, limits, slots)
+    })
+}
+
+fn parse_response_head_in<'b>(
+    buf: &'b [u8],
+    limits: &Limits,
+    slots: &mut [MaybeUninit<httparse::Header<'b>>],
+) -> Result<Option<ResponseHead>, ResponseError> {
+    let mut resp = httparse::Response::new(&mut []);
+    let parsed =
+        httparse::ParserConfig::default().parse_response_with_uninit_headers(&mut resp, buf, slots);
+    let head_len = match parsed {
         Ok(httparse::Status::Complete(len)) => len,
         Ok(httparse::Status::Partial) => {
             if buf.len() > limits.max_header_bytes {
