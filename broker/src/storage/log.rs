@@ -281,17 +281,17 @@ impl TopicLog {
 
     /// Appends messages; returns the seq after the last one.
     pub fn append(&mut self, msgs: Vec<Message>, defer_until: i64) -> u64 {
-        for mut msg in msgs {
-            if defer_until != 0 {
-                // Channels keep a deferred message for its whole delay: its body gets its own
-                // allocation here, once, instead of keeping a connection's read buffer alive.
-                msg.body = Bytes::copy_from_slice(&msg.body);
-            }
-            let stored = Stored {
+        for msg in msgs {
+            let mut stored = Stored {
                 seq: self.head,
                 msg,
                 defer_until,
             };
+            if defer_until != 0 {
+                // Channels keep a deferred message for its whole delay: its body gets its own
+                // allocation here, once, instead of keeping a connection's read buffer alive.
+                stored.detach_body();
+            }
             self.head += 1;
             if self.dir.is_some() {
                 self.encode(&stored);
@@ -432,39 +432,18 @@ impl TopicLog {
             let limit = seg.written_len;
             let mut last_seq = None;
             while off + FRAME_LEN as u64 <= limit {
-                let step = match self.step_at(&cache, seg.base, off, limit, seq) {
-                    Ok(Some(step)) => step,
+                // Damage: where the search for the next valid record starts, and what to log.
+                let (from, what) = match self.step_at(&cache, seg.base, off, limit, seq) {
                     Ok(None) => break,
+                    // Unreadable (I/O errors): what lies in the block is lost.
                     Err(Missing(key, ..)) if cache.is_bad(key) => {
-                        // Unreadable (I/O errors): what lies in it is lost; reading goes on
-                        // at the first valid record after it.
-                        let past = (key.1 + 1) * BLOCK;
-                        match self.past_damage(
-                            &cache,
-                            seg,
-                            off,
-                            past,
-                            last_seq,
-                            "unreadable block; its records skipped",
-                        ) {
-                            Ok(Some(n)) => {
-                                off = n;
-                                continue;
-                            }
-                            Ok(None) => break,
-                            Err(key) => {
-                                drop(cache);
-                                return Some(self.wait_for(Missing(key, key.1, key.1), limit));
-                            }
-                        }
+                        ((key.1 + 1) * BLOCK, "unreadable block; its records skipped")
                     }
                     Err(missing) => {
                         drop(cache);
                         return Some(self.wait_for(missing, limit));
                     }
-                };
-                match step {
-                    Step::Found(s, n) => {
+                    Ok(Some(Step::Found(s, n))) => {
                         let next = off + n as u64;
                         let hint = DiskHint {
                             seq: s.seq + 1,
@@ -478,26 +457,19 @@ impl TopicLog {
                         }
                         return Some(Read::Msg(s, hint));
                     }
-                    Step::Before(n, s) => {
+                    Ok(Some(Step::Before(n, s))) => {
                         last_seq = Some(s);
                         off += n as u64;
+                        continue;
                     }
-                    Step::Corrupt => {
-                        match self.past_damage(
-                            &cache,
-                            seg,
-                            off,
-                            off + 1,
-                            last_seq,
-                            "corrupt record while reading; skipped",
-                        ) {
-                            Ok(Some(n)) => off = n,
-                            Ok(None) => break,
-                            Err(key) => {
-                                drop(cache);
-                                return Some(self.wait_for(Missing(key, key.1, key.1), limit));
-                            }
-                        }
+                    Ok(Some(Step::Corrupt)) => (off + 1, "corrupt record while reading; skipped"),
+                };
+                match self.past_damage(&cache, seg, off, from, last_seq, what) {
+                    Ok(Some(n)) => off = n,
+                    Ok(None) => break,
+                    Err(key) => {
+                        drop(cache);
+                        return Some(self.wait_for(Missing(key, key.1, key.1), limit));
                     }
                 }
             }
@@ -1015,9 +987,7 @@ fn restore(log: &RefCell<TopicLog>, chunks: VecDeque<Chunk>, e: String) -> Strin
 async fn segment_file(log: &RefCell<TopicLog>, base: u64) -> Result<Rc<SegFile>, String> {
     let path = {
         let l = log.borrow();
-        let Some(seg) = l.segment(base) else {
-            return Err(format!("segment {base} vanished"));
-        };
+        let seg = l.live_segment(base)?;
         if let Some(f) = &seg.file {
             return Ok(f.clone());
         }
@@ -1191,24 +1161,13 @@ mod tests {
     /// is over MAX_WRITE, so it goes out as several chunks of one segment), reads every message
     /// back through the block cache, trims, and recovers the segment after a reopen.
     fn round_trip(direct: bool) {
-        let dir = std::env::temp_dir().join(format!(
-            "log-test-{}-{}",
-            std::process::id(),
-            if direct { "direct" } else { "buffered" }
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let topic_dir = dir.join("t");
-        let ex = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
-            .io_memory(512 * 1024)
-            .make()
-            .unwrap();
-        let total: u64 = 1000;
-        ex.run(async {
-            super::super::file::probe(&dir, 0).await;
+        let name = if direct { "direct" } else { "buffered" };
+        with_dir(name, |dir| async move {
             if !direct {
                 super::super::file::force_buffered();
             }
+            let topic_dir = dir.join("t");
+            let total: u64 = 1000;
             let log =
                 RefCell::new(TopicLog::open("t", topic_dir.clone(), 0, 8 << 20, 1 << 20).unwrap());
             let mut next = 0;
@@ -1270,10 +1229,10 @@ mod tests {
             }
             trim_padding(&log).await.unwrap();
             assert_eq!(std::fs::metadata(&seg).unwrap().len(), written);
+            drop(log);
+            let reopened = TopicLog::open("t", topic_dir, 0, 8 << 20, 1 << 20).unwrap();
+            assert_eq!(reopened.head(), total);
         });
-        let reopened = TopicLog::open("t", topic_dir, 0, 8 << 20, 1 << 20).unwrap();
-        assert_eq!(reopened.head(), total);
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// A DPUB body is copied out of the buffer it came in (a connection's read buffer) once,
