@@ -117,6 +117,7 @@ async fn read_reply<S>(stream: &mut S, buf: &mut BytesMut) -> Result<Bytes>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
+    let mut scratch = [0u8; 4096];
     loop {
         while let Some(frame) = decode_frame(buf, MAX_FRAME_SIZE)? {
             match frame {
@@ -135,7 +136,6 @@ where
                 }
             }
         }
-        let mut scratch = [0u8; 4096];
         if read_more(stream, buf, &mut scratch).await? == 0 {
             return Err(Error::Closed);
         }
