@@ -156,10 +156,6 @@ fn add(into: &mut Map<String, Value>, from: &Map<String, Value>) {
     }
 }
 
-fn q(s: &str) -> String {
-    percent_encode(s)
-}
-
 impl Cluster {
     /// Every node's name: the lookups' producers and the configured brokers.
     fn node_names(&self) -> (Vec<String>, Vec<String>) {
@@ -197,7 +193,7 @@ impl Cluster {
     fn stats(&self, topic: Option<&str>) -> Gathered<Value> {
         let (names, warnings) = self.node_names();
         let path = match topic {
-            Some(t) => format!("/stats?format=json&topic={}", q(t)),
+            Some(t) => format!("/stats?format=json&topic={}", percent_encode(t)),
             None => "/stats?format=json".to_owned(),
         };
         let mut g = gather(&names, |n| upstream::get_json(n, &path));
@@ -439,7 +435,8 @@ impl Cluster {
             let topics = upstream::get_json(l, "/topics")?;
             let mut out = Vec::new();
             for t in list(&topics, "topics").iter().filter_map(Value::as_str) {
-                let channels = upstream::get_json(l, &format!("/channels?topic={}", q(t)))?;
+                let channels =
+                    upstream::get_json(l, &format!("/channels?topic={}", percent_encode(t)))?;
                 out.push(json!({"topic_name": t, "channels": list(&channels, "channels")}));
             }
             Ok(out)
@@ -467,11 +464,18 @@ impl Cluster {
         } else {
             &self.lookups
         };
-        everywhere(targets, &format!("/topic/create?topic={}", q(topic)))?;
+        everywhere(
+            targets,
+            &format!("/topic/create?topic={}", percent_encode(topic)),
+        )?;
         if let Some(c) = channel {
             everywhere(
                 targets,
-                &format!("/channel/create?topic={}&channel={}", q(topic), q(c)),
+                &format!(
+                    "/channel/create?topic={}&channel={}",
+                    percent_encode(topic),
+                    percent_encode(c)
+                ),
             )?;
         }
         Ok(())
@@ -484,13 +488,16 @@ impl Cluster {
             return Err(Failure::NotFound("TOPIC_NOT_FOUND"));
         }
         let nodes: Vec<String> = on_nodes.into_iter().map(|(n, _)| n).collect();
-        everywhere(&nodes, &format!("/topic/{action}?topic={}", q(topic)))
+        everywhere(
+            &nodes,
+            &format!("/topic/{action}?topic={}", percent_encode(topic)),
+        )
     }
 
     /// `DELETE /api/topics/{topic}`: at every lookup, then on every broker that has it.
     pub fn delete_topic(&self, topic: &str) -> Result<(), Failure> {
         let (on_nodes, _) = self.topic_on_nodes(topic);
-        let path = format!("/topic/delete?topic={}", q(topic));
+        let path = format!("/topic/delete?topic={}", percent_encode(topic));
         everywhere(&self.lookups, &path)?;
         let nodes: Vec<String> = on_nodes.into_iter().map(|(n, _)| n).collect();
         everywhere(&nodes, &path)
@@ -520,8 +527,8 @@ impl Cluster {
             &nodes,
             &format!(
                 "/channel/{action}?topic={}&channel={}",
-                q(topic),
-                q(channel)
+                percent_encode(topic),
+                percent_encode(channel)
             ),
         )
     }
@@ -530,7 +537,11 @@ impl Cluster {
     /// it.
     pub fn delete_channel(&self, topic: &str, channel: &str) -> Result<(), Failure> {
         let nodes = self.channel_nodes(topic, channel);
-        let path = format!("/channel/delete?topic={}&channel={}", q(topic), q(channel));
+        let path = format!(
+            "/channel/delete?topic={}&channel={}",
+            percent_encode(topic),
+            percent_encode(channel)
+        );
         everywhere(&self.lookups, &path)?;
         everywhere(&nodes, &path)
     }
@@ -548,7 +559,11 @@ impl Cluster {
         }
         everywhere(
             &self.lookups,
-            &format!("/topic/tombstone?topic={}&node={}", q(topic), q(node)),
+            &format!(
+                "/topic/tombstone?topic={}&node={}",
+                percent_encode(topic),
+                percent_encode(node)
+            ),
         )
     }
 }
@@ -563,7 +578,8 @@ fn everywhere(addrs: &[String], path: &str) -> Result<(), Failure> {
     }
 }
 
-fn dedup(mut v: Vec<String>) -> Vec<String> {
+/// `v` without repeats, first occurrences kept in order.
+pub(crate) fn dedup(mut v: Vec<String>) -> Vec<String> {
     let mut seen = BTreeSet::new();
     v.retain(|w| seen.insert(w.clone()));
     v

@@ -1,6 +1,7 @@
 //! Command-line flags, with nsqadmin's names and defaults.
 
 use crate::audit::Endpoint;
+use crate::cluster::dedup;
 use clap::Parser;
 use std::net::{SocketAddr, ToSocketAddrs};
 
@@ -81,12 +82,6 @@ impl Config {
             log_level: flags.log_level,
         })
     }
-}
-
-fn dedup(mut v: Vec<String>) -> Vec<String> {
-    let mut seen = std::collections::HashSet::new();
-    v.retain(|a| seen.insert(a.clone()));
-    v
 }
 
 /// A listen address; an empty host (`:4171`) means every interface, as in Go.
