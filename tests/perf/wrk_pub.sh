@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # HTTP /pub under load: starts a release broker on 127.0.0.1 (ephemeral ports, temporary data
 # directory, --shards ${SHARDS:-2}), runs `wrk -t2 -c16 -d${DURATION:-10s} --latency -s pub.lua`
-# against it ${ROUNDS:-3} times, prints wrk's summary of each round, and stops the broker.
-# Needs wrk (Debian package `wrk`). Extra arguments go to the broker.
+# against it ${ROUNDS:-3} times, prints wrk's summary of each round and the broker's CPU time
+# per request (user + system, from /proc), and stops the broker. Needs wrk (Debian package
+# `wrk`). Extra arguments go to the broker. To compare two builds, alternate them:
+#   for i in 1 2 3 4; do for b in OLD NEW; do BROKER_BIN=$b ROUNDS=1 DURATION=5s bash $0; done; done
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -23,6 +25,11 @@ done
 [[ -n $port ]] || { echo "wrk_pub: the broker did not start" >&2; cat "$data/broker.log" >&2; exit 1; }
 for round in $(seq "${ROUNDS:-3}"); do
     echo "--- round $round: wrk -t2 -c16 -d${DURATION:-10s} --latency -s pub.lua http://127.0.0.1:$port/"
-    wrk -t2 -c16 -d"${DURATION:-10s}" --latency -s "$here/pub.lua" "http://127.0.0.1:$port/" |
-        grep -E "Latency  |50%|90%|99%|Requests/sec|requests in|Non-2xx"
+    ticks_before=$(awk '{print $14 + $15}' "/proc/$pid/stat")
+    out=$(wrk -t2 -c16 -d"${DURATION:-10s}" --latency -s "$here/pub.lua" "http://127.0.0.1:$port/")
+    ticks_after=$(awk '{print $14 + $15}' "/proc/$pid/stat")
+    echo "$out" | grep -E "Latency  |50%|90%|99%|Requests/sec|requests in|Non-2xx"
+    requests=$(echo "$out" | awk '/requests in/ {print $1}')
+    awk -v t=$((ticks_after - ticks_before)) -v n="$requests" -v hz="$(getconf CLK_TCK)" \
+        'BEGIN { if (n > 0) printf "broker CPU: %.1f us per request\n", t / hz * 1e6 / n }'
 done
