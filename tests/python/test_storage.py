@@ -253,11 +253,16 @@ def test_damage_while_running_loses_only_the_damaged_message(restartable):
     with Conn(r.addr) as p:
         for i in range(0, len(bodies), 250):
             p.mpub(TOPIC, bodies[i:i + 250])
-    seg = _segments(r.data_path)[0]
+    # Publishes are answered before the flusher writes them (and creates the segment file).
+    def written():
+        segs = _segments(r.data_path)
+        return segs and b"live-1999-" in open(segs[0], "rb").read()
+
     deadline = time.monotonic() + 15
-    while b"live-1999-" not in open(seg, "rb").read():
-        assert time.monotonic() < deadline, "the last record never reached %s" % seg
+    while not written():
+        assert time.monotonic() < deadline, "the last record never reached the segment file"
         time.sleep(0.05)
+    seg = _segments(r.data_path)[0]
     data = open(seg, "rb").read()
     starts = [data.find(b"live-%d-" % i) - 48 for i in range(len(bodies))]
     assert all(s > 0 for s in starts)
