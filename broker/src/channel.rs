@@ -17,6 +17,7 @@
 //! which the shard routes to connections (local, or through the mailbox of the consumer's shard).
 
 use crate::deadlines::{DeadlineQueue, Slot};
+use crate::id_table::IdTable;
 use crate::ids::IdHash;
 use crate::storage::log::{DiskHint, Read, TopicLog};
 use crate::storage::meta::{ChannelMeta, PendingMeta};
@@ -73,6 +74,10 @@ impl Consumer {
     }
 }
 
+/// Bounds of a consumer's new delivery buffer (see [`Deliveries::push`]).
+const MIN_BATCH_RESERVE: usize = 4096;
+const MAX_BATCH_RESERVE: usize = 256 * 1024;
+
 /// What a dispatch handed out: message frames, encoded straight from the channel's own copy
 /// (no clone of the body, whose shared count is an atomic), one buffer per consumer in
 /// delivery order.
@@ -85,11 +90,18 @@ pub struct Deliveries {
 }
 
 impl Deliveries {
-    fn push(&mut self, to: ConsumerKey, msg: &Message) {
+    /// Adds `msg`'s frame to `to`'s buffer. `credit` is how many more messages `to` may take
+    /// (this one included): a new buffer is sized for that many frames like this one, up to
+    /// `MAX_BATCH_RESERVE`, so a large delivery is not copied over and over as its buffer grows.
+    fn push(&mut self, to: ConsumerKey, msg: &Message, credit: u64) {
         let i = match self.batches.iter().position(|(k, _)| *k == to) {
             Some(i) => i,
             None => {
-                self.batches.push((to, BytesMut::with_capacity(4096)));
+                let frame = 8 + msg.encoded_len();
+                let reserve = (credit as usize)
+                    .saturating_mul(frame)
+                    .clamp(MIN_BATCH_RESERVE, MAX_BATCH_RESERVE.max(frame));
+                self.batches.push((to, BytesMut::with_capacity(reserve)));
                 self.batches.len() - 1
             }
         };
@@ -180,7 +192,7 @@ pub struct Channel {
     deferred_order: BTreeSet<(Instant, MessageId)>,
     armed_in_flight: Option<Instant>,
     armed_deferred: Option<Instant>,
-    in_flight: HashMap<MessageId, InFlight, IdHash>,
+    in_flight: IdTable<InFlight>,
     deferred: HashMap<MessageId, Deferred, IdHash>,
     consumers: Vec<Consumer>,
     next_consumer: usize,
@@ -219,7 +231,7 @@ impl Channel {
                 deferred_order: BTreeSet::new(),
                 armed_in_flight: None,
                 armed_deferred: None,
-                in_flight: HashMap::default(),
+                in_flight: IdTable::default(),
                 deferred: HashMap::default(),
                 consumers: Vec::new(),
                 next_consumer: 0,
@@ -503,13 +515,14 @@ impl Channel {
             }
             stored.msg.attempts = stored.msg.attempts.saturating_add(1);
             let c = &mut self.consumers[ci];
+            let credit = c.rdy.saturating_sub(c.in_flight);
             c.in_flight += 1;
             c.message_count += 1;
             let key = c.spec.key;
             let timeout = c.spec.msg_timeout.min(max_msg_timeout);
             let deadline = now + timeout;
             let id = stored.msg.id;
-            out.push(key, &stored.msg);
+            out.push(key, &stored.msg, credit);
             let slot = self.in_flight_order.push(deadline, id);
             self.in_flight.insert(
                 id,

@@ -11,6 +11,7 @@ mod conn;
 mod control;
 mod deadlines;
 mod http;
+mod id_table;
 mod ids;
 mod listen;
 mod lookup_reg;
