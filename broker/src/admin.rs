@@ -211,7 +211,13 @@ impl Shard {
                     self.close_consumers(ch);
                 }
                 // Its segments and metadata go with it.
-                t.borrow().log.borrow_mut().destroy();
+                let trash = {
+                    let tb = t.borrow();
+                    let mut log = tb.log.borrow_mut();
+                    log.destroy();
+                    log.take_trash()
+                };
+                glommio::spawn_local(crate::storage::delete_in_background(trash)).detach();
                 info!(topic = name, shard = self.id, "topic deleted");
                 // The control thread unregisters its channels, then the topic.
                 self.report(RegistryOp::Unregister, name, None);

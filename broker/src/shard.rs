@@ -739,7 +739,16 @@ impl Shard {
         let mut tb = t.borrow_mut();
         if !tb.checkpoint_queued {
             tb.checkpoint_queued = true;
-            self.checkpoint_list.borrow_mut().push(t.clone());
+            let first = {
+                let mut list = self.checkpoint_list.borrow_mut();
+                list.push(t.clone());
+                list.len() == 1
+            };
+            if first {
+                // A flusher asleep with nothing to write must still checkpoint within
+                // CHECKPOINT_EVERY: FINs alone move floors, and passed segments must go.
+                self.wake_flusher.notify();
+            }
         }
     }
 
@@ -1198,7 +1207,7 @@ impl Shard {
     async fn flusher(self: Rc<Self>) {
         let mut last_checkpoint = Instant::now();
         loop {
-            let unsynced_wait = self.next_sync_wait();
+            let unsynced_wait = self.next_wake(last_checkpoint);
             match unsynced_wait {
                 None => self.wake_flusher.notified().await,
                 Some(d) if !d.is_zero() => {
@@ -1263,6 +1272,17 @@ impl Shard {
             }
             glommio::yield_if_needed().await;
         }
+    }
+
+    /// How long the flusher may sleep before a sync or a checkpoint is due; `None` when
+    /// nothing is unsynced and no topic waits for a checkpoint.
+    fn next_wake(&self, last_checkpoint: Instant) -> Option<Duration> {
+        let sync = self.next_sync_wait();
+        if self.checkpoint_list.borrow().is_empty() {
+            return sync;
+        }
+        let checkpoint = CHECKPOINT_EVERY.saturating_sub(last_checkpoint.elapsed());
+        Some(sync.map_or(checkpoint, |d| d.min(checkpoint)))
     }
 
     /// How long the flusher may sleep before a sync is due; `None` when nothing is unsynced.
@@ -1344,7 +1364,13 @@ impl Shard {
                 tb.last_meta = Some(meta);
                 tb.meta_dirty = false;
             }
-            t.borrow().log.borrow_mut().release_below(floor);
+            let trash = {
+                let tb = t.borrow();
+                let mut log = tb.log.borrow_mut();
+                log.release_below(floor);
+                log.take_trash()
+            };
+            storage::delete_in_background(trash).await;
         }
     }
 

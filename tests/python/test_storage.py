@@ -419,3 +419,74 @@ def test_deleting_topics_while_their_segments_open_keeps_the_broker_up(restartab
     with urllib.request.urlopen(base + "/ping", timeout=5) as resp:
         assert resp.read() == b"OK"
     assert "panicked" not in r.broker.stderr()
+
+
+def _wait_for(what, cond, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "after %.0f s: %s" % (timeout, what())
+        time.sleep(0.2)
+
+
+def test_segments_every_channel_has_passed_are_deleted(restartable):
+    """Once all channels have FINned what a segment holds, its file goes (renamed, then deleted
+    off the shard's thread); only the segment being written stays, and no renamed leftovers."""
+    r = restartable("--mem-queue-size=100", "--max-bytes-per-file=1048576")
+    r.start()
+    create_channels(r.addr)
+    expect = publish(r.addr, 30000, prefix="p" * 150)
+    topic_dir = os.path.join(r.data_path, TOPIC)
+    _wait_for(lambda: os.listdir(topic_dir),
+              lambda: len(glob.glob(os.path.join(topic_dir, "*.seg"))) > 3)
+    for ch in CHANNELS:
+        seen, _ = drain(r.addr, ch, expect)
+        assert seen == expect
+    # Every channel is past every full segment: at most the newest one remains.
+    _wait_for(lambda: sorted(os.listdir(topic_dir)),
+              lambda: len(glob.glob(os.path.join(topic_dir, "*.seg"))) <= 1
+              and not glob.glob(os.path.join(topic_dir, "*~deleted")))
+    assert r.broker.alive()
+
+
+def test_deleted_topic_can_be_recreated_at_once_and_its_files_go(restartable):
+    """DELETE renames the topic's directory out of the way and deletes it in the background:
+    a topic of the same name made right after starts empty and works, and the old files go."""
+    import urllib.request
+    r = restartable("--mem-queue-size=0", "--max-bytes-per-file=1048576")
+    r.start()
+    create_channels(r.addr)
+    publish(r.addr, 20000, prefix="old")
+    base = "http://127.0.0.1:%d" % r.broker.http_port
+    req = urllib.request.Request(base + "/topic/delete?topic=" + TOPIC, method="POST")
+    with urllib.request.urlopen(req, timeout=5) as resp:
+        assert resp.status == 200
+    create_channels(r.addr)
+    expect = publish(r.addr, 500, prefix="new")
+    seen, _ = drain(r.addr, "a", expect)
+    assert seen == expect, "the re-created topic delivers only its own messages"
+    assert all(b.startswith("new-") for b in seen)
+    _wait_for(lambda: os.listdir(r.data_path),
+              lambda: not glob.glob(os.path.join(r.data_path, "*~deleted")))
+
+
+def test_start_deletes_what_a_stop_left_in_the_trash(restartable):
+    """A released segment or deleted topic directory that a stop left behind (renamed with
+    `~deleted`) is removed at the next start, and the topic's real segments are untouched."""
+    r = restartable("--mem-queue-size=0")
+    r.start()
+    create_channels(r.addr)
+    expect = publish(r.addr, 2000)
+    r.stop()
+    topic_dir = os.path.join(r.data_path, TOPIC)
+    leftover_seg = os.path.join(topic_dir, "%020d.seg~deleted" % 0)
+    with open(leftover_seg, "wb") as f:
+        f.write(b"x" * 4096)
+    leftover_dir = os.path.join(r.data_path, "gone~deleted")
+    os.makedirs(leftover_dir)
+    with open(os.path.join(leftover_dir, "%020d.seg" % 0), "wb") as f:
+        f.write(b"y" * 4096)
+    r.start()
+    assert not os.path.exists(leftover_seg)
+    assert not os.path.exists(leftover_dir)
+    seen, _ = drain(r.addr, "a", expect)
+    assert seen == expect

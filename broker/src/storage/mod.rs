@@ -38,13 +38,66 @@ pub fn topic_of_dir(name: &str) -> Option<String> {
         .then_some(topic)
 }
 
-/// Every topic stored under `data_path`.
+/// Where a released segment or a deleted topic's directory waits for deletion: `~` is in no
+/// topic name and no segment name, so nothing of the same name can be created meanwhile.
+pub fn trash_name(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(TRASH_SUFFIX);
+    PathBuf::from(name)
+}
+
+const TRASH_SUFFIX: &str = "~deleted";
+
+pub fn is_trash(path: &Path) -> bool {
+    path.to_string_lossy().ends_with(TRASH_SUFFIX)
+}
+
+/// Deletes trash (see [`trash_name`]) on glommio's blocking threads: freeing a large file's
+/// extents takes tens of milliseconds, which on a shard's thread would stall every connection
+/// and channel it serves. What a stop interrupts is deleted at the next start.
+pub async fn delete_in_background(paths: Vec<PathBuf>) {
+    if paths.is_empty() {
+        return;
+    }
+    glommio::executor()
+        .spawn_blocking(move || {
+            for p in paths {
+                let removed = if p.is_dir() {
+                    std::fs::remove_dir_all(&p)
+                } else {
+                    std::fs::remove_file(&p)
+                };
+                match removed {
+                    Ok(()) => tracing::debug!(path = %p.display(), "deleted"),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => tracing::warn!(path = %p.display(), "cannot delete: {e}"),
+                }
+            }
+        })
+        .await;
+}
+
+/// Every topic stored under `data_path`. Deleted topics' directories that a stop left behind
+/// are removed on the way.
 pub fn stored_topics(data_path: &Path) -> Vec<String> {
     let Ok(entries) = std::fs::read_dir(data_path) else {
         return Vec::new();
     };
-    let mut topics: Vec<String> = entries
+    let entries: Vec<std::fs::DirEntry> = entries
         .filter_map(|e| e.ok())
+        .filter(|e| {
+            let p = e.path();
+            if !is_trash(&p) {
+                return true;
+            }
+            if let Err(e) = std::fs::remove_dir_all(&p) {
+                tracing::warn!(path = %p.display(), "cannot delete a deleted topic's files: {e}");
+            }
+            false
+        })
+        .collect();
+    let mut topics: Vec<String> = entries
+        .into_iter()
         .filter(|e| e.file_type().map(|t| t.is_dir()).unwrap_or(false))
         .filter(|e| {
             let p = e.path();
