@@ -91,8 +91,9 @@ pub struct Deliveries {
 
 impl Deliveries {
     /// Adds `msg`'s frame to `to`'s buffer. `credit` is how many more messages `to` may take
-    /// (this one included): a new buffer is sized for that many frames like this one, up to
-    /// `MAX_BATCH_RESERVE`, so a large delivery is not copied over and over as its buffer grows.
+    /// (this one included, no more than are waiting): a new buffer is sized for that many
+    /// frames like this one, up to `MAX_BATCH_RESERVE`, so a large delivery is not copied over
+    /// and over as its buffer grows, and a small one does not take a large buffer.
     fn push(&mut self, to: ConsumerKey, msg: &Message, credit: u64) {
         let i = match self.batches.iter().position(|(k, _)| *k == to) {
             Some(i) => i,
@@ -514,8 +515,10 @@ impl Channel {
                 continue;
             }
             stored.msg.attempts = stored.msg.attempts.saturating_add(1);
+            // What this consumer can still take: its credit, and no more than is waiting.
+            let waiting = self.requeued.len() as u64 + self.waiting_in_log() + 1;
             let c = &mut self.consumers[ci];
-            let credit = c.rdy.saturating_sub(c.in_flight);
+            let credit = c.rdy.saturating_sub(c.in_flight).min(waiting);
             c.in_flight += 1;
             c.message_count += 1;
             let key = c.spec.key;
