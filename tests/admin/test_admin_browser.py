@@ -95,10 +95,19 @@ class Page:
                                  "#app: %s" % (timeout, what, self.d.current_url,
                                                self.error_text(), self.app_html()))
 
+    @staticmethod
+    def loaded(page):
+        return '#app[data-loaded="true"][data-page="%s"]' % page
+
     def wait_loaded(self, page, timeout=WAIT):
-        sel = '#app[data-loaded="true"][data-page="%s"]' % page
+        sel = self.loaded(page)
         self.wait(lambda: self.d.find_elements(self.By.CSS_SELECTOR, sel),
                   "%s (page %r)" % (sel, page), timeout)
+
+    def wait_navigated(self, to_hash, page):
+        """Waits until the location is `to_hash` and `page` has loaded there."""
+        self.wait(lambda: self.hash() == to_hash and self.all(self.loaded(page)),
+                  "navigation to %s (page %r)" % (to_hash, page))
 
     def all(self, css):
         return self.d.find_elements(self.By.CSS_SELECTOR, css)
@@ -230,9 +239,7 @@ def test_delete_topic_navigates_to_topics(cluster, page):
     page.open("/topics/br_dt", "topic")
     page.answer_confirm(True)
     page.visible('#topic-actions button[data-action="delete"]').click()
-    page.wait(lambda: page.hash() == "#/topics" and
-              page.all('#app[data-loaded="true"][data-page="topics"]'),
-              "navigation to #/topics after the delete")
+    page.wait_navigated("#/topics", "topics")
     assert len(page.confirms()) == 1
     for b in cluster.brokers:
         assert b.topic_stats("br_dt") is None, "br_dt still on broker %s" % b.node
@@ -304,9 +311,7 @@ def test_delete_channel_navigates_back_to_its_topic(cluster, page):
     page.open("/topics/br_dc/gone", "channel")
     page.answer_confirm(True)
     page.visible('#channel-actions button[data-action="delete"]').click()
-    page.wait(lambda: page.hash() == "#/topics/br_dc" and
-              page.all('#app[data-loaded="true"][data-page="topic"]'),
-              "navigation to #/topics/br_dc after the delete")
+    page.wait_navigated("#/topics/br_dc", "topic")
     for b in cluster.brokers:
         assert b.channel_stats("br_dc", "gone") is None, "channel still on broker %s" % b.node
     assert not page.all('#channels tr[data-channel="gone"]'), page.app_html()
@@ -324,7 +329,7 @@ def test_lookup_page_create_form(cluster, page):
     page.one("#create-submit").click()
     wait_until(lambda: "br_newc" in cluster.lookup.channels("br_new"),
                "br_new/br_newc at the lookup")
-    page.wait(lambda: page.all('#app[data-loaded="true"][data-page="lookup"]') and
+    page.wait(lambda: page.all(page.loaded("lookup")) and
               "br_new" in page.text('#lookups tr[data-lookup="%s"]'
                                     % cluster.lookup.http_address),
               "the lookup row to list br_new after the re-render")
@@ -335,7 +340,7 @@ def test_lookup_page_create_form(cluster, page):
     page.one("#create-submit").click()
     wait_until(lambda: "br_new2" in cluster.lookup.topics(), "br_new2 at the lookup")
     assert cluster.lookup.channels("br_new2") == []
-    page.wait(lambda: page.all('#app[data-loaded="true"][data-page="lookup"]') and
+    page.wait(lambda: page.all(page.loaded("lookup")) and
               "br_new2" in page.text('#lookups tr[data-lookup="%s"]'
                                      % cluster.lookup.http_address),
               "the lookup row to list br_new2 after the re-render")
