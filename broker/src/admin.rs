@@ -217,7 +217,7 @@ impl Shard {
                     log.destroy();
                     log.take_trash()
                 };
-                glommio::spawn_local(crate::storage::delete_in_background(trash)).detach();
+                crate::storage::delete_in_background(trash);
                 info!(topic = name, shard = self.id, "topic deleted");
                 // The control thread unregisters its channels, then the topic.
                 self.report(RegistryOp::Unregister, name, None);

@@ -1370,7 +1370,7 @@ impl Shard {
                 log.release_below(floor);
                 log.take_trash()
             };
-            storage::delete_in_background(trash).await;
+            storage::delete_in_background(trash);
         }
     }
 

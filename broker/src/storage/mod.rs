@@ -54,32 +54,32 @@ pub fn is_trash(path: &Path) -> bool {
 
 /// Deletes trash (see [`trash_name`]) on glommio's blocking threads: freeing a large file's
 /// extents takes tens of milliseconds, which on a shard's thread would stall every connection
-/// and channel it serves. What a stop interrupts is deleted at the next start.
-pub async fn delete_in_background(paths: Vec<PathBuf>) {
+/// and channel it serves. Returns at once: nothing waits for the deletion (the flusher, which
+/// releases segments, must not). What a stop interrupts is deleted at the next start.
+pub fn delete_in_background(paths: Vec<PathBuf>) {
     if paths.is_empty() {
         return;
     }
-    glommio::executor()
-        .spawn_blocking(move || {
-            for p in paths {
-                let removed = if p.is_dir() {
-                    if let Ok(entries) = std::fs::read_dir(&p) {
-                        for e in entries.flatten() {
-                            let _ = shrink_then_remove(&e.path());
-                        }
+    let deletion = glommio::executor().spawn_blocking(move || {
+        for p in paths {
+            let removed = if p.is_dir() {
+                if let Ok(entries) = std::fs::read_dir(&p) {
+                    for e in entries.flatten() {
+                        let _ = shrink_then_remove(&e.path());
                     }
-                    std::fs::remove_dir_all(&p)
-                } else {
-                    shrink_then_remove(&p)
-                };
-                match removed {
-                    Ok(()) => tracing::debug!(path = %p.display(), "deleted"),
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(e) => tracing::warn!(path = %p.display(), "cannot delete: {e}"),
                 }
+                std::fs::remove_dir_all(&p)
+            } else {
+                shrink_then_remove(&p)
+            };
+            match removed {
+                Ok(()) => tracing::debug!(path = %p.display(), "deleted"),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => tracing::warn!(path = %p.display(), "cannot delete: {e}"),
             }
-        })
-        .await;
+        }
+    });
+    glommio::spawn_local(deletion).detach();
 }
 
 /// Freeing a whole segment's extents at once is one long journal transaction (31 ms for
