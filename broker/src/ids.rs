@@ -1,8 +1,12 @@
-//! Message IDs and timestamps made on a shard without coordination.
+//! Message IDs and timestamps made without coordination.
 //!
-//! An ID is 16 lowercase hex digits of a u64: the top 8 bits are the shard index, the low 56 bits
-//! a counter that starts at the current time in microseconds, so IDs are unique across shards
-//! and, unless a shard sustained more than one message per microsecond, across restarts.
+//! An ID is 16 lowercase hex digits of a u64: the top 8 bits are the index of the shard that
+//! owns the topic, the low 56 bits a counter of the topic's own (as nsqd has one ID factory per
+//! topic) that starts at the current time in microseconds. So a topic's IDs are unique across
+//! restarts unless it sustained more than one message per microsecond, and consecutive
+//! messages of a topic have consecutive numbers, which the in-flight table is built on
+//! ([`crate::id_table`]). IDs only need to be unique within a topic: FIN, REQ and TOUCH name a
+//! message of the channel the connection consumes.
 
 use protocol::MessageId;
 use std::hash::{BuildHasherDefault, Hasher};

@@ -22,7 +22,7 @@
 use crate::channel::{ConsumerKey, ConsumerSpec, Deliveries};
 use crate::config::Config;
 use crate::conn::{self, Conn};
-use crate::ids::{now_nanos, IdGen};
+use crate::ids::now_nanos;
 use crate::lookup_reg::RegistryOp;
 use crate::mailbox::{Batch, ChannelOp, Mail, Outbox, Reply, ReplyTo};
 use crate::storage::{self, log::TopicLog};
@@ -70,7 +70,6 @@ pub struct Shard {
     pub(crate) conns: RefCell<HashMap<u64, Rc<Conn>>>,
     pub(crate) outboxes: Vec<Outbox>,
     pub(crate) timers: TimerQueue,
-    pub(crate) ids: RefCell<IdGen>,
     pub(crate) waiters: RefCell<HashMap<u64, Sender<Reply>>>,
     pub(crate) next_token: Cell<u64>,
     pub(crate) next_conn: Cell<u64>,
@@ -162,7 +161,6 @@ impl Shard {
             conns: RefCell::new(HashMap::new()),
             outboxes: (0..peers).map(|_| Outbox::default()).collect(),
             timers: TimerQueue::default(),
-            ids: RefCell::new(IdGen::new(id)),
             waiters: RefCell::new(HashMap::new()),
             next_token: Cell::new(0),
             next_conn: Cell::new(0),
@@ -217,7 +215,7 @@ impl Shard {
                     dir.display()
                 )
             })?;
-            let mut topic = Topic::new(&name, log, self.config.mem_queue_size);
+            let mut topic = Topic::new(&name, log, self.config.mem_queue_size, self.id);
             let meta = match storage::meta::read(&dir) {
                 Ok(m) => m,
                 Err(e) => {
@@ -477,6 +475,7 @@ impl Shard {
             name,
             log,
             self.config.mem_queue_size,
+            self.id,
         )));
         self.topics.borrow_mut().insert(name.to_string(), t.clone());
         info!(topic = name, shard = self.id, "topic created");
@@ -686,7 +685,7 @@ impl Shard {
     ) -> Option<Result<(), ProtocolError>> {
         let timestamp = now_nanos();
         let msgs: Vec<Message> = {
-            let mut ids = self.ids.borrow_mut();
+            let ids = &mut t.borrow_mut().ids;
             bodies
                 .into_iter()
                 .map(|body| Message {

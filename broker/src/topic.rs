@@ -10,6 +10,7 @@
 //!   unpause ([`Topic::release_held`]).
 
 use crate::channel::Channel;
+use crate::ids::IdGen;
 use crate::storage::log::TopicLog;
 use crate::storage::meta::{ChannelMeta, TopicMeta, META_VERSION};
 use crate::timer::TimerQueue;
@@ -47,10 +48,14 @@ pub struct Topic {
     pub last_meta: Option<TopicMeta>,
     /// Listed for the next checkpoint (published to, or a channel moved, since the last).
     pub checkpoint_queued: bool,
+    /// Makes the IDs of the messages published here: one counter per topic, so the IDs a
+    /// channel has in flight are neighbours (see [`crate::id_table`]).
+    pub ids: IdGen,
 }
 
 impl Topic {
-    pub fn new(name: &str, log: TopicLog, mem_queue_size: u64) -> Topic {
+    /// A topic on shard `shard` (whose index goes into the IDs it makes).
+    pub fn new(name: &str, log: TopicLog, mem_queue_size: u64, shard: usize) -> Topic {
         let head = log.head();
         Topic {
             name: Arc::from(name),
@@ -69,6 +74,7 @@ impl Topic {
             meta_dirty: false,
             last_meta: None,
             checkpoint_queued: false,
+            ids: IdGen::new(shard),
         }
     }
 
@@ -256,7 +262,7 @@ mod tests {
     }
 
     fn topic() -> Topic {
-        Topic::new("t", TopicLog::in_memory("t", 100), 100)
+        Topic::new("t", TopicLog::in_memory("t", 100), 100, 0)
     }
 
     #[test]

@@ -28,10 +28,20 @@ impl MessageId {
         MessageId(out)
     }
 
-    /// The number behind a hex ID made by [`MessageId::from_u64`]; `None` for other IDs.
+    /// The number behind a hex ID made by [`MessageId::from_u64`]; `None` for any other ID
+    /// (upper-case digits included), so `from_u64(id.to_u64()?) == id` always holds.
+    #[inline]
     pub fn to_u64(&self) -> Option<u64> {
-        let s = std::str::from_utf8(&self.0).ok()?;
-        u64::from_str_radix(s, 16).ok()
+        let mut n = 0u64;
+        for &c in &self.0 {
+            let digit = match c {
+                b'0'..=b'9' => c - b'0',
+                b'a'..=b'f' => c - b'a' + 10,
+                _ => return None,
+            };
+            n = (n << 4) | digit as u64;
+        }
+        Some(n)
     }
 
     /// Reads an ID from a command parameter; `None` unless it is exactly 16 bytes.
@@ -123,6 +133,25 @@ mod tests {
         assert_eq!(id.to_u64(), Some(0x0123_4567_89ab_cdef));
         assert_eq!(id.to_string(), "0123456789abcdef");
         assert_eq!(MessageId::from_slice(b"short"), None);
+        // Only the exact text from_u64 makes: no upper case, sign or other bytes.
+        for other in [
+            b"0123456789ABCDEF",
+            b"+123456789abcdef",
+            b"0123456789abcde ",
+        ] {
+            assert_eq!(MessageId(*other).to_u64(), None);
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn id_text_round_trips(n: u64, bytes: [u8; MESSAGE_ID_LEN]) {
+            proptest::prop_assert_eq!(MessageId::from_u64(n).to_u64(), Some(n));
+            let id = MessageId(bytes);
+            if let Some(v) = id.to_u64() {
+                proptest::prop_assert_eq!(MessageId::from_u64(v), id);
+            }
+        }
     }
 
     #[test]

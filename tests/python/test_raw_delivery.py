@@ -324,3 +324,33 @@ def test_fins_of_one_read_are_one_batch_and_a_bad_id_among_them_fails_alone(brok
         assert m.body == b"e" and m.attempts == 1, m
         c2.fin(m.id)
         c2.expect_nothing(0.5)
+
+
+def test_message_held_while_thousands_pass_stays_in_flight(broker):
+    """One message is held (no FIN) while 5,000 later ones are delivered and finished. The
+    in-flight table keeps neighbouring IDs in a window and moves a long-held one aside; the
+    held message must still answer TOUCH, REQ and FIN by its ID, and nothing else is owed."""
+    from nsqwire import FRAME_ERROR
+
+    with consumer(broker, "held", "ch", rdy=100) as c, publisher(broker) as p:
+        p.pub("held", b"held")
+        held = c.read_message(timeout=10)
+        assert held.body == b"held"
+        for batch in range(10):
+            p.mpub("held", [b"m%d-%d" % (batch, i) for i in range(500)])
+        seen = 0
+        while seen < 5000:
+            msgs = c.read_messages(min(99, 5000 - seen), timeout=15)
+            for m in msgs:
+                assert m.body != b"held" and m.attempts == 1, m
+                c.fin(m.id)
+            seen += len(msgs)
+        c.touch(held.id)
+        c.req(held.id)
+        again = c.read_message(timeout=10)
+        assert (again.id, again.body, again.attempts) == (held.id, b"held", 2), again
+        c.fin(again.id)
+        c.fin(again.id)  # no longer in flight
+        ftype, data = c.read_frame(timeout=10)
+        assert ftype == FRAME_ERROR and data.startswith(b"E_FIN_FAILED"), (ftype, data)
+        c.expect_nothing(0.5)
