@@ -14,7 +14,7 @@
 //! announces (nsqd would read trailing bytes as the next command).
 
 use crate::error::{ErrorCode, ProtocolError};
-use crate::message::MessageId;
+use crate::message::{MessageId, MESSAGE_ID_LEN};
 use crate::names::{is_valid_channel_name, is_valid_topic_name};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
@@ -198,6 +198,20 @@ pub fn decode_command(
     buf: &mut BytesMut,
     ctx: &DecodeContext,
 ) -> Result<Option<Command>, ProtocolError> {
+    if let Some(id) = plain_fin(buf) {
+        // The command a consumer sends most, in the form every client sends it.
+        require_subscribed(ctx.phase, "FIN")?;
+        buf.advance(FIN_LINE_LEN);
+        return Ok(Some(Command::Fin(id)));
+    }
+    decode_any_command(buf, ctx)
+}
+
+/// [`decode_command`] without the FIN shortcut.
+fn decode_any_command(
+    buf: &mut BytesMut,
+    ctx: &DecodeContext,
+) -> Result<Option<Command>, ProtocolError> {
     // The same limit whether the line arrived whole or in pieces.
     let window = &buf[..buf.len().min(MAX_LINE_LEN + 1)];
     let Some(nl) = window.iter().position(|&b| b == b'\n') else {
@@ -248,6 +262,25 @@ pub fn decode_command(
             finish_body_command(kind, body, ctx).map(Some)
         }
     }
+}
+
+/// `FIN <16-byte ID>\n`.
+const FIN_LINE_LEN: usize = 4 + MESSAGE_ID_LEN + 1;
+
+/// The ID of a `FIN <id>\n` line at the start of `buf`, if it is one that the general parser
+/// would read the same way: the ID holds no space, newline or final carriage return (any of
+/// which makes the general parser see another line or another parameter).
+#[inline]
+fn plain_fin(buf: &[u8]) -> Option<MessageId> {
+    let line = buf.get(..FIN_LINE_LEN)?;
+    if &line[..4] != b"FIN " || line[FIN_LINE_LEN - 1] != b'\n' {
+        return None;
+    }
+    let id = &line[4..4 + MESSAGE_ID_LEN];
+    if id.iter().any(|&b| b == b' ' || b == b'\n') || id[MESSAGE_ID_LEN - 1] == b'\r' {
+        return None;
+    }
+    MessageId::from_slice(id)
 }
 
 /// What a command line says, before any body is cut out.
@@ -651,6 +684,35 @@ fn bad_message(desc: impl Into<String>) -> ProtocolError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    proptest::proptest! {
+        /// The FIN shortcut decodes exactly what the general parser does, whatever follows
+        /// `FIN ` (IDs with spaces, newlines, carriage returns, short lines, other phases).
+        #[test]
+        fn fin_shortcut_agrees_with_the_parser(
+            id in proptest::collection::vec(
+                proptest::prop_oneof![
+                    30 => proptest::sample::select(b"0123456789abcdef".to_vec()),
+                    1 => proptest::sample::select(b" \r\nX".to_vec()),
+                ],
+                20,
+            ),
+            id_len in proptest::prop_oneof![4 => proptest::strategy::Just(16usize), 1 => 0usize..20],
+            tail in proptest::collection::vec(proptest::sample::select(b"\n\r FIN0".to_vec()), 0..6),
+            subscribed: bool,
+        ) {
+            let mut line = b"FIN ".to_vec();
+            line.extend_from_slice(&id[..id_len]);
+            line.extend_from_slice(&tail);
+            let c = ctx(if subscribed { ConnPhase::Subscribed } else { ConnPhase::Init });
+            let mut fast = BytesMut::from(&line[..]);
+            let mut general = BytesMut::from(&line[..]);
+            let a = format!("{:?}", decode_command(&mut fast, &c));
+            let b = format!("{:?}", decode_any_command(&mut general, &c));
+            proptest::prop_assert_eq!(a, b);
+            proptest::prop_assert_eq!(fast, general);
+        }
+    }
 
     fn ctx(phase: ConnPhase) -> DecodeContext {
         DecodeContext {
