@@ -2,8 +2,8 @@
 //!
 //! An ID is 16 lowercase hex digits of a u64: the top 8 bits are the index of the shard that
 //! owns the topic, the low 56 bits a counter of the topic's own (as nsqd has one ID factory per
-//! topic) that starts at the current time in microseconds. So a topic's IDs are unique across
-//! restarts unless it sustained more than one message per microsecond, and consecutive
+//! topic) that starts at the current time in microseconds, or after the highest ID the topic's
+//! log holds when that is ahead. So a topic's IDs are unique across restarts, and consecutive
 //! messages of a topic have consecutive numbers, which the in-flight table is built on
 //! ([`crate::id_table`]). IDs only need to be unique within a topic: FIN, REQ and TOUCH name a
 //! message of the channel the connection consumes.
@@ -64,6 +64,19 @@ impl IdGen {
         }
     }
 
+    /// Continues after `last` (the highest ID number a topic's log holds) when it was made
+    /// by this shard's index and is ahead of the clock: a topic that once sustained more than
+    /// one message per microsecond does not make an ID its log already holds after a restart.
+    /// An ID with another shard's index (the topic moved when `--shards` changed) cannot
+    /// collide with this shard's.
+    pub fn resume_after(&mut self, last: Option<u64>) {
+        if let Some(last) = last {
+            if last & !COUNTER_MASK == self.shard_bits {
+                self.counter = self.counter.max(last & COUNTER_MASK);
+            }
+        }
+    }
+
     pub fn next_id(&mut self) -> MessageId {
         self.counter = (self.counter + 1) & COUNTER_MASK;
         MessageId::from_u64(self.shard_bits | self.counter)
@@ -109,5 +122,19 @@ mod tests {
         assert_eq!(ia.to_u64().unwrap() >> 56, 1);
         assert_eq!(ib.to_u64().unwrap() >> 56, 2);
         assert_ne!(a.next_id(), ia);
+    }
+
+    #[test]
+    fn a_restarted_topic_continues_after_its_highest_id() {
+        let ahead = (1u64 << 56) | (COUNTER_MASK - 10);
+        let mut gen = IdGen::new(1);
+        gen.resume_after(Some(ahead));
+        assert_eq!(gen.next_id().to_u64(), Some(ahead + 1));
+        // Behind the clock, or another shard's ID: the clock's counter stands.
+        let mut gen = IdGen::new(1);
+        let first = IdGen::new(1).next_id().to_u64().unwrap();
+        gen.resume_after(Some(1u64 << 56));
+        gen.resume_after(Some((2u64 << 56) | (COUNTER_MASK - 10)));
+        assert!(gen.next_id().to_u64().unwrap() >= first);
     }
 }

@@ -57,6 +57,8 @@ impl Topic {
     /// A topic on shard `shard` (whose index goes into the IDs it makes).
     pub fn new(name: &str, log: TopicLog, mem_queue_size: u64, shard: usize) -> Topic {
         let head = log.head();
+        let mut ids = IdGen::new(shard);
+        ids.resume_after(log.recovered_max_id());
         Topic {
             name: Arc::from(name),
             ephemeral: protocol::names::is_ephemeral(name),
@@ -74,7 +76,7 @@ impl Topic {
             meta_dirty: false,
             last_meta: None,
             checkpoint_queued: false,
-            ids: IdGen::new(shard),
+            ids,
         }
     }
 

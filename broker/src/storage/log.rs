@@ -173,6 +173,9 @@ pub struct TopicLog {
     /// Released segment files and destroyed directories, renamed out of the way, that the
     /// shard deletes off its thread ([`TopicLog::take_trash`], [`super::delete_in_background`]).
     trash: Vec<PathBuf>,
+    /// The highest number behind a message ID found in the segments at open, so the topic's
+    /// new IDs can start above it ([`crate::ids::IdGen::resume_after`]).
+    max_id: Option<u64>,
     /// Capacity a new pending chunk starts with: about what the last flush took, so a chunk
     /// of a busy topic is not copied over as it grows (see [`next_chunk_capacity`]).
     chunk_cap: usize,
@@ -216,6 +219,7 @@ impl TopicLog {
             read_files: RefCell::new(VecDeque::new()),
             destroyed: false,
             trash: Vec::new(),
+            max_id: None,
             chunk_cap: MIN_CHUNK,
         }
     }
@@ -264,9 +268,10 @@ impl TopicLog {
         for (i, (base, path)) in files.into_iter().enumerate() {
             let last = i + 1 == count;
             match recover_segment(name, base, &path, last, max_payload)? {
-                Some(seg) => {
+                Some((seg, max_id)) => {
                     log.head = log.head.max(seg.end);
                     log.segments.push(seg);
+                    log.max_id = log.max_id.max(max_id);
                 }
                 None => continue,
             }
@@ -285,6 +290,11 @@ impl TopicLog {
 
     pub fn head(&self) -> u64 {
         self.head
+    }
+
+    /// The highest number behind a message ID in the segments found at open.
+    pub fn recovered_max_id(&self) -> Option<u64> {
+        self.max_id
     }
 
     pub fn start(&self) -> u64 {
@@ -802,7 +812,7 @@ fn recover_segment(
     path: &Path,
     last: bool,
     max_payload: usize,
-) -> std::io::Result<Option<Segment>> {
+) -> std::io::Result<Option<(Segment, Option<u64>)>> {
     let file = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -856,7 +866,7 @@ fn recover_segment(
         valid = len.min(valid);
     }
     let end = report.last_seq.map(|s| s + 1).unwrap_or(base);
-    Ok(Some(Segment {
+    let segment = Segment {
         base,
         end,
         path: path.to_path_buf(),
@@ -874,7 +884,8 @@ fn recover_segment(
                 .map(|&(o, n)| (o as u64, Skip::To((o + n) as u64)))
                 .collect(),
         ),
-    }))
+    };
+    Ok(Some((segment, report.max_id)))
 }
 
 /// The largest single write: a pending chunk bigger than this goes out in pieces.
@@ -1281,6 +1292,8 @@ mod tests {
             drop(log);
             let reopened = TopicLog::open("t", topic_dir, 0, 8 << 20, 1 << 20).unwrap();
             assert_eq!(reopened.head(), total);
+            // message(i) has ID i + 1.
+            assert_eq!(reopened.recovered_max_id(), Some(total));
         });
     }
 

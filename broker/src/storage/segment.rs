@@ -280,6 +280,8 @@ pub struct ScanReport {
     pub skipped: Vec<(usize, usize)>,
     /// Bytes after `valid_end` that hold no valid record (a torn or corrupt tail).
     pub torn_tail: usize,
+    /// The highest number behind a broker-made message ID (see `MessageId::to_u64`).
+    pub max_id: Option<u64>,
 }
 
 pub const INDEX_EVERY: u64 = 256;
@@ -310,6 +312,9 @@ pub fn scan(seg: &Bytes, max_payload: usize) -> ScanReport {
                 }
                 r.first_seq.get_or_insert(s.seq);
                 r.last_seq = Some(s.seq);
+                if let Some(n) = s.msg.id.to_u64() {
+                    r.max_id = r.max_id.max(Some(n));
+                }
                 r.records += 1;
                 off = next;
                 r.valid_end = next;
