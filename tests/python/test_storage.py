@@ -6,6 +6,7 @@ import glob
 import os
 import shutil
 import signal
+import socket
 import tempfile
 import time
 
@@ -335,14 +336,22 @@ def test_messages_larger_than_a_read_block_come_back_from_disk(restartable):
         p.mpub(TOPIC, small[1200:])
     want = {hashlib.sha256(b).hexdigest() for b in bodies} | {s.decode() for s in small}
     got = set()
-    deadline = time.monotonic() + 60
+    errors = []
+    # Under pytest's 60 s timeout, so a stall reports what the broker holds.
+    deadline = time.monotonic() + 45
     with Conn(r.addr) as c:
         c.sub(TOPIC, "a", rdy=50)
         while not want <= got:
             left = deadline - time.monotonic()
-            assert left > 0, "%d of %d after 60s" % (len(got & want), len(want))
-            ftype, data = c.read_frame(timeout=left)
+            try:
+                assert left > 0, "deadline"
+                ftype, data = c.read_frame(timeout=left)
+            except (AssertionError, socket.timeout):
+                pytest.fail("%d of %d after 45 s; errors %r; channel %s\n%s" % (
+                    len(got & want), len(want), errors[:5], _channel_stats(r.broker, "a"),
+                    r.broker.stderr()[-3000:]))
             if ftype != FRAME_MESSAGE:
+                errors.append(data)
                 continue
             m = Message.parse(data)
             got.add(m.body.decode() if m.body.startswith(b"s-") and len(m.body) < 10
@@ -375,6 +384,23 @@ def test_crash_after_direct_writes_leaves_no_damage(restartable):
     assert os.path.getsize(seg) % 4096 == 0, "the new write is padded to a block"
     r.stop()
     assert os.path.getsize(seg) % 4096 != 0, "a clean stop trims padding"
+
+
+def _channel_stats(broker, channel):
+    """The channel's counters from /stats (or why they could not be read)."""
+    import json
+    import urllib.request
+    try:
+        url = "http://127.0.0.1:%d/stats?format=json&topic=%s" % (broker.http_port, TOPIC)
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            stats = json.loads(resp.read())
+        for t in stats.get("topics", []):
+            for ch in t.get("channels", []):
+                if ch.get("channel_name") == channel:
+                    return {k: v for k, v in ch.items() if k != "clients"}
+        return "channel not in /stats"
+    except Exception as e:  # a diagnostic: never hide the failure it explains
+        return "unreadable /stats: %s" % e
 
 
 def _read_cache_bytes(broker):
