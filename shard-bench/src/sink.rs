@@ -10,8 +10,9 @@
 use crate::error::{BenchError, Result};
 use crate::payload;
 use bytes::{Bytes, BytesMut};
+use client::conn::read_more;
 use futures_lite::future;
-use futures_lite::io::{AsyncReadExt, AsyncWriteExt};
+use futures_lite::io::AsyncWriteExt;
 use glommio::net::{TcpListener, TcpStream};
 use glommio::{LocalExecutorBuilder, Placement};
 use protocol::frame::{write_frame, write_message_frame};
@@ -171,16 +172,4 @@ fn deliver(d: &mut Delivery, size: usize, out: &mut BytesMut) {
         write_message_frame(out, &msg);
         d.in_flight += 1;
     }
-}
-
-/// Reads what the socket has onto the end of `buf` through `scratch` (zeroed once, so no read
-/// zeroes a fresh chunk of `buf` first); 0 means end of stream.
-async fn read_more(
-    stream: &mut TcpStream,
-    buf: &mut BytesMut,
-    scratch: &mut [u8],
-) -> std::io::Result<usize> {
-    let n = stream.read(scratch).await?;
-    buf.extend_from_slice(&scratch[..n]);
-    Ok(n)
 }
