@@ -110,6 +110,13 @@ struct Chunk {
 /// and last block numbers of the same segment).
 struct Missing(BlockKey, u64, u64);
 
+impl Missing {
+    /// The same, needing the blocks from `block` on as well (where the reader started).
+    fn from(self, block: u64) -> Missing {
+        Missing(self.0, self.1.min(block), self.2)
+    }
+}
+
 /// One record met while reading the disk.
 enum Step {
     /// The record looked for (body copied out of the block), and its length.
@@ -358,7 +365,8 @@ impl TopicLog {
                 end_seq: s.seq,
             });
         }
-        if seg.records % segment::INDEX_EVERY == 0 {
+        let last_point = seg.index.last().map(|&(_, o)| o as u64);
+        if segment::is_index_point(seg.records, offset, last_point) {
             seg.index.push((s.seq, offset as usize));
         }
         seg.records += 1;
@@ -460,6 +468,9 @@ impl TopicLog {
                         .unwrap_or(HEADER_LEN as u64)
                 }
             };
+            // This attempt reads the segment from here on: the blocks from here to the end of
+            // the record it looks for are what it needs, all at once (see `wait_for`).
+            let first_block = off / BLOCK;
             let limit = seg.written_len;
             let mut last_seq = None;
             while off + FRAME_LEN as u64 <= limit {
@@ -472,7 +483,7 @@ impl TopicLog {
                     }
                     Err(missing) => {
                         drop(cache);
-                        return Some(self.wait_for(missing, limit));
+                        return Some(self.wait_for(missing.from(first_block), limit));
                     }
                     Ok(Some(Step::Found(s, n))) => {
                         let next = off + n as u64;
@@ -500,7 +511,8 @@ impl TopicLog {
                     Ok(None) => break,
                     Err(key) => {
                         drop(cache);
-                        return Some(self.wait_for(Missing(key, key.1, key.1), limit));
+                        let missing = Missing(key, key.1, key.1).from(first_block);
+                        return Some(self.wait_for(missing, limit));
                     }
                 }
             }
@@ -638,9 +650,11 @@ impl TopicLog {
         {
             let mut cache = self.blocks.borrow_mut();
             cache.want(key);
-            // A record over more than two blocks: all of them in one round, cached ones too,
-            // so that the round which brings the last cannot evict the first (a record may be
-            // larger than the whole cache).
+            // A reader needing more than two blocks (a large record, and the records before
+            // it from where the reader started) asks for all of them in one round, cached ones
+            // too, so that the round which brings the last cannot evict the first (a record
+            // may be larger than the whole cache). Asking only for the missing ones let two
+            // rounds evict each other's blocks forever.
             for n in from..=to {
                 if to - from > 1 || !cache.has(key.0, n, limit) {
                     cache.want((key.0, n));
@@ -1422,6 +1436,60 @@ mod tests {
             for d in damaged {
                 let (from, to) = (starts[d as usize], starts[d as usize + 1]);
                 assert_eq!(skips.get(&from), Some(&Skip::To(to)));
+            }
+        });
+    }
+
+    /// A record larger than the whole block cache, read by readers that have no hint (one
+    /// coming from the in-memory window, or starting over): each read must find what it needs
+    /// after a round or two. Before, such a reader started at an index point before the large
+    /// record, needed its blocks and the earlier ones together, and the rounds fetching them
+    /// evicted each other's blocks forever (a delivery stall seen in CI at --shards 4).
+    #[test]
+    fn a_record_larger_than_the_cache_does_not_stall_readers_without_a_hint() {
+        with_dir("huge", |dir| async move {
+            let big_len = (blocks::CAPACITY + 8) * BLOCK as usize;
+            let log = TopicLog::open("t", dir.join("t"), 0, 64 << 20, big_len + 1024).unwrap();
+            let log = RefCell::new(log);
+            let big = 150;
+            let msgs = (0..300)
+                .map(|i| {
+                    let mut m = message(i);
+                    if i == big {
+                        m.body = Bytes::from(vec![7u8; big_len]);
+                    }
+                    m
+                })
+                .collect();
+            log.borrow_mut().append(msgs, 0);
+            flush(&log).await.unwrap();
+            sync(&log).await.unwrap();
+            // A reader in order up to the large record fills the cache with earlier blocks.
+            let mut hint = DiskHint::default();
+            for seq in 0..big {
+                match read_through(&log, seq, hint).await {
+                    Read::Msg(s, h) => {
+                        assert_eq!(s.seq, seq);
+                        hint = h;
+                    }
+                    _ => panic!("seq {seq} not read"),
+                }
+            }
+            for seq in [big, big + 1, big - 1, big + 2] {
+                match read_through(&log, seq, DiskHint::default()).await {
+                    Read::Msg(s, _) => {
+                        assert_eq!(s.seq, seq);
+                        assert_eq!(
+                            s.msg.body.len(),
+                            if seq == big {
+                                big_len
+                            } else {
+                                message(seq).body.len()
+                            }
+                        );
+                    }
+                    _ => panic!("seq {seq} not read"),
+                }
             }
         });
     }

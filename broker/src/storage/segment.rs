@@ -274,7 +274,8 @@ pub struct ScanReport {
     pub records: u64,
     pub first_seq: Option<u64>,
     pub last_seq: Option<u64>,
-    /// Sparse index: (seq, offset) of every `INDEX_EVERY`th record.
+    /// Sparse index: (seq, offset) of every `INDEX_EVERY`th record, and of any record
+    /// `INDEX_BYTES` or more past the last point (see [`is_index_point`]).
     pub index: Vec<(u64, usize)>,
     /// Corrupt stretches skipped: (offset, bytes).
     pub skipped: Vec<(usize, usize)>,
@@ -285,6 +286,17 @@ pub struct ScanReport {
 }
 
 pub const INDEX_EVERY: u64 = 256;
+/// A record that starts this many bytes or more past the last index point gets one too. A
+/// reader that starts from an index point then passes less than this before the record it
+/// wants, never a large record it does not want (which could need more blocks than the read
+/// cache holds).
+pub const INDEX_BYTES: u64 = 256 * 1024;
+
+/// Whether the record at `offset`, the `records`-th of its segment (from 0), is an index
+/// point, given the offset of the last one.
+pub fn is_index_point(records: u64, offset: u64, last_point: Option<u64>) -> bool {
+    records.is_multiple_of(INDEX_EVERY) || last_point.is_none_or(|p| offset >= p + INDEX_BYTES)
+}
 
 /// Walks every record of a segment (after its header).
 pub fn scan(seg: &Bytes, max_payload: usize) -> ScanReport {
@@ -307,7 +319,8 @@ pub fn scan(seg: &Bytes, max_payload: usize) -> ScanReport {
                         None => break,
                     }
                 }
-                if r.records.is_multiple_of(INDEX_EVERY) {
+                let last_point = r.index.last().map(|&(_, o)| o as u64);
+                if is_index_point(r.records, off as u64, last_point) {
                     r.index.push((s.seq, off));
                 }
                 r.first_seq.get_or_insert(s.seq);
@@ -370,6 +383,31 @@ mod tests {
         match parse_at(&seg, HEADER_LEN, 1 << 20) {
             Parsed::Record(s, _) => assert_eq!(s, stored(0, "body-0")),
             other => panic!("{other:?}"),
+        }
+    }
+
+    /// Index points every INDEX_EVERY records and, past a large record, at the next one:
+    /// from any index point a reader passes less than INDEX_BYTES before the record it wants.
+    #[test]
+    fn index_points_by_count_and_by_bytes() {
+        let big = "x".repeat(INDEX_BYTES as usize + 10);
+        let mut out = Vec::new();
+        encode_header(&mut out, 0, 0);
+        let mut starts = Vec::new();
+        for i in 0..600u64 {
+            starts.push(out.len());
+            let body = if i == 300 {
+                big.clone()
+            } else {
+                format!("body-{i}")
+            };
+            encode_record(&mut out, &stored(i, &body));
+        }
+        let r = scan(&Bytes::from(out), 1 << 20);
+        let seqs: Vec<u64> = r.index.iter().map(|&(seq, _)| seq).collect();
+        assert_eq!(seqs, [0, 256, 301, 512]);
+        for &(seq, off) in &r.index {
+            assert_eq!(off, starts[seq as usize]);
         }
     }
 
