@@ -222,6 +222,11 @@ def test_ephemeral_channel_vanishes_with_last_consumer(broker):
         e1.close()
         time.sleep(1.0)  # the channel goes with its last consumer
         p.pub(topic, b"m2")
+        # Once the durable channel has m2, the topic's owner has taken it. The publisher's OK
+        # can come before that (with several shards the connection's shard answers as soon as
+        # the message is on its way, as nsqd answers once it is in the topic's in-memory
+        # queue), and a SUB from another shard could then reach the owner first.
+        assert sorted(m.body for m in durable.read_messages(2)) == [b"m1", b"m2"]
         with consumer(broker, topic, "live#ephemeral", rdy=10) as e2:
             # m2 was published while the ephemeral channel did not exist.
             p.pub(topic, b"m3")
@@ -229,7 +234,7 @@ def test_ephemeral_channel_vanishes_with_last_consumer(broker):
             assert got.body == b"m3", "ephemeral channel kept %r after its last consumer left" \
                 % got.body
             e2.expect_nothing(0.5)
-        assert sorted(m.body for m in durable.read_messages(3)) == [b"m1", b"m2", b"m3"]
+        assert [m.body for m in durable.read_messages(1)] == [b"m3"]
 
 
 def test_ephemeral_topic_and_channel_names_accepted(broker):
