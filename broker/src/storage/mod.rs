@@ -114,8 +114,12 @@ pub fn stored_topics(data_path: &Path) -> Vec<String> {
             if !is_trash(&p) {
                 return true;
             }
-            if let Err(e) = std::fs::remove_dir_all(&p) {
-                tracing::warn!(path = %p.display(), "cannot delete a deleted topic's files: {e}");
+            match std::fs::remove_dir_all(&p) {
+                // Every shard lists the data path at start; another may have been first.
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    tracing::warn!(path = %p.display(), "cannot delete a deleted topic's files: {e}");
+                }
+                _ => {}
             }
             false
         })
