@@ -101,12 +101,15 @@ fn main() -> ExitCode {
 
     // Shards are peers 0..shards; the control thread is the last peer.
     let mesh = MeshBuilder::full(shards + 1, MAILBOX_CAPACITY);
+    // Each shard says whether it got as far as serving (its topics loaded, accepting).
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<bool>();
     let mut handles = Vec::new();
     for i in 0..shards {
         let cpu = config.cpus[i % config.cpus.len()];
         let cfg = config.clone();
         let mesh = mesh.clone();
         let listeners = listeners.next();
+        let ready = ready_tx.clone();
         let mut builder =
             LocalExecutorBuilder::new(Placement::Fixed(cpu)).name(&format!("shard-{i}"));
         if !config.spin_before_park.is_zero() {
@@ -114,7 +117,13 @@ fn main() -> ExitCode {
         }
         let spawned = builder
             .io_memory(rlimit::IO_MEMORY_PER_SHARD)
-            .spawn(move || async move { shard::run(i, cfg, mesh, shards, listeners).await });
+            .spawn(move || async move {
+                let result = shard::run(i, cfg, mesh, shards, listeners, &ready).await;
+                if result.is_err() {
+                    let _ = ready.send(false);
+                }
+                result
+            });
         match spawned {
             Ok(h) => handles.push(h),
             Err(e) => {
@@ -135,8 +144,14 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    info!(tcp = %config.tcp_address, shards, steering = if steered { "cpu" } else { "hash" }, "TCP: listening");
-    info!(http = %config.http_address, shards, "HTTP: listening");
+    drop(ready_tx);
+    // "Listening" once every shard serves: the sockets take connections from the start, but a
+    // shard answers them only after loading its topics (and clearing a stop's leftovers).
+    let serving = (0..shards).all(|_| ready_rx.recv() == Ok(true));
+    if serving {
+        info!(tcp = %config.tcp_address, shards, steering = if steered { "cpu" } else { "hash" }, "TCP: listening");
+        info!(http = %config.http_address, shards, "HTTP: listening");
+    }
 
     let mut failed = false;
     for (i, h) in handles.into_iter().enumerate() {
@@ -152,10 +167,13 @@ fn main() -> ExitCode {
             }
         }
     }
-    let _ = control.join();
     if failed {
+        // Every shard has ended, some with an error (a start-up failure such as an unusable
+        // --data-path, or a shutdown that lost data): exit with it. The control thread may
+        // still wait for shards that never reached the mesh; returning ends it.
         return ExitCode::from(1);
     }
+    let _ = control.join();
     info!("broker stopped");
     ExitCode::SUCCESS
 }

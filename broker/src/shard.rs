@@ -1395,6 +1395,7 @@ pub async fn run(
     mesh: MeshBuilder<Batch, Full>,
     control: usize,
     listeners: Option<crate::listen::ShardListeners>,
+    ready: &std::sync::mpsc::Sender<bool>,
 ) -> Result<(), String> {
     let listeners =
         listeners.ok_or_else(|| format!("shard {id}: no listening sockets were opened for it"))?;
@@ -1454,6 +1455,8 @@ pub async fn run(
     crate::http::start(&shard, listeners.http)?;
     let accept_shard = shard.clone();
     let acceptor = glommio::spawn_local(async move { accept_loop(accept_shard, listener).await });
+    // Its topics are loaded and it accepts: main logs "listening" once every shard has said so.
+    let _ = ready.send(true);
 
     // Wait for shutdown, then for the connections to finish, then for the word to exit.
     shard.exit.notified().await;
