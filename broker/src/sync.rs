@@ -30,6 +30,11 @@ impl Notify {
         }
     }
 
+    /// Forgets a notification sent while nobody waited.
+    pub fn reset(&self) {
+        self.pending.set(false);
+    }
+
     /// Waits for the next notification (or returns at once for one already sent).
     pub fn notified(&self) -> Notified<'_> {
         Notified { notify: self }
