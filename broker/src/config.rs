@@ -329,12 +329,26 @@ impl Config {
         }
     }
 
-    /// The shard that owns `topic`: crc32 of its name modulo the shard count. Stable across
-    /// restarts with the same `--shards`; data on disk is laid out by name, so another count
-    /// only moves ownership.
+    /// The shard that owns `topic`: crc32 of its name, mixed, modulo the shard count. Stable
+    /// across restarts with the same `--shards`; data on disk is laid out by name, so another
+    /// count (or another hash) only moves ownership.
+    ///
+    /// Why the mix: every bit of a CRC is an XOR of fixed input bits, so crc32 modulo 2 put
+    /// every topic whose names differ only in the low bits of a character on one shard (`e2e1`,
+    /// `e2e2`, `e2e3`, `e2eX`, `e2eY`, `e2eZ` all on shard 1). murmur3's finalizer makes every
+    /// output bit depend on every input bit.
     pub fn owner_of(&self, topic: &str) -> usize {
-        (crc32fast::hash(topic.as_bytes()) as usize) % self.shards
+        (mix32(crc32fast::hash(topic.as_bytes())) as usize) % self.shards
     }
+}
+
+/// murmur3's 32-bit finalizer: a bijection whose output bits each depend on all input bits.
+fn mix32(mut h: u32) -> u32 {
+    h ^= h >> 16;
+    h = h.wrapping_mul(0x85eb_ca6b);
+    h ^= h >> 13;
+    h = h.wrapping_mul(0xc2b2_ae35);
+    h ^ (h >> 16)
 }
 
 /// nsqd's durations from the command line: Go forms with a unit (a bare `0` is allowed).
@@ -471,5 +485,24 @@ mod tests {
         let o = c.owner_of("events");
         assert!(o < 4);
         assert_eq!(o, c.owner_of("events"));
+    }
+
+    #[test]
+    fn owners_spread_names_that_differ_in_one_character() {
+        let c = parse(&["--shards", "2"]).unwrap();
+        let owners: std::collections::BTreeSet<usize> =
+            ["e2e1", "e2e2", "e2e3", "e2eX", "e2eY", "e2eZ"]
+                .iter()
+                .map(|t| c.owner_of(t))
+                .collect();
+        assert_eq!(owners.len(), 2, "all on one shard");
+        let c = parse(&["--shards", "4"]).unwrap();
+        let mut per_shard = [0usize; 4];
+        for i in 0..4000 {
+            per_shard[c.owner_of(&format!("topic.{i}"))] += 1;
+        }
+        for n in per_shard {
+            assert!((900..=1100).contains(&n), "{per_shard:?}");
+        }
     }
 }

@@ -94,3 +94,30 @@ def test_bad_steering_value_is_refused_at_start(tmp_path):
     )
     assert r.returncode == 2
     assert b"--connection-steering" in r.stderr and b"round-robin" in r.stderr
+
+
+def topic_shards(broker):
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % broker.http_port, timeout=5) as r:
+        text = r.read().decode()
+    owners = {}
+    for m in re.finditer(r'^nsq_topic_shard\{topic="([^"]+)"\} (\d+)$', text, re.M):
+        assert m.group(1) not in owners, "two owners for %s" % m.group(1)
+        owners[m.group(1)] = int(m.group(2))
+    return owners
+
+
+def test_metrics_name_each_topics_owner_and_similar_names_spread(start_broker):
+    """nsq_topic_shard says which shard owns a topic. Owners come from a hash of the name;
+    names that differ in the low bits of one character used to land on one shard (crc32's bits
+    are linear in its input)."""
+    b = start_broker(shards=2)
+    names = ["e2e1", "e2e2", "e2e3", "e2eX", "e2eY", "e2eZ"]
+    for name in names:
+        req = urllib.request.Request(
+            "http://127.0.0.1:%d/topic/create?topic=%s" % (b.http_port, name), method="POST"
+        )
+        with urllib.request.urlopen(req, timeout=5) as r:
+            assert r.status == 200
+    owners = topic_shards(b)
+    assert sorted(owners) == sorted(names), owners
+    assert set(owners.values()) == {0, 1}, owners

@@ -178,6 +178,16 @@ fn render_metrics(parts: &[ShardStats]) -> String {
             f.sample(name, &[("topic", &t.topic_name)], get(t));
         }
     }
+    f.head(
+        "nsq_topic_shard",
+        "gauge",
+        "The shard that owns the topic (its CPU, the broker pins shard i to the i-th CPU it may use).",
+    );
+    for p in parts {
+        for t in &p.topics {
+            f.sample("nsq_topic_shard", &[("topic", &t.topic_name)], p.shard);
+        }
+    }
 
     type ChannelGauge = fn(&stats::ChannelStats) -> u64;
     let channel_families: [(&str, &str, &str, ChannelGauge); 8] = [
