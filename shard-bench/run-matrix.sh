@@ -88,6 +88,14 @@ start_broker() {
     exit 1
 }
 
+# owner_cpu TOPIC: creates TOPIC on the running broker and prints the CPU of the shard that
+# owns it (the broker, not confined by taskset here, pins shard i to CPU i).
+owner_cpu() {
+    curl -sf -X POST "http://127.0.0.1:$((PORT + 1))/topic/create?topic=$1" >/dev/null
+    curl -sf "http://127.0.0.1:$((PORT + 1))/metrics" |
+        sed -n "s/^nsq_topic_shard{topic=\"$1\"} \([0-9]*\)$/\1/p"
+}
+
 # bench NAME ARGS...: one shard-bench run against the running broker, result in $OUT/NAME.json
 bench() {
     local name=$1
@@ -134,9 +142,17 @@ for shards in $SHARDS; do
         --target "sub_rate>=500000"
     stop_broker
 
+    # One round trip per message: what it costs is wake-ups, and on this VM a wake-up across
+    # the two vCPUs costs ~60 us where one on the same vCPU costs a few. So this row runs the
+    # blocking client (one thread, blocked in read until each OK) on the CPU of the shard that
+    # owns the topic: connection steering then gives it that shard, and the whole round trip
+    # stays on one core. Its raw ceiling below is pinned the same way.
     start_broker "$shards"
-    bench "s$shards-6-pub1" pub "${common[@]}" "${timed[@]}" --broker-pid "$broker_pid" \
-        --batch-size 1 --connections 1 --label "PUB one at a time, 1 conn ($tag)" \
+    pub1_cpu=$(owner_cpu bench)
+    [[ -n $pub1_cpu ]] || { echo "run-matrix: no nsq_topic_shard for bench" >&2; exit 1; }
+    bench "s$shards-6-pub1" pub --nsqd-tcp-address "$addr" --size 200 "${timed[@]}" \
+        --broker-pid "$broker_pid" --batch-size 1 --connections 1 --blocking --cpus "$pub1_cpu" \
+        --label "PUB one at a time, 1 conn, blocking client on the owner's CPU ($tag)" \
         --target "pub_rate>=60000"
     stop_broker
 
@@ -161,8 +177,8 @@ for shards in $SHARDS; do
         "${pin[@]}" "${sink_pin[@]}" --connections 4 \
         --label "raw ceiling: sub, 4 conn (as $tag)"
     bench "s$shards-9b-raw-pubone" raw --workload pub --size 200 "${timed[@]}" \
-        "${pin[@]}" "${sink_pin[@]}" --batch-size 1 --connections 1 \
-        --label "raw ceiling: PUB one at a time, 1 conn (as $tag)"
+        --cpus "$pub1_cpu" --sink-cpu "$pub1_cpu" --batch-size 1 --connections 1 --blocking \
+        --label "raw ceiling: PUB one at a time, 1 conn, blocking, one CPU (as $tag)"
 done
 done
 

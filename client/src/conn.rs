@@ -159,7 +159,7 @@ pub async fn read_more<R: AsyncRead + Unpin>(
 
 /// The IDENTIFY answer: `OK` (no negotiation) or JSON. A JSON answer from an older broker may
 /// lack fields, so only `max_rdy_count` is required of it.
-fn parse_identify_answer(answer: &[u8]) -> Result<(u64, Option<IdentifyResponse>)> {
+pub(crate) fn parse_identify_answer(answer: &[u8]) -> Result<(u64, Option<IdentifyResponse>)> {
     if answer == OK {
         return Ok((DEFAULT_MAX_RDY_COUNT, None));
     }

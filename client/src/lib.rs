@@ -28,6 +28,15 @@
 //! .expect("publish failed");
 //! ```
 //!
+//! Outside an executor, [`blocking::Producer`] publishes from the calling thread over a plain
+//! `std::net::TcpStream`:
+//!
+//! ```no_run
+//! let mut producer = client::blocking::Producer::connect("127.0.0.1:4150")?;
+//! producer.publish("events", "hello")?;
+//! # Ok::<(), client::Error>(())
+//! ```
+//!
 //! # Consuming
 //!
 //! ```no_run
@@ -55,10 +64,12 @@
 //! - [`error`]: the crate's one error type;
 //! - [`conn`]: one broker connection (handshake, reader, writer, reply matching);
 //! - [`producer`], [`consumer`], [`message`]: the public face;
+//! - [`blocking`]: a synchronous producer for threads outside any executor;
 //! - [`rdy`] and [`backoff`]: the flow-control rules as pure state machines;
 //! - [`lookup`]: asking lookups which brokers have a topic.
 
 pub mod backoff;
+pub mod blocking;
 pub mod clock;
 pub mod config;
 pub mod conn;

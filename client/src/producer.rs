@@ -172,7 +172,7 @@ impl Producer {
     }
 }
 
-fn check_topic(topic: &str) -> Result<()> {
+pub(crate) fn check_topic(topic: &str) -> Result<()> {
     if is_valid_topic_name(topic) {
         Ok(())
     } else {

@@ -205,3 +205,54 @@ fn e2e_heartbeats_keep_an_idle_connection_open() {
         p.publish("e2e_hb", "alive").await.expect("publish");
     });
 }
+
+#[test]
+fn e2e_blocking_producer_publishes_recovers_and_outlives_idle_spells() {
+    let Some(broker) = start_broker("blocking") else {
+        return;
+    };
+    let cfg = ProducerConfig::new().heartbeat_interval(Duration::from_secs(1));
+    let mut p = client::blocking::Producer::connect_with(broker.tcp.clone(), cfg)
+        .expect("blocking producer");
+    for i in 0..10 {
+        p.publish("e2e_blocking", format!("pub-{i}")).expect("pub");
+    }
+    let err = p
+        .multi_publish("e2e_blocking", vec!["ok".into(), "".into()])
+        .expect_err("an empty message is refused");
+    assert_eq!(err.code(), Some(ErrorCode::BadMessage), "{err}");
+    assert!(!p.is_connected(), "a refused publish drops the connection");
+    p.multi_publish("e2e_blocking", vec!["m1".into(), "m2".into()])
+        .expect("mpub on a new connection");
+    // Idle past one heartbeat: the next publish answers it first.
+    std::thread::sleep(Duration::from_millis(1300));
+    p.publish("e2e_blocking", "after-one-heartbeat")
+        .expect("pub after a heartbeat");
+    // Idle past two: the broker has closed the connection; the next publish finds that out
+    // before it sends, and reconnects.
+    std::thread::sleep(Duration::from_millis(2500));
+    p.deferred_publish("e2e_blocking", Duration::from_millis(100), "dpub")
+        .expect("dpub after the broker closed the idle connection");
+
+    let addr = broker.tcp.clone();
+    run(move || async move {
+        let seen: Rc<RefCell<BTreeSet<String>>> = Rc::default();
+        let s = seen.clone();
+        let c = Consumer::new(
+            ConsumerConfig::new("e2e_blocking", "ch"),
+            move |m: Message| {
+                s.borrow_mut()
+                    .insert(String::from_utf8_lossy(m.body()).into_owned());
+                async { HandlerResult::Finish }
+            },
+        )
+        .expect("consumer");
+        c.connect_to_nsqd(addr).await.expect("subscribe");
+        let mut expected: BTreeSet<String> = (0..10).map(|i| format!("pub-{i}")).collect();
+        expected.extend(["m1", "m2", "after-one-heartbeat", "dpub"].map(String::from));
+        let all = eventually(WAIT, || seen.borrow().len() == expected.len()).await;
+        assert!(all, "got {:?}", seen.borrow());
+        assert_eq!(*seen.borrow(), expected);
+        c.stop().await;
+    });
+}

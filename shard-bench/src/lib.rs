@@ -7,12 +7,13 @@
 //! - [`options`]: the command line and its checks;
 //! - [`runner`]: one run, its executors, phases and progress line;
 //! - [`publisher`], [`subscriber`]: the two sides of the load, on `client::Producer` and
-//!   `client::Consumer`;
+//!   `client::Consumer`; [`blocking_pub`]: `--blocking` publishers on plain threads;
 //! - [`sink`]: the trivial in-process broker `raw` measures against (the ceiling);
 //! - [`payload`]: message bodies stamped with their send time;
 //! - [`metrics`]: counters and histograms while running; [`procstat`]: the broker's CPU and RSS;
 //! - [`result`]: the result (JSON, summary, targets); [`report`]: markdown table and SVG charts.
 
+pub mod blocking_pub;
 pub mod error;
 pub mod metrics;
 pub mod options;

@@ -91,6 +91,12 @@ pub struct LoadArgs {
     /// Open loop only: most publish commands awaiting their OK at once, per connection.
     #[arg(long, default_value_t = 4096)]
     pub max_outstanding: usize,
+    /// Publish from plain threads with the synchronous client, one thread per publishing
+    /// connection blocked in `read` until each OK (closed loop, --pipeline 1, no --rate). The
+    /// cheapest client for one-at-a-time round trips. Each thread connects from, and is pinned
+    /// with, the executor that owns its connection.
+    #[arg(long)]
+    pub blocking: bool,
     /// glommio executors (threads) the bench runs on; connections are spread over them.
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
@@ -193,6 +199,7 @@ pub struct LoadPlan {
     pub rate: Option<u64>,
     pub count: Option<u64>,
     pub max_outstanding: usize,
+    pub blocking: bool,
     pub threads: usize,
     pub cpus: Vec<usize>,
     pub broker_pid: Option<u32>,
@@ -254,6 +261,17 @@ impl LoadArgs {
         if !mode.publishes() && self.rate.is_some() {
             return bad("--rate needs a mode that publishes (pub, pubsub)".into());
         }
+        if self.blocking {
+            if !mode.publishes() {
+                return bad("--blocking needs a mode that publishes (pub, pubsub)".into());
+            }
+            if self.rate.is_some() {
+                return bad("--blocking is closed loop: it does not take --rate".into());
+            }
+            if self.pipeline > 1 {
+                return bad("--blocking sends one command at a time: --pipeline must be 1".into());
+            }
+        }
         let online = std::thread::available_parallelism().map_or(1, |n| n.get());
         if let Some(cpu) = self.cpus.iter().find(|&&c| c >= online) {
             return bad(format!(
@@ -286,6 +304,7 @@ impl LoadArgs {
             rate: self.rate,
             count: self.count,
             max_outstanding: self.max_outstanding,
+            blocking: self.blocking,
             threads: self.threads,
             cpus: self.cpus.clone(),
             broker_pid: self.broker_pid,
@@ -312,6 +331,9 @@ fn default_label(
             format!("MPUB {}", a.batch_size)
         };
         parts.push(format!("{cmd} x{} conn", a.connections));
+        if a.blocking {
+            parts.push("blocking".to_string());
+        }
         if let Some(r) = a.rate {
             parts.push(format!("@{r}/s"));
         }

@@ -61,6 +61,9 @@ pub struct Settings {
     pub count: Option<u64>,
     pub threads: usize,
     pub cpus: Vec<usize>,
+    /// Publishers on plain threads with the synchronous client (`--blocking`).
+    #[serde(default)]
+    pub blocking: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]

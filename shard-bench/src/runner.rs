@@ -13,6 +13,7 @@
 //! broker pins its shards to CPUs 0..shards, so a bench next to a one-shard broker is best
 //! pinned to CPU 1, and next to a two-shard broker on a 2-core machine left unbound.
 
+use crate::blocking_pub;
 use crate::error::{BenchError, Result};
 use crate::metrics::{Counts, Latencies, Phase, Shared};
 use crate::options::{LoadPlan, Mode};
@@ -252,6 +253,7 @@ async fn executor_main(
     let latencies = Rc::new(RefCell::new(Latencies::default()));
     let mut consumers = Vec::new();
     let mut producers = Vec::new();
+    let mut sync_producers = Vec::new();
     let connected = async {
         if plan.mode.consumes() {
             let slots = plan.sub_connections * plan.channels.len();
@@ -267,13 +269,16 @@ async fn executor_main(
             let brokers = publish_brokers(&plan).await?;
             for conn in (index..plan.connections).step_by(executors) {
                 let addr = &brokers[conn % brokers.len()];
-                let p = publisher::connect(addr)
-                    .await
-                    .map_err(|source| BenchError::Connect {
-                        addr: addr.clone(),
-                        source,
-                    })?;
-                producers.push(p);
+                let connect_error = |source| BenchError::Connect {
+                    addr: addr.clone(),
+                    source,
+                };
+                if plan.blocking {
+                    // Blocks this executor for a loopback handshake, before the run starts.
+                    sync_producers.push(blocking_pub::connect(addr).map_err(connect_error)?);
+                } else {
+                    producers.push(publisher::connect(addr).await.map_err(connect_error)?);
+                }
             }
         }
         Ok::<(), BenchError>(())
@@ -287,6 +292,14 @@ async fn executor_main(
         glommio::timer::sleep(Duration::from_millis(1)).await;
     }
 
+    let mut threads = Vec::new();
+    for (k, p) in sync_producers.into_iter().enumerate() {
+        let name = format!("bench-{index}-pub-{k}");
+        match blocking_pub::spawn(p, plan.clone(), shared.clone(), plan.placement(index), name) {
+            Ok(t) => threads.push(t),
+            Err(e) => shared.fail(format!("could not start a publishing thread: {e}")),
+        }
+    }
     let ctx = PubContext {
         plan: plan.clone(),
         shared: shared.clone(),
@@ -298,6 +311,15 @@ async fn executor_main(
         .collect();
     for t in tasks {
         t.await;
+    }
+    while threads.iter().any(|t| !t.is_finished()) {
+        glommio::timer::sleep(Duration::from_millis(5)).await;
+    }
+    for t in threads {
+        match t.join() {
+            Ok(l) => latencies.borrow_mut().merge(&l),
+            Err(_) => shared.fail("a publishing thread panicked".to_string()),
+        }
     }
     shared.idle.fetch_add(1, Relaxed);
     while !shared.stopping() {
@@ -374,6 +396,7 @@ fn build_result(
             count: plan.count,
             threads: plan.threads,
             cpus: plan.cpus.clone(),
+            blocking: plan.blocking,
         },
         started_at: m.started_at,
         elapsed_s: secs,

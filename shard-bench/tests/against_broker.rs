@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 struct Broker {
     child: Child,
     data: PathBuf,
+    /// HTTP address, host:port.
+    http: String,
 }
 
 impl Drop for Broker {
@@ -44,9 +46,12 @@ fn free_port() -> u16 {
         .port()
 }
 
-fn start_broker() -> (Broker, String) {
+/// Starts a broker with a data directory of its own (tests run in parallel).
+fn start_broker(name: &str) -> (Broker, String) {
     let (tcp, http) = (free_port(), free_port());
-    let data = std::env::temp_dir().join(format!("shard-bench-broker-{}", std::process::id()));
+    let data =
+        std::env::temp_dir().join(format!("shard-bench-broker-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&data);
     std::fs::create_dir_all(&data).unwrap();
     let child = Command::new(broker_bin())
         .args(["--tcp-address", &format!("127.0.0.1:{tcp}")])
@@ -57,7 +62,11 @@ fn start_broker() -> (Broker, String) {
         .stdout(Stdio::null())
         .spawn()
         .expect("broker starts");
-    let broker = Broker { child, data };
+    let broker = Broker {
+        child,
+        data,
+        http: format!("127.0.0.1:{http}"),
+    };
     let addr = format!("127.0.0.1:{tcp}");
     let deadline = Instant::now() + Duration::from_secs(10);
     while TcpStream::connect(&addr).is_err() {
@@ -70,9 +79,24 @@ fn start_broker() -> (Broker, String) {
     (broker, addr)
 }
 
+/// A plain HTTP/1.0 GET; the body.
+fn http_get(addr: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = TcpStream::connect(addr).expect("HTTP connect");
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").expect("HTTP request");
+    let mut text = String::new();
+    s.read_to_string(&mut text).expect("HTTP response");
+    let (head, body) = text.split_once("\r\n\r\n").expect("a header and a body");
+    assert!(
+        head.starts_with("HTTP/1.1 200") || head.starts_with("HTTP/1.0 200"),
+        "{head}"
+    );
+    body.to_string()
+}
+
 #[test]
 fn a_two_second_pubsub_run_publishes_consumes_and_writes_its_result() {
-    let (broker, addr) = start_broker();
+    let (broker, addr) = start_broker("pubsub");
     let json = broker.data.join("result.json");
     let out = Command::new(env!("CARGO_BIN_EXE_shard-bench"))
         .args([
@@ -138,6 +162,57 @@ fn a_two_second_pubsub_run_publishes_consumes_and_writes_its_result() {
     assert!(num("/broker/cpu_s") > 0.0, "the broker worked");
     assert!(num("/broker/cpu_s_per_million_sub") > 0.0);
     assert!(num("/broker/peak_rss_kb") > 0.0);
+}
+
+#[test]
+fn a_blocking_pub_run_publishes_from_threads_and_records_it() {
+    let (broker, addr) = start_broker("blocking");
+    let json = broker.data.join("blocking.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_shard-bench"))
+        .args([
+            "pub",
+            "--nsqd-tcp-address",
+            &addr,
+            "--topic",
+            "bench_blocking",
+        ])
+        .args([
+            "--duration",
+            "1s",
+            "--connections",
+            "2",
+            "--batch-size",
+            "1",
+        ])
+        .args(["--blocking", "--threads", "2"])
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .expect("shard-bench runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "shard-bench failed:\n{stdout}\n{stderr}"
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("result written")).unwrap();
+    assert_eq!(v["settings"]["blocking"], true, "{v:#}");
+    assert_eq!(v["errors"], 0, "{v:#}");
+    let published = v["published"]["messages"].as_u64().unwrap_or(0);
+    assert!(published > 100, "published too little: {v:#}");
+    assert!(
+        v["ack_latency_us"]["p50"].as_f64().unwrap_or(0.0) > 0.0,
+        "{v:#}"
+    );
+    // What the bench counted is what the broker holds.
+    let stats = http_get(&broker.http, "/stats?format=json&topic=bench_blocking");
+    let s: serde_json::Value = serde_json::from_str(&stats).expect("stats JSON");
+    let held = s["topics"][0]["message_count"].as_u64().unwrap_or(0);
+    assert!(
+        held >= published,
+        "broker has {held}, bench counted {published}"
+    );
 }
 
 #[test]

@@ -138,8 +138,25 @@ fn malformed_flags_are_refused_by_the_parser() {
 }
 
 #[test]
+fn blocking_is_off_by_default_and_named_in_the_label() {
+    assert!(!load_args(&["pub"]).plan(Mode::Pub, "pub").unwrap().blocking);
+    let plan = load_args(&[
+        "pub",
+        "--blocking",
+        "--batch-size",
+        "1",
+        "--connections",
+        "1",
+    ])
+    .plan(Mode::Pub, "pub")
+    .unwrap();
+    assert!(plan.blocking);
+    assert_eq!(plan.label, "pub PUB x1 conn blocking");
+}
+
+#[test]
 fn values_that_cannot_work_are_refused_with_the_flag_named() {
-    let cases: [(&[&str], Mode, &str); 8] = [
+    let cases: [(&[&str], Mode, &str); 11] = [
         (&["pub", "--size", "8"], Mode::Pub, "--size"),
         (&["pub", "--batch-size", "0"], Mode::Pub, "--batch-size"),
         (&["pub", "--connections", "0"], Mode::Pub, "--connections"),
@@ -148,6 +165,13 @@ fn values_that_cannot_work_are_refused_with_the_flag_named() {
         (&["sub", "--rate", "1000"], Mode::Sub, "--rate"),
         (&["pub", "--duration", "0s"], Mode::Pub, "--duration"),
         (&["pub", "--cpus", "4096"], Mode::Pub, "--cpus"),
+        (&["sub", "--blocking"], Mode::Sub, "--blocking"),
+        (&["pub", "--blocking", "--rate", "10"], Mode::Pub, "--rate"),
+        (
+            &["pub", "--blocking", "--pipeline", "2"],
+            Mode::Pub,
+            "--pipeline",
+        ),
     ];
     for (args, mode, flag) in cases {
         let err = load_args(args)

@@ -36,6 +36,7 @@ pub fn canned(label: &str, mode: &str, rate: f64) -> BenchResult {
             count: None,
             threads: 1,
             cpus: vec![],
+            blocking: false,
         },
         started_at: 1_700_000_000,
         elapsed_s: 3.0,
