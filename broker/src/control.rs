@@ -8,6 +8,9 @@
 //! 2. `Exit` to every shard once all are done: nothing can reach an owner any more, so each
 //!    shard hands its topics over to storage and returns.
 //!
+//! A shard that ended with an error (counted by main) is not waited for; main raises SIGTERM
+//! itself when a shard fails to start, so the others stop this same way.
+//!
 //! A second signal during shutdown exits at once with status 1.
 //!
 //! The control thread also holds the broker's one registration connection per lookup
@@ -24,7 +27,9 @@ use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 use std::cell::Cell;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 use tracing::{debug, error, info, warn};
 
 pub async fn run(
@@ -32,6 +37,7 @@ pub async fn run(
     mesh: MeshBuilder<Batch, Full>,
     shards: usize,
     mut signals: Signals,
+    failed_shards: Arc<AtomicUsize>,
 ) {
     let Ok((senders, mut receivers)) = mesh.join().await else {
         error!("control: could not join the mailbox mesh");
@@ -66,9 +72,7 @@ pub async fn run(
                         Mail::ShutdownDone { shard } => {
                             info!(shard, "shard quiet");
                             done.set(done.get() + 1);
-                            if done.get() >= shards {
-                                all_done.notify();
-                            }
+                            all_done.notify();
                         }
                         Mail::Registry { op, topic, channel } => {
                             registrar.change(op, &topic, channel.as_deref())
@@ -120,7 +124,14 @@ pub async fn run(
     for shard in 0..shards {
         let _ = senders.send_to(shard, vec![Mail::Shutdown]).await;
     }
-    all_done.notified().await;
+    // A shard that ended with an error (at start, say) never answers; don't wait for it.
+    while done.get() + failed_shards.load(Ordering::SeqCst) < shards {
+        futures_lite::future::or(
+            all_done.notified(),
+            glommio::timer::sleep(Duration::from_millis(100)),
+        )
+        .await;
+    }
     for shard in 0..shards {
         let _ = senders.send_to(shard, vec![Mail::Exit]).await;
     }

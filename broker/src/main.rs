@@ -28,11 +28,16 @@ use config::Config;
 use glommio::channels::channel_mesh::MeshBuilder;
 use glommio::{LocalExecutorBuilder, Placement};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 use tracing::{error, info};
 
 /// Batches a mailbox ring holds before its sender waits.
 const MAILBOX_CAPACITY: usize = 1024;
+/// After a shard failed to start, the longest the others may take to stop before the process
+/// exits anyway.
+const START_FAILURE_STOP_LIMIT: Duration = Duration::from_secs(30);
 
 fn main() -> ExitCode {
     let mut config = match Config::from_env() {
@@ -103,6 +108,8 @@ fn main() -> ExitCode {
     let mesh = MeshBuilder::full(shards + 1, MAILBOX_CAPACITY);
     // Each shard says whether it got as far as serving (its topics loaded, accepting).
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<bool>();
+    // Shards that ended with an error: the control thread's shutdown does not wait for them.
+    let failed_shards = Arc::new(AtomicUsize::new(0));
     let mut handles = Vec::new();
     for i in 0..shards {
         let cpu = config.cpus[i % config.cpus.len()];
@@ -110,6 +117,7 @@ fn main() -> ExitCode {
         let mesh = mesh.clone();
         let listeners = listeners.next();
         let ready = ready_tx.clone();
+        let failed = failed_shards.clone();
         let mut builder =
             LocalExecutorBuilder::new(Placement::Fixed(cpu)).name(&format!("shard-{i}"));
         if !config.spin_before_park.is_zero() {
@@ -119,7 +127,9 @@ fn main() -> ExitCode {
             .io_memory(rlimit::IO_MEMORY_PER_SHARD)
             .spawn(move || async move {
                 let result = shard::run(i, cfg, mesh, shards, listeners, &ready).await;
-                if result.is_err() {
+                if let Err(e) = &result {
+                    error!("{e}");
+                    failed.fetch_add(1, Ordering::SeqCst);
                     let _ = ready.send(false);
                 }
                 result
@@ -133,10 +143,13 @@ fn main() -> ExitCode {
         }
     }
     let control_config = config.clone();
+    let control_failed = failed_shards.clone();
     let control = LocalExecutorBuilder::new(Placement::Unbound)
         .name("control")
         .io_memory(rlimit::IO_MEMORY_PER_SHARD)
-        .spawn(move || async move { control::run(control_config, mesh, shards, signals).await });
+        .spawn(move || async move {
+            control::run(control_config, mesh, shards, signals, control_failed).await
+        });
     let control = match control {
         Ok(h) => h,
         Err(e) => {
@@ -151,16 +164,18 @@ fn main() -> ExitCode {
     if serving {
         info!(tcp = %config.tcp_address, shards, steering = if steered { "cpu" } else { "hash" }, "TCP: listening");
         info!(http = %config.http_address, shards, "HTTP: listening");
+    } else if failed_shards.load(Ordering::SeqCst) < shards {
+        // Some shards serve, but the topics of the failed ones cannot be reached: stop the
+        // others the clean way (what they accepted meanwhile is handed over to storage).
+        stop_after_start_failure();
     }
 
     let mut failed = false;
     for (i, h) in handles.into_iter().enumerate() {
         match h.join() {
             Ok(Ok(())) => {}
-            Ok(Err(e)) => {
-                error!("{e}");
-                failed = true;
-            }
+            // Logged by the shard's thread as it ended.
+            Ok(Err(_)) => failed = true,
             Err(e) => {
                 error!("shard {i} failed: {e}");
                 failed = true;
@@ -176,6 +191,24 @@ fn main() -> ExitCode {
     let _ = control.join();
     info!("broker stopped");
     ExitCode::SUCCESS
+}
+
+/// Starts the normal shutdown (as SIGTERM does) after a shard failed to start, with a bound: a
+/// shard that failed before joining the mailbox mesh leaves the others waiting in their join,
+/// where they have served nothing, so exiting then loses nothing.
+fn stop_after_start_failure() {
+    error!("a shard failed to start; stopping the others");
+    // SAFETY: kill(2) on our own pid with a signal whose handler signal-hook installed.
+    unsafe {
+        libc::kill(std::process::id() as libc::pid_t, libc::SIGTERM);
+    }
+    let _ = std::thread::Builder::new()
+        .name("start-failure".into())
+        .spawn(|| {
+            std::thread::sleep(START_FAILURE_STOP_LIMIT);
+            error!("the shards did not stop within {START_FAILURE_STOP_LIMIT:?} of a start-up failure; exiting");
+            std::process::exit(1);
+        });
 }
 
 /// Checks the TCP and HTTP addresses are free, and resolves port 0 to one real port every

@@ -518,3 +518,25 @@ def test_start_deletes_what_a_stop_left_in_the_trash(restartable):
     assert seen == expect
     assert not os.path.exists(leftover_seg)
     assert not os.path.exists(leftover_dir)
+
+
+def test_a_shard_that_cannot_load_its_topics_stops_the_whole_broker(tmp_path):
+    """A shard that fails to start (here a topic whose segment file is a directory) stops the
+    broker: the other shard stops the clean way and the process exits 1. It used to leave the
+    other shard serving, without the failed shard's topics, and then ignore SIGTERM while its
+    shutdown waited for the failed shard."""
+    import subprocess
+    from conftest import broker_bin
+
+    data = tmp_path / "data"
+    (data / "bad" / ("0" * 20 + ".seg")).mkdir(parents=True)
+    r = subprocess.run(
+        [broker_bin(), "--shards", "2", "--tcp-address", "127.0.0.1:0",
+         "--http-address", "127.0.0.1:0", "--data-path", str(data)],
+        capture_output=True, timeout=60,
+    )
+    log = (r.stdout + r.stderr).decode(errors="replace")
+    assert r.returncode == 1, log
+    assert "topic bad" in log and "failed to start" in log, log
+    assert "TCP: listening" not in log, log
+    assert "shard quiet" in log, log
