@@ -45,6 +45,8 @@ struct Connection {
     /// publish looks for heartbeats and a close first.
     last_read: Instant,
     idle_check: Duration,
+    /// Where reads land before they join `buf` (zeroed once, not before every read).
+    scratch: Box<[u8]>,
 }
 
 impl Producer {
@@ -164,6 +166,7 @@ impl Connection {
             out: BytesMut::with_capacity(4096),
             last_read: Instant::now(),
             idle_check: config.identity.heartbeat_interval / 2,
+            scratch: vec![0; 4096].into_boxed_slice(),
         };
         conn.out.extend_from_slice(MAGIC_V2);
         Command::Identify(Bytes::from(serde_json::to_vec(identify)?)).encode(&mut conn.out);
@@ -194,11 +197,10 @@ impl Connection {
     /// heartbeat, which on an idle producer means an error it closes after).
     fn catch_up(&mut self) -> Result<bool> {
         self.stream.set_nonblocking(true)?;
-        let mut scratch = [0u8; 4096];
         let open = loop {
-            match self.stream.read(&mut scratch) {
+            match self.stream.read(&mut self.scratch) {
                 Ok(0) => break false,
-                Ok(n) => self.buf.extend_from_slice(&scratch[..n]),
+                Ok(n) => self.buf.extend_from_slice(&self.scratch[..n]),
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break true,
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(_) => break false,
@@ -232,7 +234,6 @@ impl Connection {
 
     /// Reads frames until a response or error that is not a heartbeat; answers heartbeats.
     fn read_reply(&mut self) -> Result<Bytes> {
-        let mut scratch = [0u8; 4096];
         loop {
             while let Some(frame) = decode_frame(&mut self.buf, MAX_FRAME_SIZE)? {
                 match frame {
@@ -250,11 +251,11 @@ impl Connection {
                     }
                 }
             }
-            let n = self.stream.read(&mut scratch).map_err(io_error)?;
+            let n = self.stream.read(&mut self.scratch).map_err(io_error)?;
             if n == 0 {
                 return Err(Error::Closed);
             }
-            self.buf.extend_from_slice(&scratch[..n]);
+            self.buf.extend_from_slice(&self.scratch[..n]);
         }
     }
 }

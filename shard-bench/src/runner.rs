@@ -312,8 +312,9 @@ async fn executor_main(
     for t in tasks {
         t.await;
     }
+    // Rarely: this executor shares its CPU with the threads it waits for.
     while threads.iter().any(|t| !t.is_finished()) {
-        glommio::timer::sleep(Duration::from_millis(5)).await;
+        glommio::timer::sleep(Duration::from_millis(50)).await;
     }
     for t in threads {
         match t.join() {
