@@ -479,6 +479,23 @@ fn http_pause_unpause_empty_and_delete_act_on_connected_consumers() {
     assert_eq!(c2["depth"], 2);
     assert_eq!(broker.topic_stats(u).expect("topic")["depth"], 0);
 
+    // Emptying a topic without channels drops what it holds at once, even what was published
+    // a moment ago and is not written to its file yet; a channel created afterwards gets none.
+    let e = "admin_empty_fresh";
+    assert_eq!(
+        broker.post(&format!("/pub?topic={e}"), b"gone1").status,
+        200
+    );
+    assert_eq!(
+        broker.post(&format!("/pub?topic={e}"), b"gone2").status,
+        200
+    );
+    ok(&format!("/topic/empty?topic={e}"));
+    assert_eq!(broker.topic_stats(e).expect("topic")["depth"], 0);
+    ok(&format!("/channel/create?topic={e}&channel=late"));
+    let late = broker.channel_stats(e, "late").expect("channel");
+    assert_eq!(late["depth"], 0, "{late}");
+
     // Deleting a channel closes its consumers, on whichever shard they are.
     ok(&format!("/channel/delete?topic={t}&channel=c"));
     for (i, c) in cs.iter_mut().enumerate() {

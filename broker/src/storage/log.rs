@@ -767,8 +767,11 @@ impl TopicLog {
 
     /// Deletes segments entirely below `floor` (every channel has passed them).
     pub fn release_below(&mut self, floor: u64) {
-        let floor = floor.min(self.written_end);
+        // Nobody wants what is below `floor`, written or not (emptying a topic that has no
+        // channel, or deleting its last one, right after a publish must drop that publish);
+        // files go only as far as what is written.
         self.start = self.start.max(floor.min(self.head));
+        let floor = floor.min(self.written_end);
         while self.segments.len() > 1 && self.segments[0].end <= floor {
             let seg = self.segments.remove(0);
             self.blocks.borrow_mut().drop_segment(seg.base);
@@ -1404,6 +1407,34 @@ mod tests {
                 Read::Wait => unreachable!(),
             }
         }
+    }
+
+    /// Releasing past what is written moves the start at once (what a topic without channels
+    /// drops when emptied), and the write that follows keeps the file whole.
+    #[test]
+    fn releasing_unwritten_records_drops_them_at_once() {
+        with_dir("release", |dir| async move {
+            let (log, _) = written_log(&dir, 3).await;
+            log.borrow_mut().append((3..6).map(message).collect(), 0);
+            assert_eq!(log.borrow().written_end(), 3);
+            log.borrow_mut().release_below(6);
+            assert_eq!(
+                log.borrow().start(),
+                6,
+                "the unwritten records are dropped too"
+            );
+            assert!(matches!(
+                log.borrow().read(3, DiskHint::default()),
+                Read::Skip(6)
+            ));
+            flush(&log).await.unwrap();
+            assert_eq!(log.borrow().written_end(), 6);
+            log.borrow_mut().append(vec![message(6)], 0);
+            match read_through(&log, 6, DiskHint::default()).await {
+                Read::Msg(s, _) => assert_eq!(s.seq, 6),
+                _ => panic!("seq 6 is readable after the release"),
+            }
+        });
     }
 
     /// Damage that appears after start-up (the file changes under the broker) costs only the
