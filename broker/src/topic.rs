@@ -220,6 +220,7 @@ impl Topic {
             version: META_VERSION,
             paused: self.paused,
             clean,
+            start: self.log.borrow().start(),
             channels: self
                 .channels
                 .values()
@@ -232,6 +233,8 @@ impl Topic {
     /// Restores channels and pause state from persisted metadata (at start-up).
     pub fn restore(&mut self, meta: &TopicMeta, now: Instant, timers: &TimerQueue) -> usize {
         self.paused = meta.paused;
+        // Before the channels: a first channel created by SUB later starts from here.
+        self.log.borrow_mut().release_below(meta.start);
         let mut pending = 0;
         for cm in &meta.channels {
             let (ch, _) = self.channel_or_create(&cm.name);

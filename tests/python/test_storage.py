@@ -540,3 +540,36 @@ def test_a_shard_that_cannot_load_its_topics_stops_the_whole_broker(tmp_path):
     assert "topic bad" in log and "failed to start" in log, log
     assert "TCP: listening" not in log, log
     assert "shard quiet" in log, log
+
+
+def _topic_depth(broker):
+    import json
+    import urllib.request
+
+    url = "http://127.0.0.1:%d/stats?format=json&topic=%s" % (broker.http_port, TOPIC)
+    with urllib.request.urlopen(url, timeout=5) as r:
+        topics = json.loads(r.read())["topics"]
+    return topics[0]["depth"] if topics else None
+
+
+def test_an_emptied_topic_without_channels_stays_empty_after_a_restart(restartable):
+    """Emptying a topic with no channel drops what it held, and a restart does not bring it
+    back (the topic's start is kept in meta.json); what is published afterwards is delivered."""
+    import urllib.request
+
+    r = restartable()
+    r.start()
+    publish(r.addr, 300, prefix="dropped")
+    assert _topic_depth(r.broker) == 300
+    req = urllib.request.Request(
+        "http://127.0.0.1:%d/topic/empty?topic=%s" % (r.broker.http_port, TOPIC), method="POST")
+    with urllib.request.urlopen(req, timeout=5) as resp:
+        assert resp.status == 200
+    assert _topic_depth(r.broker) == 0
+    r.stop()
+    r.start()
+    assert logged(r.broker, "topic restored"), r.broker.stderr()[-2000:]
+    assert _topic_depth(r.broker) == 0
+    expect = publish(r.addr, 5, prefix="after")
+    seen, _ = drain(r.addr, "a", expect, timeout=10)
+    assert seen == expect, sorted(seen - expect)[:5]

@@ -19,6 +19,10 @@ pub struct TopicMeta {
     pub paused: bool,
     /// True when written by a clean stop: pending lists are complete.
     pub clean: bool,
+    /// The log's first wanted seq: what emptying a topic without channels (or deleting its
+    /// last channel) dropped stays dropped after a restart. 0 in files from before it existed.
+    #[serde(default)]
+    pub start: u64,
     pub channels: Vec<ChannelMeta>,
 }
 
@@ -82,6 +86,7 @@ mod tests {
             version: META_VERSION,
             paused: true,
             clean: true,
+            start: 5,
             channels: vec![ChannelMeta {
                 name: "c".into(),
                 paused: false,
