@@ -251,10 +251,13 @@ impl Connection {
                     }
                 }
             }
-            let n = self.stream.read(&mut self.scratch).map_err(io_error)?;
-            if n == 0 {
-                return Err(Error::Closed);
-            }
+            let n = match self.stream.read(&mut self.scratch) {
+                Ok(0) => return Err(Error::Closed),
+                Ok(n) => n,
+                // A signal for this thread (an executor's, say) is no answer: read again.
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => return Err(io_error(e)),
+            };
             self.buf.extend_from_slice(&self.scratch[..n]);
         }
     }
