@@ -17,12 +17,12 @@
 //! publish is never retried behind the caller's back.
 
 use crate::config::ProducerConfig;
-use crate::conn::{parse_identify_answer, MAX_FRAME_SIZE};
+use crate::conn::{answer_of, parse_identify_answer, MAX_FRAME_SIZE};
 use crate::error::{Error, Result};
 use crate::producer::check_topic;
 use bytes::{Bytes, BytesMut};
 use protocol::identify::IdentifyRequest;
-use protocol::{decode_frame, Command, Frame, HEARTBEAT, MAGIC_V2, OK};
+use protocol::{decode_frame, Command, MAGIC_V2, OK};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
@@ -198,11 +198,10 @@ impl Connection {
     fn catch_up(&mut self) -> Result<bool> {
         self.stream.set_nonblocking(true)?;
         let open = loop {
-            match self.stream.read(&mut self.scratch) {
+            match self.read_more() {
                 Ok(0) => break false,
-                Ok(n) => self.buf.extend_from_slice(&self.scratch[..n]),
+                Ok(_) => {}
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break true,
-                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(_) => break false,
             }
         };
@@ -211,15 +210,8 @@ impl Connection {
             return Ok(false);
         }
         while let Some(frame) = decode_frame(&mut self.buf, MAX_FRAME_SIZE)? {
-            match frame {
-                Frame::Response(data) if data == HEARTBEAT => {
-                    self.out.clear();
-                    Command::Nop.encode(&mut self.out);
-                    if self.write_out().is_err() {
-                        return Ok(false);
-                    }
-                }
-                _ => return Ok(false),
+            if answer_of(frame).is_some() || self.answer_heartbeat().is_err() {
+                return Ok(false);
             }
         }
         self.last_read = Instant::now();
@@ -232,33 +224,41 @@ impl Connection {
         Ok(())
     }
 
+    fn answer_heartbeat(&mut self) -> Result<()> {
+        self.out.clear();
+        Command::Nop.encode(&mut self.out);
+        self.write_out()
+    }
+
+    /// Reads what the socket has onto the end of `buf`; 0 means end of stream. A read
+    /// interrupted by a signal is retried: a read on a socket with a receive timeout is not
+    /// restarted by the kernel, and a glommio executor's thread (where the handshake runs
+    /// under shard-bench) gets io_uring's task-work notifications.
+    fn read_more(&mut self) -> std::io::Result<usize> {
+        loop {
+            match self.stream.read(&mut self.scratch) {
+                Ok(n) => {
+                    self.buf.extend_from_slice(&self.scratch[..n]);
+                    return Ok(n);
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
     /// Reads frames until a response or error that is not a heartbeat; answers heartbeats.
     fn read_reply(&mut self) -> Result<Bytes> {
         loop {
             while let Some(frame) = decode_frame(&mut self.buf, MAX_FRAME_SIZE)? {
-                match frame {
-                    Frame::Response(data) if data == HEARTBEAT => {
-                        self.out.clear();
-                        Command::Nop.encode(&mut self.out);
-                        self.write_out()?;
-                    }
-                    Frame::Response(data) => return Ok(data),
-                    Frame::Error(data) => return Err(Error::from_error_frame(&data)),
-                    Frame::Message(_) => {
-                        return Err(Error::UnexpectedResponse(Bytes::from_static(
-                            b"message frame on a producer connection",
-                        )))
-                    }
+                match answer_of(frame) {
+                    Some(answer) => return answer,
+                    None => self.answer_heartbeat()?,
                 }
             }
-            let n = match self.stream.read(&mut self.scratch) {
-                Ok(0) => return Err(Error::Closed),
-                Ok(n) => n,
-                // A signal for this thread (an executor's, say) is no answer: read again.
-                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                Err(e) => return Err(io_error(e)),
-            };
-            self.buf.extend_from_slice(&self.scratch[..n]);
+            if self.read_more().map_err(io_error)? == 0 {
+                return Err(Error::Closed);
+            }
         }
     }
 }
@@ -343,7 +343,7 @@ mod tests {
 
     #[test]
     fn publishes_and_answers_a_heartbeat_while_waiting() {
-        let mut with_heartbeat = frame(0, HEARTBEAT);
+        let mut with_heartbeat = frame(0, protocol::HEARTBEAT);
         with_heartbeat.extend_from_slice(&frame(0, b"OK"));
         let (addr, broker) = fake_broker(vec![frame(0, b"OK"), with_heartbeat]);
         let mut p = Producer::connect(addr).expect("connect");

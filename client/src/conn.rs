@@ -120,25 +120,33 @@ where
     let mut scratch = [0u8; 4096];
     loop {
         while let Some(frame) = decode_frame(buf, MAX_FRAME_SIZE)? {
-            match frame {
-                Frame::Response(data) if data == HEARTBEAT => {
+            match answer_of(frame) {
+                Some(answer) => return answer,
+                None => {
                     let mut out = BytesMut::new();
                     Command::Nop.encode(&mut out);
                     stream.write_all(&out).await?;
                     stream.flush().await?;
-                }
-                Frame::Response(data) => return Ok(data),
-                Frame::Error(data) => return Err(Error::from_error_frame(&data)),
-                Frame::Message(_) => {
-                    return Err(Error::UnexpectedResponse(Bytes::from_static(
-                        b"message frame during handshake",
-                    )))
                 }
             }
         }
         if read_more(stream, buf, &mut scratch).await? == 0 {
             return Err(Error::Closed);
         }
+    }
+}
+
+/// What a frame read while waiting for the answer to a command means: `None` for a heartbeat
+/// (answer it with `NOP` and read on), else the answer or the broker's error. Shared by the
+/// handshake here and [`crate::blocking`].
+pub(crate) fn answer_of(frame: Frame) -> Option<Result<Bytes>> {
+    match frame {
+        Frame::Response(data) if data == HEARTBEAT => None,
+        Frame::Response(data) => Some(Ok(data)),
+        Frame::Error(data) => Some(Err(Error::from_error_frame(&data))),
+        Frame::Message(_) => Some(Err(Error::UnexpectedResponse(Bytes::from_static(
+            b"message frame where an answer was expected",
+        )))),
     }
 }
 
