@@ -14,6 +14,7 @@ use crate::options::LoadPlan;
 use crate::payload;
 use bytes::Bytes;
 use client::{Producer, ProducerConfig};
+use hdrhistogram::Histogram;
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::atomic::Ordering::Relaxed;
@@ -22,6 +23,8 @@ use std::time::{Duration, Instant};
 
 /// How many publish errors are printed before the rest are only counted.
 const ERRORS_SHOWN: u64 = 5;
+/// How long a publisher waits after losing its connection before it tries again.
+pub const CONNECTION_ERROR_PAUSE: Duration = Duration::from_millis(100);
 
 /// Everything a publishing task needs; cheap to clone.
 #[derive(Clone)]
@@ -121,26 +124,48 @@ async fn publish(producer: &Producer, topic: &str, mut bodies: Vec<Bytes>) -> cl
 
 /// Books the outcome of one publish command of `n` messages sent (or due) at `since`.
 async fn settle(ctx: &PubContext, outcome: client::Result<()>, n: usize, since: Instant) {
+    let back_off = book(
+        &ctx.plan,
+        &ctx.shared,
+        &mut ctx.latencies.borrow_mut().ack,
+        outcome,
+        n,
+        since,
+    );
+    if back_off {
+        glommio::timer::sleep(CONNECTION_ERROR_PAUSE).await;
+    }
+}
+
+/// Counts a publish command's outcome and records its ack latency while measuring; prints
+/// the first few errors. True when the caller should pause for [`CONNECTION_ERROR_PAUSE`]
+/// (the connection is gone: the next publish reconnects, and must not spin while the broker
+/// is away). Shared by the executor publishers and `--blocking`'s threads.
+pub fn book(
+    plan: &LoadPlan,
+    shared: &Shared,
+    ack: &mut Histogram<u64>,
+    outcome: client::Result<()>,
+    n: usize,
+    since: Instant,
+) -> bool {
     match outcome {
         Ok(()) => {
-            ctx.shared.published.fetch_add(n as u64, Relaxed);
-            ctx.shared
+            shared.published.fetch_add(n as u64, Relaxed);
+            shared
                 .published_bytes
-                .fetch_add((n * ctx.plan.size) as u64, Relaxed);
-            if ctx.shared.measuring() {
-                let ns = since.elapsed().as_nanos() as u64;
-                record(&mut ctx.latencies.borrow_mut().ack, ns);
+                .fetch_add((n * plan.size) as u64, Relaxed);
+            if shared.measuring() {
+                record(ack, since.elapsed().as_nanos() as u64);
             }
+            false
         }
         Err(e) => {
-            let seen = ctx.shared.errors.fetch_add(1, Relaxed);
+            let seen = shared.errors.fetch_add(1, Relaxed);
             if seen < ERRORS_SHOWN {
                 eprintln!("shard-bench: publish failed: {e}");
             }
-            if e.is_connection_error() {
-                // The next publish reconnects; don't spin while the broker is away.
-                glommio::timer::sleep(Duration::from_millis(100)).await;
-            }
+            e.is_connection_error()
         }
     }
 }

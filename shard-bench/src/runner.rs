@@ -295,7 +295,7 @@ async fn executor_main(
     let mut threads = Vec::new();
     for (k, p) in sync_producers.into_iter().enumerate() {
         let name = format!("bench-{index}-pub-{k}");
-        match blocking_pub::spawn(p, plan.clone(), shared.clone(), plan.placement(index), name) {
+        match blocking_pub::spawn(p, plan.clone(), shared.clone(), name) {
             Ok(t) => threads.push(t),
             Err(e) => shared.fail(format!("could not start a publishing thread: {e}")),
         }

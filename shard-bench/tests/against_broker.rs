@@ -94,36 +94,48 @@ fn http_get(addr: &str, path: &str) -> String {
     body.to_string()
 }
 
+/// Runs shard-bench with `args` plus `--json FILE`; fails unless it exits 0. Returns stdout,
+/// stderr and the result JSON.
+fn run_bench(args: &[&str], json: &std::path::Path) -> (String, String, serde_json::Value) {
+    let out = Command::new(env!("CARGO_BIN_EXE_shard-bench"))
+        .args(args)
+        .arg("--json")
+        .arg(json)
+        .output()
+        .expect("shard-bench runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        out.status.success(),
+        "shard-bench failed:\n{stdout}\n{stderr}"
+    );
+    let text = std::fs::read_to_string(json).expect("result written");
+    let v = serde_json::from_str(&text).expect("result is JSON");
+    (stdout, stderr, v)
+}
+
 #[test]
 fn a_two_second_pubsub_run_publishes_consumes_and_writes_its_result() {
     let (broker, addr) = start_broker("pubsub");
     let json = broker.data.join("result.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_shard-bench"))
-        .args([
+    let pid = broker.child.id().to_string();
+    let (stdout, stderr, v) = run_bench(
+        &[
             "pubsub",
             "--nsqd-tcp-address",
             &addr,
             "--topic",
             "bench_test",
-        ])
-        .args([
             "--duration",
             "2s",
             "--connections",
             "2",
             "--batch-size",
             "50",
-        ])
-        .args(["--broker-pid", &broker.child.id().to_string()])
-        .arg("--json")
-        .arg(&json)
-        .output()
-        .expect("shard-bench runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "shard-bench failed:\n{stdout}\n{stderr}"
+            "--broker-pid",
+            &pid,
+        ],
+        &json,
     );
     assert!(stderr.contains("msg/s"), "no progress line:\n{stderr}");
     assert!(
@@ -131,8 +143,6 @@ fn a_two_second_pubsub_run_publishes_consumes_and_writes_its_result() {
         "{stdout}"
     );
 
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).expect("result written")).unwrap();
     let num = |p: &str| {
         v.pointer(p)
             .and_then(|x| x.as_f64())
@@ -168,35 +178,25 @@ fn a_two_second_pubsub_run_publishes_consumes_and_writes_its_result() {
 fn a_blocking_pub_run_publishes_from_threads_and_records_it() {
     let (broker, addr) = start_broker("blocking");
     let json = broker.data.join("blocking.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_shard-bench"))
-        .args([
+    let (_, _, v) = run_bench(
+        &[
             "pub",
             "--nsqd-tcp-address",
             &addr,
             "--topic",
             "bench_blocking",
-        ])
-        .args([
             "--duration",
             "1s",
             "--connections",
             "2",
             "--batch-size",
             "1",
-        ])
-        .args(["--blocking", "--threads", "2"])
-        .arg("--json")
-        .arg(&json)
-        .output()
-        .expect("shard-bench runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "shard-bench failed:\n{stdout}\n{stderr}"
+            "--blocking",
+            "--threads",
+            "2",
+        ],
+        &json,
     );
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).expect("result written")).unwrap();
     assert_eq!(v["settings"]["blocking"], true, "{v:#}");
     assert_eq!(v["errors"], 0, "{v:#}");
     let published = v["published"]["messages"].as_u64().unwrap_or(0);
