@@ -765,7 +765,8 @@ impl TopicLog {
         Read::End
     }
 
-    /// Deletes segments entirely below `floor` (every channel has passed them).
+    /// Moves the start to `floor` (nothing below it is wanted, written or not) and deletes the
+    /// written segments entirely below it (every channel has passed them).
     pub fn release_below(&mut self, floor: u64) {
         // Nobody wants what is below `floor`, written or not (emptying a topic that has no
         // channel, or deleting its last one, right after a publish must drop that publish);
