@@ -17,9 +17,13 @@ import pytest
 CONNS = 12
 
 
-def shard_connections(broker):
+def metrics_text(broker):
     with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % broker.http_port, timeout=5) as r:
-        text = r.read().decode()
+        return r.read().decode()
+
+
+def shard_connections(broker):
+    text = metrics_text(broker)
     counts = {}
     for m in re.finditer(r'^nsq_shard_tcp_connections\{shard="(\d+)"\} (\d+)$', text, re.M):
         counts[int(m.group(1))] = int(m.group(2))
@@ -97,8 +101,7 @@ def test_bad_steering_value_is_refused_at_start(tmp_path):
 
 
 def topic_shards(broker):
-    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % broker.http_port, timeout=5) as r:
-        text = r.read().decode()
+    text = metrics_text(broker)
     owners = {}
     for m in re.finditer(r'^nsq_topic_shard\{topic="([^"]+)"\} (\d+)$', text, re.M):
         assert m.group(1) not in owners, "two owners for %s" % m.group(1)
