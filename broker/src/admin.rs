@@ -97,6 +97,9 @@ pub struct ShardStats {
     pub timers: usize,
     /// Bytes of segment blocks cached for readers behind the in-memory window.
     pub read_cache_bytes: u64,
+    /// Eager reads ([`crate::eager_read`]) that found the next request, and that found none.
+    pub eager_reads: u64,
+    pub eager_read_misses: u64,
 }
 
 /// Admin state kept by each shard: health and the options `PUT /config` changes.
@@ -342,6 +345,8 @@ impl Shard {
             waiting_replies: self.waiters.borrow().len(),
             timers: self.timers.len(),
             read_cache_bytes: self.read_cache_bytes(),
+            eager_reads: crate::eager_read::counts().hits,
+            eager_read_misses: crate::eager_read::counts().misses,
         }
     }
 

@@ -14,6 +14,7 @@
 //! closes; a non-fatal one (FIN of an unknown ID, ...) only sends the frame.
 
 use crate::channel::{ClientInfo, ConsumerKey, ConsumerSpec};
+use crate::eager_read::EagerRead;
 use crate::mailbox::{ChannelOp, Mail, Reply};
 use crate::shard::Shard;
 use crate::sync::Notify;
@@ -40,6 +41,9 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(60);
 pub const MAX_PIPELINED: usize = 64;
 /// How long a stopping connection waits for its outstanding publishes to be answered.
 const REPLY_GRACE: Duration = Duration::from_secs(5);
+/// Turns of the shard a reader gives its answer to go out before it reads eagerly
+/// ([`crate::eager_read`]): the replier, then the writer.
+const EAGER_YIELDS: usize = 3;
 
 /// A publish sent to its owner, waiting for the answer.
 struct PendingPublish {
@@ -98,6 +102,13 @@ impl Conn {
             wake_replier: Notify::new(),
             replies_done: Notify::new(),
         }
+    }
+
+    /// Whether the client waits for an answer from us: a publish not answered yet, or a
+    /// response not written. Not asked of a consumer: what it sends (FIN, RDY) answers no
+    /// request of ours, and reading it as it trickles in would only cut its batches small.
+    fn answer_pending(&self) -> bool {
+        !self.subscribed.get() && (self.unanswered.get() > 0 || !self.out.borrow().is_empty())
     }
 
     /// Waits until at most `limit` publishes are outstanding (0: all answered).
@@ -299,6 +310,7 @@ async fn read_loop(
     let limits = shard.decode_limits();
     let mut rbuf = BytesMut::with_capacity(READ_MIN);
     let mut scratch = vec![0u8; READ_MIN];
+    let mut eager = EagerRead::default();
     loop {
         loop {
             if conn.closed.get() {
@@ -355,12 +367,26 @@ async fn read_loop(
         if let Some((owner, _, _)) = &session.sub {
             wait_while_congested(shard, *owner).await;
         }
-        let read =
-            futures_lite::future::or(async { Some(stream.read(&mut scratch).await) }, async {
-                conn.wake_reader.notified().await;
-                None
-            })
-            .await;
+        let mut read = None;
+        if conn.answer_pending() && eager.wanted() {
+            // Let the replier and the writer send the answer; a client on this CPU runs as
+            // that send wakes it, and its next command is then already here.
+            for _ in 0..EAGER_YIELDS {
+                futures_lite::future::yield_now().await;
+                if !conn.answer_pending() {
+                    read = eager.read(stream.as_raw_fd(), &mut scratch).await;
+                    break;
+                }
+            }
+        }
+        if read.is_none() {
+            read =
+                futures_lite::future::or(async { Some(stream.read(&mut scratch).await) }, async {
+                    conn.wake_reader.notified().await;
+                    None
+                })
+                .await;
+        }
         match read {
             None => {
                 if conn.stop_requested.get() || conn.closed.get() {

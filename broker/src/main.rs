@@ -10,6 +10,7 @@ mod config;
 mod conn;
 mod control;
 mod deadlines;
+mod eager_read;
 mod http;
 mod id_table;
 mod ids;

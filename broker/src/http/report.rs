@@ -287,7 +287,7 @@ fn render_metrics(parts: &[ShardStats]) -> String {
     f.sample("nsq_healthy", &[], u8::from(healthy));
 
     type ShardGauge = fn(&ShardStats) -> u64;
-    let shard_families: [(&str, &str, &str, ShardGauge); 8] = [
+    let shard_families: [(&str, &str, &str, ShardGauge); 10] = [
         (
             "nsq_shard_timers",
             "gauge",
@@ -335,6 +335,18 @@ fn render_metrics(parts: &[ShardStats]) -> String {
             "gauge",
             "Requests of the shard waiting for another shard's reply.",
             |s| s.waiting_replies as u64,
+        ),
+        (
+            "nsq_shard_eager_reads_total",
+            "counter",
+            "Reads that took a client's next request straight from its socket after an answer.",
+            |s| s.eager_reads,
+        ),
+        (
+            "nsq_shard_eager_read_misses_total",
+            "counter",
+            "Eager reads that found nothing yet (the connection then waited on the reactor).",
+            |s| s.eager_read_misses,
         ),
     ];
     for (name, kind, help, get) in shard_families {

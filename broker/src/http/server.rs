@@ -2,20 +2,23 @@
 //!
 //! A connection reads into a reused buffer, cuts every complete request off it
 //! (`protocol::http::RequestDecoder`), answers them in order into one output buffer, and writes
-//! that buffer once per read: pipelined requests cost one write. HTTP/1.1 connections stay open
-//! unless the client says `Connection: close`; once the broker is shutting down every answer
-//! says `Connection: close`.
+//! that buffer once per read: pipelined requests cost one write. After writing answers it reads
+//! the socket once itself before waiting through the reactor ([`crate::eager_read`]). HTTP/1.1
+//! connections stay open unless the client says `Connection: close`; once the broker is
+//! shutting down every answer says `Connection: close`.
 //!
 //! A request that cannot be framed (bad head, body over `--max-body-size`) is answered, then the
 //! connection is closed; what the client is still sending is read and dropped for a short while
 //! first, so that it gets the answer rather than a reset.
 
 use super::routes::{self, Answer};
+use crate::eager_read::EagerRead;
 use crate::shard::Shard;
 use bytes::BytesMut;
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::{TcpListener, TcpStream};
 use protocol::http::{Decoded, HttpError, Limits, RequestDecoder, Version, CONTINUE_RESPONSE};
+use std::os::fd::AsRawFd;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 use tracing::{debug, error, info};
@@ -104,6 +107,7 @@ async fn serve_requests(shard: &Rc<Shard>, stream: &mut TcpStream) -> std::io::R
     let mut rbuf = BytesMut::with_capacity(READ_BUF);
     let mut scratch = vec![0u8; READ_BUF];
     let mut out = BytesMut::with_capacity(READ_BUF);
+    let mut eager = EagerRead::default();
     loop {
         let mut end = None;
         loop {
@@ -133,14 +137,26 @@ async fn serve_requests(shard: &Rc<Shard>, stream: &mut TcpStream) -> std::io::R
                 }
             }
         }
-        if !out.is_empty() {
+        let answered = !out.is_empty();
+        if answered {
             stream.write_all(&out).await?;
             out.clear();
         }
         if let Some(end) = end {
             return Ok(end);
         }
-        let n = stream.read(&mut scratch).await?;
+        // A client on this CPU ran as that write woke it; its next request may be here. The
+        // yield lets the shard's other tasks (and, when due, its reactor) run first, so a
+        // client answered this way cannot hold the shard.
+        let mut eagerly = None;
+        if answered && eager.wanted() {
+            futures_lite::future::yield_now().await;
+            eagerly = eager.read(stream.as_raw_fd(), &mut scratch).await;
+        }
+        let n = match eagerly {
+            Some(got) => got?,
+            None => stream.read(&mut scratch).await?,
+        };
         if n == 0 {
             return Ok(End::Close);
         }
