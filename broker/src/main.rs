@@ -18,6 +18,7 @@ mod listen;
 mod lookup_reg;
 mod mailbox;
 mod rlimit;
+mod send_batch;
 mod shard;
 mod stats;
 mod storage;

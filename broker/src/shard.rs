@@ -84,6 +84,8 @@ pub struct Shard {
     pub(crate) stop_accepting: Notify,
     /// Wakes the HTTP server's acceptor watcher at shutdown.
     pub(crate) http_stop: Notify,
+    /// The HTTP connections' answers, sent in one submission per turn ([`crate::send_batch`]).
+    pub(crate) sends: crate::send_batch::SendBatch,
     pub(crate) exit: Notify,
     pub(crate) conns_changed: Notify,
     /// Health and runtime options for the HTTP API (see [`crate::admin`]).
@@ -176,6 +178,7 @@ impl Shard {
             stopping: Cell::new(false),
             stop_accepting: Notify::new(),
             http_stop: Notify::new(),
+            sends: crate::send_batch::SendBatch::new(),
             exit: Notify::new(),
             conns_changed: Notify::new(),
             admin: crate::admin::AdminState::default(),
