@@ -1438,6 +1438,10 @@ pub async fn run(
     }
     glommio::spawn_local(shard.clone().flusher()).detach();
     glommio::spawn_local(shard.clone().fetcher()).detach();
+    if shard.sends.available() {
+        let sender = shard.clone();
+        glommio::spawn_local(async move { sender.sends.run().await }).detach();
+    }
     let senders = Rc::new(senders);
 
     for (peer, rx) in receivers.streams() {

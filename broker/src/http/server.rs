@@ -13,13 +13,13 @@
 
 use super::routes::{self, Answer};
 use crate::eager_read::EagerRead;
-use crate::send_batch::Sent;
+use crate::send_batch;
 use crate::shard::Shard;
 use bytes::BytesMut;
-use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use futures_lite::AsyncReadExt;
 use glommio::net::{TcpListener, TcpStream};
 use protocol::http::{Decoded, HttpError, Limits, RequestDecoder, Version, CONTINUE_RESPONSE};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 use tracing::{debug, error, info};
@@ -43,14 +43,10 @@ pub fn start(shard: &Rc<Shard>, listener: std::os::fd::OwnedFd) -> Result<(), St
         &config.e2e_processing_latency_percentiles,
         config.e2e_processing_latency_window_time,
     );
-    use std::os::fd::IntoRawFd;
+    use std::os::fd::{FromRawFd, IntoRawFd};
     // SAFETY: the fd is a bound, listening TCP socket this shard now owns alone.
     let listener = unsafe { TcpListener::from_raw_fd(listener.into_raw_fd()) };
     let acceptor = glommio::spawn_local(accept_loop(shard.clone(), listener));
-    if shard.sends.available() {
-        let sender = shard.clone();
-        glommio::spawn_local(async move { sender.sends.run().await }).detach();
-    }
     let watcher = shard.clone();
     glommio::spawn_local(async move {
         // Dropping the accept task is the one way to interrupt a pending accept; do it once,
@@ -114,10 +110,7 @@ async fn serve_requests(shard: &Rc<Shard>, stream: &mut TcpStream) -> std::io::R
     let mut out = BytesMut::with_capacity(READ_BUF);
     let mut eager = EagerRead::default();
     // The send ring's own handle on the socket (see `send_batch`): open until its last send.
-    let batch_fd = match shard.sends.available() {
-        true => stream_dup(stream),
-        false => None,
-    };
+    let batch_fd = shard.sends.handle_for(stream);
     loop {
         let mut end = None;
         loop {
@@ -149,7 +142,7 @@ async fn serve_requests(shard: &Rc<Shard>, stream: &mut TcpStream) -> std::io::R
         }
         let answered = !out.is_empty();
         if answered {
-            out = send(shard, stream, batch_fd.as_ref(), out).await?;
+            out = send_batch::send_all(&shard.sends, stream, batch_fd.as_ref(), out).await?;
             out.clear();
         }
         if let Some(end) = end {
@@ -172,42 +165,6 @@ async fn serve_requests(shard: &Rc<Shard>, stream: &mut TcpStream) -> std::io::R
         }
         rbuf.extend_from_slice(&scratch[..n]);
     }
-}
-
-/// Writes `out` whole: through the shard's send ring when there is one (the answers of one
-/// turn leave together), the rest (what a full socket did not take) through the stream.
-/// Returns the buffer for reuse.
-async fn send(
-    shard: &Shard,
-    stream: &mut TcpStream,
-    batch_fd: Option<&Rc<OwnedFd>>,
-    out: BytesMut,
-) -> std::io::Result<BytesMut> {
-    let Some(fd) = batch_fd else {
-        stream.write_all(&out).await?;
-        return Ok(out);
-    };
-    let Some(Sent { buf, result }) = shard.sends.send(fd, out).await else {
-        return Err(std::io::Error::other("the shard's sender is gone"));
-    };
-    match result {
-        Ok(n) if n >= buf.len() => {}
-        Ok(n) => stream.write_all(&buf[n..]).await?,
-        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => stream.write_all(&buf).await?,
-        Err(e) => return Err(e),
-    }
-    Ok(buf)
-}
-
-/// A second descriptor of the connection's socket, for the send ring.
-fn stream_dup(stream: &TcpStream) -> Option<Rc<OwnedFd>> {
-    // SAFETY: dup returns a new descriptor, which OwnedFd then owns alone.
-    let fd = unsafe { libc::dup(stream.as_raw_fd()) };
-    if fd < 0 {
-        return None;
-    }
-    // SAFETY: fd is a fresh descriptor nothing else owns.
-    Some(Rc::new(unsafe { OwnedFd::from_raw_fd(fd) }))
 }
 
 /// `HTTP/1.1 200 OK` with nsqd's headers and `OK`: the answer to every successful publish.
