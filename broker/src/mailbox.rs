@@ -100,6 +100,9 @@ pub enum Mail {
     /// From a topic's owner to a consumer's shard: close connection `conn` (its topic or
     /// channel was deleted).
     CloseConn { conn: u64 },
+    /// An HTTP connection whose client now sends from this shard's CPU, handed over between
+    /// two requests (see `http::server`): this shard serves it from now on.
+    HttpConn { fd: std::os::fd::OwnedFd },
     /// From a topic's owner to the control thread: a topic (`channel: None`) or a channel was
     /// created (`Register`) or deleted (`Unregister`); the lookups are told.
     Registry {

@@ -84,6 +84,9 @@ pub struct Shard {
     pub(crate) stop_accepting: Notify,
     /// Wakes the HTTP server's acceptor watcher at shutdown.
     pub(crate) http_stop: Notify,
+    /// HTTP connections handed over by other shards, for the adopter task.
+    pub(crate) http_adopted: RefCell<Vec<std::os::fd::OwnedFd>>,
+    pub(crate) wake_adopter: Notify,
     /// The HTTP connections' answers, sent in one submission per turn ([`crate::send_batch`]).
     pub(crate) sends: crate::send_batch::SendBatch,
     pub(crate) exit: Notify,
@@ -178,6 +181,8 @@ impl Shard {
             stopping: Cell::new(false),
             stop_accepting: Notify::new(),
             http_stop: Notify::new(),
+            http_adopted: RefCell::new(Vec::new()),
+            wake_adopter: Notify::new(),
             sends: crate::send_batch::SendBatch::new(),
             exit: Notify::new(),
             conns_changed: Notify::new(),
@@ -389,6 +394,7 @@ impl Shard {
                 self.reply(reply, Reply::Admin(result));
             }
             Mail::CloseConn { conn } => self.close_conn_here(conn),
+            Mail::HttpConn { fd } => crate::http::server::adopt(self, fd),
             Mail::Shutdown => self.begin_shutdown(),
             Mail::Exit => self.exit.notify(),
             // For the control thread only.

@@ -295,6 +295,12 @@ impl RequestDecoder {
         }
     }
 
+    /// Whether the decoder holds no state of a request in progress (it has not answered
+    /// `100 Continue` to a request whose body is still to come).
+    pub fn is_idle(&self) -> bool {
+        !self.continue_sent
+    }
+
     /// Decodes the next request from `buf`, if all of it is there.
     pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Decoded, HttpError> {
         let Some(head) = self.parse_head(buf)? else {

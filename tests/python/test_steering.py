@@ -124,3 +124,59 @@ def test_metrics_name_each_topics_owner_and_similar_names_spread(start_broker):
     owners = topic_shards(b)
     assert sorted(owners) == sorted(names), owners
     assert set(owners.values()) == {0, 1}, owners
+
+
+def http_connections(broker):
+    counts = {}
+    for m in re.finditer(r'^nsq_shard_http_connections\{shard="(\d+)"\} (\d+)$',
+                         metrics_text(broker), re.M):
+        counts[int(m.group(1))] = int(m.group(2))
+    return counts
+
+
+def http_pub(sock, topic, body):
+    sock.sendall(b"POST /pub?topic=%s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
+                 % (topic.encode(), len(body), body))
+    resp = b""
+    while not resp.endswith(b"\r\n\r\nOK"):
+        chunk = sock.recv(4096)
+        assert chunk, "HTTP connection closed"
+        resp += chunk
+    assert resp.startswith(b"HTTP/1.1 200 OK"), resp
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
+def test_http_connection_follows_its_client_to_another_cpu(start_broker):
+    """A keep-alive HTTP connection accepted by the shard of CPU A, whose client then sends from
+    CPU B, is handed over to B's shard between two requests; no request is lost or reordered."""
+    cpus = usable_cpus()[:2]
+    broker = start_broker(shards=2)
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {cpus[0]})
+    try:
+        s = socket.create_connection(("127.0.0.1", broker.http_port), timeout=10)
+        http_pub(s, "follow", b"first")
+        # Our own /metrics requests come from a fresh connection each: count ours out.
+        assert http_connections(broker).get(0, 0) >= 1
+        os.sched_setaffinity(0, {cpus[1]})
+        bodies = [b"m%04d" % i for i in range(400)]
+        for b in bodies:
+            http_pub(s, "follow", b)
+        deadline = time.time() + 5
+        while http_connections(broker).get(1, 0) < 2 and time.time() < deadline:
+            http_pub(s, "follow", b"extra")
+            bodies.append(b"extra")
+            time.sleep(0.01)
+        counts = http_connections(broker)
+        # On shard 1: our publishing connection and the /metrics request itself.
+        assert counts.get(1, 0) == 2 and counts.get(0, 0) == 0, counts
+        http_pub(s, "follow", b"last")
+        s.close()
+    finally:
+        os.sched_setaffinity(0, before)
+    from nsqwire import Conn
+
+    with Conn(broker.addr) as c:
+        c.sub("follow", "c", rdy=len(bodies) + 2)
+        got = [m.body for m in c.read_messages(len(bodies) + 2)]
+    assert got == [b"first"] + bodies + [b"last"]

@@ -21,7 +21,7 @@ mod manage;
 mod publish;
 mod report;
 mod routes;
-mod server;
+pub(crate) mod server;
 
 use crate::shard::Shard;
 use std::rc::Rc;

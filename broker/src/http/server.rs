@@ -13,13 +13,14 @@
 
 use super::routes::{self, Answer};
 use crate::eager_read::EagerRead;
+use crate::listen::Steering;
 use crate::send_batch;
 use crate::shard::Shard;
 use bytes::BytesMut;
 use futures_lite::AsyncReadExt;
 use glommio::net::{TcpListener, TcpStream};
 use protocol::http::{Decoded, HttpError, Limits, RequestDecoder, Version, CONTINUE_RESPONSE};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 use tracing::{debug, error, info};
@@ -30,6 +31,8 @@ const READ_BUF: usize = 8 * 1024;
 const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 /// A client that does not take its answer for this long is dropped.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Requests between two looks at the CPU a connection's client sends from.
+const CPU_CHECK_EVERY: u64 = 64;
 /// After refusing a request, how long (and how much) to keep reading before closing.
 const DRAIN_TIME: Duration = Duration::from_millis(500);
 const DRAIN_BYTES: usize = 16 * 1024 * 1024;
@@ -43,10 +46,10 @@ pub fn start(shard: &Rc<Shard>, listener: std::os::fd::OwnedFd) -> Result<(), St
         &config.e2e_processing_latency_percentiles,
         config.e2e_processing_latency_window_time,
     );
-    use std::os::fd::{FromRawFd, IntoRawFd};
     // SAFETY: the fd is a bound, listening TCP socket this shard now owns alone.
     let listener = unsafe { TcpListener::from_raw_fd(listener.into_raw_fd()) };
     let acceptor = glommio::spawn_local(accept_loop(shard.clone(), listener));
+    glommio::spawn_local(adopter(shard.clone())).detach();
     let watcher = shard.clone();
     glommio::spawn_local(async move {
         // Dropping the accept task is the one way to interrupt a pending accept; do it once,
@@ -90,6 +93,11 @@ async fn serve(shard: Rc<Shard>, mut stream: TcpStream) {
     match serve_requests(&shard, &mut stream).await {
         Ok(End::Close) => {}
         Ok(End::Drain) => drain(&mut stream).await,
+        Ok(End::Move(to)) => {
+            counter.set(counter.get().saturating_sub(1));
+            hand_over(&shard, stream, to);
+            return;
+        }
         Err(e) => debug!("HTTP connection ended: {e}"),
     }
     let _ = stream.shutdown(std::net::Shutdown::Both).await;
@@ -101,6 +109,84 @@ enum End {
     Close,
     /// A request was refused mid-stream: read what is still coming, then close.
     Drain,
+    /// Between two requests: the client now sends from shard `.0`'s CPU; serve it there.
+    Move(usize),
+}
+
+/// Gives the connection to shard `to`: a duplicate of its socket travels in the mail, and
+/// this shard's stream is dropped (closing only this shard's descriptor). On failure the
+/// connection simply closes, as an idle keep-alive connection may.
+fn hand_over(shard: &Shard, stream: TcpStream, to: usize) {
+    // SAFETY: dup returns a new descriptor, which OwnedFd then owns alone.
+    let fd = unsafe { libc::dup(stream.as_raw_fd()) };
+    drop(stream);
+    if fd < 0 {
+        debug!("HTTP connection not handed over: dup failed");
+        return;
+    }
+    // SAFETY: fd is a fresh descriptor nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    debug!(
+        to,
+        "HTTP connection handed over to the shard of its client's CPU"
+    );
+    shard.route(to, crate::mailbox::Mail::HttpConn { fd });
+}
+
+/// Takes a connection another shard handed over ([`crate::mailbox::Mail::HttpConn`]); the
+/// adopter task serves it. While stopping, it is closed instead.
+pub fn adopt(shard: &Shard, fd: OwnedFd) {
+    if shard.is_stopping() {
+        return;
+    }
+    shard.http_adopted.borrow_mut().push(fd);
+    shard.wake_adopter.notify();
+}
+
+/// Serves the connections handed over to this shard.
+async fn adopter(shard: Rc<Shard>) {
+    loop {
+        shard.wake_adopter.notified().await;
+        let fds = std::mem::take(&mut *shard.http_adopted.borrow_mut());
+        for fd in fds {
+            // SAFETY: the descriptor is a connected TCP socket this shard now owns alone.
+            let stream = unsafe { TcpStream::from_raw_fd(fd.into_raw_fd()) };
+            glommio::spawn_local(serve(shard.clone(), stream)).detach();
+        }
+    }
+}
+
+/// The shard a connection should be served by: the one pinned to the CPU its client's
+/// packets last arrived on (`SO_INCOMING_CPU`; on loopback, the client's CPU), when that is
+/// another shard's and connections are steered by CPU at all.
+fn shard_of_client_cpu(shard: &Shard, stream: &TcpStream) -> Option<usize> {
+    if shard.config.connection_steering != Steering::Cpu {
+        return None;
+    }
+    let mut cpu: libc::c_int = -1;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: cpu and len are valid for writing, len says cpu's size.
+    let rc = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_INCOMING_CPU,
+            (&mut cpu as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 || cpu < 0 {
+        return None;
+    }
+    let cpus = &shard.config.cpus;
+    let shards = shard.config.shards;
+    // Only a CPU that exactly one shard is pinned to names a shard.
+    let mut on_cpu = (0..shards).filter(|&i| cpus[i % cpus.len()] == cpu as usize);
+    let target = on_cpu.next()?;
+    if on_cpu.next().is_some() || target == shard.id {
+        return None;
+    }
+    Some(target)
 }
 
 async fn serve_requests(shard: &Rc<Shard>, stream: &mut TcpStream) -> std::io::Result<End> {
@@ -111,6 +197,11 @@ async fn serve_requests(shard: &Rc<Shard>, stream: &mut TcpStream) -> std::io::R
     let mut eager = EagerRead::default();
     // The send ring's own handle on the socket (see `send_batch`): open until its last send.
     let batch_fd = shard.sends.handle_for(stream);
+    // Requests answered, and when to look at the client's CPU next; a move needs two looks
+    // in a row naming the same other shard.
+    let mut served: u64 = 0;
+    let mut next_cpu_check: u64 = CPU_CHECK_EVERY;
+    let mut moving_to: Option<usize> = None;
     loop {
         let mut end = None;
         loop {
@@ -118,6 +209,7 @@ async fn serve_requests(shard: &Rc<Shard>, stream: &mut TcpStream) -> std::io::R
                 Ok(Decoded::Request(req)) => {
                     let requests = &shard.admin.http_requests;
                     requests.set(requests.get() + 1);
+                    served += 1;
                     let keep_alive = req.head.keep_alive && !shard.is_stopping();
                     let answer = routes::handle(shard, &req).await;
                     write_answer(answer, &req.head, keep_alive, &mut out);
@@ -147,6 +239,14 @@ async fn serve_requests(shard: &Rc<Shard>, stream: &mut TcpStream) -> std::io::R
         }
         if let Some(end) = end {
             return Ok(end);
+        }
+        // Now and then, between requests: has the client moved to another shard's CPU?
+        if served >= next_cpu_check && rbuf.is_empty() && decoder.is_idle() {
+            next_cpu_check = served + CPU_CHECK_EVERY;
+            match shard_of_client_cpu(shard, stream) {
+                Some(to) if moving_to == Some(to) => return Ok(End::Move(to)),
+                other => moving_to = other,
+            }
         }
         // A client on this CPU ran as that write woke it; its next request may be here. The
         // yield lets the shard's other tasks (and, when due, its reactor) run first, so a
