@@ -332,6 +332,7 @@ impl Shard {
                 topic_stats(&t, q, &mut held)
             })
             .collect();
+        let eager = crate::eager_read::counts();
         ShardStats {
             shard: self.id,
             health: self.admin.health(),
@@ -345,8 +346,8 @@ impl Shard {
             waiting_replies: self.waiters.borrow().len(),
             timers: self.timers.len(),
             read_cache_bytes: self.read_cache_bytes(),
-            eager_reads: crate::eager_read::counts().hits,
-            eager_read_misses: crate::eager_read::counts().misses,
+            eager_reads: eager.hits,
+            eager_read_misses: eager.misses,
         }
     }
 

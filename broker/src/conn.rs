@@ -26,7 +26,7 @@ use protocol::frame::write_frame;
 use protocol::identify::{IdentifyRequest, IdentifyResponse};
 use protocol::{decode_command, Command, DecodeContext, ErrorCode, FrameType, ProtocolError};
 use std::cell::{Cell, RefCell};
-use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
@@ -210,14 +210,15 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
     async move {
         debug!("connected");
         let _ = stream.set_nodelay(true);
-        // SAFETY: dup returns a new descriptor we own; it is handed to exactly one stream.
-        let wfd = unsafe { libc::dup(stream.as_raw_fd()) };
-        if wfd < 0 {
-            info!("dup failed; closing");
-            return;
-        }
-        // SAFETY: wfd is a fresh, owned descriptor of the same connected socket.
-        let writer_stream = unsafe { TcpStream::from_raw_fd(wfd) };
+        let wfd = match crate::listen::dup_socket(stream.as_raw_fd()) {
+            Ok(fd) => fd,
+            Err(e) => {
+                info!("dup failed ({e}); closing");
+                return;
+            }
+        };
+        // SAFETY: wfd is a descriptor of the same connected socket that only this stream owns.
+        let writer_stream = unsafe { TcpStream::from_raw_fd(wfd.into_raw_fd()) };
         let _ = writer_stream.set_write_timeout(Some(WRITE_TIMEOUT));
         let heartbeat = shard.config.identify_limits().default_heartbeat_ms;
         let conn = Rc::new(Conn::new(id, Duration::from_millis(heartbeat)));

@@ -15,10 +15,12 @@
 //! The program returns an index into the reuseport group, which is the order in which the
 //! sockets started listening: that is why the main thread opens them, in the order it sorts
 //! shards by CPU, rather than each shard binding its own.
+//!
+//! Also [`dup_socket`], the one way the broker takes a second descriptor of a connection.
 
 use socket2::{Domain, Protocol, Socket, Type};
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 
 /// How a new connection picks its shard.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -149,6 +151,15 @@ fn attach(sock: &Socket, prog: &[libc::sock_filter]) -> Result<(), String> {
     } else {
         Err(std::io::Error::last_os_error().to_string())
     }
+}
+
+/// A second descriptor of the open socket `fd` (close-on-exec), owned by the caller: a
+/// connection's writer, the send ring and a hand-over to another shard each hold their own,
+/// so that the socket stays open until the last of them is done with it.
+pub fn dup_socket(fd: RawFd) -> std::io::Result<OwnedFd> {
+    // SAFETY: the caller's socket is open for the duration of this call, which only
+    // duplicates it (F_DUPFD_CLOEXEC).
+    unsafe { BorrowedFd::borrow_raw(fd) }.try_clone_to_owned()
 }
 
 #[cfg(test)]

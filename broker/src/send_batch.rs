@@ -25,9 +25,9 @@ use bytes::BytesMut;
 use futures_lite::AsyncWriteExt;
 use glommio::net::TcpStream;
 use io_uring::{opcode, types, IoUring};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::rc::Rc;
 use tracing::warn;
 
@@ -51,6 +51,8 @@ pub struct SendBatch {
     ring: RefCell<Option<IoUring>>,
     queue: RefCell<Vec<Queued>>,
     wake: Notify,
+    /// Submissions made (one per turn with sends, more for batches over [`RING_ENTRIES`]).
+    submissions: Cell<u64>,
 }
 
 impl SendBatch {
@@ -66,6 +68,7 @@ impl SendBatch {
             ring: RefCell::new(ring),
             queue: RefCell::new(Vec::new()),
             wake: Notify::new(),
+            submissions: Cell::new(0),
         }
     }
 
@@ -80,13 +83,9 @@ impl SendBatch {
         if !self.available() {
             return None;
         }
-        // SAFETY: dup returns a new descriptor, which OwnedFd then owns alone.
-        let fd = unsafe { libc::dup(stream.as_raw_fd()) };
-        if fd < 0 {
-            return None;
-        }
-        // SAFETY: fd is a fresh descriptor nothing else owns.
-        Some(Rc::new(unsafe { OwnedFd::from_raw_fd(fd) }))
+        crate::listen::dup_socket(stream.as_raw_fd())
+            .ok()
+            .map(Rc::new)
     }
 
     /// Queues `buf` for `fd` and waits for the submission that sends it. `None` when the
@@ -125,6 +124,7 @@ impl SendBatch {
         let mut rest = batch.into_iter().peekable();
         while rest.peek().is_some() {
             let group: Vec<Queued> = rest.by_ref().take(RING_ENTRIES as usize).collect();
+            self.submissions.set(self.submissions.get() + 1);
             match send_group(ring, &group) {
                 Ok(results) => {
                     for (q, result) in group.into_iter().zip(results) {
@@ -249,15 +249,19 @@ mod tests {
             .expect("join");
     }
 
+    /// A send batch with its sender running on this executor.
+    fn started() -> (Rc<SendBatch>, glommio::Task<()>) {
+        let batch = Rc::new(SendBatch::new());
+        assert!(batch.available(), "io_uring is there: glommio runs on it");
+        let b = batch.clone();
+        let runner = glommio::spawn_local(async move { b.run().await });
+        (batch, runner)
+    }
+
     #[test]
     fn answers_of_several_sockets_leave_in_one_submission_in_full() {
         run(|| async {
-            let batch = Rc::new(SendBatch::new());
-            assert!(batch.available(), "io_uring is there: glommio runs on it");
-            let runner = glommio::spawn_local({
-                let b = batch.clone();
-                async move { b.run().await }
-            });
+            let (batch, runner) = started();
             let mut peers = Vec::new();
             let mut sends = Vec::new();
             for i in 0..5u8 {
@@ -279,6 +283,11 @@ mod tests {
                 peer.read_exact(&mut got).expect("read");
                 assert!(got.iter().all(|&c| c == b'a' + i as u8));
             }
+            assert_eq!(
+                batch.submissions.get(),
+                1,
+                "five answers of one turn, one submission"
+            );
             runner.cancel().await;
         });
     }
@@ -286,12 +295,7 @@ mod tests {
     #[test]
     fn a_full_socket_takes_part_and_says_so() {
         run(|| async {
-            let batch = Rc::new(SendBatch::new());
-            assert!(batch.available(), "io_uring is there: glommio runs on it");
-            let runner = glommio::spawn_local({
-                let b = batch.clone();
-                async move { b.run().await }
-            });
+            let (batch, runner) = started();
             let (a, _peer) = std::os::unix::net::UnixStream::pair().expect("pair");
             let fd = Rc::new(OwnedFd::from(a));
             let big = BytesMut::from(&vec![7u8; 8 << 20][..]);

@@ -160,7 +160,7 @@ def test_eager_reads_are_counted_per_shard_in_metrics(start_broker, shards):
     for name in ("nsq_shard_eager_reads_total", "nsq_shard_eager_read_misses_total"):
         assert "# TYPE %s counter" % name in text
         for s in range(shards):
-            assert shard_counter(text, name, s) >= 0
+            shard_counter(text, name, s)  # asserts that the shard's sample is there
 
 
 def test_http_keep_alive_publishes_one_at_a_time_all_arrive(start_broker):

@@ -117,15 +117,15 @@ enum End {
 /// this shard's stream is dropped (closing only this shard's descriptor). On failure the
 /// connection simply closes, as an idle keep-alive connection may.
 fn hand_over(shard: &Shard, stream: TcpStream, to: usize) {
-    // SAFETY: dup returns a new descriptor, which OwnedFd then owns alone.
-    let fd = unsafe { libc::dup(stream.as_raw_fd()) };
+    let fd = crate::listen::dup_socket(stream.as_raw_fd());
     drop(stream);
-    if fd < 0 {
-        debug!("HTTP connection not handed over: dup failed");
-        return;
-    }
-    // SAFETY: fd is a fresh descriptor nothing else owns.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let fd = match fd {
+        Ok(fd) => fd,
+        Err(e) => {
+            debug!("HTTP connection not handed over: dup failed ({e})");
+            return;
+        }
+    };
     debug!(
         to,
         "HTTP connection handed over to the shard of its client's CPU"
