@@ -89,6 +89,8 @@ pub struct ShardStats {
     pub tcp_connections: usize,
     pub http_connections: u64,
     pub http_requests: u64,
+    /// HTTP connections this shard handed to the shard of their client's CPU.
+    pub http_handovers: u64,
     /// Mail queued for each peer shard (index = peer), not yet sent.
     pub outbox_depth: Vec<usize>,
     /// Requests of this shard still waiting for another shard's reply.
@@ -111,6 +113,7 @@ pub struct AdminState {
     log_level: RefCell<Option<String>>,
     pub(crate) http_connections: Cell<u64>,
     pub(crate) http_requests: Cell<u64>,
+    pub(crate) http_handovers: Cell<u64>,
 }
 
 impl AdminState {
@@ -342,6 +345,7 @@ impl Shard {
             tcp_connections: self.conns.borrow().len(),
             http_connections: self.admin.http_connections.get(),
             http_requests: self.admin.http_requests.get(),
+            http_handovers: self.admin.http_handovers.get(),
             outbox_depth: self.outboxes.iter().map(|o| o.len()).collect(),
             waiting_replies: self.waiters.borrow().len(),
             timers: self.timers.len(),

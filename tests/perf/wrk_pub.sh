@@ -2,8 +2,8 @@
 # HTTP /pub under load: starts a release broker on 127.0.0.1 (ephemeral ports, temporary data
 # directory, --shards ${SHARDS:-2}), runs `wrk -t2 -c16 -d${DURATION:-10s} --latency -s pub.lua`
 # against it ${ROUNDS:-3} times, prints wrk's summary of each round and the broker's CPU time
-# per request (user + system, from /proc) and how wrk's connections were split between the
-# shards, and stops the broker. Needs wrk (Debian package
+# per request (user + system, from /proc), how wrk's connections were split between the
+# shards and how many were handed from one shard to the other, and stops the broker. Needs wrk (Debian package
 # `wrk`). Extra arguments go to the broker. To compare two builds, alternate them:
 #   for i in 1 2 3 4; do for b in OLD NEW; do BROKER_BIN=$b ROUNDS=1 DURATION=5s bash $0; done; done
 set -euo pipefail
@@ -24,9 +24,15 @@ for _ in $(seq 100); do
     sleep 0.05
 done
 [[ -n $port ]] || { echo "wrk_pub: the broker did not start" >&2; cat "$data/broker.log" >&2; exit 1; }
+# Connections handed to another shard so far (they follow their client's CPU), all shards.
+handovers() {
+    curl -s "http://127.0.0.1:$port/metrics" |
+        awk '/^nsq_shard_http_handovers_total/ { n += $2 } END { print n + 0 }'
+}
 for round in $(seq "${ROUNDS:-3}"); do
     echo "--- round $round: wrk -t2 -c16 -d${DURATION:-10s} --latency -s pub.lua http://127.0.0.1:$port/"
     ticks_before=$(awk '{print $14 + $15}' "/proc/$pid/stat")
+    moves_before=$(handovers)
     wrk -t2 -c16 -d"${DURATION:-10s}" --latency -s "$here/pub.lua" "http://127.0.0.1:$port/" \
         >"$data/wrk.out" &
     wrk_pid=$!
@@ -39,8 +45,9 @@ for round in $(seq "${ROUNDS:-3}"); do
     wait "$wrk_pid"
     out=$(cat "$data/wrk.out")
     ticks_after=$(awk '{print $14 + $15}' "/proc/$pid/stat")
+    moves=$(($(handovers) - moves_before))
     echo "$out" | grep -E "Latency  |50%|90%|99%|Requests/sec|requests in|Non-2xx"
-    echo "HTTP connections (wrk's 16 and this script's one): $split"
+    echo "HTTP connections (wrk's 16 and this script's one): $split; handed over during the round: $moves"
     requests=$(echo "$out" | awk '/requests in/ {print $1}')
     awk -v t=$((ticks_after - ticks_before)) -v n="$requests" -v hz="$(getconf CLK_TCK)" \
         'BEGIN { if (n > 0) printf "broker CPU: %.1f us per request\n", t / hz * 1e6 / n }'

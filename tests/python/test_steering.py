@@ -126,9 +126,9 @@ def test_metrics_name_each_topics_owner_and_similar_names_spread(start_broker):
     assert set(owners.values()) == {0, 1}, owners
 
 
-def http_connections(broker):
+def http_connections(broker, family="nsq_shard_http_connections"):
     counts = {}
-    for m in re.finditer(r'^nsq_shard_http_connections\{shard="(\d+)"\} (\d+)$',
+    for m in re.finditer(r'^%s\{shard="(\d+)"\} (\d+)$' % family,
                          metrics_text(broker), re.M):
         counts[int(m.group(1))] = int(m.group(2))
     return counts
@@ -170,6 +170,9 @@ def test_http_connection_follows_its_client_to_another_cpu(start_broker):
         counts = http_connections(broker)
         # On shard 1: our publishing connection and the /metrics request itself.
         assert counts.get(1, 0) == 2 and counts.get(0, 0) == 0, counts
+        # Shard 0 counted the one hand-over; shard 1 handed nothing back.
+        moved = http_connections(broker, "nsq_shard_http_handovers_total")
+        assert moved == {0: 1, 1: 0}, moved
         http_pub(s, "follow", b"last")
         s.close()
     finally:

@@ -287,7 +287,7 @@ fn render_metrics(parts: &[ShardStats]) -> String {
     f.sample("nsq_healthy", &[], u8::from(healthy));
 
     type ShardGauge = fn(&ShardStats) -> u64;
-    let shard_families: [(&str, &str, &str, ShardGauge); 10] = [
+    let shard_families: [(&str, &str, &str, ShardGauge); 11] = [
         (
             "nsq_shard_timers",
             "gauge",
@@ -329,6 +329,12 @@ fn render_metrics(parts: &[ShardStats]) -> String {
             "counter",
             "HTTP requests served by the shard.",
             |s| s.http_requests,
+        ),
+        (
+            "nsq_shard_http_handovers_total",
+            "counter",
+            "HTTP connections handed to the shard of their client's CPU.",
+            |s| s.http_handovers,
         ),
         (
             "nsq_shard_waiting_replies",

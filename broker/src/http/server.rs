@@ -130,6 +130,8 @@ fn hand_over(shard: &Shard, stream: TcpStream, to: usize) {
         to,
         "HTTP connection handed over to the shard of its client's CPU"
     );
+    let moved = &shard.admin.http_handovers;
+    moved.set(moved.get() + 1);
     shard.route(to, crate::mailbox::Mail::HttpConn { fd });
 }
 
