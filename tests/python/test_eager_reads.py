@@ -18,20 +18,16 @@ import urllib.request
 
 import pytest
 
+from brokerhttp import keepalive_pub, metrics_text, per_shard
 from nsqwire import Conn, cmd_bytes, mpub_bytes
 
 TOPIC = "eager"
 
 
-def metrics_text(broker):
-    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % broker.http_port, timeout=5) as r:
-        return r.read().decode()
-
-
 def shard_counter(text, name, shard):
-    m = re.search(r'^%s\{shard="%d"\} (\d+)$' % (name, shard), text, re.M)
-    assert m, "%s for shard %d not in /metrics" % (name, shard)
-    return int(m.group(1))
+    counts = per_shard(text, name)
+    assert shard in counts, "%s for shard %d not in /metrics" % (name, shard)
+    return counts[shard]
 
 
 def owner_shard(broker, topic):
@@ -170,17 +166,7 @@ def test_http_keep_alive_publishes_one_at_a_time_all_arrive(start_broker):
     s = socket.create_connection(("127.0.0.1", broker.http_port), timeout=10)
     n = 500
     for k in range(n):
-        body = b"h%04d" % k
-        s.sendall(
-            b"POST /pub?topic=%s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
-            % (TOPIC.encode(), len(body), body)
-        )
-        resp = b""
-        while not resp.endswith(b"\r\n\r\nOK"):
-            chunk = s.recv(4096)
-            assert chunk, "HTTP connection closed after %d requests" % k
-            resp += chunk
-        assert resp.startswith(b"HTTP/1.1 200 OK"), resp
+        keepalive_pub(s, TOPIC, b"h%04d" % k)
     s.close()
     with Conn(broker.addr) as c:
         c.sub(TOPIC, "h", rdy=n)

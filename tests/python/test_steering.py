@@ -14,20 +14,13 @@ import urllib.request
 
 import pytest
 
+from brokerhttp import keepalive_pub, metrics_text, per_shard
+
 CONNS = 12
 
 
-def metrics_text(broker):
-    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % broker.http_port, timeout=5) as r:
-        return r.read().decode()
-
-
 def shard_connections(broker):
-    text = metrics_text(broker)
-    counts = {}
-    for m in re.finditer(r'^nsq_shard_tcp_connections\{shard="(\d+)"\} (\d+)$', text, re.M):
-        counts[int(m.group(1))] = int(m.group(2))
-    return counts
+    return per_shard(metrics_text(broker), "nsq_shard_tcp_connections")
 
 
 def connect_from_cpu(broker, cpu, n):
@@ -126,23 +119,8 @@ def test_metrics_name_each_topics_owner_and_similar_names_spread(start_broker):
     assert set(owners.values()) == {0, 1}, owners
 
 
-def http_connections(broker, family="nsq_shard_http_connections"):
-    counts = {}
-    for m in re.finditer(r'^%s\{shard="(\d+)"\} (\d+)$' % family,
-                         metrics_text(broker), re.M):
-        counts[int(m.group(1))] = int(m.group(2))
-    return counts
-
-
-def http_pub(sock, topic, body):
-    sock.sendall(b"POST /pub?topic=%s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
-                 % (topic.encode(), len(body), body))
-    resp = b""
-    while not resp.endswith(b"\r\n\r\nOK"):
-        chunk = sock.recv(4096)
-        assert chunk, "HTTP connection closed"
-        resp += chunk
-    assert resp.startswith(b"HTTP/1.1 200 OK"), resp
+def http_connections(broker):
+    return per_shard(metrics_text(broker), "nsq_shard_http_connections")
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
@@ -155,25 +133,25 @@ def test_http_connection_follows_its_client_to_another_cpu(start_broker):
     os.sched_setaffinity(0, {cpus[0]})
     try:
         s = socket.create_connection(("127.0.0.1", broker.http_port), timeout=10)
-        http_pub(s, "follow", b"first")
+        keepalive_pub(s, "follow", b"first")
         # Our own /metrics requests come from a fresh connection each: count ours out.
         assert http_connections(broker).get(0, 0) >= 1
         os.sched_setaffinity(0, {cpus[1]})
         bodies = [b"m%04d" % i for i in range(400)]
         for b in bodies:
-            http_pub(s, "follow", b)
+            keepalive_pub(s, "follow", b)
         deadline = time.time() + 5
         while http_connections(broker).get(1, 0) < 2 and time.time() < deadline:
-            http_pub(s, "follow", b"extra")
+            keepalive_pub(s, "follow", b"extra")
             bodies.append(b"extra")
             time.sleep(0.01)
         counts = http_connections(broker)
         # On shard 1: our publishing connection and the /metrics request itself.
         assert counts.get(1, 0) == 2 and counts.get(0, 0) == 0, counts
         # Shard 0 counted the one hand-over; shard 1 handed nothing back.
-        moved = http_connections(broker, "nsq_shard_http_handovers_total")
+        moved = per_shard(metrics_text(broker), "nsq_shard_http_handovers_total")
         assert moved == {0: 1, 1: 0}, moved
-        http_pub(s, "follow", b"last")
+        keepalive_pub(s, "follow", b"last")
         s.close()
     finally:
         os.sched_setaffinity(0, before)

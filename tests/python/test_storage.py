@@ -404,11 +404,8 @@ def _channel_stats(broker, channel):
 
 
 def _read_cache_bytes(broker):
-    import urllib.request
-    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % broker.http_port, timeout=5) as r:
-        text = r.read().decode()
-    return sum(int(line.split()[-1]) for line in text.splitlines()
-               if line.startswith("nsq_shard_read_cache_bytes{"))
+    from brokerhttp import metrics_text, per_shard
+    return sum(per_shard(metrics_text(broker), "nsq_shard_read_cache_bytes").values())
 
 
 def test_read_cache_is_given_back_when_readers_stop(restartable):

@@ -1,0 +1,32 @@
+"""HTTP helpers the wire tests share: reading the broker's /metrics, and publishing over one
+keep-alive connection a request at a time.
+
+Every request is bounded by a timeout; nothing here can block forever.
+"""
+
+import re
+import urllib.request
+
+
+def metrics_text(broker):
+    """The broker's /metrics page, as text."""
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % broker.http_port, timeout=5) as r:
+        return r.read().decode()
+
+
+def per_shard(text, family):
+    """{shard: value} of a per-shard family (`family{shard="N"} value`) in /metrics text."""
+    return {int(m.group(1)): int(m.group(2))
+            for m in re.finditer(r'^%s\{shard="(\d+)"\} (\d+)$' % re.escape(family), text, re.M)}
+
+
+def keepalive_pub(sock, topic, body):
+    """POSTs `body` to /pub?topic=`topic` on the open keep-alive `sock` and checks its 200 OK."""
+    sock.sendall(b"POST /pub?topic=%s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
+                 % (topic.encode(), len(body), body))
+    resp = b""
+    while not resp.endswith(b"\r\n\r\nOK"):
+        chunk = sock.recv(4096)
+        assert chunk, "HTTP connection closed"
+        resp += chunk
+    assert resp.startswith(b"HTTP/1.1 200 OK"), resp
