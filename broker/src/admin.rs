@@ -91,6 +91,10 @@ pub struct ShardStats {
     pub http_requests: u64,
     /// HTTP connections this shard handed to the shard of their client's CPU.
     pub http_handovers: u64,
+    /// Records written to segment files, and records every channel finished before they were
+    /// written (so never written).
+    pub records_written: u64,
+    pub records_skipped: u64,
     /// Mail queued for each peer shard (index = peer), not yet sent.
     pub outbox_depth: Vec<usize>,
     /// Requests of this shard still waiting for another shard's reply.
@@ -114,6 +118,15 @@ pub struct AdminState {
     pub(crate) http_connections: Cell<u64>,
     pub(crate) http_requests: Cell<u64>,
     pub(crate) http_handovers: Cell<u64>,
+    pub(crate) records: RecordCounts,
+}
+
+/// Records of the shard's topics that the flusher wrote to segment files, and those it left
+/// out because every channel had finished them before it came to write them.
+#[derive(Debug, Default)]
+pub struct RecordCounts {
+    pub(crate) written: Cell<u64>,
+    pub(crate) skipped: Cell<u64>,
 }
 
 impl AdminState {
@@ -346,6 +359,8 @@ impl Shard {
             http_connections: self.admin.http_connections.get(),
             http_requests: self.admin.http_requests.get(),
             http_handovers: self.admin.http_handovers.get(),
+            records_written: self.admin.records.written.get(),
+            records_skipped: self.admin.records.skipped.get(),
             outbox_depth: self.outboxes.iter().map(|o| o.len()).collect(),
             waiting_replies: self.waiters.borrow().len(),
             timers: self.timers.len(),

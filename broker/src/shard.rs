@@ -65,8 +65,10 @@ const BLOCK_IDLE: Duration = Duration::from_secs(5);
 /// not written yet, at most this long's worth (nsqd loses its whole in-memory queue).
 const WRITE_COALESCE: Duration = Duration::from_millis(10);
 /// A topic with this much unwritten cuts the coalescing short, so fast publishers get large
-/// writes at once and never come near [`WRITE_BACKLOG_LIMIT`].
-const WRITE_EARLY: usize = 512 << 10;
+/// writes at once and never come near [`WRITE_BACKLOG_LIMIT`]. Not less: the later the flusher
+/// plans, the more records every channel has finished, which it need not write (pub + sub here:
+/// 51% of the records left out at 512 KiB, 87% at 2 MiB).
+const WRITE_EARLY: usize = 2 << 20;
 
 pub struct Shard {
     pub id: usize,
@@ -773,6 +775,17 @@ impl Shard {
         }
     }
 
+    /// Encodes what `t` appended since its last write for the flusher, leaving out what every
+    /// channel has finished meanwhile (see `TopicLog::plan`), and counts both for /metrics.
+    fn plan_writes(&self, t: &Rc<RefCell<Topic>>) {
+        let t = t.borrow();
+        let floor = t.floor();
+        let planned = t.log.borrow_mut().plan(floor);
+        let c = &self.admin.records;
+        c.written.set(c.written.get() + planned.encoded);
+        c.skipped.set(c.skipped.get() + planned.skipped);
+    }
+
     fn queue_flush(&self, t: &Rc<RefCell<Topic>>) {
         self.queue_checkpoint(t);
         let mut tb = t.borrow_mut();
@@ -1190,6 +1203,7 @@ impl Shard {
             if !log.borrow().is_persistent() {
                 continue;
             }
+            self.plan_writes(&t);
             let mut tries = 0;
             while let Err(e) = storage::log::flush(&log).await {
                 tries += 1;
@@ -1259,6 +1273,9 @@ impl Shard {
             for t in &queued {
                 t.borrow_mut().flush_queued = false;
                 let log = t.borrow().log.clone();
+                // Records every channel has finished since they were published are not
+                // written at all (see `TopicLog::plan`).
+                self.plan_writes(t);
                 if let Err(e) = storage::log::flush(&log).await {
                     failed = true;
                     self.set_unhealthy(format!("write failed: {e}"));

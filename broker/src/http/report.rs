@@ -287,7 +287,7 @@ fn render_metrics(parts: &[ShardStats]) -> String {
     f.sample("nsq_healthy", &[], u8::from(healthy));
 
     type ShardGauge = fn(&ShardStats) -> u64;
-    let shard_families: [(&str, &str, &str, ShardGauge); 11] = [
+    let shard_families: [(&str, &str, &str, ShardGauge); 13] = [
         (
             "nsq_shard_timers",
             "gauge",
@@ -335,6 +335,18 @@ fn render_metrics(parts: &[ShardStats]) -> String {
             "counter",
             "HTTP connections handed to the shard of their client's CPU.",
             |s| s.http_handovers,
+        ),
+        (
+            "nsq_shard_records_written_total",
+            "counter",
+            "Messages the shard wrote to its topics' segment files.",
+            |s| s.records_written,
+        ),
+        (
+            "nsq_shard_records_skipped_total",
+            "counter",
+            "Messages every channel finished before the shard came to write them: never written.",
+            |s| s.records_skipped,
         ),
         (
             "nsq_shard_waiting_replies",

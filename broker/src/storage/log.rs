@@ -2,9 +2,11 @@
 //! the number of channels, in segment files under `<data-path>/<topic>/`, with the newest
 //! messages also kept in memory.
 //!
-//! - `append` gives each message the next sequence number, keeps it in the in-memory window
-//!   and encodes its record into the pending write buffer. It never waits.
-//! - The shard's flusher ([`flush`], [`sync`]) writes pending records with direct I/O through
+//! - `append` gives each message the next sequence number and keeps it in the in-memory window.
+//!   It never waits.
+//! - The shard's flusher first has [`TopicLog::plan`] encode the records appended since its
+//!   last round into the pending write buffer, leaving out those every channel has finished
+//!   (below the topic's floor), then ([`flush`], [`sync`]) writes them with direct I/O through
 //!   the shard's io_uring (whole aligned blocks, see [`flush`]), and fsyncs by the sync policy.
 //! - Channels read by sequence number ([`TopicLog::read`]): from the window when the message
 //!   is recent or not written yet, else from the log's block cache ([`super::blocks`]), with a
@@ -158,7 +160,12 @@ pub struct TopicLog {
     window: VecDeque<Stored>,
     mem_limit: usize,
     pending: Vec<Chunk>,
-    /// Seqs below this are in the files.
+    /// Seqs below this are encoded into `pending` (or skipped, or written); the window holds
+    /// the records from here to `head`, not encoded yet ([`TopicLog::plan`]).
+    planned_end: u64,
+    /// Record bytes of the seqs from `planned_end` to `head`.
+    unplanned_bytes: usize,
+    /// Seqs below this are in the files (or were skipped: nobody wants them).
     written_end: u64,
     /// Seqs below this are fsynced.
     pub synced_end: u64,
@@ -213,6 +220,8 @@ impl TopicLog {
             window: VecDeque::new(),
             mem_limit: mem_limit as usize,
             pending: Vec::new(),
+            planned_end: 0,
+            unplanned_bytes: 0,
             written_end: 0,
             synced_end: 0,
             unsynced: 0,
@@ -286,6 +295,7 @@ impl TopicLog {
         if let Some(first) = log.segments.first() {
             log.start = first.base;
         }
+        log.planned_end = log.head;
         log.written_end = log.head;
         log.synced_end = log.head;
         Ok(log)
@@ -332,7 +342,7 @@ impl TopicLog {
             }
             self.head += 1;
             if self.dir.is_some() {
-                self.encode(&stored);
+                self.unplanned_bytes += record_len(&stored) as usize;
             }
             self.window.push_back(stored);
         }
@@ -340,8 +350,37 @@ impl TopicLog {
         self.head
     }
 
+    /// Encodes the records appended since the last plan into the pending write buffer, except
+    /// those below `floor` (every channel has finished them: nobody will read them again, so
+    /// they need not be written). The newest record is always encoded, so the files end with
+    /// the log's head (and its highest ID), which recovery starts from. Called by the flusher
+    /// just before it writes, when consumers have had the most time to finish what it holds.
+    ///
+    /// Returns how many records it encoded and how many it skipped.
+    pub fn plan(&mut self, floor: u64) -> Planned {
+        let mut planned = Planned::default();
+        if self.dir.is_none() || self.planned_end >= self.head {
+            return planned;
+        }
+        let window = std::mem::take(&mut self.window);
+        let ws = self.head - window.len() as u64;
+        let last = self.head - 1;
+        for seq in self.planned_end.max(ws)..self.head {
+            if seq < floor && seq != last {
+                planned.skipped += 1;
+                continue;
+            }
+            planned.encoded += 1;
+            self.encode(&window[(seq - ws) as usize]);
+        }
+        self.window = window;
+        self.planned_end = self.head;
+        self.unplanned_bytes = 0;
+        planned
+    }
+
     fn encode(&mut self, s: &Stored) {
-        let rec_len = (segment::FRAME_LEN + segment::PAYLOAD_FIXED + s.msg.body.len()) as u64;
+        let rec_len = record_len(s);
         let needs_new = match self.segments.last() {
             None => true,
             Some(seg) => seg.records > 0 && seg.planned_len + rec_len > self.max_bytes_per_file,
@@ -422,7 +461,7 @@ impl TopicLog {
 
     /// Bytes of records appended but not written yet.
     pub fn unwritten_bytes(&self) -> usize {
-        self.pending.iter().map(|c| c.bytes.len()).sum()
+        self.unplanned_bytes + self.pending.iter().map(|c| c.bytes.len()).sum::<usize>()
     }
 
     /// Seqs below this are in the files.
@@ -800,6 +839,8 @@ impl TopicLog {
     /// name may be created right after) and goes to the trash with its files.
     pub fn destroy(&mut self) {
         self.pending.clear();
+        self.planned_end = self.head;
+        self.unplanned_bytes = 0;
         self.window.clear();
         self.segments.clear();
         self.blocks.borrow_mut().clear();
@@ -906,6 +947,20 @@ fn recover_segment(
     Ok(Some((segment, report.max_id)))
 }
 
+/// What [`TopicLog::plan`] did with the records appended since the last plan.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Planned {
+    /// Encoded for writing.
+    pub encoded: u64,
+    /// Finished by every channel already: not written.
+    pub skipped: u64,
+}
+
+/// A record's length in a segment.
+fn record_len(s: &Stored) -> u64 {
+    (segment::FRAME_LEN + segment::PAYLOAD_FIXED + s.msg.body.len()) as u64
+}
+
 /// The largest single write: a pending chunk bigger than this goes out in pieces.
 const MAX_WRITE: usize = 1 << 20;
 
@@ -946,6 +1001,10 @@ pub async fn flush(log: &RefCell<TopicLog>) -> Result<(), String> {
 async fn flush_pending(log: &RefCell<TopicLog>) -> Result<(), String> {
     let chunks = {
         let mut l = log.borrow_mut();
+        // What the shard did not plan with its channels' floor: nothing below the start is
+        // wanted.
+        let start = l.start;
+        l.plan(start);
         let chunks = std::mem::take(&mut l.pending);
         l.chunk_cap = next_chunk_capacity(chunks.iter().map(|c| c.bytes.len()).sum());
         chunks
@@ -1254,6 +1313,7 @@ mod tests {
                 next += round;
                 log.borrow_mut().append(msgs, 0);
                 if round == 700 {
+                    log.borrow_mut().plan(0);
                     let l = log.borrow();
                     assert!(
                         l.pending.len() >= 2,
@@ -1408,6 +1468,54 @@ mod tests {
                 Read::Wait => unreachable!(),
             }
         }
+    }
+
+    /// Records below the floor given to `plan` (every channel finished them) are never
+    /// written, except the newest, so the files still end with the head and its ID. A reader
+    /// asking for a left-out seq gets the next record there is, and a reopened log continues
+    /// after the head.
+    #[test]
+    fn records_finished_before_the_write_are_left_out() {
+        with_dir("plan", |dir| async move {
+            let (log, _) = written_log(&dir, 3).await;
+            log.borrow_mut().append((3..10).map(message).collect(), 0);
+            assert_eq!(
+                log.borrow_mut().plan(6),
+                Planned {
+                    encoded: 4,
+                    skipped: 3
+                }
+            );
+            log.borrow_mut().append((10..13).map(message).collect(), 0);
+            assert_eq!(
+                log.borrow_mut().plan(13),
+                Planned {
+                    encoded: 1,
+                    skipped: 2
+                },
+                "the head is written even when finished"
+            );
+            assert_eq!(log.borrow_mut().plan(13), Planned::default());
+            flush(&log).await.unwrap();
+            sync(&log).await.unwrap();
+            assert_eq!(log.borrow().written_end(), 13);
+            // Nothing is kept in memory (mem limit 0): reads go to the file.
+            for (asked, got) in [(3, 6), (4, 6), (6, 6), (9, 9), (10, 12)] {
+                match read_through(&log, asked, DiskHint::default()).await {
+                    Read::Msg(s, _) => {
+                        assert_eq!(s.seq, got, "asked {asked}");
+                        assert_eq!(s.msg, message(got));
+                    }
+                    _ => panic!("seq {asked}: no message"),
+                }
+            }
+            drop(log);
+            let reopened = TopicLog::open("t", dir.join("t"), 0, 64 << 20, 1 << 20).unwrap();
+            assert_eq!(reopened.head(), 13);
+            assert_eq!(reopened.recovered_max_id(), Some(13));
+            let on_disk = std::fs::read(dir.join("t").join(format!("{:020}.seg", 0))).unwrap();
+            assert_eq!(segment::scan(&Bytes::from(on_disk), 1 << 20).records, 8);
+        });
     }
 
     /// Releasing past what is written moves the start at once (what a topic without channels
