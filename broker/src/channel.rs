@@ -666,14 +666,32 @@ impl Channel {
 
     /// The lowest seq this channel may still need.
     pub fn floor(&self) -> u64 {
+        self.floor_above(0)
+    }
+
+    /// [`Channel::floor`] for a caller that only needs it when it lies above `bound`: the
+    /// search stops at the first owed seq at or below `bound` and returns that. The flusher
+    /// asks with its log's planned end at every round, so it looks at no more than what the
+    /// channel owes of the messages published since (in ID order the in-flight table starts
+    /// with the oldest), not at everything the channel holds (a million deferred messages).
+    pub fn floor_above(&self, bound: u64) -> u64 {
+        if self.cursor <= bound {
+            return self.cursor;
+        }
         let owed = self
             .requeued
             .iter()
             .map(|s| s.seq)
             .chain(self.in_flight.values().map(|f| f.msg.seq))
-            .chain(self.deferred.values().map(|d| d.msg.seq))
-            .min();
-        owed.map_or(self.cursor, |o| o.min(self.cursor))
+            .chain(self.deferred.values().map(|d| d.msg.seq));
+        let mut floor = self.cursor;
+        for seq in owed {
+            if seq <= bound {
+                return seq;
+            }
+            floor = floor.min(seq);
+        }
+        floor
     }
 
     /// What to persist. Clean: the cursor and every owed message (in flight ones as requeued,
@@ -813,6 +831,41 @@ mod tests {
         assert_eq!(more.len(), 1);
         assert_eq!(more[0].to.conn, 1);
         assert_eq!(c.floor(), 1, "message 0 is finished, 1 is still in flight");
+    }
+
+    /// `floor_above` agrees with `floor` whenever the floor lies above the bound, and
+    /// otherwise answers some owed seq at or below the bound.
+    #[test]
+    fn floor_above_a_bound_stops_early_and_agrees_above_it() {
+        let timers = TimerQueue::default();
+        let (log, ch) = setup("c", 10, 0);
+        let mut c = ch.borrow_mut();
+        c.add_consumer(spec(1), 0).unwrap();
+        c.set_rdy(spec(1).key, 10);
+        let mut out = Deliveries::default();
+        c.dispatch(&log, Instant::now(), MAX, &timers, &mut out);
+        for d in out
+            .iter()
+            .filter(|d| d.msg.id != msg(3).id && d.msg.id != msg(7).id)
+        {
+            c.finish(spec(1).key, d.msg.id).unwrap();
+        }
+        // Owed: 3 and 7 in flight; the cursor is at the end (10).
+        assert_eq!(c.floor(), 3);
+        for bound in [0, 1, 2] {
+            assert_eq!(c.floor_above(bound), 3, "bound {bound}");
+        }
+        for bound in [3, 5, 8, 20] {
+            let f = c.floor_above(bound);
+            assert!(
+                f <= bound && (f == 3 || f == 7 || f == 10),
+                "bound {bound}: {f}"
+            );
+        }
+        c.finish(spec(1).key, msg(3).id).unwrap();
+        assert_eq!(c.floor_above(6), 7);
+        c.finish(spec(1).key, msg(7).id).unwrap();
+        assert_eq!(c.floor_above(6), 10, "nothing owed: the cursor");
     }
 
     #[test]

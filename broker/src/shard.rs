@@ -779,7 +779,8 @@ impl Shard {
     /// channel has finished meanwhile (see `TopicLog::plan`), and counts both for /metrics.
     fn plan_writes(&self, t: &Rc<RefCell<Topic>>) {
         let t = t.borrow();
-        let floor = t.floor();
+        // Only a floor above what is planned already can leave anything out.
+        let floor = t.floor_above(t.log.borrow().planned_end());
         let planned = t.log.borrow_mut().plan(floor);
         let c = &self.admin.records;
         c.written.set(c.written.get() + planned.encoded);

@@ -202,16 +202,28 @@ impl Topic {
 
     /// The lowest seq any durable channel may still need; segments below it can go.
     pub fn floor(&self) -> u64 {
+        self.floor_above(0)
+    }
+
+    /// [`Topic::floor`], or any seq at or below `bound` when the floor is there (see
+    /// [`Channel::floor_above`]).
+    pub fn floor_above(&self, bound: u64) -> u64 {
         let log = self.log.borrow();
         if self.channels.is_empty() {
             return log.start();
         }
-        self.channels
-            .values()
-            .filter(|c| !c.borrow().ephemeral)
-            .map(|c| c.borrow().floor())
-            .min()
-            .unwrap_or(log.head())
+        let mut floor = log.head();
+        for c in self.channels.values() {
+            let c = c.borrow();
+            if c.ephemeral {
+                continue;
+            }
+            floor = floor.min(c.floor_above(bound));
+            if floor <= bound {
+                break;
+            }
+        }
+        floor
     }
 
     /// The metadata to persist. `clean`: a clean stop, with every channel's pending messages.

@@ -464,6 +464,11 @@ impl TopicLog {
         self.unplanned_bytes + self.pending.iter().map(|c| c.bytes.len()).sum::<usize>()
     }
 
+    /// Seqs below this are encoded for writing, written, or left out ([`TopicLog::plan`]).
+    pub fn planned_end(&self) -> u64 {
+        self.planned_end
+    }
+
     /// Seqs below this are in the files.
     pub fn written_end(&self) -> u64 {
         self.written_end
