@@ -494,11 +494,17 @@ impl TopicLog {
     }
 
     fn read_disk(&self, seq: u64, hint: DiskHint) -> Option<Read> {
+        // The segment holding `seq`, or the first one when `seq` lies before it: records every
+        // channel had finished are never written, so a wanted seq (a cursor restored after a
+        // crash, say) may fall in a gap before the first segment left, and reading goes on
+        // from there.
         let mut idx = self
             .segments
             .partition_point(|s| s.base <= seq)
-            .checked_sub(1)?;
-        let hinted = hint.valid && hint.seq == seq && self.segments[idx].base == hint.base;
+            .saturating_sub(1);
+        let hinted = hint.valid
+            && hint.seq == seq
+            && self.segments.get(idx).is_some_and(|s| s.base == hint.base);
         let mut offset = hinted.then_some(hint.offset as u64);
         let cache = self.blocks.borrow();
         loop {
@@ -1520,6 +1526,29 @@ mod tests {
             assert_eq!(reopened.recovered_max_id(), Some(13));
             let on_disk = std::fs::read(dir.join("t").join(format!("{:020}.seg", 0))).unwrap();
             assert_eq!(segment::scan(&Bytes::from(on_disk), 1 << 20).records, 8);
+        });
+    }
+
+    /// A wanted seq in a gap before the first segment left (left out when every channel had
+    /// finished it, and the segment before the gap deleted since) reads the next record there
+    /// is, not a skip past everything on disk (a crashed channel's restored cursor can be
+    /// there).
+    #[test]
+    fn a_seq_before_the_first_segment_reads_from_it() {
+        with_dir("gap-first", |dir| async move {
+            // One record a segment.
+            let log = RefCell::new(TopicLog::open("t", dir.join("t"), 0, 1, 1 << 20).unwrap());
+            log.borrow_mut().append(vec![message(0)], 0);
+            flush(&log).await.unwrap();
+            log.borrow_mut().append((1..10).map(message).collect(), 0);
+            assert_eq!(log.borrow_mut().plan(8).skipped, 7);
+            flush(&log).await.unwrap();
+            log.borrow_mut().release_below(5);
+            assert_eq!(log.borrow().segments[0].base, 8, "segment 0 deleted");
+            match read_through(&log, 5, DiskHint::default()).await {
+                Read::Msg(s, _) => assert_eq!(s.seq, 8),
+                _ => panic!("seq 5 must read the next record, 8"),
+            }
         });
     }
 
