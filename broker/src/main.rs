@@ -268,10 +268,8 @@ fn exit_on_panic() {
     let report = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         report(info);
-        let thread = std::thread::current()
-            .name()
-            .unwrap_or("unnamed")
-            .to_string();
+        let current = std::thread::current();
+        let thread = current.name().unwrap_or("unnamed");
         error!(thread, "panic: {info}; the broker exits");
         std::process::exit(101);
     }));

@@ -339,7 +339,7 @@ fn render_metrics(parts: &[ShardStats]) -> String {
         (
             "nsq_shard_records_written_total",
             "counter",
-            "Messages the shard wrote to its topics' segment files.",
+            "Messages the shard planned into its topics' segment files (written, or being written).",
             |s| s.records_written,
         ),
         (
