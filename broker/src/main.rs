@@ -217,8 +217,8 @@ fn stop_after_start_failure() {
 /// Checks the TCP and HTTP addresses are free, and resolves port 0 to one real port every
 /// shard then shares (each shard binds it with SO_REUSEPORT).
 ///
-/// An explicit port is probed with a plain bound socket (no SO_REUSEPORT, never listening),
-/// which fails if anything holds the port, then released for the shards. A port-0 address is resolved by a bound,
+/// An explicit port is probed with a bound socket (SO_REUSEADDR, no SO_REUSEPORT, never
+/// listening), which fails if anything listens on the port, then released for the shards. A port-0 address is resolved by a bound,
 /// never-listening SO_REUSEPORT socket that the process keeps: the kernel then hands that port
 /// to no other `bind(0)`, and the shards join it. (SO_REUSEPORT lets any process of the same
 /// user join a port; reserving it is what keeps two brokers started side by side apart.)
@@ -242,8 +242,13 @@ fn claim_port(
     let sock =
         Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP)).map_err(fail)?;
     if addr.port() != 0 {
-        // Bound, never listening: fails if anything holds the port, and no client can connect
-        // to the probe and take it for the broker before the shards listen.
+        // SO_REUSEADDR, as nsqd's Go listeners have it: without it, the connections of the
+        // broker's previous run still in TIME_WAIT or FIN_WAIT on the port (a restart right
+        // after a stop with clients connected) would refuse the bind for up to a minute. A
+        // socket listening on the port still refuses it.
+        sock.set_reuse_address(true).map_err(fail)?;
+        // Bound, never listening: fails if anything listens on the port, and no client can
+        // connect to the probe and take it for the broker before the shards listen.
         sock.bind(&addr.into()).map_err(fail)?;
         drop(sock);
         return Ok((addr, None));

@@ -641,3 +641,66 @@ def test_messages_finished_before_the_write_are_never_written(restartable):
         "messages finished before the last checkpoint never come back"
     again = sum(b.startswith("again-") for b in seen_a)
     assert again < 100 * 50, "finished messages left out of the files do not come back"
+
+
+def _lingering(port):
+    """Connections on local `port` the kernel still keeps after their socket closed
+    (FIN_WAIT1/2, CLOSING, TIME_WAIT, LAST_ACK), from /proc/net/tcp."""
+    closing_states = {"04", "05", "06", "08", "09", "0B"}
+    n = 0
+    with open("/proc/net/tcp") as f:
+        next(f)
+        for line in f:
+            fields = line.split()
+            local_port = int(fields[1].split(":")[1], 16)
+            if local_port == port and fields[3] in closing_states:
+                n += 1
+    return n
+
+
+def test_a_restart_on_the_same_ports_binds_over_lingering_connections(restartable):
+    """A broker stopped while clients are connected leaves those connections in FIN_WAIT or
+    TIME_WAIT on its ports for up to a minute; a restart on the same explicit ports (what
+    `systemctl restart` does) must start at once and serve, as nsqd does (SO_REUSEADDR). It
+    used to exit with "Address already in use". A second broker on a port a running one
+    listens on is still refused."""
+    import subprocess
+    import urllib.request
+    from conftest import broker_bin
+
+    r = restartable()
+    r.start()
+    tcp_port, http_port = r.broker.port, r.broker.http_port
+    with Conn(r.addr) as p:
+        p.pub(TOPIC, b"before the restart")
+    consumer = Conn(r.addr)
+    consumer.sub(TOPIC, "a", rdy=0)
+    keepalive = socket.create_connection(("127.0.0.1", http_port))
+    keepalive.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert b"200" in keepalive.recv(4096)
+    r.stop()
+    assert _lingering(tcp_port) >= 1 and _lingering(http_port) >= 1, \
+        "the stop should leave the clients' connections lingering on the broker's ports"
+
+    again = Broker(r.shards, r.flags, r.workdir)
+    again.args[1] = "--tcp-address=127.0.0.1:%d" % tcp_port
+    again.args[2] = "--http-address=127.0.0.1:%d" % http_port
+    r.broker = again
+    again.start()
+    assert (again.port, again.http_port) == (tcp_port, http_port)
+    with urllib.request.urlopen("http://127.0.0.1:%d/ping" % http_port, timeout=5) as resp:
+        assert resp.read() == b"OK"
+    seen, _ = drain(again.addr, "a", {"before the restart"})
+    assert seen == {"before the restart"}
+
+    taken = subprocess.run(
+        [broker_bin(), "--shards", "1", "--tcp-address", "127.0.0.1:%d" % tcp_port,
+         "--http-address", "127.0.0.1:0", "--data-path", os.path.join(r.workdir, "other")],
+        capture_output=True, timeout=60,
+    )
+    log = (taken.stdout + taken.stderr).decode(errors="replace")
+    assert taken.returncode == 1, log
+    assert "cannot listen on --tcp-address 127.0.0.1:%d" % tcp_port in log, log
+    assert "Address already in use" in log, log
+    consumer.close()
+    keepalive.close()
