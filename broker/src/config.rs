@@ -172,6 +172,8 @@ pub struct Config {
     pub e2e_processing_latency_percentiles: Vec<f64>,
     pub e2e_processing_latency_window_time: Duration,
     pub log_level: String,
+    /// nsqd's `--node-id` (IDs do not use it; `/config/id` reports it).
+    pub node_id: u64,
     /// CPUs the shards are pinned to, shard i on `cpus[i % cpus.len()]`.
     pub cpus: Vec<usize>,
     pub shards: usize,
@@ -291,6 +293,7 @@ impl Config {
             e2e_processing_latency_percentiles: a.e2e_processing_latency_percentiles,
             e2e_processing_latency_window_time: a.e2e_processing_latency_window_time,
             log_level: a.log_level.to_ascii_lowercase(),
+            node_id: a.node_id,
             cpus,
             shards,
             connection_steering: a.connection_steering,

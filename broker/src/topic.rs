@@ -136,6 +136,9 @@ impl Topic {
             cursor,
             self.visible_end,
         );
+        // nsqd counts what a topic held for its first channel as that channel's messages
+        // when it hands them over.
+        ch.borrow_mut().message_count = self.visible_end.saturating_sub(cursor);
         self.channels.insert(Arc::from(name), ch.clone());
         if !ch.borrow().ephemeral {
             self.meta_dirty = true;
@@ -250,6 +253,8 @@ impl Topic {
         let mut pending = 0;
         for cm in &meta.channels {
             let (ch, _) = self.channel_or_create(&cm.name);
+            // A restarted nsqd counts from zero: what a channel still owes is not new to it.
+            ch.borrow_mut().message_count = 0;
             let log = self.log.borrow();
             pending += ch.borrow_mut().restore(cm, meta.clean, &log, now, timers);
         }
@@ -290,8 +295,14 @@ mod tests {
         let (ch, created) = t.channel_or_create("c");
         assert!(created);
         assert_eq!(ch.borrow().depth(), 2);
+        assert_eq!(
+            ch.borrow().message_count,
+            2,
+            "counted as nsqd counts the hand-over"
+        );
         let (late, _) = t.channel_or_create("late");
         assert_eq!(late.borrow().depth(), 0);
+        assert_eq!(late.borrow().message_count, 0);
     }
 
     #[test]

@@ -310,6 +310,13 @@ fn check_publish_and_consume(shards: usize) {
     assert_eq!(r.status, 200, "{}", r.text());
     fin(&mut consumer, b"bin\none");
     fin(&mut consumer, b"b2");
+    // nsqd reads `binary` as a boolean: false and 0 are text mode.
+    for off in ["false", "0"] {
+        let r = broker.post(&format!("/mpub?topic={topic}&binary={off}"), b"t1\nt2\n");
+        assert_eq!(r.status, 200, "binary={off}: {}", r.text());
+        fin(&mut consumer, b"t1");
+        fin(&mut consumer, b"t2");
+    }
 
     let sent = Instant::now();
     assert_eq!(
@@ -325,15 +332,15 @@ fn check_publish_and_consume(shards: usize) {
     );
     assert!(m.timestamp > 0);
 
-    broker.eventually("all six finished and counted", || {
+    broker.eventually("all ten finished and counted", || {
         let Some(t) = broker.topic_stats(topic) else {
             return false;
         };
         let c = &t["channels"][0];
-        t["message_count"] == 6
-            && c["message_count"] == 6
-            && c["clients"][0]["finish_count"] == 6
-            && c["e2e_processing_latency"]["count"] == 6
+        t["message_count"] == 10
+            && c["message_count"] == 10
+            && c["clients"][0]["finish_count"] == 10
+            && c["e2e_processing_latency"]["count"] == 10
     });
     let t = broker.topic_stats(topic).expect("topic");
     let lat = &t["channels"][0]["e2e_processing_latency"];
@@ -341,7 +348,7 @@ fn check_publish_and_consume(shards: usize) {
     assert_eq!(percentiles.len(), 2);
     assert_eq!(percentiles[0]["quantile"], 0.5);
     assert!(percentiles[1]["value"].as_f64().is_some_and(|v| v > 0.0));
-    assert_eq!(t["e2e_processing_latency"]["count"], 6);
+    assert_eq!(t["e2e_processing_latency"]["count"], 10);
     broker.assert_alive();
 }
 
@@ -804,6 +811,19 @@ fn http_ping_info_and_config() {
         serde_json::json!(["127.0.0.1:4160"])
     );
     assert_eq!(get("log_level"), 2);
+    // Without --broadcast-*-port nsqd fills in the listening ports.
+    assert_eq!(get("broadcast_tcp_port"), broker.tcp.port());
+    assert_eq!(get("broadcast_http_port"), broker.http.port());
+    assert_eq!(get("id"), 0);
+    assert_eq!(get("deflate"), false);
+    assert_eq!(get("snappy"), false);
+    assert_eq!(get("auth_http_addresses"), serde_json::json!([]));
+    assert_eq!(get("tls_cert"), "");
+    let r = support::request(broker.http, "PUT", "/config/log_level", Some(b"trace"));
+    assert_eq!(
+        (r.status, r.text()),
+        (400, r#"{"message":"INVALID_VALUE"}"#.into())
+    );
 
     let put = |opt: &str, body: &[u8]| {
         let r = support::request(broker.http, "PUT", &format!("/config/{opt}"), Some(body));
@@ -816,12 +836,34 @@ fn http_ping_info_and_config() {
         addrs
     );
     assert_eq!(put("log_level", b"warn"), 3);
+    assert_eq!(
+        put("nsqlookupd_tcp_addresses", b"null"),
+        serde_json::json!([])
+    );
+    assert_eq!(
+        put("nsqlookupd_tcp_addresses", addrs.to_string().as_bytes()),
+        addrs
+    );
     // Every shard took it: ask on many connections (spread over the shards).
     for _ in 0..8 {
         assert_eq!(get("nsqlookupd_tcp_addresses"), addrs);
         assert_eq!(get("log_level"), 3);
     }
     broker.assert_alive();
+}
+
+#[test]
+fn http_info_reports_the_listening_ports_and_config_the_broadcast_ones() {
+    let broker = Broker::start(
+        1,
+        &["--broadcast-tcp-port=14150", "--broadcast-http-port=14151"],
+    );
+    let info = broker.get("/info").json();
+    assert_eq!(info["tcp_port"], broker.tcp.port());
+    assert_eq!(info["http_port"], broker.http.port());
+    let get = |opt: &str| broker.get(&format!("/config/{opt}")).json();
+    assert_eq!(get("broadcast_tcp_port"), 14150);
+    assert_eq!(get("broadcast_http_port"), 14151);
 }
 
 #[test]

@@ -275,11 +275,13 @@ impl std::fmt::Display for HttpError {
 impl std::error::Error for HttpError {}
 
 /// Cuts requests off the front of a connection's read buffer. One per connection: it remembers
-/// whether `100 Continue` was already asked for the request in progress.
+/// whether `100 Continue` was already asked for the request in progress, and how far a chunked
+/// body in progress was read.
 #[derive(Debug, Clone)]
 pub struct RequestDecoder {
     limits: Limits,
     continue_sent: bool,
+    chunked: Chunked,
 }
 
 enum BodyFraming {
@@ -292,13 +294,14 @@ impl RequestDecoder {
         RequestDecoder {
             limits,
             continue_sent: false,
+            chunked: Chunked::default(),
         }
     }
 
     /// Whether the decoder holds no state of a request in progress (it has not answered
     /// `100 Continue` to a request whose body is still to come).
     pub fn is_idle(&self) -> bool {
-        !self.continue_sent
+        !self.continue_sent && self.chunked.pos == 0
     }
 
     /// Decodes the next request from `buf`, if all of it is there.
@@ -314,12 +317,15 @@ impl RequestDecoder {
             BodyFraming::Length(len) => data
                 .get(..len)
                 .map(|body| (len, Bytes::copy_from_slice(body))),
-            BodyFraming::Chunked => match decode_chunked(data, self.limits.max_body) {
+            BodyFraming::Chunked => match self.chunked.resume(data, self.limits.max_body) {
                 Ok(body) => body,
-                Err(ChunkError::TooLarge) => {
-                    return Err(HttpError::BodyTooLarge(Box::new(head.copied(buf))))
+                Err(e) => {
+                    self.chunked = Chunked::default();
+                    return Err(match e {
+                        ChunkError::TooLarge => HttpError::BodyTooLarge(Box::new(head.copied(buf))),
+                        ChunkError::Malformed(why) => HttpError::Malformed(why),
+                    });
                 }
-                Err(ChunkError::Malformed(why)) => return Err(HttpError::Malformed(why)),
             },
         };
         let Some((body_len, body)) = body else {
@@ -330,6 +336,7 @@ impl RequestDecoder {
             return Ok(Decoded::Incomplete);
         };
         self.continue_sent = false;
+        self.chunked = Chunked::default();
         // The body is copied (above): a message may outlive the read buffer by far. The head
         // is cut off the buffer as it is.
         let raw = buf.split_to(head.len).freeze();
@@ -565,51 +572,74 @@ enum ChunkError {
     Malformed(&'static str),
 }
 
-/// Reads a chunked body from the start of `data`: the bytes used and the body, or `None` when
-/// it is not all there yet. Chunk extensions and trailers are skipped.
+/// How far a chunked body has been read: the bytes of it (framing included) taken so far, and
+/// the data of the complete chunks among them. A body that arrives in many reads is walked
+/// once, not from its start at every read (which made a body of tiny chunks cost quadratic
+/// time), and holds no more than its own data.
+#[derive(Debug, Clone, Default)]
+struct Chunked {
+    pos: usize,
+    body: BytesMut,
+    in_trailers: bool,
+}
+
+impl Chunked {
+    /// Goes on reading the chunked body that starts at `data[0]` (the same body as the calls
+    /// before, with more bytes): the bytes used and the body once it is complete, `None`
+    /// while it is not. Chunk extensions and trailers are skipped.
+    fn resume(
+        &mut self,
+        data: &[u8],
+        max_body: usize,
+    ) -> Result<Option<(usize, Bytes)>, ChunkError> {
+        while !self.in_trailers {
+            let Some(line) = crlf_line(&data[self.pos..])? else {
+                return Ok(None);
+            };
+            let size_text = line.split(|&b| b == b';').next().unwrap_or_default();
+            let size =
+                parse_hex(trim_ascii(size_text)).ok_or(ChunkError::Malformed("bad chunk size"))?;
+            let start = self.pos + line.len() + 2;
+            if size == 0 {
+                self.pos = start;
+                self.in_trailers = true;
+                break;
+            }
+            let total = self
+                .body
+                .len()
+                .checked_add(size)
+                .ok_or(ChunkError::TooLarge)?;
+            if total > max_body {
+                return Err(ChunkError::TooLarge);
+            }
+            let Some(end) = start.checked_add(size).filter(|&e| e + 2 <= data.len()) else {
+                return Ok(None);
+            };
+            if &data[end..end + 2] != b"\r\n" {
+                return Err(ChunkError::Malformed("chunk data not followed by CRLF"));
+            }
+            self.body.put_slice(&data[start..end]);
+            self.pos = end + 2;
+        }
+        // trailer fields, then an empty line
+        loop {
+            let Some(line) = crlf_line(&data[self.pos..])? else {
+                return Ok(None);
+            };
+            self.pos += line.len() + 2;
+            if line.is_empty() {
+                let used = std::mem::take(&mut self.pos);
+                self.in_trailers = false;
+                return Ok(Some((used, std::mem::take(&mut self.body).freeze())));
+            }
+        }
+    }
+}
+
+/// Reads a whole chunked body from the start of `data` (see [`Chunked::resume`]).
 fn decode_chunked(data: &[u8], max_body: usize) -> Result<Option<(usize, Bytes)>, ChunkError> {
-    let mut chunks: Vec<(usize, usize)> = Vec::new();
-    let mut total = 0usize;
-    let mut pos = 0usize;
-    loop {
-        let Some(line) = crlf_line(&data[pos..])? else {
-            return Ok(None);
-        };
-        let size_text = line.split(|&b| b == b';').next().unwrap_or_default();
-        let size =
-            parse_hex(trim_ascii(size_text)).ok_or(ChunkError::Malformed("bad chunk size"))?;
-        pos += line.len() + 2;
-        if size == 0 {
-            break;
-        }
-        total = total.checked_add(size).ok_or(ChunkError::TooLarge)?;
-        if total > max_body {
-            return Err(ChunkError::TooLarge);
-        }
-        if data.len() < pos + size + 2 {
-            return Ok(None);
-        }
-        if &data[pos + size..pos + size + 2] != b"\r\n" {
-            return Err(ChunkError::Malformed("chunk data not followed by CRLF"));
-        }
-        chunks.push((pos, size));
-        pos += size + 2;
-    }
-    // trailer fields, then an empty line
-    loop {
-        let Some(line) = crlf_line(&data[pos..])? else {
-            return Ok(None);
-        };
-        pos += line.len() + 2;
-        if line.is_empty() {
-            break;
-        }
-    }
-    let mut body = BytesMut::with_capacity(total);
-    for (start, len) in chunks {
-        body.put_slice(&data[start..start + len]);
-    }
-    Ok(Some((pos, body.freeze())))
+    Chunked::default().resume(data, max_body)
 }
 
 /// The line at the start of `data` without its CRLF, or `None` if it is not complete yet.
@@ -1248,6 +1278,49 @@ mod tests {
             decode_one(b"POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n41\r\n"),
             Err(HttpError::BodyTooLarge(_))
         ));
+    }
+
+    /// A body of many tiny chunks that arrives a byte at a time is read as it comes (each
+    /// read resumes where the last stopped) and gives the same body; the next request on
+    /// the connection starts afresh.
+    #[test]
+    fn chunked_bodies_read_a_byte_at_a_time() {
+        let mut wire = b"POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+        let mut want = Vec::new();
+        for i in 0..3000u32 {
+            let b = b'a' + (i % 26) as u8;
+            wire.extend_from_slice(b"1\r\n");
+            wire.push(b);
+            wire.extend_from_slice(b"\r\n");
+            want.push(b);
+        }
+        wire.extend_from_slice(b"0\r\nX-Trailer: 1\r\n\r\n");
+        wire.extend_from_slice(
+            b"POST /y HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n",
+        );
+        let mut d = RequestDecoder::new(Limits {
+            max_header_bytes: 1024,
+            max_headers: 16,
+            max_body: 3000,
+        });
+        let mut buf = BytesMut::new();
+        let mut got = Vec::new();
+        for &byte in &wire {
+            buf.put_u8(byte);
+            match d.decode(&mut buf) {
+                Ok(Decoded::Request(r)) => {
+                    got.push(r);
+                    assert!(d.is_idle());
+                }
+                Ok(Decoded::Incomplete) => {}
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert_eq!(got.len(), 2);
+        assert_eq!(&got[0].body[..], &want[..]);
+        assert_eq!(got[1].head.path(), "/y");
+        assert_eq!(&got[1].body[..], b"ok");
+        assert!(buf.is_empty());
     }
 
     #[test]

@@ -49,13 +49,14 @@ struct Info<'a> {
 
 pub fn info(shard: &Rc<Shard>) -> Answer {
     let c = &shard.config;
-    let port = |broadcast: u16, real: u16| if broadcast != 0 { broadcast } else { real };
+    // The ports the broker listens on, as nsqd's `RealTCPAddr` / `RealHTTPAddr` (the
+    // broadcast ports are what lookups hear, and `/config` shows them).
     let info = Info {
         version: protocol::NSQD_COMPAT_VERSION,
         broadcast_address: &c.broadcast_address,
         hostname: hostname(),
-        http_port: port(c.broadcast_http_port, c.http_address.port()),
-        tcp_port: port(c.broadcast_tcp_port, c.tcp_address.port()),
+        http_port: c.http_address.port(),
+        tcp_port: c.tcp_address.port(),
         start_time: crate::stats::start_unix(),
         max_heartbeat_interval: nanos(c.max_heartbeat_interval),
         max_output_buffer_size: c.max_output_buffer_size,
@@ -99,6 +100,14 @@ fn log_level_number(level: &str) -> Option<u8> {
     })
 }
 
+fn or_real(broadcast: u16, real: u16) -> u16 {
+    if broadcast != 0 {
+        broadcast
+    } else {
+        real
+    }
+}
+
 /// The value of option `name` by nsqd's name, as JSON.
 fn option_value(shard: &Shard, name: &str) -> Option<Value> {
     let c = &shard.config;
@@ -108,8 +117,9 @@ fn option_value(shard: &Shard, name: &str) -> Option<Value> {
         "http_address" => json!(c.http_address.to_string()),
         "https_address" => json!(""),
         "broadcast_address" => json!(c.broadcast_address),
-        "broadcast_tcp_port" => json!(c.broadcast_tcp_port),
-        "broadcast_http_port" => json!(c.broadcast_http_port),
+        // 0 means the listening port, which nsqd writes into the option at start.
+        "broadcast_tcp_port" => json!(or_real(c.broadcast_tcp_port, c.tcp_address.port())),
+        "broadcast_http_port" => json!(or_real(c.broadcast_http_port, c.http_address.port())),
         "nsqlookupd_tcp_addresses" => json!(shard.lookupd_tcp_addresses()),
         "data_path" => json!(c.data_path.display().to_string()),
         "mem_queue_size" => json!(c.mem_queue_size),
@@ -133,6 +143,11 @@ fn option_value(shard: &Shard, name: &str) -> Option<Value> {
         "e2e_processing_latency_window_time" => d(c.e2e_processing_latency_window_time),
         "log_level" => json!(log_level_number(&shard.log_level()).unwrap_or(2)),
         "shards" => json!(c.shards),
+        "id" => json!(c.node_id),
+        // Not built (the flags that would set them are refused): what is in effect.
+        "deflate" | "snappy" => json!(false),
+        "auth_http_addresses" => json!([] as [&str; 0]),
+        "tls_cert" | "tls_key" => json!(""),
         _ => return None,
     })
 }
@@ -145,13 +160,16 @@ pub async fn config(shard: &Rc<Shard>, req: &Request) -> Answer {
             return error(413, "INVALID_VALUE");
         }
         let change = match opt {
-            "nsqlookupd_tcp_addresses" => match serde_json::from_slice::<Vec<String>>(body) {
-                Ok(a) => OptionChange::LookupdTcpAddresses(a),
+            // `null` empties the list, as it does nsqd's.
+            "nsqlookupd_tcp_addresses" => match serde_json::from_slice::<Option<Vec<String>>>(body)
+            {
+                Ok(a) => OptionChange::LookupdTcpAddresses(a.unwrap_or_default()),
                 Err(_) => return error(400, "INVALID_VALUE"),
             },
             "log_level" => {
                 let level = String::from_utf8_lossy(body).to_ascii_lowercase();
-                if log_level_number(&level).is_none() {
+                // nsqd's five levels only (the command line also takes `trace`).
+                if level == "trace" || log_level_number(&level).is_none() {
                     return error(400, "INVALID_VALUE");
                 }
                 OptionChange::LogLevel(level)

@@ -38,8 +38,8 @@ pub async fn pub_one(shard: &Rc<Shard>, req: &Request) -> Answer {
     publish(shard, topic, vec![req.body.clone()], defer).await
 }
 
-/// `POST /mpub`: newline-separated messages, or with `binary` (present, whatever its value,
-/// as nsqd) `[u32 count]([u32 size][bytes])*`.
+/// `POST /mpub`: newline-separated messages, or with `binary` `[u32 count]([u32 size][bytes])*`.
+/// As nsqd: `binary=false` and `binary=0` mean text, any other value (or none) binary.
 pub async fn pub_many(shard: &Rc<Shard>, req: &Request) -> Answer {
     let config = &shard.config;
     let q = match query(&req.head) {
@@ -50,7 +50,8 @@ pub async fn pub_many(shard: &Rc<Shard>, req: &Request) -> Answer {
         Ok(t) => t,
         Err(a) => return a,
     };
-    let bodies = if q.get("binary").is_some() {
+    let binary = q.get("binary").is_some_and(|v| v != "false" && v != "0");
+    let bodies = if binary {
         binary_bodies(&req.body, config.max_msg_size, config.max_body_size)
             .map_err(|code| error(413, code))
     } else {
