@@ -509,6 +509,10 @@ impl Channel {
             let Some(mut stored) = next else {
                 break;
             };
+            // The turn passes only once a message was taken for this consumer: moving on
+            // when there was none gave the same consumer of two every single message (each
+            // dispatch's last, empty look skipped the other one).
+            self.next_consumer = (ci + 1) % self.consumers.len();
             let sample_rate = self.consumers[ci].spec.info.sample_rate;
             if sample_rate > 0 && self.roll_percent() > sample_rate as u64 {
                 // nsqd's sampling: this consumer's channel skips the message.
@@ -604,16 +608,12 @@ impl Channel {
         }
     }
 
-    fn next_ready_consumer(&mut self) -> Option<usize> {
+    /// The first ready consumer from the one whose turn it is (the turn does not move here).
+    fn next_ready_consumer(&self) -> Option<usize> {
         let n = self.consumers.len();
-        for step in 0..n {
-            let i = (self.next_consumer + step) % n;
-            if self.consumers[i].is_ready() {
-                self.next_consumer = (i + 1) % n;
-                return Some(i);
-            }
-        }
-        None
+        (0..n)
+            .map(|step| (self.next_consumer + step) % n)
+            .find(|&i| self.consumers[i].is_ready())
     }
 
     fn roll_percent(&mut self) -> u64 {
@@ -831,6 +831,42 @@ mod tests {
         assert_eq!(more.len(), 1);
         assert_eq!(more[0].to.conn, 1);
         assert_eq!(c.floor(), 1, "message 0 is finished, 1 is still in flight");
+    }
+
+    /// Messages that arrive one at a time alternate between two ready consumers, and a
+    /// requeued one goes to the consumer whose turn it is. (The turn used to move on the last,
+    /// empty look of each dispatch, so one of two consumers got every message.)
+    #[test]
+    fn one_message_at_a_time_alternates_between_two_consumers() {
+        let timers = TimerQueue::default();
+        let (mut log, ch) = setup("c", 0, 0);
+        let mut c = ch.borrow_mut();
+        let now = Instant::now();
+        c.add_consumer(spec(1), 0).unwrap();
+        c.add_consumer(spec(2), 0).unwrap();
+        c.set_rdy(spec(1).key, 100);
+        c.set_rdy(spec(2).key, 100);
+        let mut to = Vec::new();
+        for n in 0..10 {
+            c.visible_end = log.append(vec![msg(n)], 0);
+            let mut out = Deliveries::default();
+            c.dispatch(&log, now, MAX, &timers, &mut out);
+            assert_eq!(out.len(), 1);
+            to.push(out[0].to.conn);
+        }
+        assert_eq!(to, [1, 2, 1, 2, 1, 2, 1, 2, 1, 2]);
+        // Consumer 1 gives its last message back: consumer 1's turn, then 2's.
+        let last_of_1 = MessageId::from_u64(8);
+        c.requeue(spec(1).key, last_of_1, Duration::ZERO, now, &timers)
+            .unwrap();
+        let mut out = Deliveries::default();
+        c.dispatch(&log, now, MAX, &timers, &mut out);
+        assert_eq!(out.len(), 1);
+        assert_eq!((out[0].to.conn, out[0].msg.id), (1, last_of_1));
+        c.visible_end = log.append(vec![msg(10)], 0);
+        let mut out = Deliveries::default();
+        c.dispatch(&log, now, MAX, &timers, &mut out);
+        assert_eq!(out[0].to.conn, 2);
     }
 
     /// `floor_above` agrees with `floor` whenever the floor lies above the bound, and

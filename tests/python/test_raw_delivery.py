@@ -1,6 +1,7 @@
 """Raw-socket tests of delivery semantics: heartbeats, timeouts, requeue, deferral, CLS,
 channels that appear late, #ephemeral channels, in-flight messages of a closed connection."""
 
+import socket
 import time
 
 from nsqwire import FRAME_RESPONSE, HEARTBEAT, Conn
@@ -47,6 +48,49 @@ def test_mpub_fanout_two_channels_each_get_every_message(broker):
             for m in msgs:
                 c.fin(m.id)
             c.expect_nothing(0.3)
+
+
+def test_two_consumers_of_a_channel_share_messages_published_one_at_a_time(broker):
+    """Ready consumers take turns even when each publish brings a single message (the turn
+    used to pass on the empty look after each delivery, so one of two consumers got all 50),
+    and a message one of them gives back goes to the other."""
+    with consumer(broker, "turns", "ch", rdy=100) as a, \
+            consumer(broker, "turns", "ch", rdy=100) as b, publisher(broker) as p:
+        for i in range(50):
+            p.pub("turns", b"t%02d" % i)
+        got = {}
+        deadline = time.monotonic() + 15
+        while sum(len(v) for v in got.values()) < 50:
+            assert time.monotonic() < deadline, {k: len(v) for k, v in got.items()}
+            for name, c in (("a", a), ("b", b)):
+                try:
+                    got.setdefault(name, []).append(c.read_message(timeout=0.1))
+                except socket.timeout:
+                    pass
+        assert sorted(m.body for ms in got.values() for m in ms) == [b"t%02d" % i for i in range(50)]
+        assert len(got.get("a", [])) == 25 and len(got.get("b", [])) == 25, \
+            {k: len(v) for k, v in got.items()}
+        # A message given back twice goes to each consumer in turn, not twice to the same.
+        back, holder, takers = got["a"][0], a, []
+        for attempts in (2, 3):
+            holder.req(back.id, 0)
+            m, holder = _first_message((a, b))
+            assert (m.body, m.attempts) == (back.body, attempts)
+            back = m
+            takers.append(holder)
+        assert takers[0] is not takers[1]
+
+
+def _first_message(conns, timeout=10):
+    """The next message any of `conns` receives, and the connection it came on."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for c in conns:
+            try:
+                return c.read_message(timeout=0.05), c
+            except socket.timeout:
+                pass
+    raise AssertionError("no message within %ss" % timeout)
 
 
 def test_message_ids_unique_across_channels_are_per_message(broker):
