@@ -84,6 +84,8 @@ pub struct ShardStats {
     pub topics: Vec<TopicStats>,
     /// Connections on this shard that published.
     pub producers: Vec<ClientStats>,
+    /// The `topic` of the query is one of this shard's (whatever the channel filter left).
+    pub has_topic: bool,
     /// Messages held in memory by this shard's topics and channels.
     pub messages_held: u64,
     pub tcp_connections: usize,
@@ -339,6 +341,7 @@ impl Shard {
             None => self.topics.borrow().values().cloned().collect(),
         };
         topics.sort_by(|a, b| a.borrow().name.cmp(&b.borrow().name));
+        let has_topic = q.topic.is_some() && !topics.is_empty();
         let mut held = 0u64;
         let topics = topics
             .iter()
@@ -353,7 +356,8 @@ impl Shard {
             shard: self.id,
             health: self.admin.health(),
             topics,
-            producers: self.producer_stats(),
+            producers: self.producer_stats(q.topic.as_deref()),
+            has_topic,
             messages_held: held,
             tcp_connections: self.conns.borrow().len(),
             http_connections: self.admin.http_connections.get(),
@@ -370,7 +374,9 @@ impl Shard {
         }
     }
 
-    fn producer_stats(&self) -> Vec<ClientStats> {
+    /// The connections that published, with their counts for `topic` only when one is given
+    /// (nsqd lists every producer, without `pub_counts` when it has none for the topic).
+    fn producer_stats(&self, topic: Option<&str>) -> Vec<ClientStats> {
         let conns = self.conns.borrow();
         let mut out = Vec::new();
         for c in conns.values() {
@@ -386,6 +392,7 @@ impl Shard {
             let mut s = ClientStats::new(&c.info.borrow(), state);
             s.pub_counts = counts
                 .iter()
+                .filter(|(name, _)| topic.is_none_or(|t| t == name))
                 .map(|(topic, count)| PubCount {
                     topic: topic.clone(),
                     count: *count,
@@ -406,7 +413,12 @@ fn topic_stats(t: &Topic, q: &StatsQuery, held: &mut u64) -> Option<TopicStats> 
     };
     let all: Vec<std::cell::Ref<'_, crate::channel::Channel>> =
         t.channels().map(|c| c.borrow()).collect();
-    let latency = stats::latency_of(all.iter().map(|c| c.e2e_samples()));
+    // nsqd aggregates over the channels: a topic without any has no percentiles (null).
+    let latency = if all.is_empty() {
+        stats::Latency::default()
+    } else {
+        stats::latency_of(all.iter().map(|c| c.e2e_samples()))
+    };
     drop(all);
     let channels = channels
         .iter()

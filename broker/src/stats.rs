@@ -26,10 +26,13 @@ pub struct StatsDoc {
     pub version: &'static str,
     pub health: String,
     pub start_time: i64,
-    pub topics: Vec<TopicStats>,
+    /// `null` when a `topic` filter names no topic, as nsqd.
+    pub topics: Option<Vec<TopicStats>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory: Option<MemStats>,
-    pub producers: Vec<ClientStats>,
+    /// `null` with `include_clients=false`, for a `topic` filter that names no topic, and
+    /// when nothing published (nsqd's nil slice).
+    pub producers: Option<Vec<ClientStats>>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -183,8 +186,21 @@ pub struct Latency {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Percentile {
+    #[serde(serialize_with = "go_float")]
     pub quantile: f64,
+    #[serde(serialize_with = "go_float")]
     pub value: f64,
+}
+
+/// A float as Go's encoding/json writes one: a whole number without a fraction (`52978752`,
+/// `1`, not `52978752.0`), so a reader that types numbers by their text (Python's json) gets
+/// what nsqd gives it.
+fn go_float<S: serde::Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
+    if v.fract() == 0.0 && v.abs() < 1e15 {
+        s.serialize_i64(*v as i64)
+    } else {
+        s.serialize_f64(*v)
+    }
 }
 
 /// Samples kept per half-window bucket.
@@ -388,12 +404,13 @@ pub fn render_text(doc: &StatsDoc, uptime: Duration) -> String {
             let _ = writeln!(w, "   {k:<25}\t{v}");
         }
     }
-    if doc.topics.is_empty() {
+    let topics = doc.topics.as_deref().unwrap_or_default();
+    if topics.is_empty() {
         w.push_str("\nTopics: None\n");
     } else {
         w.push_str("\nTopics:");
     }
-    for t in &doc.topics {
+    for t in topics {
         let _ = writeln!(
             w,
             "\n{}[{:<15}] depth: {:<5} be-depth: {:<5} msgs: {:<8} e2e%: {}",
@@ -424,11 +441,12 @@ pub fn render_text(doc: &StatsDoc, uptime: Duration) -> String {
             }
         }
     }
-    if doc.producers.is_empty() {
+    let producers = doc.producers.as_deref().unwrap_or_default();
+    if producers.is_empty() {
         w.push_str("\nProducers: None\n");
     } else {
         w.push_str("\nProducers:\n");
-        for p in &doc.producers {
+        for p in producers {
             let _ = writeln!(w, "   {}", client_text(p));
         }
     }
@@ -568,9 +586,9 @@ mod tests {
             version: "1.3.0",
             health: "OK".into(),
             start_time: 0,
-            topics: Vec::new(),
+            topics: None,
             memory: None,
-            producers: Vec::new(),
+            producers: None,
         };
         let t = render_text(&doc, Duration::from_secs(1));
         assert!(

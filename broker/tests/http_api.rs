@@ -202,13 +202,30 @@ fn http_stats_json_has_nsqds_shape_and_counts() {
     });
 
     // Filters.
+    let other = format!("{topic}_other");
+    producer.publish(&other, b"x");
+    assert_eq!(
+        broker.stats("")["producers"][0]["pub_counts"],
+        serde_json::json!([{"topic": topic, "count": 3}, {"topic": other, "count": 1}])
+    );
+    // As nsqd's GetStats: a topic filter keeps that topic's pub_counts only; a topic that does
+    // not exist gives null topics and producers; a channel that does not exist, no topics.
     let only = broker.stats(&format!("&topic={topic}&channel=c"));
     assert_eq!(only["topics"].as_array().map(Vec::len), Some(1));
+    assert_eq!(
+        only["producers"][0]["pub_counts"],
+        serde_json::json!([{"topic": topic, "count": 3}])
+    );
     let none = broker.stats("&topic=no_such_topic");
-    assert_eq!(none["topics"], serde_json::json!([]));
+    assert_eq!(
+        (&none["topics"], &none["producers"]),
+        (&Value::Null, &Value::Null)
+    );
     let no_channel = broker.stats(&format!("&topic={topic}&channel=nope"));
     assert_eq!(no_channel["topics"], serde_json::json!([]));
+    assert_eq!(no_channel["producers"].as_array().map(Vec::len), Some(1));
     let no_clients = broker.stats("&include_clients=false&include_mem=false");
+    assert_eq!(no_clients["producers"], Value::Null);
     assert_eq!(
         no_clients["topics"][0]["channels"][0]["clients"],
         Value::Null
@@ -348,7 +365,20 @@ fn check_publish_and_consume(shards: usize) {
     assert_eq!(percentiles.len(), 2);
     assert_eq!(percentiles[0]["quantile"], 0.5);
     assert!(percentiles[1]["value"].as_f64().is_some_and(|v| v > 0.0));
+    // Whole nanoseconds are written as Go writes them, without a fraction.
+    assert!(percentiles[1]["value"].is_u64(), "{lat}");
     assert_eq!(t["e2e_processing_latency"]["count"], 10);
+    // A topic without channels aggregates nothing: null percentiles, as nsqd.
+    let lonely = format!("{topic}_lonely");
+    assert_eq!(
+        broker.post(&format!("/pub?topic={lonely}"), b"x").status,
+        200
+    );
+    let l = broker.topic_stats(&lonely).expect("topic");
+    assert_eq!(
+        l["e2e_processing_latency"],
+        serde_json::json!({"count": 0, "percentiles": null})
+    );
     broker.assert_alive();
 }
 

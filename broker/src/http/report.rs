@@ -47,8 +47,10 @@ pub async fn stats(shard: &Rc<Shard>, req: &Request) -> Answer {
     };
     let include_mem = bool_arg(q.get("include_mem"), true);
     let json = q.get("format") == Some("json");
+    let filtered = query.topic.is_some();
+    let include_clients = query.include_clients;
     let parts = gather(shard, query).await;
-    let doc = merge(parts, include_mem);
+    let doc = merge(parts, include_mem, filtered, include_clients);
     if json {
         match serde_json::to_vec(&doc) {
             Ok(body) => Response::json(200, body).nsq_v1().into(),
@@ -62,12 +64,21 @@ pub async fn stats(shard: &Rc<Shard>, req: &Request) -> Answer {
     }
 }
 
-fn merge(parts: Vec<ShardStats>, include_mem: bool) -> StatsDoc {
+/// One document from the shards' answers. As nsqd's `GetStats`: a `topic` filter that names
+/// no topic gives `null` topics and producers; producers are `null` when none published or
+/// clients were not asked for.
+fn merge(
+    parts: Vec<ShardStats>,
+    include_mem: bool,
+    topic_filter: bool,
+    include_clients: bool,
+) -> StatsDoc {
     let health = parts
         .iter()
         .find_map(|p| p.health.as_ref())
         .map_or_else(|| "OK".to_string(), |r| format!("NOK - {r}"));
     let held = parts.iter().map(|p| p.messages_held).sum();
+    let no_such_topic = topic_filter && !parts.iter().any(|p| p.has_topic);
     let mut topics = Vec::new();
     let mut producers = Vec::new();
     for p in parts {
@@ -79,9 +90,10 @@ fn merge(parts: Vec<ShardStats>, include_mem: bool) -> StatsDoc {
         version: protocol::NSQD_COMPAT_VERSION,
         health,
         start_time: stats::start_unix(),
-        topics,
+        topics: (!no_such_topic).then_some(topics),
         memory: include_mem.then(|| MemStats::of_process(held)),
-        producers,
+        producers: (include_clients && !no_such_topic && !producers.is_empty())
+            .then_some(producers),
     }
 }
 
