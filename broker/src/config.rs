@@ -174,6 +174,10 @@ pub struct Config {
     pub log_level: String,
     /// nsqd's `--node-id` (IDs do not use it; `/config/id` reports it).
     pub node_id: u64,
+    /// nsqd's `--deflate` and `--snappy`: offered in feature negotiation (not built: only
+    /// IDENTIFY's refusal of a client asking for both follows them).
+    pub deflate: bool,
+    pub snappy: bool,
     /// CPUs the shards are pinned to, shard i on `cpus[i % cpus.len()]`.
     pub cpus: Vec<usize>,
     pub shards: usize,
@@ -294,6 +298,8 @@ impl Config {
             e2e_processing_latency_window_time: a.e2e_processing_latency_window_time,
             log_level: a.log_level.to_ascii_lowercase(),
             node_id: a.node_id,
+            deflate: a.deflate,
+            snappy: a.snappy,
             cpus,
             shards,
             connection_steering: a.connection_steering,
@@ -329,6 +335,7 @@ impl Config {
             tls_available: false,
             snappy_available: false,
             deflate_available: false,
+            both_compressions_offered: self.deflate && self.snappy,
         }
     }
 

@@ -20,7 +20,8 @@ pub struct IdentifyRequest {
     pub snappy: bool,
     pub deflate: bool,
     pub deflate_level: i64,
-    pub sample_rate: i64,
+    /// nsqd's `int32`: a value beyond it fails to decode.
+    pub sample_rate: i32,
     pub msg_timeout: i64,
 }
 
@@ -41,6 +42,8 @@ pub struct IdentifyLimits {
     pub tls_available: bool,
     pub snappy_available: bool,
     pub deflate_available: bool,
+    /// nsqd's --deflate and --snappy both on: a client asking for both is refused.
+    pub both_compressions_offered: bool,
 }
 
 impl Default for IdentifyLimits {
@@ -59,6 +62,7 @@ impl Default for IdentifyLimits {
             tls_available: false,
             snappy_available: false,
             deflate_available: false,
+            both_compressions_offered: true,
         }
     }
 }
@@ -97,11 +101,24 @@ pub struct IdentifyResponse {
 }
 
 impl IdentifyRequest {
-    /// Parses the IDENTIFY body. Fails as nsqd does, with a fatal `E_BAD_BODY`.
+    /// Parses the IDENTIFY body as Go's encoding/json fills nsqd's struct: keys match
+    /// whatever their case, a repeated key keeps its last value, a `null` (field or whole
+    /// body) leaves the defaults. Anything else that is not a JSON object fails as nsqd does,
+    /// with a fatal `E_BAD_BODY`.
     pub fn parse(body: &[u8]) -> Result<IdentifyRequest, ProtocolError> {
-        serde_json::from_slice(body).map_err(|_| {
-            ProtocolError::fatal(ErrorCode::BadBody, "IDENTIFY failed to decode JSON body")
-        })
+        let bad =
+            || ProtocolError::fatal(ErrorCode::BadBody, "IDENTIFY failed to decode JSON body");
+        let fields = match serde_json::from_slice::<serde_json::Value>(body) {
+            Ok(serde_json::Value::Object(fields)) => fields,
+            Ok(serde_json::Value::Null) => return Ok(IdentifyRequest::default()),
+            _ => return Err(bad()),
+        };
+        let fields: serde_json::Map<String, serde_json::Value> = fields
+            .into_iter()
+            .filter(|(_, v)| !v.is_null())
+            .map(|(k, v)| (k.to_ascii_lowercase(), v))
+            .collect();
+        serde_json::from_value(serde_json::Value::Object(fields)).map_err(|_| bad())
     }
 
     /// Applies nsqd's checks, in nsqd's order, and works out the connection's settings.
@@ -138,7 +155,7 @@ impl IdentifyRequest {
             v => return Err(bad("output buffer size", v)),
         };
         if !(0..=99).contains(&self.sample_rate) {
-            return Err(bad("sample rate", self.sample_rate));
+            return Err(bad("sample rate", self.sample_rate.into()));
         }
         let msg_timeout_ms = match self.msg_timeout {
             0 => limits.default_msg_timeout_ms,
@@ -148,8 +165,13 @@ impl IdentifyRequest {
         let tls_v1 = limits.tls_available && self.tls_v1;
         let deflate = limits.deflate_available && self.deflate;
         let snappy = limits.snappy_available && self.snappy;
-        // nsqd refuses the pair whenever a client asks for both, since it offers both.
-        if self.deflate && self.snappy {
+        // nsqd refuses the pair when a client negotiating features asks for both and both
+        // are offered (its --deflate and --snappy, on by default), whatever it then enables.
+        if self.feature_negotiation
+            && self.deflate
+            && self.snappy
+            && limits.both_compressions_offered
+        {
             return Err(ProtocolError::fatal(
                 ErrorCode::IdentifyFailed,
                 "cannot enable both deflate and snappy compression",
@@ -222,6 +244,38 @@ mod tests {
         );
     }
 
+    /// Read as Go's encoding/json reads into nsqd's struct.
+    #[test]
+    fn bodies_nsqd_accepts() {
+        let limits = IdentifyLimits::default();
+        let ok = |json: &str| {
+            IdentifyRequest::parse(json.as_bytes())
+                .and_then(|r| r.negotiate(&limits).map(|_| r))
+                .unwrap_or_else(|e| panic!("{json}: {}", e.frame_text()))
+        };
+        // Without feature negotiation nsqd answers OK before it looks at compression.
+        assert!(ok(r#"{"snappy":true,"deflate":true}"#).snappy);
+        // null leaves the default, the whole body or a field.
+        assert_eq!(ok("null"), IdentifyRequest::default());
+        let r = ok(r#"{"client_id":null,"msg_timeout":null,"hostname":"h"}"#);
+        assert_eq!(
+            (r.client_id.as_str(), r.msg_timeout, r.hostname.as_str()),
+            ("", 0, "h")
+        );
+        // Keys match whatever their case; a repeated key keeps its last value.
+        assert!(ok(r#"{"Feature_Negotiation":true}"#).feature_negotiation);
+        assert_eq!(ok(r#"{"client_id":"a","client_id":"b"}"#).client_id, "b");
+        // Both offered only when nsqd's --deflate and --snappy are both on.
+        let one_off = IdentifyLimits {
+            both_compressions_offered: false,
+            ..limits
+        };
+        let r =
+            IdentifyRequest::parse(br#"{"feature_negotiation":true,"snappy":true,"deflate":true}"#)
+                .unwrap();
+        assert!(r.negotiate(&one_off).is_ok());
+    }
+
     #[test]
     fn nsqd_rejections() {
         let limits = IdentifyLimits::default();
@@ -240,8 +294,16 @@ mod tests {
             "E_BAD_BODY IDENTIFY failed to decode JSON body"
         );
         assert_eq!(
-            check(r#"{"snappy":true,"deflate":true}"#),
+            check(r#"{"feature_negotiation":true,"snappy":true,"deflate":true}"#),
             "E_IDENTIFY_FAILED cannot enable both deflate and snappy compression"
+        );
+        assert_eq!(
+            check(r#"[]"#),
+            "E_BAD_BODY IDENTIFY failed to decode JSON body"
+        );
+        assert_eq!(
+            check(r#"{"sample_rate":5000000000}"#),
+            "E_BAD_BODY IDENTIFY failed to decode JSON body"
         );
         assert_eq!(
             check(r#"{"msg_timeout":999}"#),

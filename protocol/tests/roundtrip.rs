@@ -791,7 +791,7 @@ mod identify {
                         snappy,
                         deflate,
                         deflate_level: dl,
-                        sample_rate: sr,
+                        sample_rate: sr as i32,
                         msg_timeout: mt,
                     }
                 },

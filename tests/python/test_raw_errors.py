@@ -30,7 +30,7 @@ SENT = {
     "IDENTIFY feature_negotiation": [cmd_bytes("IDENTIFY", b'{"feature_negotiation":true}')],
     "IDENTIFY heartbeat_interval 500": [cmd_bytes("IDENTIFY", b'{"heartbeat_interval":500}')],
     "IDENTIFY bad json": [cmd_bytes("IDENTIFY", b"{not json")],
-    "IDENTIFY snappy+deflate": [cmd_bytes("IDENTIFY", b'{"snappy":true,"deflate":true}')],
+    "IDENTIFY snappy+deflate": [cmd_bytes("IDENTIFY", b'{"feature_negotiation":true,"snappy":true,"deflate":true}')],
     "FOO": [IDENTIFY_EMPTY, b"FOO\n"],
     "PUB ok": [IDENTIFY_EMPTY, cmd_bytes("PUB %s" % TOPIC, b"hello")],
     "PUB bad topic": [IDENTIFY_EMPTY, cmd_bytes("PUB bad*topic", b"hello")],
