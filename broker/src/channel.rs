@@ -170,6 +170,15 @@ impl OpError {
     }
 }
 
+/// A message given back to the channel: delivered again once the channel's cursor has
+/// reached `after` (what was waiting ahead of it was taken), or sooner when the log has
+/// nothing to give. `after` 0: at once (a closed consumer's messages, a restart's).
+#[derive(Debug)]
+struct Requeued {
+    after: u64,
+    msg: Stored,
+}
+
 pub struct Channel {
     pub topic: Arc<str>,
     pub name: Arc<str>,
@@ -185,7 +194,9 @@ pub struct Channel {
     /// A stretch of the log to pass over (the topic was emptied while paused).
     skip: Option<(u64, u64)>,
     /// Messages to deliver again before the cursor's (REQ, timeout, disconnect).
-    requeued: VecDeque<Stored>,
+    /// Messages given back (REQ, timeouts, deferrals come due, a consumer gone), in order,
+    /// each with the log position it waits for (see [`Requeued`]).
+    requeued: VecDeque<Requeued>,
     /// In-flight deadlines and deferred due times, in order; FIN/REQ remove from them, so
     /// they hold only what is live. The shard's timer heap holds one entry per kind for the
     /// earliest of each (`armed_*`).
@@ -276,12 +287,19 @@ impl Channel {
         }
     }
 
+    /// Puts `msg` back at the tail of the queue, as nsqd does for REQ, a timeout or a deferral
+    /// that came due ("equivalent to having just published it"): behind what the channel
+    /// holds in memory, at most --mem-queue-size messages of its backlog (nsqd's memory queue;
+    /// its backlog on disk is read alongside that queue, not ahead of it).
     fn requeue_now(&mut self, msg: Stored) {
         if self.ephemeral && self.requeued.len() as u64 >= self.mem_queue_size {
             tracing::debug!(topic = %self.topic, channel = %self.name, "ephemeral channel full; message dropped");
             return;
         }
-        self.requeued.push_back(msg);
+        let after = self
+            .visible_end
+            .min(self.cursor.saturating_add(self.mem_queue_size));
+        self.requeued.push_back(Requeued { after, msg });
     }
 
     /// Passes over `[from, to)` of the log (the topic was emptied while paused).
@@ -329,7 +347,7 @@ impl Channel {
         returned.sort_by_key(|m| m.seq);
         for msg in returned.into_iter().rev() {
             self.requeue_count += 1;
-            self.requeued.push_front(msg);
+            self.requeued.push_front(Requeued { after: 0, msg });
         }
     }
 
@@ -502,9 +520,19 @@ impl Channel {
         // Wall-clock time, read only if a deferred (DPUB) record comes up.
         let mut now_ns = None;
         while let Some(ci) = self.next_ready_consumer() {
-            let next = match self.requeued.pop_front() {
-                Some(m) => Some(m),
-                None => self.take_from_log(log, now, &mut now_ns, timers),
+            // A requeued message once what was ahead of it has been taken (or when the log
+            // has nothing to give right now); the log's messages before that.
+            let next = if self
+                .requeued
+                .front()
+                .is_some_and(|r| r.after <= self.cursor)
+            {
+                self.requeued.pop_front().map(|r| r.msg)
+            } else {
+                match self.take_from_log(log, now, &mut now_ns, timers) {
+                    Some(s) => Some(s),
+                    None => self.requeued.pop_front().map(|r| r.msg),
+                }
             };
             let Some(mut stored) = next else {
                 break;
@@ -681,7 +709,7 @@ impl Channel {
         let owed = self
             .requeued
             .iter()
-            .map(|s| s.seq)
+            .map(|r| r.msg.seq)
             .chain(self.in_flight.values().map(|f| f.msg.seq))
             .chain(self.deferred.values().map(|d| d.msg.seq));
         let mut floor = self.cursor;
@@ -708,7 +736,7 @@ impl Channel {
         let mut pending: Vec<PendingMeta> = self
             .requeued
             .iter()
-            .map(|s| (s, 0))
+            .map(|r| (&r.msg, 0))
             .chain(self.in_flight.values().map(|f| (&f.msg, 0)))
             .chain(self.deferred.values().map(|d| {
                 (
@@ -760,7 +788,7 @@ impl Channel {
                 s.detach_body();
                 self.defer(s, now + Duration::from_millis(p.delay_ms), timers);
             } else {
-                self.requeued.push_back(s);
+                self.requeued.push_back(Requeued { after: 0, msg: s });
             }
             restored += 1;
         }
@@ -867,6 +895,43 @@ mod tests {
         let mut out = Deliveries::default();
         c.dispatch(&log, now, MAX, &timers, &mut out);
         assert_eq!(out[0].to.conn, 2);
+    }
+
+    /// A message given back goes behind what was waiting (nsqd puts it at the tail of its
+    /// memory queue), at most --mem-queue-size messages of the backlog; with nothing else
+    /// to give it goes at once.
+    #[test]
+    fn a_requeued_message_goes_behind_the_waiting_ones() {
+        let timers = TimerQueue::default();
+        let now = Instant::now();
+        let order = |mem_queue_size: u64| {
+            let mut log = TopicLog::in_memory("t", 1000);
+            let end = log.append((0..5).map(msg).collect(), 0);
+            let ch = Channel::new(Arc::from("t"), "c", mem_queue_size, 0, end);
+            let mut c = ch.borrow_mut();
+            c.add_consumer(spec(1), 0).unwrap();
+            c.set_rdy(spec(1).key, 1);
+            let mut seen = Vec::new();
+            let mut first = true;
+            loop {
+                let mut out = Deliveries::default();
+                c.dispatch(&log, now, MAX, &timers, &mut out);
+                let Some(d) = out.iter().next() else { break };
+                let (id, attempts) = (d.msg.id, d.msg.attempts);
+                seen.push((id.to_u64().unwrap(), attempts));
+                if first {
+                    first = false;
+                    c.requeue(spec(1).key, id, Duration::ZERO, now, &timers)
+                        .unwrap();
+                } else {
+                    c.finish(spec(1).key, id).unwrap();
+                }
+            }
+            seen
+        };
+        assert_eq!(order(100), [(0, 1), (1, 1), (2, 1), (3, 1), (4, 1), (0, 2)]);
+        assert_eq!(order(2), [(0, 1), (1, 1), (2, 1), (0, 2), (3, 1), (4, 1)]);
+        assert_eq!(order(0), [(0, 1), (0, 2), (1, 1), (2, 1), (3, 1), (4, 1)]);
     }
 
     /// `floor_above` agrees with `floor` whenever the floor lies above the bound, and

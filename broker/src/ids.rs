@@ -131,8 +131,9 @@ mod tests {
         gen.resume_after(Some(ahead));
         assert_eq!(gen.next_id().to_u64(), Some(ahead + 1));
         // Behind the clock, or another shard's ID: the clock's counter stands.
-        let mut gen = IdGen::new(1);
+        // (The reference is taken first: a generator starts at the clock of its creation.)
         let first = IdGen::new(1).next_id().to_u64().unwrap();
+        let mut gen = IdGen::new(1);
         gen.resume_after(Some(1u64 << 56));
         gen.resume_after(Some((2u64 << 56) | (COUNTER_MASK - 10)));
         assert!(gen.next_id().to_u64().unwrap() >= first);

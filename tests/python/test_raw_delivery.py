@@ -81,6 +81,23 @@ def test_two_consumers_of_a_channel_share_messages_published_one_at_a_time(broke
         assert takers[0] is not takers[1]
 
 
+def test_a_requeued_message_goes_to_the_tail(broker):
+    """REQ puts the message behind the ones waiting, "equivalent to having just published
+    it" (NSQ's protocol spec); it used to jump ahead of them."""
+    with publisher(broker) as p:
+        p.mpub("tail", [b"m%d" % i for i in range(5)])
+    with consumer(broker, "tail", "ch", rdy=1) as c:
+        order = []
+        for n in range(6):
+            m = c.read_message(timeout=10)
+            order.append((m.body, m.attempts))
+            if n == 0:
+                c.req(m.id, 0)
+            else:
+                c.fin(m.id)
+        assert order == [(b"m0", 1), (b"m1", 1), (b"m2", 1), (b"m3", 1), (b"m4", 1), (b"m0", 2)]
+
+
 def _first_message(conns, timeout=10):
     """The next message any of `conns` receives, and the connection it came on."""
     deadline = time.monotonic() + timeout
