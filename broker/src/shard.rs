@@ -1193,6 +1193,7 @@ impl Shard {
         // The flusher may be writing chunks it took from a log: let that round finish first.
         self.flusher_stop.set(true);
         self.wake_flusher.notify();
+        self.write_now.notify();
         while self.flusher_busy.get() {
             self.flusher_idle.notified().await;
         }
@@ -1258,14 +1259,24 @@ impl Shard {
             if self.flusher_stop.get() {
                 return;
             }
+            // Busy from here, the coalescing wait included: a hand-over that starts meanwhile
+            // must wait for this round, or both would write the same logs, and its padding
+            // trim could cut a write of this round still in flight (acknowledged messages
+            // lost at a clean stop).
+            self.flusher_busy.set(true);
             if !self.config.durable && !self.flush_queue.borrow().is_empty() {
                 futures_lite::future::or(
                     self.write_now.notified(),
                     glommio::timer::sleep(WRITE_COALESCE),
                 )
                 .await;
+                if self.flusher_stop.get() {
+                    // The hand-over writes everything itself.
+                    self.flusher_busy.set(false);
+                    self.flusher_idle.notify();
+                    return;
+                }
             }
-            self.flusher_busy.set(true);
             // This round writes everything appended so far.
             self.write_now.reset();
             let queued: Vec<Rc<RefCell<Topic>>> =

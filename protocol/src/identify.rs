@@ -162,9 +162,12 @@ impl IdentifyRequest {
             v if v >= 1000 && v as u64 <= limits.max_msg_timeout_ms => v as u64,
             v => return Err(bad("msg timeout", v)),
         };
-        let tls_v1 = limits.tls_available && self.tls_v1;
-        let deflate = limits.deflate_available && self.deflate;
-        let snappy = limits.snappy_available && self.snappy;
+        // Features are switched on only through negotiation: without it nsqd answers OK and
+        // enables none of them.
+        let negotiating = self.feature_negotiation;
+        let tls_v1 = negotiating && limits.tls_available && self.tls_v1;
+        let deflate = negotiating && limits.deflate_available && self.deflate;
+        let snappy = negotiating && limits.snappy_available && self.snappy;
         // nsqd refuses the pair when a client negotiating features asks for both and both
         // are offered (its --deflate and --snappy, on by default), whatever it then enables.
         if self.feature_negotiation
@@ -253,8 +256,19 @@ mod tests {
                 .and_then(|r| r.negotiate(&limits).map(|_| r))
                 .unwrap_or_else(|e| panic!("{json}: {}", e.frame_text()))
         };
-        // Without feature negotiation nsqd answers OK before it looks at compression.
+        // Without feature negotiation nsqd answers OK before it looks at compression, and
+        // switches nothing on, even what it offers.
         assert!(ok(r#"{"snappy":true,"deflate":true}"#).snappy);
+        let all = IdentifyLimits {
+            tls_available: true,
+            snappy_available: true,
+            deflate_available: true,
+            ..limits
+        };
+        let n = IdentifyRequest::parse(br#"{"snappy":true,"deflate":true,"tls_v1":true}"#)
+            .and_then(|r| r.negotiate(&all))
+            .unwrap();
+        assert!(!n.snappy && !n.deflate && !n.tls_v1);
         // null leaves the default, the whole body or a field.
         assert_eq!(ok("null"), IdentifyRequest::default());
         let r = ok(r#"{"client_id":null,"msg_timeout":null,"hostname":"h"}"#);
