@@ -18,7 +18,10 @@ use std::time::Duration;
 #[command(
     name = "broker",
     version,
-    about = "NSQ-compatible message broker (a drop-in nsqd), one shard per core on io_uring"
+    about = "NSQ-compatible message broker (a drop-in nsqd), one shard per core on io_uring",
+    // As Go's flag package: a flag given twice takes its last value (an operator's extra
+    // flags can override a unit file's); list flags still add up.
+    args_override_self = true
 )]
 pub struct Args {
     /// <addr>:<port> to listen on for TCP clients
@@ -196,7 +199,16 @@ impl Config {
 
     pub fn parse_from<I: IntoIterator<Item = String>>(argv: I) -> Result<Config, String> {
         let argv = go_style_flags(argv);
-        let args = Args::try_parse_from(argv).map_err(|e| e.to_string())?;
+        let args = Args::try_parse_from(argv).map_err(|e| {
+            if matches!(
+                e.kind(),
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion
+            ) {
+                // --help and --version: printed to stdout, exit 0.
+                e.exit()
+            }
+            e.to_string()
+        })?;
         Config::from_args(args)
     }
 
@@ -230,6 +242,9 @@ impl Config {
                 u32::MAX / 2
             ));
         }
+        if a.node_id >= 1024 {
+            return Err(format!("--node-id {} must be in [0,1024)", a.node_id));
+        }
         if a.max_rdy_count == 0 {
             return Err("--max-rdy-count must be at least 1".into());
         }
@@ -262,6 +277,11 @@ impl Config {
         }
         let tcp_address = resolve("--tcp-address", &a.tcp_address)?;
         let http_address = resolve("--http-address", &a.http_address)?;
+        if tcp_address.port() != 0 && tcp_address == http_address {
+            return Err(format!(
+                "--tcp-address and --http-address are both {tcp_address}: they need two ports"
+            ));
+        }
         let cpus = allowed_cpus();
         let shards = a.shards.unwrap_or(cpus.len());
         if shards == 0 || shards > 256 {
@@ -487,6 +507,31 @@ mod tests {
         assert!(parse(&["--tcp-address", "nonsense"]).is_err());
         assert!(parse(&["--auth-http-address", "127.0.0.1:1"]).is_err());
         assert!(parse(&["--max-msg-size", "10", "--max-body-size", "5"]).is_err());
+        assert!(parse(&["--node-id", "1024"])
+            .unwrap_err()
+            .contains("[0,1024)"));
+        assert!(parse(&[
+            "--tcp-address=127.0.0.1:5000",
+            "--http-address=127.0.0.1:5000"
+        ])
+        .unwrap_err()
+        .contains("two ports"));
+    }
+
+    /// As Go's flag package: the last of a repeated flag wins; list flags add up.
+    #[test]
+    fn a_repeated_flag_takes_its_last_value() {
+        let c = parse(&[
+            "--data-path=/a",
+            "--mem-queue-size=5",
+            "--data-path=/b",
+            "--lookupd-tcp-address=127.0.0.1:1",
+            "--lookupd-tcp-address=127.0.0.1:2",
+        ])
+        .unwrap();
+        assert_eq!(c.data_path, PathBuf::from("/b"));
+        assert_eq!(c.mem_queue_size, 5);
+        assert_eq!(c.lookupd_tcp_addresses.len(), 2);
     }
 
     #[test]

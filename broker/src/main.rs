@@ -49,13 +49,8 @@ fn main() -> ExitCode {
             if !e.ends_with('\n') {
                 eprintln!();
             }
-            // clap's --help and --version are not errors.
-            let informational = e.starts_with("Usage") || e.starts_with("broker ");
-            return if informational {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(2)
-            };
+            // (--help and --version exit 0 from the parser, on stdout.)
+            return ExitCode::from(2);
         }
     };
     init_logging(&config.log_level);
@@ -67,6 +62,14 @@ fn main() -> ExitCode {
     // Held until exit: port-0 reservations (see claim_ports).
     let _reserved_ports = match claim_ports(&mut config) {
         Ok(r) => r,
+        Err(e) => {
+            error!("{e}");
+            return ExitCode::from(1);
+        }
+    };
+    // Held until exit: the lock on --data-path (see lock_data_path).
+    let _data_lock = match lock_data_path(&config.data_path) {
+        Ok(l) => l,
         Err(e) => {
             error!("{e}");
             return ExitCode::from(1);
@@ -261,6 +264,33 @@ fn claim_port(
         .and_then(|a| a.as_socket())
         .ok_or_else(|| format!("{flag} {addr}: no local address"))?;
     Ok((actual, Some(sock)))
+}
+
+/// Takes an exclusive lock (`flock`) on the data directory, created if missing, for the life
+/// of the process, as nsqd does: two brokers writing one directory would overwrite each
+/// other's segments and metadata (each believes it owns every topic there), and acknowledged
+/// messages of one are lost at the next start. The kernel drops the lock when the process
+/// ends, however it ends.
+fn lock_data_path(path: &std::path::Path) -> Result<std::fs::File, String> {
+    use std::os::fd::AsRawFd;
+    std::fs::create_dir_all(path)
+        .map_err(|e| format!("cannot create --data-path {}: {e}", path.display()))?;
+    let dir = std::fs::File::open(path)
+        .map_err(|e| format!("cannot open --data-path {}: {e}", path.display()))?;
+    // SAFETY: flock on a descriptor this function owns; no memory is passed.
+    let rc = unsafe { libc::flock(dir.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            format!(
+                "cannot lock --data-path {}: in use by another broker (each needs its own)",
+                path.display()
+            )
+        } else {
+            format!("cannot lock --data-path {}: {e}", path.display())
+        });
+    }
+    Ok(dir)
 }
 
 /// A panic is a bug, and a shard thread that dies of one leaves its connections hanging and its
