@@ -73,6 +73,8 @@ pub enum AdminResult {
     ChannelNotFound,
     Stats(Box<ShardStats>),
     Health(Option<String>),
+    /// The action could not be carried out (the reason; HTTP 500 INTERNAL_ERROR).
+    Failed(String),
 }
 
 /// One shard's part of /stats and /metrics.
@@ -217,8 +219,10 @@ impl Shard {
 
     fn topic_action(&self, name: &str, action: Action) -> AdminResult {
         if action == Action::Create {
-            self.topic_or_create(name);
-            return AdminResult::Done;
+            return match self.topic_or_create(name) {
+                Ok(_) => AdminResult::Done,
+                Err(reason) => AdminResult::Failed(reason),
+            };
         }
         let Some(t) = self.topics.borrow().get(name).cloned() else {
             return AdminResult::TopicNotFound;

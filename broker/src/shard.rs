@@ -432,11 +432,12 @@ impl Shard {
 
     /// The topic `name`, created if missing. A topic created while lookups are configured
     /// asks them for its channels: publishes wait in `pending_topics` until the answer.
-    pub(crate) fn topic_or_create(&self, name: &str) -> Rc<RefCell<Topic>> {
+    /// Fails (the reason) when the topic's directory cannot be made; the next call tries again.
+    pub(crate) fn topic_or_create(&self, name: &str) -> Result<Rc<RefCell<Topic>>, String> {
         if let Some(t) = self.topics.borrow().get(name) {
-            return t.clone();
+            return Ok(t.clone());
         }
-        let t = self.create_topic(name);
+        let t = self.create_topic(name)?;
         let ask = !protocol::names::is_ephemeral(name)
             && !self.lookupd_tcp_addresses().is_empty()
             && !self.pending_topics.borrow().contains_key(name);
@@ -465,11 +466,15 @@ impl Shard {
                 },
             );
         }
-        t
+        Ok(t)
     }
 
-    /// Creates topic `name` (which must not exist) and reports it.
-    fn create_topic(&self, name: &str) -> Rc<RefCell<Topic>> {
+    /// Creates topic `name` (which must not exist) and reports it. A durable topic whose
+    /// directory cannot be made (permissions, no inodes left) is not created: serving it from
+    /// memory would acknowledge messages that a stop then drops without a word. The caller
+    /// refuses what asked for it, and the next publish or SUB tries again, so the topic comes
+    /// once the directory can be made.
+    fn create_topic(&self, name: &str) -> Result<Rc<RefCell<Topic>>, String> {
         let log = if protocol::names::is_ephemeral(name) {
             TopicLog::in_memory(name, self.config.mem_queue_size)
         } else {
@@ -483,12 +488,9 @@ impl Shard {
             ) {
                 Ok(log) => log,
                 Err(e) => {
-                    // Keep serving from memory; the flusher reports the failure.
-                    self.set_unhealthy(format!(
-                        "topic {name}: cannot create {}: {e}",
-                        dir.display()
-                    ));
-                    TopicLog::in_memory(name, self.config.mem_queue_size)
+                    let reason = format!("topic {name}: cannot create {}: {e}", dir.display());
+                    warn!("{reason}");
+                    return Err(reason);
                 }
             }
         };
@@ -501,7 +503,7 @@ impl Shard {
         self.topics.borrow_mut().insert(name.to_string(), t.clone());
         info!(topic = name, shard = self.id, "topic created");
         self.report(RegistryOp::Register, name, None);
-        t
+        Ok(t)
     }
 
     /// The lookups' answer for a pending new topic: create its channels, then store what was
@@ -523,7 +525,19 @@ impl Shard {
         let t = match existing {
             Some(t) => t,
             // Deleted meanwhile, but publishes are waiting: they create it again.
-            None if !pending.publishes.is_empty() => self.create_topic(&name),
+            None if !pending.publishes.is_empty() => match self.create_topic(&name) {
+                Ok(t) => t,
+                Err(reason) => {
+                    for p in pending.publishes {
+                        if p.acked {
+                            error!(topic = %name, messages = p.bodies.len(), "acknowledged messages lost: {reason}");
+                        }
+                        let e = ProtocolError::fatal(ErrorCode::PubFailed, reason.clone());
+                        self.reply(p.reply, Reply::Publish(Err(e)));
+                    }
+                    return;
+                }
+            },
             None => return,
         };
         let mut created_any = false;
@@ -584,7 +598,19 @@ impl Shard {
                 reason.clone(),
             )));
         }
-        let t = self.topic_or_create(topic);
+        let t = match self.topic_or_create(topic) {
+            Ok(t) => t,
+            Err(reason) => {
+                if acked {
+                    error!(
+                        topic,
+                        messages = bodies.len(),
+                        "acknowledged messages lost: {reason}"
+                    );
+                }
+                return Some(Err(ProtocolError::fatal(ErrorCode::PubFailed, reason)));
+            }
+        };
         if let Some(p) = self.pending_topics.borrow_mut().get_mut(topic) {
             p.publishes.push(ParkedPublish {
                 bodies,
@@ -818,7 +844,9 @@ impl Shard {
         channel: &str,
         consumer: ConsumerSpec,
     ) -> Result<(), ProtocolError> {
-        let t = self.topic_or_create(topic);
+        let t = self
+            .topic_or_create(topic)
+            .map_err(|reason| ProtocolError::fatal(ErrorCode::SubFailed, reason))?;
         let (ch, created) = t.borrow_mut().channel_or_create(channel);
         if created {
             self.note_meta_change(&t);

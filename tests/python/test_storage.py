@@ -782,3 +782,55 @@ def test_a_second_broker_on_the_same_data_path_is_refused(restartable):
     assert "listening" not in log, log
     r.stop()
     r.start()
+
+
+def test_a_topic_whose_directory_cannot_be_made_is_refused_until_it_can(restartable):
+    """A durable topic lives in its directory under --data-path. When that directory cannot be
+    made (here a plain file holds its name; in production permissions or inodes) the broker
+    refuses what would create the topic (PUB: the fatal E_PUB_FAILED; SUB: E_SUB_FAILED;
+    /topic/create: 500 INTERNAL_ERROR) rather than acknowledge messages it would keep only in
+    memory and drop at the next stop. The broker stays healthy, and once the directory can be
+    made the next publish creates the topic and its messages survive a restart."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    topic = "nodir"
+    r = restartable()
+    r.start()
+    blocker = os.path.join(r.data_path, topic)
+    with open(blocker, "w") as f:
+        f.write("not a directory")
+
+    with Conn(r.addr) as p:
+        p.cmd("PUB %s" % topic, b"refused")
+        ftype, data = p.read_frame()
+        assert ftype == 1 and data.startswith(b"E_PUB_FAILED"), (ftype, data)
+        assert p.wait_closed(), "a fatal error closes the connection"
+    with Conn(r.addr) as c:
+        c.cmd("SUB %s ch" % topic)
+        ftype, data = c.read_frame()
+        assert ftype == 1 and data.startswith(b"E_SUB_FAILED"), (ftype, data)
+    http = "http://127.0.0.1:%d" % r.broker.http_port
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(urllib.request.Request(
+            http + "/topic/create?topic=" + topic, method="POST"), timeout=10)
+    assert e.value.code == 500
+    assert json.loads(e.value.read()) == {"message": "INTERNAL_ERROR"}
+    with urllib.request.urlopen(http + "/ping", timeout=10) as resp:
+        assert resp.read() == b"OK", "a topic the broker refused leaves it healthy"
+    with urllib.request.urlopen(http + "/stats?format=json", timeout=10) as resp:
+        names = [t["topic_name"] for t in json.loads(resp.read())["topics"]]
+    assert topic not in names, names
+
+    os.remove(blocker)
+    with Conn(r.addr) as p:
+        p.pub(topic, b"kept")
+    r.stop()
+    r.start()
+    with Conn(r.addr) as c:
+        c.sub(topic, "ch", rdy=10)
+        m = c.read_message()
+        assert m.body == b"kept"
+        c.fin(m.id)
+        c.expect_nothing(0.5)

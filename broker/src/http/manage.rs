@@ -63,6 +63,10 @@ fn answer(result: Option<AdminResult>) -> Answer {
         Some(AdminResult::Done) => done(),
         Some(AdminResult::TopicNotFound) => error(404, "TOPIC_NOT_FOUND"),
         Some(AdminResult::ChannelNotFound) => error(404, "CHANNEL_NOT_FOUND"),
+        Some(AdminResult::Failed(reason)) => {
+            tracing::warn!(%reason, "admin action failed");
+            error(500, "INTERNAL_ERROR")
+        }
         Some(_) => error(500, "INTERNAL_ERROR"),
         None => error(503, "EXITING"),
     }
