@@ -15,7 +15,9 @@ install -m 0644 deploy/admin-ui.service /etc/systemd/system/admin-ui.service
 [ -f /etc/default/lookup ] || install -m 0644 deploy/lookup.env /etc/default/lookup
 [ -f /etc/default/admin-ui ] || install -m 0644 deploy/admin-ui.env /etc/default/admin-ui
 install -d -m 0755 /usr/local/share/doc/broker
-install -m 0644 README.md ARCHITECTURE.md deploy/README.md /usr/local/share/doc/broker/
+install -m 0644 README.md ARCHITECTURE.md /usr/local/share/doc/broker/
+# Both are README.md: the deploy guide gets its own name rather than overwriting the first.
+install -m 0644 deploy/README.md /usr/local/share/doc/broker/DEPLOY.md
 systemctl daemon-reload
 echo "installed; edit /etc/default/broker, /etc/default/lookup and /etc/default/admin-ui, then:"
 echo "  systemctl enable --now lookup broker admin-ui"

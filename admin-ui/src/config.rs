@@ -2,7 +2,7 @@
 
 use crate::audit::Endpoint;
 use crate::cluster::dedup;
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 use std::net::{SocketAddr, ToSocketAddrs};
 
 /// The flags as clap reads them.
@@ -38,8 +38,8 @@ struct Flags {
     #[arg(long, value_parser = Endpoint::parse)]
     notification_http_endpoint: Option<Endpoint>,
 
-    /// log level: debug, info, warn or error
-    #[arg(long, default_value = "info")]
+    /// log level: debug, info, warn, error or fatal
+    #[arg(long, default_value = "info", value_parser = parse_log_level)]
     log_level: tracing::Level,
 }
 
@@ -65,9 +65,14 @@ impl Config {
     where
         I: IntoIterator<Item = String>,
     {
-        let flags = Flags::try_parse_from(args)?;
+        let known: Vec<String> = Flags::command()
+            .get_arguments()
+            .filter_map(|a| a.get_long().map(str::to_owned))
+            .chain(["help".to_owned(), "version".to_owned()])
+            .collect();
+        let flags = Flags::try_parse_from(protocol::cli::go_style_flags(args, &known))?;
         if flags.lookupd_http_addresses.is_empty() && flags.nsqd_http_addresses.is_empty() {
-            return Err(<Flags as clap::CommandFactory>::command().error(
+            return Err(Flags::command().error(
                 clap::error::ErrorKind::MissingRequiredArgument,
                 "give at least one --lookupd-http-address or --nsqd-http-address",
             ));
@@ -82,6 +87,11 @@ impl Config {
             log_level: flags.log_level,
         })
     }
+}
+
+fn parse_log_level(s: &str) -> Result<tracing::Level, String> {
+    let name = protocol::cli::log_level_name(s)?;
+    name.parse().map_err(|_| format!("invalid log level {s:?}"))
 }
 
 /// A listen address; an empty host (`:4171`) means every interface, as in Go.
@@ -149,5 +159,20 @@ mod tests {
         assert!(Config::from_args(args(&["--nsqd-http-address=h:99999"])).is_err());
         let c = Config::from_args(args(&["--http-address=:0", "--nsqd-http-address=h:1"]));
         assert_eq!(c.unwrap().http_address, "0.0.0.0:0".parse().unwrap());
+    }
+
+    #[test]
+    fn go_style_flags_and_nsqadmin_log_levels() {
+        let c = Config::from_args(args(&[
+            "-http-address=127.0.0.1:1",
+            "-lookupd-http-address",
+            "l:4161",
+            "-log-level=FATAL",
+        ]))
+        .unwrap();
+        assert_eq!(c.http_address, "127.0.0.1:1".parse().unwrap());
+        assert_eq!(c.lookups, ["l:4161"]);
+        assert_eq!(c.log_level, tracing::Level::ERROR);
+        assert!(Config::from_args(args(&["-nsqd-http-address=h:1", "--log-level=loud"])).is_err());
     }
 }

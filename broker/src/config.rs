@@ -7,7 +7,7 @@
 //! refused at start-up with a clear message rather than silently ignored.
 
 use clap::Parser;
-use protocol::duration::parse_duration;
+use protocol::duration::parse_flag_duration;
 use protocol::identify::IdentifyLimits;
 use protocol::Limits;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -58,22 +58,22 @@ pub struct Args {
     #[arg(long, default_value_t = 2500)]
     pub sync_every: u64,
     /// duration of time per diskqueue fsync
-    #[arg(long, default_value = "2s", value_parser = flag_duration)]
+    #[arg(long, default_value = "2s", value_parser = parse_flag_duration)]
     pub sync_timeout: Duration,
     /// answer PUB/MPUB/DPUB only after the fsync that covers them (group commit)
     #[arg(long, default_value_t = false)]
     pub durable: bool,
     /// default duration to wait before auto-requeueing a message
-    #[arg(long, default_value = "60s", value_parser = flag_duration)]
+    #[arg(long, default_value = "60s", value_parser = parse_flag_duration)]
     pub msg_timeout: Duration,
     /// maximum duration before a message will timeout
-    #[arg(long, default_value = "15m", value_parser = flag_duration)]
+    #[arg(long, default_value = "15m", value_parser = parse_flag_duration)]
     pub max_msg_timeout: Duration,
     /// maximum size of a single message in bytes
     #[arg(long, default_value_t = 1024 * 1024)]
     pub max_msg_size: u64,
     /// maximum requeuing timeout for a message
-    #[arg(long, default_value = "1h", value_parser = flag_duration)]
+    #[arg(long, default_value = "1h", value_parser = parse_flag_duration)]
     pub max_req_timeout: Duration,
     /// maximum size of a single command body
     #[arg(long, default_value_t = 5 * 1024 * 1024)]
@@ -85,19 +85,19 @@ pub struct Args {
     #[arg(long, default_value_t = 2500)]
     pub max_rdy_count: u64,
     /// maximum client configurable duration of time between client heartbeats
-    #[arg(long, default_value = "60s", value_parser = flag_duration)]
+    #[arg(long, default_value = "60s", value_parser = parse_flag_duration)]
     pub max_heartbeat_interval: Duration,
     /// maximum client configurable size (in bytes) for a client output buffer
     #[arg(long, default_value_t = 64 * 1024)]
     pub max_output_buffer_size: u64,
     /// maximum client configurable duration of time between flushing to a client
-    #[arg(long, default_value = "30s", value_parser = flag_duration)]
+    #[arg(long, default_value = "30s", value_parser = parse_flag_duration)]
     pub max_output_buffer_timeout: Duration,
     /// minimum client configurable duration of time between flushing to a client
-    #[arg(long, default_value = "25ms", value_parser = flag_duration)]
+    #[arg(long, default_value = "25ms", value_parser = parse_flag_duration)]
     pub min_output_buffer_timeout: Duration,
     /// default duration of time between flushing data to clients
-    #[arg(long, default_value = "250ms", value_parser = flag_duration)]
+    #[arg(long, default_value = "250ms", value_parser = parse_flag_duration)]
     pub output_buffer_timeout: Duration,
     /// maximum deflate compression level a client can negotiate (1-9)
     #[arg(long, default_value_t = 6, value_parser = clap::value_parser!(u64).range(1..=9))]
@@ -112,7 +112,7 @@ pub struct Args {
     #[arg(long = "e2e-processing-latency-percentile")]
     pub e2e_processing_latency_percentiles: Vec<f64>,
     /// calculate end to end latency quantiles for this duration of time
-    #[arg(long, default_value = "10m", value_parser = flag_duration)]
+    #[arg(long, default_value = "10m", value_parser = parse_flag_duration)]
     pub e2e_processing_latency_window_time: Duration,
     /// unique part for message IDs, (int) in range [0,1024) (kept for nsqd compatibility)
     #[arg(long, default_value_t = 0)]
@@ -140,7 +140,7 @@ pub struct Args {
     /// how long a shard that ran out of work keeps polling before it sleeps (default 0: sleep
     /// at once). 20-50us saves a wake-up per hop under load when the broker has its cores to
     /// itself; where clients share the cores it takes CPU from them
-    #[arg(long, default_value = "0s", value_parser = flag_duration)]
+    #[arg(long, default_value = "0s", value_parser = parse_flag_duration)]
     pub spin_before_park: Duration,
 }
 
@@ -198,7 +198,13 @@ impl Config {
     }
 
     pub fn parse_from<I: IntoIterator<Item = String>>(argv: I) -> Result<Config, String> {
-        let argv = go_style_flags(argv);
+        use clap::CommandFactory;
+        let known: Vec<String> = Args::command()
+            .get_arguments()
+            .filter_map(|a| a.get_long().map(str::to_owned))
+            .chain(["help".to_owned(), "version".to_owned()])
+            .collect();
+        let argv = protocol::cli::go_style_flags(argv, &known);
         let args = Args::try_parse_from(argv).map_err(|e| {
             if matches!(
                 e.kind(),
@@ -379,36 +385,6 @@ fn mix32(mut h: u32) -> u32 {
     h ^= h >> 13;
     h = h.wrapping_mul(0xc2b2_ae35);
     h ^ (h >> 16)
-}
-
-/// nsqd's durations from the command line: Go forms with a unit (a bare `0` is allowed).
-fn flag_duration(s: &str) -> Result<Duration, String> {
-    let t = s.trim();
-    if t != "0" && t.chars().all(|c| c.is_ascii_digit()) {
-        return Err(format!(
-            "{s:?} has no unit; write it like 60s, 250ms or 1m30s"
-        ));
-    }
-    parse_duration(t)
-}
-
-/// Rewrites Go-style single-dash long flags (`-tcp-address=x`) to `--tcp-address=x`.
-fn go_style_flags<I: IntoIterator<Item = String>>(argv: I) -> Vec<String> {
-    argv.into_iter()
-        .enumerate()
-        .map(|(i, a)| {
-            let is_go_long = i > 0
-                && a.starts_with('-')
-                && !a.starts_with("--")
-                && a.len() > 2
-                && a[1..2].chars().all(|c| c.is_ascii_alphabetic());
-            if is_go_long {
-                format!("-{a}")
-            } else {
-                a
-            }
-        })
-        .collect()
 }
 
 /// Resolves `host:port`; an empty host (`:4150`) means every interface, as in Go.

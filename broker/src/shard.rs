@@ -142,9 +142,12 @@ struct Unconfirmed {
     reply: Receiver<Reply>,
 }
 
-/// Attempts, 100 ms apart, at writing what is pending at a clean stop (10 s: time for an
-/// operator to free space) before the stop gives up and reports the loss.
-const FINAL_WRITE_TRIES: u32 = 100;
+/// How long a clean stop retries (100 ms apart) writing what is pending when writes fail (time
+/// for an operator to free space) before it gives up and reports the loss. One deadline for
+/// all of a shard's topics: past it each failing topic gets one more attempt, so a stop with
+/// a thousand topics on a full disk still ends well within systemd's TimeoutStopSec (60 s in
+/// deploy/broker.service), which would otherwise SIGKILL it.
+const FINAL_WRITE_PATIENCE: Duration = Duration::from_secs(10);
 
 /// Topics a shard remembers as answered for (see `Shard::can_ack_early`).
 const MAX_KNOWN_TOPICS: usize = 100_000;
@@ -1228,6 +1231,7 @@ impl Shard {
         let topics: Vec<Rc<RefCell<Topic>>> = self.topics.borrow().values().cloned().collect();
         let mut owed = 0usize;
         let mut lost = 0usize;
+        let give_up_at = Instant::now() + FINAL_WRITE_PATIENCE;
         for t in topics {
             let log = t.borrow().log.clone();
             if !log.borrow().is_persistent() {
@@ -1237,14 +1241,16 @@ impl Shard {
             let mut tries = 0;
             while let Err(e) = storage::log::flush(&log).await {
                 tries += 1;
-                if tries >= FINAL_WRITE_TRIES {
+                let now = Instant::now();
+                if now >= give_up_at {
                     let left = log.borrow().unwritten_bytes();
                     error!(topic = %t.borrow().name, unwritten_bytes = left, "final write failed, giving up: {e}");
                     lost += left;
                     break;
                 }
                 if tries == 1 {
-                    error!(topic = %t.borrow().name, "final write failed, retrying for {}s: {e}", FINAL_WRITE_TRIES / 10);
+                    let left = give_up_at.saturating_duration_since(now);
+                    error!(topic = %t.borrow().name, "final write failed, retrying for {left:.1?}: {e}");
                 }
                 glommio::timer::sleep(Duration::from_millis(100)).await;
             }

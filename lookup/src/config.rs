@@ -6,7 +6,7 @@
 //! a flag we do not know, or a value we cannot read, stops start-up with a message.
 
 use clap::{CommandFactory, Parser};
-use protocol::duration::parse_duration;
+use protocol::duration::parse_flag_duration;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
@@ -31,11 +31,11 @@ struct Flags {
     broadcast_address: Option<String>,
 
     /// duration of time a producer will remain in the active list since its last ping
-    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    #[arg(long, default_value = "5m", value_parser = parse_flag_duration)]
     inactive_producer_timeout: Duration,
 
     /// duration of time a producer will remain tombstoned if registration remains
-    #[arg(long, default_value = "45s", value_parser = parse_duration)]
+    #[arg(long, default_value = "45s", value_parser = parse_flag_duration)]
     tombstone_lifetime: Duration,
 
     /// log level: debug, info, warn, error or fatal
@@ -65,6 +65,15 @@ impl Config {
         I: IntoIterator<Item = String>,
     {
         let flags = Flags::try_parse_from(normalize_args(args))?;
+        if flags.tcp_address.port() != 0 && flags.tcp_address == flags.http_address {
+            return Err(Flags::command().error(
+                clap::error::ErrorKind::ArgumentConflict,
+                format!(
+                    "--tcp-address and --http-address are both {}; give them different ports",
+                    flags.tcp_address
+                ),
+            ));
+        }
         let hostname = hostname();
         Ok(Config {
             tcp_address: flags.tcp_address,
@@ -84,28 +93,12 @@ pub fn normalize_args<I>(args: I) -> Vec<String>
 where
     I: IntoIterator<Item = String>,
 {
-    let command = Flags::command();
-    let known: Vec<String> = command
+    let known: Vec<String> = Flags::command()
         .get_arguments()
         .filter_map(|a| a.get_long().map(str::to_owned))
         .chain(["help".to_owned(), "version".to_owned()])
         .collect();
-    args.into_iter()
-        .map(|arg| {
-            let Some(rest) = arg.strip_prefix('-') else {
-                return arg;
-            };
-            if rest.starts_with('-') {
-                return arg;
-            }
-            let name = rest.split('=').next().unwrap_or_default();
-            if known.iter().any(|k| k == name) {
-                format!("-{arg}")
-            } else {
-                arg
-            }
-        })
-        .collect()
+    protocol::cli::go_style_flags(args, &known)
 }
 
 /// Reads `host:port` as Go's listeners do: an empty host (`:4160`) means every interface.
@@ -122,13 +115,8 @@ fn parse_addr(s: &str) -> Result<SocketAddr, String> {
 }
 
 fn parse_log_level(s: &str) -> Result<tracing::Level, String> {
-    match s.to_ascii_lowercase().as_str() {
-        "debug" => Ok(tracing::Level::DEBUG),
-        "info" => Ok(tracing::Level::INFO),
-        "warn" => Ok(tracing::Level::WARN),
-        "error" | "fatal" => Ok(tracing::Level::ERROR),
-        _ => Err(format!("invalid log level {s:?}")),
-    }
+    let name = protocol::cli::log_level_name(s)?;
+    name.parse().map_err(|_| format!("invalid log level {s:?}"))
 }
 
 /// The machine's host name, as Go's `os.Hostname` gives it.
@@ -190,5 +178,15 @@ mod tests {
         assert!(Config::from_args(args(&["--tombstone-lifetime", "soon"])).is_err());
         assert!(Config::from_args(args(&["--tcp-address", "nowhere"])).is_err());
         assert!(Config::from_args(args(&["--log-level", "loud"])).is_err());
+        let e = Config::from_args(args(&["--tombstone-lifetime", "45"])).unwrap_err();
+        assert!(e.to_string().contains("has no unit"), "{e}");
+        assert!(Config::from_args(args(&["--inactive-producer-timeout=300"])).is_err());
+        assert!(Config::from_args(args(&["--tombstone-lifetime=0"])).is_ok());
+        let e = Config::from_args(args(&[
+            "--tcp-address=:4170",
+            "--http-address=0.0.0.0:4170",
+        ]))
+        .unwrap_err();
+        assert!(e.to_string().contains("different ports"), "{e}");
     }
 }

@@ -78,13 +78,25 @@ impl std::fmt::Display for StartError {
 
 impl std::error::Error for StartError {}
 
+/// A listener on `address` as nsqlookupd's Go listener is: SO_REUSEADDR (a restart binds over
+/// the last run's lingering connections), and no SO_REUSEPORT, so that a second lookup started
+/// on the same port fails with "Address already in use" instead of silently sharing the port
+/// (glommio's own `TcpListener::bind` sets SO_REUSEPORT, made for one listener per executor).
+fn listen(address: std::net::SocketAddr) -> std::io::Result<TcpListener> {
+    use std::os::fd::{FromRawFd, IntoRawFd};
+    let listener = std::net::TcpListener::bind(address)?;
+    // SAFETY: the descriptor is a bound, listening TCP socket that `into_raw_fd` gave up, so
+    // the glommio listener is its only owner.
+    Ok(unsafe { TcpListener::from_raw_fd(listener.into_raw_fd()) })
+}
+
 /// Binds both listeners, then serves until the process is stopped.
 pub async fn run(config: Config) -> Result<(), StartError> {
     let bind = |what, address| {
-        TcpListener::bind(address).map_err(|source| StartError::Bind {
+        listen(address).map_err(|source| StartError::Bind {
             what,
             address,
-            source,
+            source: source.into(),
         })
     };
     let tcp = bind("TCP", config.tcp_address)?;

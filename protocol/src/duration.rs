@@ -51,6 +51,19 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_nanos(total_ns.round() as u64))
 }
 
+/// Parses a duration given on a command line. Unlike [`parse_duration`], a bare number other
+/// than `0` is refused with a hint: `--msg-timeout 60` meant as seconds would otherwise be
+/// 60 ns. (Go's flag package refuses it too: "missing unit in duration".)
+pub fn parse_flag_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    if t != "0" && !t.is_empty() && t.chars().all(|c| c.is_ascii_digit()) {
+        return Err(format!(
+            "{s:?} has no unit; write it like 60s, 250ms or 1m30s"
+        ));
+    }
+    parse_duration(t)
+}
+
 /// Formats a duration the way Go prints one (`1m0s`, `250ms`, `2s`), exactly (integer
 /// arithmetic, so long durations keep every digit).
 pub fn format_duration(d: Duration) -> String {

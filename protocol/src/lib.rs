@@ -29,6 +29,7 @@
 //! assert!(buf.is_empty());
 //! ```
 
+pub mod cli;
 pub mod command;
 pub mod duration;
 pub mod error;

@@ -373,5 +373,5 @@ impl LoadPlan {
 }
 
 fn flag_duration(s: &str) -> std::result::Result<Duration, String> {
-    protocol::duration::parse_duration(s)
+    protocol::duration::parse_flag_duration(s)
 }

@@ -683,3 +683,38 @@ def test_error_answers_are_json(cluster):
     assert r.status == 404
     assert_json_type(r, "a 404 answer")
     assert set(r.json()) == {"message"}, r
+
+
+def test_lookup_and_admin_ui_refuse_a_taken_port_and_stop_with_status_0():
+    """nsqlookupd and nsqadmin end with status 0 on SIGTERM (a service manager's stop); a
+    second one started on a port the first listens on fails at start-up, saying why, instead
+    of sharing the port (SO_REUSEPORT) and answering for half of the connections."""
+    import subprocess
+
+    from adminlib import AdminUI, Lookup, admin_bin, lookup_bin
+
+    lookup = Lookup().start()
+    admin = AdminUI(lookups=[lookup.http_address]).start()
+    try:
+        for what, args in (
+            ("lookup tcp", [lookup_bin(), "--tcp-address=" + lookup.tcp_address,
+                            "--http-address=127.0.0.1:0"]),
+            ("lookup http", [lookup_bin(), "--tcp-address=127.0.0.1:0",
+                             "--http-address=" + lookup.http_address]),
+            ("admin-ui", [admin_bin(), "--http-address=127.0.0.1:%d" % admin.ports["http"],
+                          "--lookupd-http-address=" + lookup.http_address]),
+        ):
+            second = subprocess.run(args, capture_output=True, timeout=30,
+                                    stdin=subprocess.DEVNULL)
+            text = (second.stdout + second.stderr).decode(errors="replace")
+            assert second.returncode != 0, "%s: a second process took the port\n%s" % (what, text)
+            assert "Address already in use" in text, "%s: %s" % (what, text)
+        assert request("GET", admin.base + "/ping").status == 200
+        for p in (admin, lookup):
+            p.proc.send_signal(subprocess.signal.SIGTERM)
+            assert p.proc.wait(timeout=10) == 0, "%s exit status on SIGTERM\n%s" % (
+                p.kind, p.stderr())
+    finally:
+        for p in (admin, lookup):
+            p.stop()
+            p.cleanup()
