@@ -59,7 +59,7 @@ fn main() -> ExitCode {
         error!("{e}");
         return ExitCode::from(1);
     }
-    // Held until exit: port-0 reservations (see claim_ports).
+    // Held until exit: port-0 reservations and address claims (see claim_ports).
     let _reserved_ports = match claim_ports(&mut config) {
         Ok(r) => r,
         Err(e) => {
@@ -218,28 +218,34 @@ fn stop_after_start_failure() {
 }
 
 /// Checks the TCP and HTTP addresses are free, and resolves port 0 to one real port every
-/// shard then shares (each shard binds it with SO_REUSEPORT).
+/// shard then shares (each shard binds it with SO_REUSEPORT). Returns what the process must
+/// hold until it exits.
 ///
 /// An explicit port is probed with a bound socket (SO_REUSEADDR, no SO_REUSEPORT, never
-/// listening), which fails if anything listens on the port, then released for the shards. A port-0 address is resolved by a bound,
-/// never-listening SO_REUSEPORT socket that the process keeps: the kernel then hands that port
-/// to no other `bind(0)`, and the shards join it. (SO_REUSEPORT lets any process of the same
-/// user join a port; reserving it is what keeps two brokers started side by side apart.)
-fn claim_ports(config: &mut Config) -> Result<Vec<socket2::Socket>, String> {
-    let mut reservations = Vec::new();
-    let (tcp, tcp_hold) = claim_port("--tcp-address", config.tcp_address)?;
-    let (http, http_hold) = claim_port("--http-address", config.http_address)?;
-    reservations.extend(tcp_hold);
-    reservations.extend(http_hold);
+/// listening), which fails if anything listens on the port, then released for the shards.
+/// Between the probe and the shards' binds a second broker started at the same moment could
+/// pass its own probe and join the same SO_REUSEPORT group (each would then answer half of
+/// the connections), so the address is also claimed by name: an abstract unix socket
+/// `nsq-broker-listen-<addr>`, which only one process can bind and the kernel releases when
+/// the process ends, however it ends.
+///
+/// A port-0 address is resolved by a bound, never-listening SO_REUSEPORT socket that the
+/// process keeps: the kernel then hands that port to no other `bind(0)`, and the shards join
+/// it.
+fn claim_ports(config: &mut Config) -> Result<Vec<std::os::fd::OwnedFd>, String> {
+    let mut held = Vec::new();
+    let tcp = claim_port("--tcp-address", config.tcp_address, &mut held)?;
+    let http = claim_port("--http-address", config.http_address, &mut held)?;
     config.tcp_address = tcp;
     config.http_address = http;
-    Ok(reservations)
+    Ok(held)
 }
 
 fn claim_port(
     flag: &str,
     addr: std::net::SocketAddr,
-) -> Result<(std::net::SocketAddr, Option<socket2::Socket>), String> {
+    held: &mut Vec<std::os::fd::OwnedFd>,
+) -> Result<std::net::SocketAddr, String> {
     use socket2::{Domain, Protocol, Socket, Type};
     let fail = |e: std::io::Error| format!("cannot listen on {flag} {addr}: {e}");
     let sock =
@@ -253,8 +259,9 @@ fn claim_port(
         // Bound, never listening: fails if anything listens on the port, and no client can
         // connect to the probe and take it for the broker before the shards listen.
         sock.bind(&addr.into()).map_err(fail)?;
+        held.push(claim_by_name(flag, addr)?);
         drop(sock);
-        return Ok((addr, None));
+        return Ok(addr);
     }
     sock.set_reuse_port(true).map_err(fail)?;
     sock.bind(&addr.into()).map_err(fail)?;
@@ -263,7 +270,25 @@ fn claim_port(
         .ok()
         .and_then(|a| a.as_socket())
         .ok_or_else(|| format!("{flag} {addr}: no local address"))?;
-    Ok((actual, Some(sock)))
+    held.push(sock.into());
+    Ok(actual)
+}
+
+/// Binds the abstract unix socket that names `addr` as this broker's (see [`claim_ports`]).
+fn claim_by_name(flag: &str, addr: std::net::SocketAddr) -> Result<std::os::fd::OwnedFd, String> {
+    use std::os::linux::net::SocketAddrExt;
+    let name = format!("nsq-broker-listen-{addr}");
+    let claim = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())
+        .and_then(|a| std::os::unix::net::UnixListener::bind_addr(&a));
+    match claim {
+        Ok(listener) => Ok(listener.into()),
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Err(format!(
+            "cannot listen on {flag} {addr}: another broker on this host is starting on it"
+        )),
+        Err(e) => Err(format!(
+            "cannot listen on {flag} {addr}: cannot claim it: {e}"
+        )),
+    }
 }
 
 /// Takes an exclusive lock (`flock`) on the data directory, created if missing, for the life

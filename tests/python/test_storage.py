@@ -834,3 +834,36 @@ def test_a_topic_whose_directory_cannot_be_made_is_refused_until_it_can(restarta
         assert m.body == b"kept"
         c.fin(m.id)
         c.expect_nothing(0.5)
+
+
+def test_a_broker_starting_on_an_address_another_is_starting_on_is_refused(workdir):
+    """Between a broker's check that its port is free and its shards' SO_REUSEPORT binds, a
+    second broker started at the same moment could pass the same check and join the port
+    (each answering half of the connections). A starting broker claims each explicit address
+    by name (the abstract unix socket nsq-broker-listen-<addr>); here the test holds that
+    claim, as a broker starting at the same moment would, and the broker is refused."""
+    import subprocess
+    from conftest import broker_bin, free_port
+
+    port = free_port()
+    claim = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    claim.bind("\0nsq-broker-listen-127.0.0.1:%d" % port)
+    try:
+        args = [broker_bin(), "--shards", "1", "--tcp-address", "127.0.0.1:%d" % port,
+                "--http-address", "127.0.0.1:0", "--data-path", os.path.join(workdir, "d")]
+        run = subprocess.run(args, capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
+        log = (run.stdout + run.stderr).decode(errors="replace")
+        assert run.returncode == 1, log
+        assert "another broker on this host is starting on it" in log, log
+    finally:
+        claim.close()
+    # Once released, the address is the broker's.
+    b = Broker(1, ("--tcp-address=127.0.0.1:%d" % port,), workdir)
+    b.args = [a for a in b.args if not a.startswith("--tcp-address=127.0.0.1:0")]
+    b.start()
+    try:
+        assert b.port == port
+        with Conn(b.addr) as c:
+            c.pub(TOPIC, b"x")
+    finally:
+        assert b.stop() == 0
