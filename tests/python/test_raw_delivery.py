@@ -4,7 +4,7 @@ channels that appear late, #ephemeral channels, in-flight messages of a closed c
 import socket
 import time
 
-from nsqwire import FRAME_RESPONSE, HEARTBEAT, Conn
+from nsqwire import FRAME_RESPONSE, HEARTBEAT, Conn, wait_for
 
 
 def consumer(broker, topic, channel, rdy=1, **identify):
@@ -364,6 +364,17 @@ def test_idle_client_closed_after_two_heartbeat_intervals(broker):
         assert elapsed >= 1.5, "closed after only %.2fs" % elapsed
 
 
+def _channel(broker, topic, channel):
+    import json
+    import urllib.request
+
+    url = "http://127.0.0.1:%d/stats?format=json&topic=%s&channel=%s" % (
+        broker.http_port, topic, channel)
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        stats = json.loads(resp.read())
+    return stats["topics"][0]["channels"][0]
+
+
 def test_fins_of_one_read_are_one_batch_and_a_bad_id_among_them_fails_alone(broker):
     """FINs that arrive in one read go to the owner as one operation: the good ones finish,
     an unknown ID among them gets its own non-fatal E_FIN_FAILED, and the connection stays."""
@@ -383,7 +394,12 @@ def test_fins_of_one_read_are_one_batch_and_a_bad_id_among_them_fails_alone(brok
         c.expect_nothing(0.5)
         c.cmd("NOP")
     # All four were finished: a disconnect would have put any still in flight back at once,
-    # so a new consumer of the channel gets only the next message.
+    # so a new consumer of the channel gets only the next message. The owner learns of the
+    # close through a mailbox when the connection lived on another shard: wait until it has,
+    # or "e" could go to the closed consumer and come back with attempts 2.
+    wait_for(lambda: _channel(broker, "finbatch", "ch")["client_count"] == 0, 10,
+             what="the closed consumer to leave the channel")
+    assert _channel(broker, "finbatch", "ch")["in_flight_count"] == 0
     with consumer(broker, "finbatch", "ch", rdy=10) as c2, publisher(broker) as p:
         p.pub("finbatch", b"e")
         m = c2.read_message(timeout=10)
