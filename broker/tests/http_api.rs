@@ -630,6 +630,71 @@ fn http_keep_alive_pipelining_and_expect_continue() {
 }
 
 #[test]
+fn http_options_redirects_and_http10_answer_as_nsqds_router_does() {
+    let mut broker = Broker::start(2, &[]);
+    let mut c = Http::connect(broker.http);
+    // OPTIONS: 200 with Allow, no body; an unknown path is still 404.
+    let r = c.call("OPTIONS", "/pub", None);
+    assert_eq!((r.status, r.header("Allow")), (200, Some("POST, OPTIONS")));
+    assert!(r.body.is_empty());
+    let r = c.call("OPTIONS", "/config/log_level", None);
+    assert_eq!(
+        (r.status, r.header("Allow")),
+        (200, Some("GET, PUT, OPTIONS"))
+    );
+    let r = c.call("OPTIONS", "*", None);
+    assert_eq!(
+        (r.status, r.header("Allow")),
+        (200, Some("GET, POST, PUT, OPTIONS"))
+    );
+    assert_eq!(c.call("OPTIONS", "/nope", None).status, 404);
+
+    // A trailing slash, a path to clean or the wrong case: redirected, query kept, 301 for
+    // GET and 307 (same method and body) for the others; nothing is published by it.
+    let r = c.call("POST", "/pub/?topic=redirected", Some(b"x"));
+    assert_eq!(
+        (r.status, r.header("Location")),
+        (307, Some("/pub?topic=redirected"))
+    );
+    let r = c.call("GET", "/Stats?format=json", None);
+    assert_eq!(
+        (r.status, r.header("Location")),
+        (301, Some("/stats?format=json"))
+    );
+    let r = c.call("GET", "//ping/", None);
+    assert_eq!((r.status, r.header("Location")), (301, Some("/ping")));
+    let r = c.call("PUT", "/CONFIG/log_level", Some(b"debug"));
+    assert_eq!(
+        (r.status, r.header("Location")),
+        (307, Some("/config/log_level"))
+    );
+    // Only to a route that takes the method: GET /pub/ is no redirect to a POST route.
+    assert_eq!(c.call("GET", "/pub/", None).status, 404);
+    assert_eq!(c.call("DELETE", "/ping/", None).status, 404);
+    assert!(broker.topic_stats("redirected").is_none());
+
+    // An HTTP/1.0 request is answered in HTTP/1.0, the publish fast path included.
+    c.send_raw(
+        b"POST /pub?topic=old HTTP/1.0\r\nConnection: keep-alive\r\nContent-Length: 1\r\n\r\nx",
+    );
+    let r = c.read_response();
+    assert_eq!(
+        (r.version.as_str(), r.status, r.text()),
+        ("HTTP/1.0", 200, "OK".into())
+    );
+    assert_eq!(r.header("Connection"), Some("keep-alive"));
+    assert_eq!(c.call("GET", "/ping", None).version, "HTTP/1.1");
+    c.send_raw(b"GET /ping HTTP/1.0\r\n\r\n");
+    let r = c.read_response();
+    assert_eq!(
+        (r.version.as_str(), r.header("Connection")),
+        ("HTTP/1.0", Some("close"))
+    );
+    assert!(c.closed_by_server());
+    broker.assert_alive();
+}
+
+#[test]
 fn http_errors_for_every_endpoint() {
     let mut broker = Broker::start(
         2,

@@ -1052,29 +1052,51 @@ impl Response {
         self
     }
 
-    /// Appends the response to `req`: keep-alive as the request asks (`Connection: keep-alive`
-    /// is written for an HTTP/1.0 client that wants it), and no body for HEAD.
+    /// Appends the response to `req`, in the request's HTTP version as Go's server answers:
+    /// keep-alive as the request asks (`Connection: keep-alive` is written for an HTTP/1.0
+    /// client that wants it), and no body for HEAD.
     pub fn write_for(&self, req: &RequestHead, out: &mut BytesMut) {
         let connection = match (req.keep_alive, req.version) {
             (false, _) => Some("close"),
             (true, Version::Http10) => Some("keep-alive"),
             (true, Version::Http11) => None,
         };
-        self.write_inner(out, connection, req.is_head());
+        self.write_inner(out, req.version, connection, req.is_head());
     }
 
-    /// Appends the response. With `keep_alive` false it says `Connection: close` (write an
-    /// [`HttpError`]'s answer so); `head_only` leaves the body out but keeps its
+    /// As [`Response::write_for`], and the connection closes after it (`Connection: close`)
+    /// whatever the request asked.
+    pub fn write_closing(&self, req: &RequestHead, out: &mut BytesMut) {
+        self.write_inner(out, req.version, Some("close"), req.is_head());
+    }
+
+    /// Appends the response as HTTP/1.1. With `keep_alive` false it says `Connection: close`
+    /// (write an [`HttpError`]'s answer so); `head_only` leaves the body out but keeps its
     /// `Content-Length`. Prefer [`Response::write_for`] when there is a request.
     pub fn write_to(&self, out: &mut BytesMut, keep_alive: bool, head_only: bool) {
-        self.write_inner(out, (!keep_alive).then_some("close"), head_only);
+        self.write_inner(
+            out,
+            Version::Http11,
+            (!keep_alive).then_some("close"),
+            head_only,
+        );
     }
 
-    fn write_inner(&self, out: &mut BytesMut, connection: Option<&str>, head_only: bool) {
+    fn write_inner(
+        &self,
+        out: &mut BytesMut,
+        version: Version,
+        connection: Option<&str>,
+        head_only: bool,
+    ) {
         let mut head = String::with_capacity(128);
+        let version = match version {
+            Version::Http10 => "HTTP/1.0",
+            Version::Http11 => "HTTP/1.1",
+        };
         let _ = write!(
             head,
-            "HTTP/1.1 {} {}\r\n",
+            "{version} {} {}\r\n",
             self.status,
             reason_phrase(self.status)
         );

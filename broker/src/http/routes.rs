@@ -1,5 +1,7 @@
-//! From path and method to handler, as nsqd's router: 404 `NOT_FOUND` for an unknown path,
-//! 405 `METHOD_NOT_ALLOWED` (with `Allow`) for a known path asked with another method.
+//! From path and method to handler, as nsqd's router (httprouter) does it: 404 `NOT_FOUND`
+//! for an unknown path, 405 `METHOD_NOT_ALLOWED` (with `Allow`) for a known path asked with
+//! another method, 200 with `Allow` for OPTIONS, and httprouter's redirects of a path with a
+//! stray trailing slash, `//`, `.`/`..` or capitals to the route it means.
 
 use super::{info, manage, publish, report};
 use crate::admin::Action;
@@ -99,16 +101,101 @@ fn route(path: &str) -> Option<(Route, &'static [&'static str])> {
     })
 }
 
+/// `Allow` for a route taking `methods`: httprouter lists OPTIONS too, which it answers.
+fn allow(methods: &[&str]) -> String {
+    let mut allow = methods.join(", ");
+    allow.push_str(", OPTIONS");
+    allow
+}
+
+/// httprouter's redirects, which nsqd's router keeps on: a GET, POST or PUT path that is no
+/// route, but is one for that method with its trailing slash toggled, or cleaned (`//`, `.`,
+/// `..`) and matched case-insensitively, is sent there with the query kept: 301 for GET, 307
+/// for the others (same method, same body).
+fn redirect(head: &RequestHead) -> Option<Answer> {
+    let (method, path) = (head.method(), head.path());
+    if !matches!(method, "GET" | "POST" | "PUT") || path == "/" {
+        return None;
+    }
+    let takes = |p: &str| route(p).is_some_and(|(_, methods)| methods.contains(&method));
+    let toggled = match path.strip_suffix('/') {
+        Some(p) => p.to_string(),
+        None => format!("{path}/"),
+    };
+    let target = if takes(&toggled) {
+        toggled
+    } else {
+        let fixed = case_fixed(&clean_path(path));
+        let fixed_toggled = fixed.strip_suffix('/').unwrap_or(&fixed).to_string();
+        [fixed, fixed_toggled].into_iter().find(|p| takes(p))?
+    };
+    let location = match head.raw_query() {
+        "" => target,
+        q => format!("{target}?{q}"),
+    };
+    let response = if method == "GET" {
+        let body = format!("<a href=\"{location}\">Moved Permanently</a>.\n\n");
+        Response::empty(301)
+            .with_header("Content-Type", "text/html; charset=utf-8")
+            .with_body(body)
+    } else {
+        Response::empty(307)
+    };
+    Some(Answer::Response(response.with_header("Location", location)))
+}
+
+/// `path` as Go's `path.Clean` makes it (no `//`, `.` or `..`), its trailing slash kept.
+fn clean_path(path: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            p => parts.push(p),
+        }
+    }
+    let mut out = format!("/{}", parts.join("/"));
+    let trailing = path.ends_with('/') || path.ends_with("/.") || path.ends_with("/..");
+    if trailing && out.len() > 1 {
+        out.push('/');
+    }
+    out
+}
+
+/// The routes' fixed parts in lower case; a `/config/` option name keeps its case (it is a
+/// parameter, matched exactly).
+fn case_fixed(path: &str) -> String {
+    const CONFIG: &str = "/config/";
+    let lower = path.to_ascii_lowercase();
+    if lower.starts_with(CONFIG) && path.is_char_boundary(CONFIG.len()) {
+        format!("{CONFIG}{}", &path[CONFIG.len()..])
+    } else {
+        lower
+    }
+}
+
 /// Answers one request.
 pub async fn handle(shard: &Rc<Shard>, req: &Request) -> Answer {
+    let method = req.head.method();
+    if method == "OPTIONS" && req.head.path() == "*" {
+        return Answer::Response(
+            Response::empty(200).with_header("Allow", allow(&["GET", "POST", "PUT"])),
+        );
+    }
     let Some((route, methods)) = route(req.head.path()) else {
+        if let Some(redirect) = redirect(&req.head) {
+            return redirect;
+        }
         return error(404, "NOT_FOUND");
     };
-    if !methods.contains(&req.head.method()) {
-        let mut allow = methods.join(", ");
-        allow.push_str(", OPTIONS");
+    if method == "OPTIONS" {
+        return Answer::Response(Response::empty(200).with_header("Allow", allow(methods)));
+    }
+    if !methods.contains(&method) {
         return Answer::Response(
-            Response::error(405, "METHOD_NOT_ALLOWED").with_header("Allow", allow),
+            Response::error(405, "METHOD_NOT_ALLOWED").with_header("Allow", allow(methods)),
         );
     }
     match route {
@@ -136,6 +223,17 @@ mod tests {
             Some((Route::Channel(Action::Unpause), _))
         ));
         assert!(matches!(route("/config/log_level"), Some((Route::Config, m)) if m.len() == 2));
+        for (path, clean) in [
+            ("//pub", "/pub"),
+            ("/a/../pub/./", "/pub/"),
+            ("/..", "/"),
+            ("/x/", "/x/"),
+            ("/", "/"),
+        ] {
+            assert_eq!(clean_path(path), clean, "{path}");
+        }
+        assert_eq!(case_fixed("/CONFIG/Log_Level"), "/config/Log_Level");
+        assert_eq!(case_fixed("/Topic/CREATE"), "/topic/create");
         for unknown in [
             "/",
             "/topic/nope",

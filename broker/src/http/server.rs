@@ -296,7 +296,7 @@ fn write_response(
     if keep_alive {
         r.write_for(head, out);
     } else {
-        r.write_to(out, false, head.is_head());
+        r.write_closing(head, out);
     }
 }
 

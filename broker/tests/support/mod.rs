@@ -194,6 +194,8 @@ fn field(line: &str, key: &str) -> Option<SocketAddr> {
 /// An HTTP response.
 #[derive(Debug, Clone)]
 pub struct Resp {
+    /// `HTTP/1.1` or `HTTP/1.0`, as the status line says.
+    pub version: String,
     pub status: u16,
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
@@ -311,6 +313,11 @@ impl Http {
         }
         let body: Vec<u8> = self.buf.drain(..len).collect();
         Resp {
+            version: status_line
+                .split(' ')
+                .next()
+                .unwrap_or_default()
+                .to_string(),
             status,
             headers,
             body,
