@@ -283,7 +283,9 @@ fn claim_by_name(flag: &str, addr: std::net::SocketAddr) -> Result<std::os::fd::
     match claim {
         Ok(listener) => Ok(listener.into()),
         Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Err(format!(
-            "cannot listen on {flag} {addr}: another broker on this host is starting on it"
+            "cannot listen on {flag} {addr}: another broker on this host is starting, running \
+             or stopping on it (it holds the abstract unix socket @nsq-broker-listen-{addr}; \
+             `ss -xlp` shows which process)"
         )),
         Err(e) => Err(format!(
             "cannot listen on {flag} {addr}: cannot claim it: {e}"

@@ -847,9 +847,9 @@ impl Shard {
         channel: &str,
         consumer: ConsumerSpec,
     ) -> Result<(), ProtocolError> {
-        let t = self
-            .topic_or_create(topic)
-            .map_err(|reason| ProtocolError::fatal(ErrorCode::SubFailed, reason))?;
+        let t = self.topic_or_create(topic).map_err(|reason| {
+            ProtocolError::fatal(ErrorCode::SubFailed, format!("SUB failed {reason}"))
+        })?;
         let (ch, created) = t.borrow_mut().channel_or_create(channel);
         if created {
             self.note_meta_change(&t);

@@ -83,11 +83,21 @@ impl std::error::Error for StartError {}
 /// on the same port fails with "Address already in use" instead of silently sharing the port
 /// (glommio's own `TcpListener::bind` sets SO_REUSEPORT, made for one listener per executor).
 fn listen(address: std::net::SocketAddr) -> std::io::Result<TcpListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
     use std::os::fd::{FromRawFd, IntoRawFd};
-    let listener = std::net::TcpListener::bind(address)?;
+    let socket = Socket::new(
+        Domain::for_address(address),
+        Type::STREAM,
+        Some(Protocol::TCP),
+    )?;
+    socket.set_reuse_address(true)?;
+    socket.bind(&address.into())?;
+    // The backlog glommio's own listeners get (std's 128 is short for a burst of brokers and
+    // readers reconnecting at once after a lookup restart).
+    socket.listen(1024)?;
     // SAFETY: the descriptor is a bound, listening TCP socket that `into_raw_fd` gave up, so
     // the glommio listener is its only owner.
-    Ok(unsafe { TcpListener::from_raw_fd(listener.into_raw_fd()) })
+    Ok(unsafe { TcpListener::from_raw_fd(socket.into_raw_fd()) })
 }
 
 /// Binds both listeners, then serves until the process is stopped.

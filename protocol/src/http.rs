@@ -894,6 +894,53 @@ pub fn percent_encode(s: &str) -> String {
     out
 }
 
+/// Escapes a decoded URL path for a `Location` header as Go's `URL.EscapedPath` does: letters,
+/// digits, `-_.~` and `$&+,/:;=@` stay, every other byte (`?`, `%`, spaces, CR, LF, non-ASCII)
+/// becomes `%XX`.
+pub fn escape_path(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        let keep = b.is_ascii_alphanumeric()
+            || matches!(
+                b,
+                b'-' | b'_'
+                    | b'.'
+                    | b'~'
+                    | b'$'
+                    | b'&'
+                    | b'+'
+                    | b','
+                    | b'/'
+                    | b':'
+                    | b';'
+                    | b'='
+                    | b'@'
+            );
+        if keep {
+            out.push(b as char);
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+    out
+}
+
+/// Escapes text for HTML (`&`, `<`, `>`, `"`, `'`), as Go's `html.EscapeString`.
+pub fn escape_html(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&#34;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// Percent-decodes `s` (and `+` to a space when `plus_is_space`); `None` on a bad escape.
 fn percent_decode(s: &str, plus_is_space: bool) -> Option<Cow<'_, str>> {
     if !s.bytes().any(|b| b == b'%' || (plus_is_space && b == b'+')) {
@@ -1101,7 +1148,16 @@ impl Response {
             reason_phrase(self.status)
         );
         for (name, value) in &self.headers {
-            let _ = write!(head, "{name}: {value}\r\n");
+            if value.bytes().any(|b| b == b'\r' || b == b'\n') {
+                // Never a header line of the client's making: a value is one line.
+                let value: String = value
+                    .chars()
+                    .filter(|c| !matches!(c, '\r' | '\n'))
+                    .collect();
+                let _ = write!(head, "{name}: {value}\r\n");
+            } else {
+                let _ = write!(head, "{name}: {value}\r\n");
+            }
         }
         let bodiless = self.status < 200 || self.status == 204 || self.status == 304;
         if !bodiless {

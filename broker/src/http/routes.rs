@@ -6,7 +6,7 @@
 use super::{info, manage, publish, report};
 use crate::admin::Action;
 use crate::shard::Shard;
-use protocol::http::{Query, Request, RequestHead, Response};
+use protocol::http::{escape_html, escape_path, Query, Request, RequestHead, Response};
 use std::rc::Rc;
 
 /// A handler's answer.
@@ -129,12 +129,14 @@ fn redirect(head: &RequestHead) -> Option<Answer> {
         let fixed_toggled = fixed.strip_suffix('/').unwrap_or(&fixed).to_string();
         [fixed, fixed_toggled].into_iter().find(|p| takes(p))?
     };
+    // The path goes back escaped (it was decoded); the query as it came.
     let location = match head.raw_query() {
-        "" => target,
-        q => format!("{target}?{q}"),
+        "" => escape_path(&target),
+        q => format!("{}?{q}", escape_path(&target)),
     };
     let response = if method == "GET" {
-        let body = format!("<a href=\"{location}\">Moved Permanently</a>.\n\n");
+        let href = escape_html(&location);
+        let body = format!("<a href=\"{href}\">Moved Permanently</a>.\n\n");
         Response::empty(301)
             .with_header("Content-Type", "text/html; charset=utf-8")
             .with_body(body)
@@ -180,9 +182,8 @@ fn case_fixed(path: &str) -> String {
 pub async fn handle(shard: &Rc<Shard>, req: &Request) -> Answer {
     let method = req.head.method();
     if method == "OPTIONS" && req.head.path() == "*" {
-        return Answer::Response(
-            Response::empty(200).with_header("Allow", allow(&["GET", "POST", "PUT"])),
-        );
+        // Go's server answers `OPTIONS *` itself, before the router: 200, nothing else.
+        return Answer::Response(Response::empty(200));
     }
     let Some((route, methods)) = route(req.head.path()) else {
         if let Some(redirect) = redirect(&req.head) {
