@@ -419,9 +419,11 @@ impl RequestDecoder {
             raw_query: at(raw_query),
             version,
             keep_alive: keep_alive(version, headers()),
-            expects_continue: headers().any(|(n, v)| {
-                n.eq_ignore_ascii_case("Expect") && v.eq_ignore_ascii_case("100-continue")
-            }),
+            // Go's server sends 100 Continue to HTTP/1.1 clients only (1.0 has no such thing).
+            expects_continue: version == Version::Http11
+                && headers().any(|(n, v)| {
+                    n.eq_ignore_ascii_case("Expect") && v.eq_ignore_ascii_case("100-continue")
+                }),
             framing,
         }))
     }
@@ -1447,6 +1449,13 @@ mod tests {
             &b"POST /x HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n"[..],
         );
         assert_eq!(d.decode(&mut buf), Ok(Decoded::SendContinue));
+        assert_eq!(d.decode(&mut buf), Ok(Decoded::Incomplete));
+        buf.extend_from_slice(b"ok");
+        assert!(matches!(d.decode(&mut buf), Ok(Decoded::Request(_))));
+        // HTTP/1.0 has no 100 Continue: the body is simply waited for.
+        let mut buf = BytesMut::from(
+            &b"POST /x HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n"[..],
+        );
         assert_eq!(d.decode(&mut buf), Ok(Decoded::Incomplete));
         buf.extend_from_slice(b"ok");
         assert!(matches!(d.decode(&mut buf), Ok(Decoded::Request(_))));
