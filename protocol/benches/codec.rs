@@ -83,6 +83,22 @@ fn main() {
     let fins = commands(|i, out| Command::Fin(MessageId::from_u64(i as u64)).encode(out));
     decode_all("decode FIN", &fins, ConnPhase::Subscribed);
 
+    // The number behind a FIN's ID (the broker's in-flight lookup key).
+    let ids: Vec<MessageId> = (0..BATCH as u64)
+        .map(|i| MessageId::from_u64(i.wrapping_mul(0x9e37_79b9_7f4a_7c15)))
+        .collect();
+    bench(
+        "message ID to its number",
+        || ids.clone(),
+        |ids| {
+            let mut sum = 0u64;
+            for id in &ids {
+                sum = sum.wrapping_add(black_box(id).to_u64().unwrap_or(0));
+            }
+            black_box(sum);
+        },
+    );
+
     // One MPUB of 200 bodies counts as 200 operations here: BATCH / 200 commands.
     let mpub = commands(|i, out| {
         if i % 200 == 0 {
