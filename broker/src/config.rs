@@ -240,11 +240,12 @@ impl Config {
                 u32::MAX / 2
             ));
         }
-        if a.max_body_size < a.max_msg_size || a.max_body_size > u32::MAX as u64 / 2 {
+        // As in nsqd, the two limits are independent: --max-msg-size bounds one message (PUB,
+        // DPUB, /pub, each message of an MPUB), --max-body-size a whole MPUB or /mpub body.
+        if a.max_body_size == 0 || a.max_body_size > u32::MAX as u64 / 2 {
             return Err(format!(
-                "--max-body-size {} must be at least --max-msg-size ({}) and at most {}",
+                "--max-body-size {} must be between 1 and {}",
                 a.max_body_size,
-                a.max_msg_size,
                 u32::MAX / 2
             ));
         }
@@ -482,7 +483,9 @@ mod tests {
         assert!(parse(&["--shards", "0"]).is_err());
         assert!(parse(&["--tcp-address", "nonsense"]).is_err());
         assert!(parse(&["--auth-http-address", "127.0.0.1:1"]).is_err());
-        assert!(parse(&["--max-msg-size", "10", "--max-body-size", "5"]).is_err());
+        // Independent limits, as in nsqd: a body limit below the message limit is allowed.
+        assert!(parse(&["--max-msg-size", "10", "--max-body-size", "5"]).is_ok());
+        assert!(parse(&["--max-body-size", "0"]).is_err());
         assert!(parse(&["--node-id", "1024"])
             .unwrap_err()
             .contains("[0,1024)"));

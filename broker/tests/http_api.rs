@@ -705,6 +705,26 @@ fn http_options_redirects_and_http10_answer_as_nsqds_router_does() {
 }
 
 #[test]
+fn a_body_limit_below_the_message_limit_is_taken_as_nsqd_takes_it() {
+    // Independent limits: one message up to --max-msg-size, an MPUB body up to --max-body-size.
+    let mut broker = Broker::start(1, &["--max-msg-size=2000", "--max-body-size=1000"]);
+    let big = vec![b'x'; 1500];
+    assert_eq!(broker.post("/pub?topic=limits", &big).status, 200);
+    let r = broker.post("/mpub?topic=limits", &big);
+    assert_eq!(
+        (r.status, r.text()),
+        (413, r#"{"message":"BODY_TOO_BIG"}"#.into())
+    );
+    let mut tcp = V2::connect(broker.tcp);
+    tcp.publish("limits", &big);
+    assert_eq!(
+        broker.topic_stats("limits").expect("topic")["message_count"],
+        2
+    );
+    broker.assert_alive();
+}
+
+#[test]
 fn http_errors_for_every_endpoint() {
     let mut broker = Broker::start(
         2,

@@ -50,6 +50,9 @@ pub async fn pub_many(shard: &Rc<Shard>, req: &Request) -> Answer {
         Ok(t) => t,
         Err(a) => return a,
     };
+    if req.body.len() as u64 > config.max_body_size {
+        return error(413, "BODY_TOO_BIG");
+    }
     let binary = q.get("binary").is_some_and(|v| v != "false" && v != "0");
     let bodies = if binary {
         binary_bodies(&req.body, config.max_msg_size, config.max_body_size)

@@ -78,7 +78,8 @@ async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
 
 fn limits(shard: &Shard) -> Limits {
     Limits {
-        max_body: shard.config.max_body_size as usize,
+        // /pub takes up to --max-msg-size, /mpub up to --max-body-size (each checks its own).
+        max_body: shard.config.max_body_size.max(shard.config.max_msg_size) as usize,
         ..Limits::default()
     }
 }
