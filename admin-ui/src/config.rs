@@ -39,7 +39,7 @@ struct Flags {
     notification_http_endpoint: Option<Endpoint>,
 
     /// log level: debug, info, warn, error or fatal
-    #[arg(long, default_value = "info", value_parser = parse_log_level)]
+    #[arg(long, default_value = "info", value_parser = protocol::cli::parse_log_level)]
     log_level: tracing::Level,
 }
 
@@ -65,12 +65,7 @@ impl Config {
     where
         I: IntoIterator<Item = String>,
     {
-        let known: Vec<String> = Flags::command()
-            .get_arguments()
-            .filter_map(|a| a.get_long().map(str::to_owned))
-            .chain(["help".to_owned(), "version".to_owned()])
-            .collect();
-        let flags = Flags::try_parse_from(protocol::cli::go_style_flags(args, &known))?;
+        let flags = Flags::try_parse_from(protocol::cli::go_style_flags::<Flags, _>(args))?;
         if flags.lookupd_http_addresses.is_empty() && flags.nsqd_http_addresses.is_empty() {
             return Err(Flags::command().error(
                 clap::error::ErrorKind::MissingRequiredArgument,
@@ -87,11 +82,6 @@ impl Config {
             log_level: flags.log_level,
         })
     }
-}
-
-fn parse_log_level(s: &str) -> Result<tracing::Level, String> {
-    let name = protocol::cli::log_level_name(s)?;
-    name.parse().map_err(|_| format!("invalid log level {s:?}"))
 }
 
 /// A listen address; an empty host (`:4171`) means every interface, as in Go.

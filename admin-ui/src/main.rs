@@ -39,7 +39,7 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    if let Err(e) = exit_on_signals() {
+    if let Err(e) = protocol::cli::exit_on_signals() {
         eprintln!("admin-ui: cannot handle SIGTERM/SIGINT: {e}");
         return ExitCode::FAILURE;
     }
@@ -49,21 +49,4 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     ExitCode::SUCCESS
-}
-
-/// Ends the process with status 0 on SIGTERM or SIGINT, as the Go original ends: nothing is
-/// kept on disk, so there is nothing to finish (without this, SIGTERM's default action ends it
-/// with status 143, which service managers report as a failure).
-fn exit_on_signals() -> std::io::Result<()> {
-    use signal_hook::consts::{SIGINT, SIGTERM};
-    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])?;
-    std::thread::Builder::new()
-        .name("signals".into())
-        .spawn(move || {
-            if let Some(signal) = signals.forever().next() {
-                tracing::info!(signal, "exiting on a signal");
-                std::process::exit(0);
-            }
-        })?;
-    Ok(())
 }

@@ -198,13 +198,7 @@ impl Config {
     }
 
     pub fn parse_from<I: IntoIterator<Item = String>>(argv: I) -> Result<Config, String> {
-        use clap::CommandFactory;
-        let known: Vec<String> = Args::command()
-            .get_arguments()
-            .filter_map(|a| a.get_long().map(str::to_owned))
-            .chain(["help".to_owned(), "version".to_owned()])
-            .collect();
-        let argv = protocol::cli::go_style_flags(argv, &known);
+        let argv = protocol::cli::go_style_flags::<Args, _>(argv);
         let args = Args::try_parse_from(argv).map_err(|e| {
             if matches!(
                 e.kind(),

@@ -170,6 +170,15 @@ struct ParkedPublish {
     reply: ReplyTo,
 }
 
+/// The answer to a publish whose topic cannot be created (`reason`); one that was already
+/// answered OK early is lost, and the log says so.
+fn publish_refused(topic: &str, messages: usize, acked: bool, reason: String) -> ProtocolError {
+    if acked {
+        error!(topic, messages, "acknowledged messages lost: {reason}");
+    }
+    ProtocolError::fatal(ErrorCode::PubFailed, reason)
+}
+
 impl Shard {
     fn new(id: usize, config: Arc<Config>, peers: usize, control: usize) -> Shard {
         Shard {
@@ -532,10 +541,7 @@ impl Shard {
                 Ok(t) => t,
                 Err(reason) => {
                     for p in pending.publishes {
-                        if p.acked {
-                            error!(topic = %name, messages = p.bodies.len(), "acknowledged messages lost: {reason}");
-                        }
-                        let e = ProtocolError::fatal(ErrorCode::PubFailed, reason.clone());
+                        let e = publish_refused(&name, p.bodies.len(), p.acked, reason.clone());
                         self.reply(p.reply, Reply::Publish(Err(e)));
                     }
                     return;
@@ -603,16 +609,7 @@ impl Shard {
         }
         let t = match self.topic_or_create(topic) {
             Ok(t) => t,
-            Err(reason) => {
-                if acked {
-                    error!(
-                        topic,
-                        messages = bodies.len(),
-                        "acknowledged messages lost: {reason}"
-                    );
-                }
-                return Some(Err(ProtocolError::fatal(ErrorCode::PubFailed, reason)));
-            }
+            Err(reason) => return Some(Err(publish_refused(topic, bodies.len(), acked, reason))),
         };
         if let Some(p) = self.pending_topics.borrow_mut().get_mut(topic) {
             p.publishes.push(ParkedPublish {

@@ -1,7 +1,7 @@
 //! Command-line flags, with nsqlookupd's names, meanings and defaults.
 //!
 //! nsqlookupd is a Go program, so its users write `-tcp-address=:4160` as often as
-//! `--tcp-address :4160`; [`normalize_args`] turns a single-dash long flag that we know into its
+//! `--tcp-address :4160`; [`protocol::cli::go_style_flags`] turns a single-dash long flag that we know into its
 //! double-dash form before clap sees it. Everything is checked before the lookup binds anything:
 //! a flag we do not know, or a value we cannot read, stops start-up with a message.
 
@@ -39,7 +39,7 @@ struct Flags {
     tombstone_lifetime: Duration,
 
     /// log level: debug, info, warn, error or fatal
-    #[arg(long, default_value = "info", value_parser = parse_log_level)]
+    #[arg(long, default_value = "info", value_parser = protocol::cli::parse_log_level)]
     log_level: tracing::Level,
 }
 
@@ -64,7 +64,7 @@ impl Config {
     where
         I: IntoIterator<Item = String>,
     {
-        let flags = Flags::try_parse_from(normalize_args(args))?;
+        let flags = Flags::try_parse_from(protocol::cli::go_style_flags::<Flags, _>(args))?;
         if flags.tcp_address.port() != 0 && flags.tcp_address == flags.http_address {
             return Err(Flags::command().error(
                 clap::error::ErrorKind::ArgumentConflict,
@@ -87,20 +87,6 @@ impl Config {
     }
 }
 
-/// Rewrites Go-style `-name` / `-name=value` into `--name` / `--name=value` for the long flags
-/// we know, leaving everything else (values such as `-1s`, unknown flags) for clap to judge.
-pub fn normalize_args<I>(args: I) -> Vec<String>
-where
-    I: IntoIterator<Item = String>,
-{
-    let known: Vec<String> = Flags::command()
-        .get_arguments()
-        .filter_map(|a| a.get_long().map(str::to_owned))
-        .chain(["help".to_owned(), "version".to_owned()])
-        .collect();
-    protocol::cli::go_style_flags(args, &known)
-}
-
 /// Reads `host:port` as Go's listeners do: an empty host (`:4160`) means every interface.
 fn parse_addr(s: &str) -> Result<SocketAddr, String> {
     let full = if s.starts_with(':') {
@@ -112,11 +98,6 @@ fn parse_addr(s: &str) -> Result<SocketAddr, String> {
         .map_err(|e| format!("invalid address {s:?}: {e}"))?
         .next()
         .ok_or_else(|| format!("invalid address {s:?}: resolves to nothing"))
-}
-
-fn parse_log_level(s: &str) -> Result<tracing::Level, String> {
-    let name = protocol::cli::log_level_name(s)?;
-    name.parse().map_err(|_| format!("invalid log level {s:?}"))
 }
 
 /// The machine's host name, as Go's `os.Hostname` gives it.

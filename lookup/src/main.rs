@@ -29,7 +29,7 @@ fn main() -> ExitCode {
         }
     };
     init_logging(config.log_level);
-    if let Err(e) = exit_on_signals() {
+    if let Err(e) = protocol::cli::exit_on_signals() {
         eprintln!("lookup: cannot handle SIGTERM/SIGINT: {e}");
         return ExitCode::FAILURE;
     }
@@ -64,21 +64,4 @@ fn init_logging(level: tracing::Level) {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-}
-
-/// Ends the process with status 0 on SIGTERM or SIGINT, as the Go original ends: nothing is
-/// kept on disk, so there is nothing to finish (without this, SIGTERM's default action ends it
-/// with status 143, which service managers report as a failure).
-fn exit_on_signals() -> std::io::Result<()> {
-    use signal_hook::consts::{SIGINT, SIGTERM};
-    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])?;
-    std::thread::Builder::new()
-        .name("signals".into())
-        .spawn(move || {
-            if let Some(signal) = signals.forever().next() {
-                tracing::info!(signal, "exiting on a signal");
-                std::process::exit(0);
-            }
-        })?;
-    Ok(())
 }

@@ -1150,16 +1150,10 @@ impl Response {
             reason_phrase(self.status)
         );
         for (name, value) in &self.headers {
-            if value.bytes().any(|b| b == b'\r' || b == b'\n') {
-                // Never a header line of the client's making: a value is one line.
-                let value: String = value
-                    .chars()
-                    .filter(|c| !matches!(c, '\r' | '\n'))
-                    .collect();
-                let _ = write!(head, "{name}: {value}\r\n");
-            } else {
-                let _ = write!(head, "{name}: {value}\r\n");
-            }
+            // A value is one line: never a header line of the client's making.
+            let _ = write!(head, "{name}: ");
+            head.extend(value.chars().filter(|c| !matches!(c, '\r' | '\n')));
+            head.push_str("\r\n");
         }
         let bodiless = self.status < 200 || self.status == 204 || self.status == 304;
         if !bodiless {
@@ -1440,6 +1434,18 @@ mod tests {
         }
         many.extend(b"\r\n");
         assert_eq!(decode_one(&many), Err(HttpError::HeadersTooLarge));
+    }
+
+    #[test]
+    fn a_header_value_is_written_as_one_line() {
+        let mut out = BytesMut::new();
+        Response::empty(301)
+            .with_header("Location", "/a\r\nSet-Cookie: x\n")
+            .write_to(&mut out, true, false);
+        assert_eq!(
+            &out[..],
+            b"HTTP/1.1 301 Moved Permanently\r\nLocation: /aSet-Cookie: x\r\nContent-Length: 0\r\n\r\n"
+        );
     }
 
     #[test]

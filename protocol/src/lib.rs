@@ -29,6 +29,7 @@
 //! assert!(buf.is_empty());
 //! ```
 
+#[cfg(feature = "cli")]
 pub mod cli;
 pub mod command;
 pub mod duration;

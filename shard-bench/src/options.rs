@@ -76,10 +76,10 @@ pub struct LoadArgs {
     #[arg(long, default_value_t = 1)]
     pub pipeline: usize,
     /// How long to measure (after --warmup). Also the deadline of a --count run.
-    #[arg(long, default_value = "10s", value_parser = flag_duration)]
+    #[arg(long, default_value = "10s", value_parser = protocol::duration::parse_flag_duration)]
     pub duration: Duration,
     /// Time to run before measuring; its messages count toward --count but not the results.
-    #[arg(long, default_value = "0s", value_parser = flag_duration)]
+    #[arg(long, default_value = "0s", value_parser = protocol::duration::parse_flag_duration)]
     pub warmup: Duration,
     /// Open loop: publish this many messages per second in total on a fixed timetable, and
     /// measure latency from each message's scheduled time (no coordinated omission).
@@ -370,8 +370,4 @@ impl LoadPlan {
     pub fn hard_limit(&self) -> Duration {
         self.warmup + self.duration + Duration::from_secs(20)
     }
-}
-
-fn flag_duration(s: &str) -> std::result::Result<Duration, String> {
-    protocol::duration::parse_flag_duration(s)
 }
