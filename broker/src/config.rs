@@ -328,6 +328,14 @@ impl Config {
         })
     }
 
+    /// Whether a publish is answered only once it is on disk: after the fsync that covers it
+    /// (`--durable`), or after its write to the segment file (`--mem-queue-size 0`: as nsqd
+    /// writes every message to its file before answering, so a process crash loses nothing
+    /// acknowledged). Otherwise a publish is answered once it is in the owner's memory.
+    pub fn acks_wait_for_disk(&self) -> bool {
+        self.durable || self.mem_queue_size == 0
+    }
+
     /// The limits the command decoder enforces.
     pub fn limits(&self) -> Limits {
         Limits {

@@ -22,6 +22,7 @@
 use crate::config::Config;
 use crate::lookup_reg::Registrar;
 use crate::mailbox::{Batch, Mail, Outbox, Reply};
+use crate::startup::{with_wake_ticks, StartProgress, Step};
 use glommio::channels::channel_mesh::{Full, MeshBuilder};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
@@ -38,11 +39,14 @@ pub async fn run(
     shards: usize,
     mut signals: Signals,
     failed_shards: Arc<AtomicUsize>,
+    progress: &StartProgress,
 ) {
-    let Ok((senders, mut receivers)) = mesh.join().await else {
+    progress.set(progress.control(), Step::JoiningMesh);
+    let Ok((senders, mut receivers)) = with_wake_ticks(mesh.join()).await else {
         error!("control: could not join the mailbox mesh");
         std::process::exit(1);
     };
+    progress.set(progress.control(), Step::Serving);
     let senders = Rc::new(senders);
     // Replies to the shards' questions leave through outboxes, like a shard's.
     let outboxes: Rc<Vec<Outbox>> = Rc::new(

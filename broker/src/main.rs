@@ -20,6 +20,7 @@ mod mailbox;
 mod rlimit;
 mod send_batch;
 mod shard;
+mod startup;
 mod stats;
 mod storage;
 mod sync;
@@ -116,6 +117,8 @@ fn main() -> ExitCode {
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<bool>();
     // Shards that ended with an error: the control thread's shutdown does not wait for them.
     let failed_shards = Arc::new(AtomicUsize::new(0));
+    // Who has reached which start-up step, for the watchdog below.
+    let progress = Arc::new(startup::StartProgress::new(shards));
     let mut handles = Vec::new();
     for i in 0..shards {
         let cpu = config.cpus[i % config.cpus.len()];
@@ -124,6 +127,7 @@ fn main() -> ExitCode {
         let listeners = listeners.next();
         let ready = ready_tx.clone();
         let failed = failed_shards.clone();
+        let steps = progress.clone();
         let mut builder =
             LocalExecutorBuilder::new(Placement::Fixed(cpu)).name(&format!("shard-{i}"));
         if !config.spin_before_park.is_zero() {
@@ -132,9 +136,10 @@ fn main() -> ExitCode {
         let spawned = builder
             .io_memory(rlimit::IO_MEMORY_PER_SHARD)
             .spawn(move || async move {
-                let result = shard::run(i, cfg, mesh, shards, listeners, &ready).await;
+                let result = shard::run(i, cfg, mesh, shards, listeners, &ready, &steps).await;
                 if let Err(e) = &result {
                     error!("{e}");
+                    steps.set(i, startup::Step::Failed);
                     failed.fetch_add(1, Ordering::SeqCst);
                     let _ = ready.send(false);
                 }
@@ -150,11 +155,20 @@ fn main() -> ExitCode {
     }
     let control_config = config.clone();
     let control_failed = failed_shards.clone();
+    let control_steps = progress.clone();
     let control = LocalExecutorBuilder::new(Placement::Unbound)
         .name("control")
         .io_memory(rlimit::IO_MEMORY_PER_SHARD)
         .spawn(move || async move {
-            control::run(control_config, mesh, shards, signals, control_failed).await
+            control::run(
+                control_config,
+                mesh,
+                shards,
+                signals,
+                control_failed,
+                &control_steps,
+            )
+            .await
         });
     let control = match control {
         Ok(h) => h,
@@ -165,8 +179,9 @@ fn main() -> ExitCode {
     };
     drop(ready_tx);
     // "Listening" once every shard serves: the sockets take connections from the start, but a
-    // shard answers them only after loading its topics (and clearing a stop's leftovers).
-    let serving = (0..shards).all(|_| ready_rx.recv() == Ok(true));
+    // shard answers them only after loading its topics (and clearing a stop's leftovers). The
+    // watchdog names whoever is slow, and ends a start stuck where no work can take long.
+    let serving = progress.watch(&ready_rx, shards);
     if serving {
         info!(tcp = %config.tcp_address, shards, steering = if steered { "cpu" } else { "hash" }, "TCP: listening");
         info!(http = %config.http_address, shards, "HTTP: listening");

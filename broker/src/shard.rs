@@ -25,6 +25,7 @@ use crate::conn::{self, Conn};
 use crate::ids::now_nanos;
 use crate::lookup_reg::RegistryOp;
 use crate::mailbox::{Batch, ChannelOp, Mail, Outbox, Reply, ReplyTo};
+use crate::startup::{with_wake_ticks, StartProgress, Step};
 use crate::storage::{self, log::TopicLog};
 use crate::sync::{oneshot, Notify, Receiver, Sender};
 use crate::timer::{TimerEntry, TimerQueue};
@@ -590,8 +591,8 @@ impl Shard {
         }
     }
 
-    /// Stores published messages. In durable mode the reply waits for the fsync covering them
-    /// (`None` here means: answered later by the flusher).
+    /// Stores published messages. When answers wait for the disk the reply waits for the write
+    /// or fsync covering them (`None` here means: answered later by the flusher).
     fn publish_here(
         &self,
         topic: &str,
@@ -631,7 +632,7 @@ impl Shard {
     }
 
     /// Whether a publish for `owner` may be answered OK before the owner has stored it: not
-    /// with --durable (OK means on disk), not for this shard's own topics (answered at once
+    /// when answers wait for the disk (--durable, --mem-queue-size 0), not for this shard's own topics (answered at once
     /// anyway), and not while the owner's last answer said its storage is failing (so such
     /// publishes get their E_PUB_FAILED). The message then travels in this process's memory,
     /// in order behind this connection's earlier mail, as a message nsqd has put in its
@@ -641,7 +642,7 @@ impl Shard {
     /// publish creates the topic (and, with lookups, first learns its channels), and a client
     /// that reads /stats after its OK expects to see them, as with nsqd.
     pub fn can_ack_early(&self, owner: usize, topic: &str) -> bool {
-        !self.config.durable
+        !self.config.acks_wait_for_disk()
             && !self.stopping.get()
             && owner != self.id
             && !self
@@ -761,7 +762,7 @@ impl Shard {
             if unwritten >= WRITE_EARLY {
                 self.write_now.notify();
             }
-            if self.config.durable || unwritten > WRITE_BACKLOG_LIMIT {
+            if self.config.acks_wait_for_disk() || unwritten > WRITE_BACKLOG_LIMIT {
                 self.disk_acks.borrow_mut().push(DiskAck {
                     topic: t.clone(),
                     end,
@@ -1295,7 +1296,9 @@ impl Shard {
             // trim could cut a write of this round still in flight (acknowledged messages
             // lost at a clean stop).
             self.flusher_busy.set(true);
-            if !self.config.durable && !self.flush_queue.borrow().is_empty() {
+            // Publishers waiting for the disk get no coalescing delay: the writes of everything
+            // published while the previous round ran are one round (group commit).
+            if !self.config.acks_wait_for_disk() && !self.flush_queue.borrow().is_empty() {
                 futures_lite::future::or(
                     self.write_now.notified(),
                     glommio::timer::sleep(WRITE_COALESCE),
@@ -1343,7 +1346,7 @@ impl Shard {
                     }
                 }
             }
-            self.answer_disk_acks(failed);
+            self.answer_disk_acks();
             if !failed {
                 self.set_healthy();
             }
@@ -1393,27 +1396,30 @@ impl Shard {
             .map(|d| d.min(CHECKPOINT_EVERY))
     }
 
-    fn answer_disk_acks(&self, failed: bool) {
+    /// Answers the publishes whose records the disk now holds (written, or fsynced for
+    /// `--durable`). A publish whose records are stored but not yet on disk is never answered
+    /// with an error, even while writes fail: its records stay in the log and are written when
+    /// the disk takes them again (the flusher retries every second), so an error would make
+    /// the client's retry a duplicate. It waits for that write instead, and only publishes
+    /// that arrive while storage is failing are refused (before anything is stored). A
+    /// publish to a topic deleted meanwhile is answered OK: it was taken, and the delete
+    /// dropped it with the rest of the topic.
+    fn answer_disk_acks(&self) {
         let waiting = std::mem::take(&mut *self.disk_acks.borrow_mut());
         let mut still = Vec::new();
         for ack in waiting {
             let done = {
                 let t = ack.topic.borrow();
                 let log = t.log.borrow();
-                if ack.synced {
-                    log.synced_end >= ack.end
-                } else {
-                    log.written_end() >= ack.end
-                }
+                log.is_destroyed()
+                    || if ack.synced {
+                        log.synced_end >= ack.end
+                    } else {
+                        log.written_end() >= ack.end
+                    }
             };
             if done {
                 self.reply(ack.reply, Reply::Publish(Ok(())));
-            } else if failed {
-                let reason = self.admin.health().unwrap_or_default();
-                self.reply(
-                    ack.reply,
-                    Reply::Publish(Err(ProtocolError::fatal(ErrorCode::PubFailed, reason))),
-                );
             } else {
                 still.push(ack);
             }
@@ -1484,17 +1490,24 @@ pub async fn run(
     control: usize,
     listeners: Option<crate::listen::ShardListeners>,
     ready: &std::sync::mpsc::Sender<bool>,
+    progress: &StartProgress,
 ) -> Result<(), String> {
-    let listeners =
-        listeners.ok_or_else(|| format!("shard {id}: no listening sockets were opened for it"))?;
-    let (senders, mut receivers) = mesh
-        .join()
+    // Joins before anything can fail: a shard that left without joining would keep every
+    // other participant waiting in its join.
+    progress.set(id, Step::JoiningMesh);
+    let (senders, mut receivers) = with_wake_ticks(mesh.join())
         .await
         .map_err(|_| format!("shard {id}: could not join the mailbox mesh"))?;
+    let listeners =
+        listeners.ok_or_else(|| format!("shard {id}: no listening sockets were opened for it"))?;
     let peers = senders.nr_consumers();
     let shard = Rc::new(Shard::new(id, config.clone(), peers, control));
+    progress.set(id, Step::LoadingTopics);
     shard.load_topics()?;
+    progress.set(id, Step::ProbingDataPath);
+    crate::startup::stall_if_asked(id, Step::ProbingDataPath).await;
     storage::file::probe(&config.data_path, id).await;
+    progress.set(id, Step::StartingServers);
     // Blocks read at start-up (messages owed at the last stop) age like any others.
     let loaded: Vec<Rc<RefCell<Topic>>> = shard.topics.borrow().values().cloned().collect();
     for t in &loaded {
@@ -1548,6 +1561,7 @@ pub async fn run(
     let accept_shard = shard.clone();
     let acceptor = glommio::spawn_local(async move { accept_loop(accept_shard, listener).await });
     // Its topics are loaded and it accepts: main logs "listening" once every shard has said so.
+    progress.set(id, Step::Serving);
     let _ = ready.send(true);
 
     // Wait for shutdown, then for the connections to finish, then for the word to exit.

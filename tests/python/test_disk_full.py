@@ -85,9 +85,10 @@ class DiskFullBrokers:
         self.workdir, self.shards = workdir, shards
         self.brokers = []   # read by conftest's report hook
         self.broker = None
+        self.flags = FLAGS
 
     def start(self):
-        self.broker = Broker(self.shards, FLAGS, self.workdir)
+        self.broker = Broker(self.shards, self.flags, self.workdir)
         self.brokers.append(self.broker)
         return self.broker.start()
 
@@ -418,3 +419,73 @@ def test_disk_full_refuses_then_recovers_and_loses_no_acknowledged_message(tmpfs
     # LIVE was drained and FIN'd before the stop: none of that comes back.
     again = drain(b, LIVE, set(), timeout=1.0)
     assert not (set(again) & acked), "FIN'd messages delivered again: %s" % sorted(again)[:10]
+
+
+@pytest.mark.parametrize("flags", [("--durable",), ("--mem-queue-size=0",)],
+                         ids=["durable", "mem-queue-size-0"])
+def test_a_publish_refused_for_a_full_disk_is_never_stored(tmpfs_brokers, shards, flags):
+    """When publishes are answered only once on disk (--durable: after the fsync; --mem-queue-size
+    0: after the write), a publish whose records the log took is never answered with an error
+    while its write fails: it waits for the disk and is answered OK once the write succeeds. An
+    error (E_PUB_FAILED / E_MPUB_FAILED) therefore means "not stored": no refused message is ever
+    delivered, so a client's retry makes no duplicate."""
+    bs = tmpfs_brokers
+    bs.flags = flags + ("--max-bytes-per-file=65536",)
+    b = bs.start()
+    for ch in (LIVE, LATER):
+        with Conn(b.addr) as c:
+            c.sub(TOPIC, ch)
+    fill(os.path.join(b.data_path, "filler"), LEAVE_FREE)
+
+    acked, refused = set(), set()
+    waiting = []   # (connection, bodies) whose answer had not come when the disk was freed
+    n = 0
+    cpus = usable_cpus()
+    deadline = time.monotonic() + WAIT
+    # From every CPU in turn, MPUBs of 5 on fresh connections, until publishes are refused.
+    while len(refused) < 20:
+        assert time.monotonic() < deadline, (
+            "no refusal within %.0fs of filling the disk: /ping %r, %d acknowledged, %d waiting"
+            "\n%s" % (WAIT, ping(b), len(acked), len(waiting), b.stderr()))
+        cpu = cpus[n % len(cpus)]
+        bodies = [body("d", n + i) for i in range(5)]
+        n += 5
+        with on_cpu(cpu):
+            c = Conn(b.addr, timeout=5)
+        c.send(mpub_bytes(TOPIC, bodies))
+        try:
+            ftype, data = c.read_frame(timeout=0.5)
+        except socket.timeout:
+            waiting.append((c, bodies))   # stored, waiting for the disk
+            continue
+        if (ftype, data) == (FRAME_RESPONSE, b"OK"):
+            acked.update(key(x) for x in bodies)
+        else:
+            assert ftype == FRAME_ERROR and data.startswith(b"E_MPUB_FAILED "), (ftype, data)
+            refused.update(key(x) for x in bodies)
+        c.close()
+    assert_nok(ping(b))
+
+    # Space returns: every publish that was waiting is answered OK.
+    os.remove(os.path.join(b.data_path, "filler"))
+    wait_ping(b, healthy=True)
+    for c, bodies in waiting:
+        ftype, data = c.read_frame(timeout=WAIT)
+        assert (ftype, data) == (FRAME_RESPONSE, b"OK"), (
+            "a publish stored before the failure must be answered OK once written: %r %r"
+            % (ftype, data))
+        acked.update(key(x) for x in bodies)
+        c.close()
+
+    seen = drain(b, LIVE, acked)
+    delivered_refused = set(seen) & refused
+    print("%s: acknowledged %d (%d after waiting for the disk), refused %d"
+          % (flags[0], len(acked), 5 * len(waiting), len(refused)))
+    assert not delivered_refused, (
+        "%d messages answered E_MPUB_FAILED were stored and delivered, e.g. %s"
+        % (len(delivered_refused), sorted(delivered_refused)[:5]))
+    assert set(seen) <= acked
+    bs.stop()
+    b = bs.start()
+    later = drain(b, LATER, acked)
+    assert not (set(later) & refused), "refused messages were delivered after a restart"

@@ -8,12 +8,13 @@ import shutil
 import signal
 import socket
 import tempfile
+import threading
 import time
 
 import pytest
 
 from conftest import Broker
-from nsqwire import Conn, FRAME_MESSAGE, Message, mpub_bytes
+from nsqwire import Conn, FRAME_MESSAGE, FRAME_RESPONSE, Message, mpub_bytes
 
 TOPIC = "stored"
 CHANNELS = ("a", "b", "c")
@@ -282,37 +283,120 @@ def test_damage_while_running_loses_only_the_damaged_message(restartable):
     assert logged(r.broker, "corrupt record while reading; skipped"), r.broker.stderr()[-2000:]
 
 
-def test_sigkill_under_durable_publishing_loses_no_acknowledged_message(restartable):
-    """20 SIGKILLs while a producer publishes with --durable; every OK'd message comes back."""
-    import socket
-    r = restartable("--durable", "--mem-queue-size=100")
+class CrashPublisher(threading.Thread):
+    """Publishes MPUBs of 20 as fast as the broker answers, PIPELINE deep on one connection, until
+    the connection breaks (the broker was killed) or `stop` is set. A body is counted as
+    acknowledged only once its OK was read."""
+
+    PIPELINE = 8
+    BATCH = 20
+
+    def __init__(self, addr, tag, stop):
+        super().__init__(daemon=True)
+        self.addr, self.tag, self.stop = addr, tag, stop
+        self.acked = []
+        self.error = None
+
+    def run(self):
+        n = 0
+        sent = []   # batches sent, oldest first, answers not read yet
+        try:
+            with Conn(self.addr, timeout=5) as p:
+                while not self.stop.is_set():
+                    while len(sent) < self.PIPELINE:
+                        batch = ["%s-%d" % (self.tag, n + i) for i in range(self.BATCH)]
+                        n += self.BATCH
+                        p.send(mpub_bytes(TOPIC, batch))
+                        sent.append(batch)
+                    ftype, data = p.read_frame(timeout=5)
+                    if (ftype, data) != (FRAME_RESPONSE, b"OK"):
+                        self.error = "MPUB answered %r %r" % (ftype, data)
+                        return
+                    self.acked.extend(sent.pop(0))
+        except (ConnectionError, socket.timeout, OSError):
+            pass   # the broker was killed
+
+
+def drain_until_quiet(addr, channel, expect, quiet=5.0, timeout=240.0):
+    """Consumes (FINing each) until every body of `expect` was seen, or nothing arrived for
+    `quiet` seconds; returns (bodies seen, deliveries)."""
+    seen, deliveries = set(), 0
+    deadline = time.monotonic() + timeout
+    with Conn(addr) as c:
+        c.sub(TOPIC, channel, rdy=2500)
+        while not expect <= seen and time.monotonic() < deadline:
+            try:
+                ftype, data = c.read_frame(timeout=quiet)
+            except socket.timeout:
+                break
+            if ftype != FRAME_MESSAGE:
+                continue
+            m = Message.parse(data)
+            deliveries += 1
+            seen.add(m.body.decode())
+            c.fin(m.id)
+    return seen, deliveries
+
+
+def crash_under_publishing(r, rounds=20, seconds=(0.3, 0.6)):
+    """`rounds` times: publishers on every CPU (so publishes reach the topic's owner from every
+    shard), SIGKILL after a random moment of full-speed publishing, restart. Returns the bodies
+    acknowledged."""
+    import random
+    rng = random.Random(1)
+    cpus = sorted(os.sched_getaffinity(0))
+    acked = set()
+    for round_ in range(rounds):
+        stop = threading.Event()
+        pubs = []
+        for i, cpu in enumerate(cpus * 2):
+            before = os.sched_getaffinity(0)
+            os.sched_setaffinity(0, {cpu})   # steers the connection to that CPU's shard
+            try:
+                pub = CrashPublisher(r.addr, "r%d-p%d" % (round_, i), stop)
+                pub.start()
+                pubs.append(pub)
+            finally:
+                os.sched_setaffinity(0, before)
+        time.sleep(rng.uniform(*seconds))
+        r.kill()
+        stop.set()
+        for pub in pubs:
+            pub.join(10)
+            assert pub.error is None, pub.error
+            acked.update(pub.acked)
+        r.start()
+    return acked
+
+
+def assert_crashes_lose_nothing(r, what):
     r.start()
     create_channels(r.addr)
-    acked = set()
-    n = 0
-    for round_ in range(20):
-        try:
-            with Conn(r.addr, timeout=5) as p:
-                deadline = time.monotonic() + 0.3
-                while time.monotonic() < deadline:
-                    batch = ["k-%d" % (n + i) for i in range(20)]
-                    p.mpub(TOPIC, batch)
-                    acked.update(batch)
-                    n += 20
-                # A publish in flight when the broker dies: sent, never acknowledged.
-                p.send(mpub_bytes(TOPIC, ["unacked-%d" % round_]))
-                r.kill()
-        except (ConnectionError, socket.timeout, OSError):
-            if r.broker.alive():
-                r.kill()
-        r.start()
-    seen, attempts = drain(r.addr, "a", acked, timeout=120)
+    acked = crash_under_publishing(r)
+    seen, deliveries = drain_until_quiet(r.addr, "a", acked)
     lost = acked - seen
-    # Drain stops once every acknowledged body was seen; extra deliveries are duplicates.
-    dupes = drain.deliveries - len(seen)
-    print("durable crash test: acked=%d lost=%d duplicates=%d unacked-but-delivered=%d"
-          % (len(acked), len(lost), dupes, len(seen - acked)))
+    # Draining stops once every acknowledged body was seen; extra deliveries are duplicates.
+    dupes = deliveries - len(seen)
+    print("%s crash test: 20 SIGKILLs, acked=%d lost=%d duplicates=%d unacked-but-delivered=%d"
+          % (what, len(acked), len(lost), dupes, len(seen - acked)))
+    assert len(acked) > 10000, "too little load to mean anything: %d acknowledged" % len(acked)
     assert not lost, "lost %d acknowledged messages, e.g. %s" % (len(lost), sorted(lost)[:5])
+
+
+@pytest.mark.timeout(400)
+def test_sigkill_under_durable_publishing_loses_no_acknowledged_message(restartable):
+    """20 SIGKILLs under full-speed pipelined publishing with --durable: every OK'd message
+    comes back (an OK is sent after the fsync that covers it)."""
+    assert_crashes_lose_nothing(restartable("--durable", "--mem-queue-size=100"), "durable")
+
+
+@pytest.mark.timeout(400)
+def test_sigkill_with_mem_queue_size_0_loses_no_acknowledged_message(restartable):
+    """20 SIGKILLs under full-speed pipelined publishing with --mem-queue-size 0 (not durable):
+    every OK'd message comes back, as with nsqd, which writes each message to its file before
+    answering (an OK is sent after the write to the segment file; a process crash leaves what
+    was written in the page cache or on the device)."""
+    assert_crashes_lose_nothing(restartable("--mem-queue-size=0"), "mem-queue-size 0")
 
 
 def test_messages_larger_than_a_read_block_come_back_from_disk(restartable):
@@ -867,3 +951,36 @@ def test_a_broker_starting_on_an_address_another_is_starting_on_is_refused(workd
             c.pub(TOPIC, b"x")
     finally:
         assert b.stop() == 0
+
+
+@pytest.mark.timeout(60)
+def test_a_start_that_stalls_is_named_by_the_watchdog_and_bounded(workdir, shards):
+    """A shard that never finishes a start-up step (forced with the BROKER_TEST_STALL_START test
+    hook) is named in the log, with its step, after 10 s; a step whose work does not grow with
+    the data (here: probing the data path) that stays stuck past the step limit ends the process
+    with status 1, so a supervisor starts it again instead of leaving a deaf broker up."""
+    import subprocess
+    from conftest import broker_bin
+    stalled = shards - 1
+    data = os.path.join(workdir, "data")
+    os.makedirs(data)
+    env = dict(os.environ, BROKER_TEST_STALL_START="%d:ProbingDataPath" % stalled,
+               BROKER_TEST_STEP_LIMIT_SECS="15")
+    err_path = os.path.join(workdir, "stderr")
+    with open(err_path, "wb") as err:
+        proc = subprocess.Popen([broker_bin(), "--tcp-address=127.0.0.1:0",
+                                 "--http-address=127.0.0.1:0", "--data-path=%s" % data,
+                                 "--shards=%d" % shards], stdout=subprocess.DEVNULL, stderr=err,
+                                stdin=subprocess.DEVNULL, env=env)
+        try:
+            code = proc.wait(timeout=45)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    log = open(err_path, encoding="utf-8", errors="replace").read()
+    assert ("start-up: shard %d has not finished probing the data path for direct I/O after 1"
+            % stalled) in log, log
+    assert "is stuck probing the data path" in log, log
+    assert "TCP: listening" not in log, log
+    assert code == 1, "exit status %s\n%s" % (code, log)

@@ -305,6 +305,11 @@ impl TopicLog {
         self.dir.is_some()
     }
 
+    /// The topic was deleted: nothing of it will be written any more.
+    pub fn is_destroyed(&self) -> bool {
+        self.destroyed
+    }
+
     pub fn head(&self) -> u64 {
         self.head
     }
