@@ -46,6 +46,11 @@ pub struct Topic {
     pub meta_dirty: bool,
     /// The metadata last written, so unchanged topics are not rewritten.
     pub last_meta: Option<TopicMeta>,
+    /// Counts structural changes (`Shard::note_meta_change`); `meta_saved_gen` is the count
+    /// the written metadata covers. An action answered once durable waits for the second to
+    /// reach the first as it was.
+    pub meta_gen: u64,
+    pub meta_saved_gen: u64,
     /// Listed for the next checkpoint (published to, or a channel moved, since the last).
     pub checkpoint_queued: bool,
     /// Makes the IDs of the messages published here: one counter per topic, so the IDs a
@@ -75,6 +80,8 @@ impl Topic {
             blocks_listed: false,
             meta_dirty: false,
             last_meta: None,
+            meta_gen: 0,
+            meta_saved_gen: 0,
             checkpoint_queued: false,
             ids,
         }

@@ -847,8 +847,10 @@ impl TopicLog {
     }
 
     /// Drops everything (topic deleted). The directory is renamed at once (a topic of the same
-    /// name may be created right after) and goes to the trash with its files.
-    pub fn destroy(&mut self) {
+    /// name may be created right after) and goes to the trash with its files; the rename is
+    /// durable once the data path is fsynced. Fails (the reason) when the directory cannot be
+    /// renamed: it would come back at the next start.
+    pub fn destroy(&mut self) -> Result<(), String> {
         self.pending.clear();
         self.planned_end = self.head;
         self.unplanned_bytes = 0;
@@ -856,14 +858,27 @@ impl TopicLog {
         self.segments.clear();
         self.blocks.borrow_mut().clear();
         self.destroyed = true;
-        if let Some(dir) = &self.dir {
-            let doomed = super::trash_name(dir);
-            match std::fs::rename(dir, &doomed) {
-                Ok(()) => self.trash.push(doomed),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => warn!(topic = %self.name, "cannot remove {}: {e}", dir.display()),
+        let Some(dir) = &self.dir else {
+            return Ok(());
+        };
+        let doomed = super::trash_name(dir);
+        match std::fs::rename(dir, &doomed) {
+            Ok(()) => {
+                self.trash.push(doomed);
+                Ok(())
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => {
+                let reason = format!("cannot remove {}: {e}", dir.display());
+                warn!(topic = %self.name, "{reason}");
+                Err(reason)
             }
         }
+    }
+
+    /// The topic was deleted ([`TopicLog::destroy`]).
+    pub fn is_destroyed(&self) -> bool {
+        self.destroyed
     }
 
     /// What [`TopicLog::release_below`] and [`TopicLog::destroy`] left to delete.
@@ -1029,6 +1044,11 @@ async fn flush_pending(log: &RefCell<TopicLog>) -> Result<(), String> {
                 return Err(restore(log, chunks, e));
             }
         };
+        if log.borrow().destroyed {
+            // Deleted while its file was being opened (by path: the open may have reached a
+            // directory of the same name made since). Nothing of it may be written.
+            return Ok(());
+        }
         let len = chunk.bytes.len();
         let mut written = 0usize;
         while written < len {
