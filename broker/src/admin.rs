@@ -549,12 +549,14 @@ fn topic_stats(t: &Topic, q: &StatsQuery, held: &mut u64) -> Option<TopicStats> 
         stats::latency_of(all.iter().map(|c| c.e2e_samples()))
     };
     drop(all);
+    let now_ns = crate::ids::now_nanos();
     let channels = channels
         .iter()
         .map(|c| {
             let c = c.borrow();
-            *held += (c.depth() + c.in_flight_count() + c.deferred_count()) as u64;
-            channel_stats(&c, &t.log.borrow(), q.include_clients)
+            let figures = c.figures(&t.log.borrow(), now_ns);
+            *held += figures.depth + figures.in_flight + figures.deferred;
+            channel_stats(&c, figures, q.include_clients)
         })
         .collect();
     Some(TopicStats {
@@ -571,7 +573,7 @@ fn topic_stats(t: &Topic, q: &StatsQuery, held: &mut u64) -> Option<TopicStats> 
 
 fn channel_stats(
     c: &crate::channel::Channel,
-    log: &crate::storage::log::TopicLog,
+    figures: crate::channel::Figures,
     include_clients: bool,
 ) -> ChannelStats {
     let clients = include_clients.then(|| {
@@ -595,10 +597,10 @@ fn channel_stats(
     });
     ChannelStats {
         channel_name: c.name.to_string(),
-        depth: c.depth() as i64,
-        backend_depth: c.backend_depth(log) as i64,
-        in_flight_count: c.in_flight_count() as i64,
-        deferred_count: c.deferred_count() as i64,
+        depth: figures.depth as i64,
+        backend_depth: figures.backend_depth as i64,
+        in_flight_count: figures.in_flight as i64,
+        deferred_count: figures.deferred as i64,
         message_count: c.message_count,
         requeue_count: c.requeue_count,
         timeout_count: c.timeout_count,
