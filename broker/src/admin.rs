@@ -9,17 +9,25 @@
 //! Deleting a topic or a channel closes its consumers' connections wherever they are: the
 //! owner sends `Mail::CloseConn` to each consumer's shard (handled on the spot for its own).
 //! The closed connection then sends its usual `Leave`, which finds no channel and is ignored.
+//!
+//! A delete is answered once it is durable, so a crash right after the answer cannot bring the
+//! topic or channel back: a topic's directory is renamed into the trash at once, and the
+//! answer waits for the shard's flusher to fsync the data path (which makes the rename
+//! durable); a channel's answer waits for the flusher's checkpoint to write the topic's
+//! `meta.json` without it. The flusher is the one writer of metadata while the shard runs, so
+//! these answers never race a checkpoint; each topic counts its structural changes
+//! (`Topic::meta_gen`) and the generation its written metadata covers (`meta_saved_gen`).
 
 use crate::channel::ConsumerKey;
 use crate::lookup_reg::RegistryOp;
-use crate::mailbox::Mail;
+use crate::mailbox::{Mail, Reply, ReplyTo};
 use crate::shard::Shard;
 use crate::stats::{self, ChannelStats, ClientStats, PubCount, TopicStats};
 use crate::topic::{ChannelRef, Topic};
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::time::Instant;
-use tracing::info;
+use tracing::{info, warn};
 
 /// What to do to a topic or a channel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -123,6 +131,26 @@ pub struct AdminState {
     pub(crate) http_requests: Cell<u64>,
     pub(crate) http_handovers: Cell<u64>,
     pub(crate) records: RecordCounts,
+    /// Topic deletions answered once the data path is fsynced.
+    data_path_waiters: RefCell<Vec<ReplyTo>>,
+    /// Channel deletions answered once their topic's metadata is written.
+    meta_waiters: RefCell<Vec<MetaWaiter>>,
+}
+
+/// An action answered once `topic`'s metadata of generation `gen` or later is written.
+struct MetaWaiter {
+    topic: Rc<RefCell<Topic>>,
+    gen: u64,
+    reply: ReplyTo,
+}
+
+impl std::fmt::Debug for MetaWaiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MetaWaiter")
+            .field("gen", &self.gen)
+            .field("reply", &self.reply)
+            .finish()
+    }
 }
 
 /// Records of the shard's topics that the flusher wrote to segment files, and those it left
@@ -158,21 +186,100 @@ pub fn set_log_level_setter(f: LogLevelSetter) {
 }
 
 impl Shard {
-    pub(crate) fn handle_admin(&self, op: AdminOp) -> AdminResult {
+    /// Carries out `op`; `None` when the answer to `reply` comes later (once durable).
+    pub(crate) fn handle_admin(&self, op: AdminOp, reply: ReplyTo) -> Option<AdminResult> {
         match op {
-            AdminOp::Topic { topic, action } => self.topic_action(&topic, action),
+            AdminOp::Topic { topic, action } => self.topic_action(&topic, action, reply),
             AdminOp::Channel {
                 topic,
                 channel,
                 action,
-            } => self.channel_action(&topic, &channel, action),
-            AdminOp::Stats(q) => AdminResult::Stats(Box::new(self.shard_stats(&q))),
-            AdminOp::Health => AdminResult::Health(self.admin.health()),
+            } => self.channel_action(&topic, &channel, action, reply),
+            AdminOp::Stats(q) => Some(AdminResult::Stats(Box::new(self.shard_stats(&q)))),
+            AdminOp::Health => Some(AdminResult::Health(self.admin.health())),
             AdminOp::SetOption(change) => {
                 self.set_option(change);
-                AdminResult::Done
+                Some(AdminResult::Done)
             }
         }
+    }
+
+    /// Whether any action waits for metadata to be written.
+    pub(crate) fn waits_for_meta(&self) -> bool {
+        !self.admin.meta_waiters.borrow().is_empty()
+    }
+
+    /// Answers the actions waiting for metadata that is now written, or that could not be
+    /// (`failed`: the topics and why; retried by a later checkpoint, but the answer says so).
+    pub(crate) fn answer_meta_waiters(&self, failed: &[(Rc<RefCell<Topic>>, String)]) {
+        let waiting = std::mem::take(&mut *self.admin.meta_waiters.borrow_mut());
+        let mut still = Vec::new();
+        for w in waiting {
+            let saved = {
+                let t = w.topic.borrow();
+                // A topic deleted since: its own deletion is what is made durable.
+                t.meta_saved_gen >= w.gen || t.log.borrow().is_destroyed()
+            };
+            let failure = failed.iter().find(|(t, _)| Rc::ptr_eq(t, &w.topic));
+            let answer = match (saved, failure) {
+                (true, _) => AdminResult::Done,
+                (false, Some((_, reason))) => {
+                    AdminResult::Failed(format!("cannot write metadata: {reason}"))
+                }
+                (false, None) => {
+                    still.push(w);
+                    continue;
+                }
+            };
+            self.reply(w.reply, Reply::Admin(answer));
+        }
+        self.admin.meta_waiters.borrow_mut().extend(still);
+    }
+
+    /// fsyncs the data path for the topic deletions waiting for it (their directories'
+    /// renames), off the shard's thread, and answers them.
+    pub(crate) async fn sync_data_path_for_deletions(&self) {
+        let waiting = std::mem::take(&mut *self.admin.data_path_waiters.borrow_mut());
+        if waiting.is_empty() {
+            return;
+        }
+        let path = self.config.data_path.clone();
+        let synced = glommio::executor()
+            .spawn_blocking(move || std::fs::File::open(&path).and_then(|d| d.sync_all()))
+            .await;
+        if let Err(e) = &synced {
+            warn!(
+                shard = self.id,
+                "cannot fsync the data path after deleting a topic: {e}"
+            );
+        }
+        for reply in waiting {
+            let answer = match &synced {
+                Ok(()) => AdminResult::Done,
+                Err(e) => AdminResult::Failed(format!("cannot fsync the data path: {e}")),
+            };
+            self.reply(reply, Reply::Admin(answer));
+        }
+    }
+
+    /// Answer `reply` once `t`'s metadata as it is now is written (at once for a topic
+    /// without files).
+    fn answer_when_meta_saved(
+        &self,
+        t: &Rc<RefCell<Topic>>,
+        reply: ReplyTo,
+    ) -> Option<AdminResult> {
+        if !t.borrow().log.borrow().is_persistent() {
+            return Some(AdminResult::Done);
+        }
+        let gen = t.borrow().meta_gen;
+        self.admin.meta_waiters.borrow_mut().push(MetaWaiter {
+            topic: t.clone(),
+            gen,
+            reply,
+        });
+        self.wake_flusher.notify();
+        None
     }
 
     /// The `nsqlookupd_tcp_addresses` in force (the flag, or the last `PUT /config`).
@@ -217,15 +324,15 @@ impl Shard {
         }
     }
 
-    fn topic_action(&self, name: &str, action: Action) -> AdminResult {
+    fn topic_action(&self, name: &str, action: Action, reply: ReplyTo) -> Option<AdminResult> {
         if action == Action::Create {
-            return match self.topic_or_create(name) {
+            return Some(match self.topic_or_create(name) {
                 Ok(_) => AdminResult::Done,
                 Err(reason) => AdminResult::Failed(reason),
-            };
+            });
         }
         let Some(t) = self.topics.borrow().get(name).cloned() else {
-            return AdminResult::TopicNotFound;
+            return Some(AdminResult::TopicNotFound);
         };
         match action {
             Action::Create => {}
@@ -235,17 +342,25 @@ impl Shard {
                 for ch in &channels {
                     self.close_consumers(ch);
                 }
-                // Its segments and metadata go with it.
-                let trash = {
+                // Its segments and metadata go with it: the directory is renamed into the
+                // trash now; nothing writes to it by its name afterwards.
+                let (destroyed, trash, persistent) = {
                     let tb = t.borrow();
                     let mut log = tb.log.borrow_mut();
-                    log.destroy();
-                    log.take_trash()
+                    (log.destroy(), log.take_trash(), log.is_persistent())
                 };
                 crate::storage::delete_in_background(trash);
                 info!(topic = name, shard = self.id, "topic deleted");
                 // The control thread unregisters its channels, then the topic.
                 self.report(RegistryOp::Unregister, name, None);
+                if let Err(reason) = destroyed {
+                    return Some(AdminResult::Failed(reason));
+                }
+                if persistent {
+                    self.admin.data_path_waiters.borrow_mut().push(reply);
+                    self.wake_flusher.notify();
+                    return None;
+                }
             }
             Action::Empty => {
                 t.borrow_mut().empty();
@@ -269,12 +384,18 @@ impl Shard {
                 info!(topic = name, "topic unpaused");
             }
         }
-        AdminResult::Done
+        Some(AdminResult::Done)
     }
 
-    fn channel_action(&self, topic: &str, name: &str, action: Action) -> AdminResult {
+    fn channel_action(
+        &self,
+        topic: &str,
+        name: &str,
+        action: Action,
+        reply: ReplyTo,
+    ) -> Option<AdminResult> {
         let Some(t) = self.topics.borrow().get(topic).cloned() else {
-            return AdminResult::TopicNotFound;
+            return Some(AdminResult::TopicNotFound);
         };
         if action == Action::Create {
             let (_, created) = t.borrow_mut().channel_or_create(name);
@@ -288,10 +409,10 @@ impl Shard {
                     self.dispatch(ch);
                 }
             }
-            return AdminResult::Done;
+            return Some(AdminResult::Done);
         }
         let Some(ch) = t.borrow().channel(name) else {
-            return AdminResult::ChannelNotFound;
+            return Some(AdminResult::ChannelNotFound);
         };
         match action {
             Action::Create => {}
@@ -300,6 +421,10 @@ impl Shard {
                 self.close_consumers(&ch);
                 info!(topic, channel = name, "channel deleted");
                 self.report(RegistryOp::Unregister, topic, Some(name));
+                // Answered once meta.json no longer lists it; the checkpoint that writes it
+                // also frees the segments only this channel still held.
+                self.note_meta_change(&t);
+                return self.answer_when_meta_saved(&t, reply);
             }
             Action::Empty => ch.borrow_mut().empty(),
             Action::Pause => {
@@ -312,9 +437,9 @@ impl Shard {
                 info!(topic, channel = name, "channel unpaused");
             }
         }
-        // Deleting or emptying lets the next checkpoint free the segments no channel needs.
+        // Emptying lets the next checkpoint free the segments no channel needs.
         self.note_meta_change(&t);
-        AdminResult::Done
+        Some(AdminResult::Done)
     }
 
     /// Closes the connection of every consumer of `ch`, on whichever shard it is.
@@ -424,12 +549,14 @@ fn topic_stats(t: &Topic, q: &StatsQuery, held: &mut u64) -> Option<TopicStats> 
         stats::latency_of(all.iter().map(|c| c.e2e_samples()))
     };
     drop(all);
+    let now_ns = crate::ids::now_nanos();
     let channels = channels
         .iter()
         .map(|c| {
             let c = c.borrow();
-            *held += (c.depth() + c.in_flight_count() + c.deferred_count()) as u64;
-            channel_stats(&c, &t.log.borrow(), q.include_clients)
+            let figures = c.figures(&t.log.borrow(), now_ns);
+            *held += figures.depth + figures.in_flight + figures.deferred;
+            channel_stats(&c, figures, q.include_clients)
         })
         .collect();
     Some(TopicStats {
@@ -446,7 +573,7 @@ fn topic_stats(t: &Topic, q: &StatsQuery, held: &mut u64) -> Option<TopicStats> 
 
 fn channel_stats(
     c: &crate::channel::Channel,
-    log: &crate::storage::log::TopicLog,
+    figures: crate::channel::Figures,
     include_clients: bool,
 ) -> ChannelStats {
     let clients = include_clients.then(|| {
@@ -470,10 +597,10 @@ fn channel_stats(
     });
     ChannelStats {
         channel_name: c.name.to_string(),
-        depth: c.depth() as i64,
-        backend_depth: c.backend_depth(log) as i64,
-        in_flight_count: c.in_flight_count() as i64,
-        deferred_count: c.deferred_count() as i64,
+        depth: figures.depth as i64,
+        backend_depth: figures.backend_depth as i64,
+        in_flight_count: figures.in_flight as i64,
+        deferred_count: figures.deferred as i64,
         message_count: c.message_count,
         requeue_count: c.requeue_count,
         timeout_count: c.timeout_count,

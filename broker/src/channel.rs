@@ -179,6 +179,15 @@ struct Requeued {
     msg: Stored,
 }
 
+/// A channel's counts for /stats ([`Channel::figures`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Figures {
+    pub depth: u64,
+    pub backend_depth: u64,
+    pub in_flight: u64,
+    pub deferred: u64,
+}
+
 pub struct Channel {
     pub topic: Arc<str>,
     pub name: Arc<str>,
@@ -662,9 +671,49 @@ impl Channel {
         self.deferred_order.clear();
     }
 
-    /// Messages waiting for a consumer: the log's not yet taken plus the requeued.
-    pub fn depth(&self) -> usize {
+    /// Messages not taken yet: the log's from the cursor (deferred records among them
+    /// included) plus the requeued.
+    pub fn waiting(&self) -> usize {
         self.waiting_in_log() as usize + self.requeued.len()
+    }
+
+    /// The channel's figures for /stats, as nsqd defines them, at wall-clock `now_ns`.
+    ///
+    /// - `depth`: messages ready for a consumer (nsqd: its memory queue plus its backend):
+    ///   the log's not yet taken and the requeued, less the log's deferred records (DPUB)
+    ///   whose time has not come; never the in-flight or deferred ones.
+    /// - `backend_depth`: the part of `depth` beyond the `--mem-queue-size` messages the
+    ///   channel holds in memory (nsqd's disk queue; what a channel reads from the segment
+    ///   files), all of it with `--mem-queue-size 0`; 0 for `#ephemeral` channels, which have
+    ///   no backend and drop what exceeds their memory.
+    /// - `deferred`: DPUB records of the log not taken yet and not due, plus what the channel
+    ///   holds deferred (taken DPUBs, REQ with a delay).
+    pub fn figures(&self, log: &TopicLog, now_ns: i64) -> Figures {
+        let deferred_in_log = self.deferred_in_log(log, now_ns);
+        let depth = self.waiting() as u64 - deferred_in_log;
+        let backend_depth = if self.ephemeral {
+            0
+        } else {
+            depth.saturating_sub(self.mem_queue_size)
+        };
+        Figures {
+            depth,
+            backend_depth,
+            in_flight: self.in_flight.len() as u64,
+            deferred: self.deferred.len() as u64 + deferred_in_log,
+        }
+    }
+
+    /// The log's records this channel has yet to take that wait for their deferral.
+    fn deferred_in_log(&self, log: &TopicLog, now_ns: i64) -> u64 {
+        let all = log.deferred_between(self.cursor, self.visible_end, now_ns);
+        let skipped = match self.skip {
+            Some((from, to)) => {
+                log.deferred_between(from.max(self.cursor), to.min(self.visible_end), now_ns)
+            }
+            None => 0,
+        };
+        all - skipped.min(all)
     }
 
     /// Messages of the log this channel has yet to take (less a skipped stretch).
@@ -677,19 +726,6 @@ impl Channel {
             None => 0,
         };
         waiting - skipped.min(waiting)
-    }
-
-    /// The part of [`Channel::depth`] that is only on disk.
-    pub fn backend_depth(&self, log: &TopicLog) -> usize {
-        log.on_disk_from(self.cursor).min(self.waiting_in_log()) as usize
-    }
-
-    pub fn in_flight_count(&self) -> usize {
-        self.in_flight.len()
-    }
-
-    pub fn deferred_count(&self) -> usize {
-        self.deferred.len()
     }
 
     /// The lowest seq this channel may still need.
@@ -851,7 +887,7 @@ mod tests {
         assert_eq!(out[0].to.conn, 1);
         assert_eq!(out[1].to.conn, 2);
         assert!(out.iter().all(|d| d.msg.attempts == 1));
-        assert_eq!(c.depth(), 5);
+        assert_eq!(c.waiting(), 5);
         // FIN frees one slot: exactly one more delivery.
         c.finish(spec(1).key, out[0].msg.id).unwrap();
         let mut more = Deliveries::default();
@@ -1007,7 +1043,7 @@ mod tests {
         c.dispatch(&log, now, MAX, &timers, &mut again);
         assert_eq!(again.len(), 1);
         assert_eq!(again[0].msg.attempts, 2);
-        assert_eq!(c.in_flight_count(), 1);
+        assert_eq!(c.figures(&log, 0).in_flight, 1);
     }
 
     #[test]
@@ -1029,7 +1065,7 @@ mod tests {
         let touched = later + Duration::from_secs(60);
         assert!(c.on_timer(TimerKind::InFlight, touched, touched, &timers));
         assert_eq!(c.timeout_count, 1);
-        assert_eq!(c.depth(), 1);
+        assert_eq!(c.waiting(), 1);
     }
 
     #[test]
@@ -1055,6 +1091,46 @@ mod tests {
         assert!(c.on_timer(TimerKind::InFlight, now + max, now + max, &timers));
     }
 
+    /// nsqd's figures: deferred records count as deferred from their publication, not as
+    /// depth, until their time comes; backend_depth is what exceeds the memory queue.
+    #[test]
+    fn figures_count_deferred_records_not_yet_taken_as_deferred() {
+        let now_ns = crate::ids::now_nanos();
+        let due = now_ns + 5_000_000_000;
+        let (log, ch) = setup("c", 3, due);
+        let c = ch.borrow();
+        let expect = Figures {
+            depth: 0,
+            backend_depth: 0,
+            in_flight: 0,
+            deferred: 3,
+        };
+        assert_eq!(c.figures(&log, now_ns), expect);
+        let later = c.figures(&log, due);
+        assert_eq!(
+            (later.depth, later.deferred),
+            (3, 0),
+            "due: ready for delivery"
+        );
+    }
+
+    #[test]
+    fn backend_depth_is_what_exceeds_the_memory_queue() {
+        let mut log = TopicLog::in_memory("t", 1000);
+        let end = log.append((0..100).map(msg).collect(), 0);
+        for (mem, backend) in [(0, 100), (10, 90), (100, 0), (1000, 0)] {
+            let ch = Channel::new(Arc::from("t"), "c", mem, 0, end);
+            let f = ch.borrow().figures(&log, 0);
+            assert_eq!(
+                (f.depth, f.backend_depth),
+                (100, backend),
+                "mem-queue-size {mem}"
+            );
+        }
+        let ephemeral = Channel::new(Arc::from("t"), "c#ephemeral", 10, 0, end);
+        assert_eq!(ephemeral.borrow().figures(&log, 0).backend_depth, 0);
+    }
+
     #[test]
     fn deferred_message_waits_for_its_timer() {
         let timers = TimerQueue::default();
@@ -1067,7 +1143,7 @@ mod tests {
         let mut out = Deliveries::default();
         c.dispatch(&log, now, MAX, &timers, &mut out);
         assert!(out.is_empty());
-        assert_eq!(c.deferred_count(), 1);
+        assert_eq!(c.figures(&log, crate::ids::now_nanos()).deferred, 1);
         assert_eq!(timers.len(), 1);
         let id = MessageId::from_u64(0);
         assert!(!c.on_timer(TimerKind::Deferred, now, now, &timers));

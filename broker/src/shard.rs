@@ -405,8 +405,9 @@ impl Shard {
                 }
             }
             Mail::Admin { op, reply } => {
-                let result = self.handle_admin(op);
-                self.reply(reply, Reply::Admin(result));
+                if let Some(result) = self.handle_admin(op, reply) {
+                    self.reply(reply, Reply::Admin(result));
+                }
             }
             Mail::CloseConn { conn } => self.close_conn_here(conn),
             Mail::HttpConn { fd } => crate::http::server::adopt(self, fd),
@@ -780,7 +781,11 @@ impl Shard {
         if !t.borrow().log.borrow().is_persistent() {
             return;
         }
-        t.borrow_mut().meta_dirty = true;
+        {
+            let mut tb = t.borrow_mut();
+            tb.meta_dirty = true;
+            tb.meta_gen += 1;
+        }
         self.queue_flush(t);
     }
 
@@ -1229,6 +1234,7 @@ impl Shard {
         let topics: Vec<Rc<RefCell<Topic>>> = self.topics.borrow().values().cloned().collect();
         let mut owed = 0usize;
         let mut lost = 0usize;
+        let mut failed_meta = Vec::new();
         let give_up_at = Instant::now() + FINAL_WRITE_PATIENCE;
         for t in topics {
             let log = t.borrow().log.clone();
@@ -1258,15 +1264,27 @@ impl Shard {
             if let Err(e) = storage::log::sync(&log).await {
                 error!(topic = %t.borrow().name, "final fsync failed: {e}");
             }
-            let meta = t.borrow().to_meta(true, Instant::now());
+            let (meta, gen) = {
+                let tb = t.borrow();
+                (tb.to_meta(true, Instant::now()), tb.meta_gen)
+            };
             owed += meta.channels.iter().map(|c| c.pending.len()).sum::<usize>();
             let dir = log.borrow().dir().map(|d| d.to_path_buf());
             if let Some(dir) = dir {
-                if let Err(e) = storage::meta::write(&dir, &meta) {
-                    error!(topic = %t.borrow().name, "cannot write metadata: {e}");
+                let written = storage::meta::open_dir(&dir)
+                    .and_then(|handle| storage::meta::write(&handle, &meta));
+                match written {
+                    Ok(()) => t.borrow_mut().meta_saved_gen = gen,
+                    Err(e) => {
+                        error!(topic = %t.borrow().name, "cannot write metadata: {e}");
+                        failed_meta.push((t.clone(), e.to_string()));
+                    }
                 }
             }
         }
+        // Deletions that came in after the flusher's last round.
+        self.answer_meta_waiters(&failed_meta);
+        self.sync_data_path_for_deletions().await;
         info!(shard = self.id, owed, "storage hand-over done");
         lost
     }
@@ -1350,11 +1368,12 @@ impl Shard {
             if !failed {
                 self.set_healthy();
             }
-            let structural = queued.iter().any(|t| t.borrow().meta_dirty);
+            let structural = queued.iter().any(|t| t.borrow().meta_dirty) || self.waits_for_meta();
             if structural || last_checkpoint.elapsed() >= CHECKPOINT_EVERY {
                 last_checkpoint = Instant::now();
                 self.checkpoint().await;
             }
+            self.sync_data_path_for_deletions().await;
             self.flusher_busy.set(false);
             self.flusher_idle.notify();
             if failed {
@@ -1429,33 +1448,58 @@ impl Shard {
 
     /// Persists each changed topic's metadata (channels, pauses, floors: so a crash redelivers
     /// little) and deletes the segments every channel has passed. Unchanged topics cost a
-    /// comparison; metadata is written off the shard's thread.
+    /// comparison; metadata is written off the shard's thread, into the directory opened here
+    /// (see `storage::meta`), never for a deleted topic. Then answers the actions that waited
+    /// for it.
     async fn checkpoint(&self) {
         let topics: Vec<Rc<RefCell<Topic>>> =
             std::mem::take(&mut *self.checkpoint_list.borrow_mut());
+        let mut failed = Vec::new();
         for t in topics {
             t.borrow_mut().checkpoint_queued = false;
-            let (dir, meta, floor) = {
+            let (dir, meta, floor, gen) = {
                 let tb = t.borrow();
                 let log = tb.log.borrow();
+                if log.is_destroyed() {
+                    // Deleted: writing its metadata would bring it back at the next start.
+                    continue;
+                }
                 let Some(dir) = log.dir().map(|d| d.to_path_buf()) else {
                     continue;
                 };
-                (dir, tb.to_meta(false, Instant::now()), tb.floor())
+                (
+                    dir,
+                    tb.to_meta(false, Instant::now()),
+                    tb.floor(),
+                    tb.meta_gen,
+                )
             };
             let unchanged = t.borrow().last_meta.as_ref() == Some(&meta);
             if !unchanged {
                 let written = meta.clone();
-                let write = glommio::executor()
-                    .spawn_blocking(move || storage::meta::write(&dir, &written))
-                    .await;
+                let write = match storage::meta::open_dir(&dir) {
+                    Ok(handle) => {
+                        glommio::executor()
+                            .spawn_blocking(move || storage::meta::write(&handle, &written))
+                            .await
+                    }
+                    Err(e) => Err(e),
+                };
                 if let Err(e) = write {
                     warn!(topic = %t.borrow().name, "checkpoint failed: {e}");
+                    failed.push((t.clone(), e.to_string()));
+                    // Tried again at the next checkpoint.
+                    self.queue_checkpoint(&t);
                     continue;
                 }
                 let mut tb = t.borrow_mut();
                 tb.last_meta = Some(meta);
-                tb.meta_dirty = false;
+                // A change made while the write ran is not in it.
+                tb.meta_dirty = tb.meta_gen != gen;
+            }
+            {
+                let mut tb = t.borrow_mut();
+                tb.meta_saved_gen = tb.meta_saved_gen.max(gen);
             }
             let trash = {
                 let tb = t.borrow();
@@ -1465,6 +1509,7 @@ impl Shard {
             };
             storage::delete_in_background(trash);
         }
+        self.answer_meta_waiters(&failed);
     }
 
     pub fn decode_limits(&self) -> protocol::Limits {

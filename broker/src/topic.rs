@@ -46,6 +46,11 @@ pub struct Topic {
     pub meta_dirty: bool,
     /// The metadata last written, so unchanged topics are not rewritten.
     pub last_meta: Option<TopicMeta>,
+    /// Counts structural changes (`Shard::note_meta_change`); `meta_saved_gen` is the count
+    /// the written metadata covers. An action answered once durable waits for the second to
+    /// reach the first as it was.
+    pub meta_gen: u64,
+    pub meta_saved_gen: u64,
     /// Listed for the next checkpoint (published to, or a channel moved, since the last).
     pub checkpoint_queued: bool,
     /// Makes the IDs of the messages published here: one counter per topic, so the IDs a
@@ -75,6 +80,8 @@ impl Topic {
             blocks_listed: false,
             meta_dirty: false,
             last_meta: None,
+            meta_gen: 0,
+            meta_saved_gen: 0,
             checkpoint_queued: false,
             ids,
         }
@@ -179,15 +186,14 @@ impl Topic {
         }
     }
 
-    /// The part of [`Topic::depth`] that is only on disk.
+    /// The part of [`Topic::depth`] beyond the `--mem-queue-size` messages nsqd's topic holds
+    /// in memory (its backend, here the segment files; all of it with `--mem-queue-size 0`);
+    /// 0 for an `#ephemeral` topic, which has no backend.
     pub fn backend_depth(&self) -> usize {
-        let log = self.log.borrow();
-        let from = if self.channels.is_empty() {
-            log.start()
-        } else {
-            self.visible_end
-        };
-        log.on_disk_from(from) as usize
+        if self.ephemeral {
+            return 0;
+        }
+        self.depth().saturating_sub(self.mem_queue_size as usize)
     }
 
     /// Drops what no channel has been given yet (nsqd's topic empty).
@@ -294,14 +300,14 @@ mod tests {
         assert_eq!(t.depth(), 2);
         let (ch, created) = t.channel_or_create("c");
         assert!(created);
-        assert_eq!(ch.borrow().depth(), 2);
+        assert_eq!(ch.borrow().waiting(), 2);
         assert_eq!(
             ch.borrow().message_count,
             2,
             "counted as nsqd counts the hand-over"
         );
         let (late, _) = t.channel_or_create("late");
-        assert_eq!(late.borrow().depth(), 0);
+        assert_eq!(late.borrow().waiting(), 0);
         assert_eq!(late.borrow().message_count, 0);
     }
 
@@ -312,8 +318,8 @@ mod tests {
         let (b, _) = t.channel_or_create("b");
         let (_, touched) = t.publish(vec![msg(1)], 0);
         assert_eq!(touched.len(), 2);
-        assert_eq!(a.borrow().depth(), 1);
-        assert_eq!(b.borrow().depth(), 1);
+        assert_eq!(a.borrow().waiting(), 1);
+        assert_eq!(b.borrow().waiting(), 1);
         assert_eq!(t.message_count, 1);
         assert_eq!(t.message_bytes, 1);
     }
@@ -325,18 +331,18 @@ mod tests {
         let (a, _) = t.channel_or_create("a");
         t.paused = true;
         t.publish(vec![msg(1)], 0);
-        assert_eq!(a.borrow().depth(), 0);
+        assert_eq!(a.borrow().waiting(), 0);
         assert_eq!(t.depth(), 1);
         t.paused = false;
         t.release_held(Instant::now(), &timers);
-        assert_eq!(a.borrow().depth(), 1);
+        assert_eq!(a.borrow().waiting(), 1);
         t.paused = true;
         t.publish(vec![msg(2)], 0);
         t.empty();
         t.paused = false;
         t.release_held(Instant::now(), &timers);
         assert_eq!(
-            a.borrow().depth(),
+            a.borrow().waiting(),
             1,
             "the emptied message is gone, the earlier one stays"
         );

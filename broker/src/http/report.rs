@@ -152,12 +152,18 @@ fn render_metrics(parts: &[ShardStats]) -> String {
     let topics: Vec<&stats::TopicStats> = parts.iter().flat_map(|p| &p.topics).collect();
 
     type TopicGauge = fn(&stats::TopicStats) -> u64;
-    let topic_families: [(&str, &str, &str, TopicGauge); 5] = [
+    let topic_families: [(&str, &str, &str, TopicGauge); 6] = [
         (
             "nsq_topic_depth",
             "gauge",
             "Messages held by the topic itself (no channel yet, or paused).",
             |t| t.depth as u64,
+        ),
+        (
+            "nsq_topic_backend_depth",
+            "gauge",
+            "The part of nsq_topic_depth beyond --mem-queue-size (on disk only).",
+            |t| t.backend_depth as u64,
         ),
         (
             "nsq_topic_messages_total",
@@ -202,12 +208,18 @@ fn render_metrics(parts: &[ShardStats]) -> String {
     }
 
     type ChannelGauge = fn(&stats::ChannelStats) -> u64;
-    let channel_families: [(&str, &str, &str, ChannelGauge); 8] = [
+    let channel_families: [(&str, &str, &str, ChannelGauge); 9] = [
         (
             "nsq_channel_depth",
             "gauge",
-            "Messages ready for delivery.",
+            "Messages ready for delivery (not in flight, not deferred).",
             |c| c.depth as u64,
+        ),
+        (
+            "nsq_channel_backend_depth",
+            "gauge",
+            "The part of nsq_channel_depth beyond --mem-queue-size (on disk only).",
+            |c| c.backend_depth as u64,
         ),
         (
             "nsq_channel_in_flight",

@@ -190,6 +190,11 @@ pub struct TopicLog {
     /// The highest number behind a message ID found in the segments at open, so the topic's
     /// new IDs can start above it ([`crate::ids::IdGen::resume_after`]).
     max_id: Option<u64>,
+    /// (seq, defer-until ns) of the records from `start` on that were published with a
+    /// deferral (DPUB), in seq order. A channel counts those it has not taken yet, and whose
+    /// time has not come, as deferred rather than waiting (nsqd hands a DPUB to each
+    /// channel's deferred queue as it is published). See [`TopicLog::deferred_between`].
+    deferred: VecDeque<(u64, i64)>,
     /// Capacity a new pending chunk starts with: about what the last flush took, so a chunk
     /// of a busy topic is not copied over as it grows (see [`next_chunk_capacity`]).
     chunk_cap: usize,
@@ -236,6 +241,7 @@ impl TopicLog {
             destroyed: false,
             trash: Vec::new(),
             max_id: None,
+            deferred: VecDeque::new(),
             chunk_cap: MIN_CHUNK,
         }
     }
@@ -284,10 +290,11 @@ impl TopicLog {
         for (i, (base, path)) in files.into_iter().enumerate() {
             let last = i + 1 == count;
             match recover_segment(name, base, &path, last, max_payload)? {
-                Some((seg, max_id)) => {
-                    log.head = log.head.max(seg.end);
-                    log.segments.push(seg);
-                    log.max_id = log.max_id.max(max_id);
+                Some(found) => {
+                    log.head = log.head.max(found.segment.end);
+                    log.segments.push(found.segment);
+                    log.max_id = log.max_id.max(found.max_id);
+                    log.deferred.extend(found.deferred);
                 }
                 None => continue,
             }
@@ -327,9 +334,30 @@ impl TopicLog {
         self.head - self.window.len() as u64
     }
 
-    /// Messages of this log that are only on disk, from `from` on.
-    pub fn on_disk_from(&self, from: u64) -> u64 {
-        self.window_start().saturating_sub(from.max(self.start))
+    /// How many records in `[from, to)` were published with a deferral that has not come at
+    /// `now_ns` (wall-clock nanoseconds, as `defer_until`). For /stats: linear in the
+    /// deferred records of the range.
+    pub fn deferred_between(&self, from: u64, to: u64, now_ns: i64) -> u64 {
+        if from >= to {
+            return 0;
+        }
+        let lo = self.deferred.partition_point(|&(seq, _)| seq < from);
+        let hi = self.deferred.partition_point(|&(seq, _)| seq < to);
+        self.deferred
+            .range(lo..hi)
+            .filter(|&&(_, due)| due > now_ns)
+            .count() as u64
+    }
+
+    /// Forgets the deferral of records below the start (nobody reads them any more).
+    fn forget_deferred_below_start(&mut self) {
+        while self
+            .deferred
+            .front()
+            .is_some_and(|&(seq, _)| seq < self.start)
+        {
+            self.deferred.pop_front();
+        }
     }
 
     /// Appends messages; returns the seq after the last one.
@@ -344,6 +372,7 @@ impl TopicLog {
                 // Channels keep a deferred message for its whole delay: its body gets its own
                 // allocation here, once, instead of keeping a connection's read buffer alive.
                 stored.detach_body();
+                self.deferred.push_back((stored.seq, defer_until));
             }
             self.head += 1;
             if self.dir.is_some() {
@@ -461,6 +490,7 @@ impl TopicLog {
         }
         if self.dir.is_none() {
             self.start = self.start.max(self.window_start());
+            self.forget_deferred_below_start();
         }
     }
 
@@ -827,6 +857,7 @@ impl TopicLog {
         // channel, or deleting its last one, right after a publish must drop that publish);
         // files go only as far as what is written.
         self.start = self.start.max(floor.min(self.head));
+        self.forget_deferred_below_start();
         let floor = floor.min(self.written_end);
         while self.segments.len() > 1 && self.segments[0].end <= floor {
             let seg = self.segments.remove(0);
@@ -852,23 +883,39 @@ impl TopicLog {
     }
 
     /// Drops everything (topic deleted). The directory is renamed at once (a topic of the same
-    /// name may be created right after) and goes to the trash with its files.
-    pub fn destroy(&mut self) {
+    /// name may be created right after) and goes to the trash with its files; the rename is
+    /// durable once the data path is fsynced. Fails (the reason) when the directory cannot be
+    /// renamed: it would come back at the next start.
+    pub fn destroy(&mut self) -> Result<(), String> {
         self.pending.clear();
         self.planned_end = self.head;
         self.unplanned_bytes = 0;
         self.window.clear();
         self.segments.clear();
         self.blocks.borrow_mut().clear();
+        self.deferred.clear();
         self.destroyed = true;
-        if let Some(dir) = &self.dir {
-            let doomed = super::trash_name(dir);
-            match std::fs::rename(dir, &doomed) {
-                Ok(()) => self.trash.push(doomed),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => warn!(topic = %self.name, "cannot remove {}: {e}", dir.display()),
+        let Some(dir) = &self.dir else {
+            return Ok(());
+        };
+        let doomed = super::trash_name(dir);
+        match std::fs::rename(dir, &doomed) {
+            Ok(()) => {
+                self.trash.push(doomed);
+                Ok(())
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => {
+                let reason = format!("cannot remove {}: {e}", dir.display());
+                warn!(topic = %self.name, "{reason}");
+                Err(reason)
             }
         }
+    }
+
+    /// The topic was deleted ([`TopicLog::destroy`]).
+    pub fn is_destroyed(&self) -> bool {
+        self.destroyed
     }
 
     /// What [`TopicLog::release_below`] and [`TopicLog::destroy`] left to delete.
@@ -881,13 +928,22 @@ impl TopicLog {
     }
 }
 
+/// What recovery found in a segment file.
+struct Recovered {
+    segment: Segment,
+    /// The highest number behind a message ID in it.
+    max_id: Option<u64>,
+    /// (seq, defer-until ns) of its records published with a deferral.
+    deferred: Vec<(u64, i64)>,
+}
+
 fn recover_segment(
     topic: &str,
     base: u64,
     path: &Path,
     last: bool,
     max_payload: usize,
-) -> std::io::Result<Option<(Segment, Option<u64>)>> {
+) -> std::io::Result<Option<Recovered>> {
     let file = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -960,7 +1016,11 @@ fn recover_segment(
                 .collect(),
         ),
     };
-    Ok(Some((segment, report.max_id)))
+    Ok(Some(Recovered {
+        segment,
+        max_id: report.max_id,
+        deferred: report.deferred,
+    }))
 }
 
 /// What [`TopicLog::plan`] did with the records appended since the last plan.
@@ -1034,6 +1094,11 @@ async fn flush_pending(log: &RefCell<TopicLog>) -> Result<(), String> {
                 return Err(restore(log, chunks, e));
             }
         };
+        if log.borrow().destroyed {
+            // Deleted while its file was being opened (by path: the open may have reached a
+            // directory of the same name made since). Nothing of it may be written.
+            return Ok(());
+        }
         let len = chunk.bytes.len();
         let mut written = 0usize;
         while written < len {

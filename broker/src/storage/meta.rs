@@ -2,12 +2,22 @@
 //! paused, where each channel is in the log, and (after a clean stop) the messages each channel
 //! still owed its consumers.
 //!
-//! Written atomically (temporary file, fsync, rename). After a clean stop `clean` is true and
-//! every channel lists its pending messages exactly; otherwise `cursor` is a floor below which
-//! everything was finished, and a restart redelivers from it (at-least-once).
+//! Written atomically (temporary file, fsync, rename, fsync of the directory). After a clean
+//! stop `clean` is true and every channel lists its pending messages exactly; otherwise
+//! `cursor` is a floor below which everything was finished, and a restart redelivers from it
+//! (at-least-once).
+//!
+//! A write goes into the directory that [`open_dir`] opened, never by path: a write running
+//! off the shard's thread while its topic is deleted lands in the renamed directory (the
+//! trash) and goes with it, instead of creating the topic's directory again (the topic would
+//! come back at the next start) or writing into a topic of the same name created meanwhile.
+//! A write never creates the directory.
 
 use serde::{Deserialize, Serialize};
+use std::ffi::CStr;
+use std::fs::File;
 use std::io::Write;
+use std::os::fd::{AsRawFd, FromRawFd};
 use std::path::Path;
 
 pub const META_FILE: &str = "meta.json";
@@ -57,20 +67,47 @@ pub fn read(dir: &Path) -> Result<Option<TopicMeta>, String> {
     }
 }
 
-/// Writes `meta` atomically. Blocking, but small and rare (a channel created or deleted, a
-/// checkpoint, a clean stop).
-pub fn write(dir: &Path, meta: &TopicMeta) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)?;
-    let tmp = dir.join(format!("{META_FILE}.tmp"));
+/// Opens a topic's directory for [`write`]. Quick (no I/O beyond the lookup), so it is done on
+/// the shard's thread, where nothing can delete the topic between the check that it is alive
+/// and the open.
+pub fn open_dir(dir: &Path) -> std::io::Result<File> {
+    File::open(dir)
+}
+
+/// Writes `meta` atomically into `dir` (from [`open_dir`]). Blocking, but small and rare (a
+/// channel created or deleted, a checkpoint, a clean stop).
+pub fn write(dir: &File, meta: &TopicMeta) -> std::io::Result<()> {
+    const TMP: &CStr = c"meta.json.tmp";
+    const FINAL: &CStr = c"meta.json";
     let bytes = serde_json::to_vec_pretty(meta).map_err(std::io::Error::other)?;
     {
-        let mut f = std::fs::File::create(&tmp)?;
+        let mut f = create_in(dir, TMP)?;
         f.write_all(&bytes)?;
         f.sync_data()?;
     }
-    std::fs::rename(&tmp, dir.join(META_FILE))?;
-    if let Ok(d) = std::fs::File::open(dir) {
-        let _ = d.sync_all();
+    rename_in(dir, TMP, FINAL)?;
+    dir.sync_all()
+}
+
+/// Creates (or truncates) file `name` in `dir`, for writing.
+fn create_in(dir: &File, name: &CStr) -> std::io::Result<File> {
+    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC;
+    // SAFETY: `dir` is an open descriptor for the whole call and `name` a NUL-terminated string.
+    let fd = unsafe { libc::openat(dir.as_raw_fd(), name.as_ptr(), flags, 0o644 as libc::c_uint) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just opened by this call and belongs to nothing else.
+    Ok(unsafe { File::from_raw_fd(fd) })
+}
+
+/// Renames `from` to `to`, both in `dir`.
+fn rename_in(dir: &File, from: &CStr, to: &CStr) -> std::io::Result<()> {
+    let fd = dir.as_raw_fd();
+    // SAFETY: `dir` is an open descriptor for the whole call; both names are NUL-terminated.
+    let r = unsafe { libc::renameat(fd, from.as_ptr(), fd, to.as_ptr()) };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
     }
     Ok(())
 }
@@ -98,9 +135,37 @@ mod tests {
                 }],
             }],
         };
-        write(&dir, &meta).unwrap();
+        std::fs::create_dir_all(&dir).unwrap();
+        write(&open_dir(&dir).unwrap(), &meta).unwrap();
         assert_eq!(read(&dir).unwrap(), Some(meta));
         std::fs::remove_dir_all(&dir).unwrap();
         assert_eq!(read(&dir).unwrap(), None);
+    }
+
+    /// A write racing the topic's deletion: the directory is renamed away (and a new one of
+    /// the same name made) between the open and the write. The metadata follows the renamed
+    /// directory; the path is neither re-created nor written.
+    #[test]
+    fn a_write_follows_its_directory_when_it_is_renamed() {
+        let base = std::env::temp_dir().join(format!("meta-rename-{}", std::process::id()));
+        let dir = base.join("t");
+        std::fs::create_dir_all(&dir).unwrap();
+        let handle = open_dir(&dir).unwrap();
+        let trash = base.join("t~deleted");
+        std::fs::rename(&dir, &trash).unwrap();
+        write(&handle, &TopicMeta::default()).unwrap();
+        assert!(
+            !dir.exists(),
+            "the deleted topic's directory must not come back"
+        );
+        assert_eq!(read(&trash).unwrap(), Some(TopicMeta::default()));
+        std::fs::create_dir_all(&dir).unwrap();
+        write(&handle, &TopicMeta::default()).unwrap();
+        assert_eq!(
+            read(&dir).unwrap(),
+            None,
+            "a topic made again is not written"
+        );
+        std::fs::remove_dir_all(&base).unwrap();
     }
 }

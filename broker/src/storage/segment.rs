@@ -283,6 +283,8 @@ pub struct ScanReport {
     pub torn_tail: usize,
     /// The highest number behind a broker-made message ID (see `MessageId::to_u64`).
     pub max_id: Option<u64>,
+    /// (seq, defer-until ns) of every record published with a deferral, in order.
+    pub deferred: Vec<(u64, i64)>,
 }
 
 pub const INDEX_EVERY: u64 = 256;
@@ -327,6 +329,9 @@ pub fn scan(seg: &Bytes, max_payload: usize) -> ScanReport {
                 r.last_seq = Some(s.seq);
                 if let Some(n) = s.msg.id.to_u64() {
                     r.max_id = r.max_id.max(Some(n));
+                }
+                if s.defer_until != 0 {
+                    r.deferred.push((s.seq, s.defer_until));
                 }
                 r.records += 1;
                 off = next;
