@@ -240,7 +240,6 @@ impl Shard {
                 dir.clone(),
                 self.config.mem_queue_size,
                 self.config.max_bytes_per_file,
-                self.config.max_msg_size as usize + storage::segment::PAYLOAD_FIXED,
             )
             .map_err(|e| {
                 format!(
@@ -498,7 +497,6 @@ impl Shard {
                 dir.clone(),
                 self.config.mem_queue_size,
                 self.config.max_bytes_per_file,
-                self.config.max_msg_size as usize + storage::segment::PAYLOAD_FIXED,
             ) {
                 Ok(log) => log,
                 Err(e) => {

@@ -4,9 +4,11 @@ SIGKILL under durable publishing loses no acknowledged message."""
 
 import glob
 import os
+import random
 import shutil
 import signal
 import socket
+import struct
 import tempfile
 import threading
 import time
@@ -198,6 +200,27 @@ def _segments(data_path):
     return sorted(glob.glob(os.path.join(data_path, TOPIC, "*.seg")))
 
 
+# Where a record's body starts, by segment version (broker/src/storage/segment.rs).
+BODY_AT = {1: 48, 2: 56}
+HEADER_LEN = {1: 32, 2: 36}
+FRAME_LEN = {1: 8, 2: 24}
+
+
+def _segment_records(data):
+    """The version of an undamaged segment's bytes and its records' (start, end, body)."""
+    version = struct.unpack(">I", data[8:12])[0]
+    off, records = HEADER_LEN[version], []
+    len_at = 0 if version == 1 else 4
+    while off + BODY_AT[version] <= len(data):
+        (payload,) = struct.unpack(">I", data[off + len_at:off + len_at + 4])
+        end = off + FRAME_LEN[version] + payload
+        if payload == 0 or end > len(data):
+            break  # the zero padding of a direct write
+        records.append((off, end, bytes(data[off + BODY_AT[version]:end])))
+        off = end
+    return version, records
+
+
 def test_torn_tail_is_cut_and_never_delivered(restartable):
     r = restartable("--mem-queue-size=0")
     r.start()
@@ -266,13 +289,13 @@ def test_damage_while_running_loses_only_the_damaged_message(restartable):
         time.sleep(0.05)
     seg = _segments(r.data_path)[0]
     data = open(seg, "rb").read()
-    starts = [data.find(b"live-%d-" % i) - 48 for i in range(len(bodies))]
+    starts = [data.find(b"live-%d-" % i) - BODY_AT[2] for i in range(len(bodies))]
     assert all(s > 0 for s in starts)
     block = 256 * 1024
     damaged = next(i for i in range(len(bodies) - 1) if starts[i] < block < starts[i + 1])
     assert damaged % 256 < 250, "the next index point is right after it: pick another block"
     with open(seg, "r+b") as f:
-        f.seek(starts[damaged] + 48 + 2)
+        f.seek(starts[damaged] + BODY_AT[2] + 2)
         f.write(b"?")
         f.flush()
         os.fsync(f.fileno())
@@ -367,6 +390,126 @@ def crash_under_publishing(r, rounds=20, seconds=(0.3, 0.6)):
             acked.update(pub.acked)
         r.start()
     return acked
+
+
+@pytest.mark.parametrize("stop", ["clean", "sigkill"])
+def test_a_smaller_max_msg_size_keeps_every_stored_message(restartable, stop):
+    """Restarting with a smaller --max-msg-size destroys nothing: stored records are judged by
+    the segment format, never by the current flags, so messages over the new limit (accepted
+    and stored under the old one) are delivered too, after a clean stop or a SIGKILL (with
+    --durable, so every acknowledged publish is on disk when the broker dies)."""
+    large = restartable("--mem-queue-size=0", "--durable")
+    large.start()
+    create_channels(large.addr)
+    sizes = [20, 900, 1001, 5000, 100_000, 900_000]
+    bodies = []
+    with Conn(large.addr) as p:
+        for i in range(60):
+            prefix = "size-%d-" % i
+            bodies.append(prefix + "x" * (sizes[i % len(sizes)] - len(prefix)))
+            p.pub(TOPIC, bodies[-1])
+    if stop == "clean":
+        large.stop()
+    else:
+        large.kill()
+    small = restartable("--mem-queue-size=0", "--max-msg-size=1000")
+    small.start()
+    seen, _ = drain(small.addr, "a", set(bodies), timeout=30, rdy=5)
+    assert seen == set(bodies)
+    err = small.broker.stderr()
+    assert "corrupt" not in err and "torn tail" not in err, err[-2000:]
+
+
+def test_a_flipped_length_bit_loses_only_its_record(restartable):
+    """One flipped bit in a record's length, making it point past the end of the newest
+    segment, costs that record alone: the records after it are found (not cut as a torn
+    tail) and delivered."""
+    r = restartable("--mem-queue-size=0")
+    r.start()
+    create_channels(r.addr)
+    expect = publish(r.addr, 300, prefix="len")
+    r.stop()
+    seg = _segments(r.data_path)[-1]
+    data = bytearray(open(seg, "rb").read())
+    version, records = _segment_records(data)
+    start, end, body = next(rec for rec in records if rec[2] == b"len-100")
+    len_at = start if version == 1 else start + 4
+    data[len_at + 1] ^= 0x01  # 64 KiB more
+    assert start + (end - start) + 65536 > len(data), "the length must point past the end"
+    with open(seg, "r+b") as f:
+        f.write(data)
+    r.start()
+    assert logged(r.broker, "corrupt data skipped"), r.broker.stderr()[-2000:]
+    seen, _ = drain(r.addr, "a", expect - {"len-100"}, timeout=20)
+    assert "len-100" not in seen
+    assert all(b.startswith("len-") and b[4:].isdigit() for b in seen), "no garbled body"
+    assert b"len-299" in open(seg, "rb").read(), "the intact tail stays on disk"
+
+
+@pytest.mark.parametrize("byte", [3, 11, 20])
+def test_a_damaged_segment_header_hides_none_of_its_records(restartable, byte):
+    """A bad byte in a segment's header (magic, version, base seq) hides none of its records:
+    the base seq is in the file name and the records carry their own. The oldest and the
+    newest segment are damaged; the newest is still appended to, and a second start reads
+    everything again."""
+    r = restartable("--mem-queue-size=0", "--max-bytes-per-file=65536")
+    r.start()
+    create_channels(r.addr)
+    expect = publish(r.addr, 3000, prefix="hdr")
+    r.stop()
+    segments = _segments(r.data_path)
+    assert len(segments) >= 3
+    for seg in (segments[0], segments[-1]):
+        with open(seg, "r+b") as f:
+            f.seek(byte)
+            old = f.read(1)[0]
+            f.seek(byte)
+            f.write(bytes([old ^ 0x5A]))
+    r.start()
+    assert logged(r.broker, "damaged segment header"), r.broker.stderr()[-2000:]
+    seen, _ = drain(r.addr, "a", expect, timeout=30)
+    assert seen == expect
+    assert not glob.glob(os.path.join(r.data_path, TOPIC, "*.corrupt"))
+    more = publish(r.addr, 5, prefix="after")
+    seen, _ = drain(r.addr, "b", expect | more, timeout=30)
+    assert seen == expect | more
+    r.stop()
+    r.start()
+    seen, _ = drain(r.addr, "c", expect | more, timeout=30)
+    assert seen == expect | more
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_single_byte_damage_loses_at_most_the_damaged_record(restartable, seed):
+    """A random byte of a random segment changed (in the header, a record's frame, or
+    anywhere): at most the record it falls in is lost, and no garbled body is delivered."""
+    rnd = random.Random(seed)
+    r = restartable("--mem-queue-size=0", "--max-bytes-per-file=262144")
+    r.start()
+    create_channels(r.addr)
+    bodies = ["rnd-%d-%s" % (i, "z" * rnd.randint(0, 3000)) for i in range(600)]
+    with Conn(r.addr) as p:
+        for i in range(0, len(bodies), 100):
+            p.mpub(TOPIC, bodies[i:i + 100])
+    r.stop()
+    seg = rnd.choice(_segments(r.data_path))
+    data = bytearray(open(seg, "rb").read())
+    version, records = _segment_records(data)
+    where = rnd.choice(["header", "frame", "anywhere"])
+    if where == "header":
+        pos = rnd.randrange(HEADER_LEN[version])
+    elif where == "frame":
+        pos = rnd.choice(records)[0] + rnd.randrange(FRAME_LEN[version])
+    else:
+        pos = rnd.randrange(len(data))
+    data[pos] ^= rnd.randint(1, 255)
+    with open(seg, "r+b") as f:
+        f.write(data)
+    damaged = {body.decode() for start, end, body in records if start <= pos < end}
+    r.start()
+    seen, _ = drain(r.addr, "a", set(bodies) - damaged, timeout=30)
+    assert seen <= set(bodies), "no garbled body"
+    assert len(set(bodies) - seen) <= len(damaged) <= 1, (where, pos)
 
 
 def assert_crashes_lose_nothing(r, what):

@@ -1,35 +1,178 @@
 //! The on-disk format of a topic's log: segment files of framed, checksummed records.
 //!
 //! ```text
-//! segment file <20-digit base seq>.seg
-//! ┌──────────────────────────── header, 32 bytes ─────────────────────────────┐
-//! │ magic "NSQSHSEG" (8) │ version u32 BE (=1) │ header len u32 BE (=32)        │
-//! │ base seq u64 BE      │ created ns i64 BE                                  │
+//! segment file <20-digit base seq>.seg, version 2 (written)
+//! ┌──────────────────────────── header, 36 bytes ─────────────────────────────┐
+//! │ magic "NSQSHSEG" (8) │ version u32 (=2) │ header len u32 (=36)             │
+//! │ base seq u64         │ created ns i64   │ crc32 u32 of the 32 bytes before │
 //! └───────────────────────────────────────────────────────────────────────────┘
 //! record, repeated
-//! ┌──────────────┬──────────────┬─────────────────────────── payload ─────────────────────────┐
-//! │ len u32 BE   │ crc32 u32 BE │ seq u64 │ timestamp i64 │ defer until i64 │ id [16] │ body   │
-//! └──────────────┴──────────────┴───────────────────────────────────────────────────────────┘
-//!   len = payload length; crc32 (crc32fast, IEEE) covers the payload; all integers big endian.
+//! ┌──────────────────────── frame, 24 bytes ────────────────────────┬──────────── payload ────────────────┐
+//! │ mark "\xD5NR2" │ len u32 │ seq u64 │ payload crc32 │ frame crc32 │ timestamp │ defer until │ id │ body │
+//! └─────────────────────────────────────────────────────────────────┴─────────────────────────────────────┘
+//!   len = payload length; the payload crc32 covers the payload, the frame crc32 the 20 frame
+//!   bytes before it (mark, len, seq, payload crc32); crc32 is IEEE (crc32fast); integers are
+//!   big endian; timestamp and defer until are i64 ns, id 16 bytes.
 //!   seq: the message's position in the topic, strictly increasing through the log.
 //!   defer until: wall-clock ns at which a DPUB message becomes deliverable, 0 if none.
+//!
+//! version 1 (read, never written): header 32 bytes, the same without its crc32;
+//!   record: len u32 │ crc32 u32 │ seq u64 │ timestamp i64 │ defer until i64 │ id [16] │ body,
+//!   len = bytes after the crc32, which covers them.
 //! ```
 //!
-//! A record is written once whatever the number of channels. Reading never trusts a record
-//! whose checksum fails: [`scan`] walks a segment, skips corrupt records by searching for the
-//! next valid one, and reports a torn tail so recovery can cut it. Must stay in lockstep with
-//! the "On-disk format" section of ARCHITECTURE.md.
+//! A record is written once whatever the number of channels. Records are validated against
+//! the format alone (never against flags such as `--max-msg-size`, which may have been larger
+//! when they were written):
+//!
+//! - A version-2 frame checks itself: a damaged length or seq fails the frame crc at once, so
+//!   it is known for damage, not taken for a record running past the end of the file. The mark
+//!   lets the search for the next record ([`resync`]) pass most offsets with one comparison.
+//! - [`scan`] walks a segment; after bytes that are not a valid record it resynchronises on
+//!   the next offset where one is (every offset is tried), so damage costs only the records it
+//!   touches. Only bytes after the last valid record, with no valid record after them, are a
+//!   torn tail (a crash mid-write), which recovery cuts from the newest segment.
+//! - The header is not needed to read the records: the base seq is in the file name, and a
+//!   segment whose header is damaged is scanned in each version ([`recover`]).
+//!
+//! Must stay in lockstep with the "On-disk format" section of ARCHITECTURE.md.
 
 use bytes::{BufMut, Bytes};
 use protocol::{Message, MessageId};
+use std::fmt;
 
 pub const MAGIC: &[u8; 8] = b"NSQSHSEG";
-pub const VERSION: u32 = 1;
-pub const HEADER_LEN: usize = 32;
-/// Bytes before a record's payload.
-pub const FRAME_LEN: usize = 8;
-/// Bytes of payload before the body.
-pub const PAYLOAD_FIXED: usize = 8 + 8 + 8 + 16;
+/// The version this build writes.
+pub const VERSION: u32 = 2;
+/// Header bytes of a version-2 segment.
+pub const HEADER_LEN: usize = 36;
+/// Bytes of a version-2 record before its payload.
+pub const FRAME_LEN: usize = 24;
+/// Bytes of a version-2 payload before the body.
+pub const PAYLOAD_FIXED: usize = 8 + 8 + 16;
+/// Bytes of a version-2 record before its body.
+pub const BODY_AT: usize = FRAME_LEN + PAYLOAD_FIXED;
+/// The first bytes of every version-2 record.
+pub const RECORD_MARK: [u8; 4] = *b"\xD5NR2";
+
+/// Version 1's layout (see the module doc).
+const V1_HEADER_LEN: usize = 32;
+const V1_FRAME_LEN: usize = 8;
+const V1_PAYLOAD_FIXED: usize = 8 + 8 + 8 + 16;
+
+/// A segment's record layout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// Read only: segments written before version 2.
+    V1,
+    /// What this build writes.
+    V2,
+}
+
+impl Format {
+    pub const CURRENT: Format = Format::V2;
+
+    pub fn header_len(self) -> usize {
+        match self {
+            Format::V1 => V1_HEADER_LEN,
+            Format::V2 => HEADER_LEN,
+        }
+    }
+
+    /// Bytes [`Format::frame`] looks at: enough for the length and the seq.
+    pub fn probe_len(self) -> usize {
+        match self {
+            Format::V1 => 16,
+            Format::V2 => FRAME_LEN,
+        }
+    }
+
+    /// Where the body starts in a record.
+    pub fn body_at(self) -> usize {
+        match self {
+            Format::V1 => V1_FRAME_LEN + V1_PAYLOAD_FIXED,
+            Format::V2 => BODY_AT,
+        }
+    }
+
+    /// Whether a frame that [`Format::frame`] accepts is known to be intact (version 2: its
+    /// own crc), so its length and seq can be trusted without the payload.
+    pub fn frame_checks_itself(self) -> bool {
+        self == Format::V2
+    }
+
+    /// The frame at the start of `b` (at least [`Format::probe_len`] bytes), if it holds up on
+    /// its own: version 2 checks the mark and the frame crc; version 1 only that the length
+    /// is one a record can have (its seq is then unchecked until the payload crc is).
+    pub fn frame(self, b: &[u8]) -> Option<Frame> {
+        let h = b.get(..self.probe_len())?;
+        let u32_at = |at: usize| u32::from_be_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]);
+        let seq = u64::from_be_bytes([h[8], h[9], h[10], h[11], h[12], h[13], h[14], h[15]]);
+        let (frame_len, fixed, len_at) = match self {
+            Format::V1 => (V1_FRAME_LEN, V1_PAYLOAD_FIXED, 0),
+            Format::V2 => {
+                if h[..4] != RECORD_MARK || crc32fast::hash(&h[..20]) != u32_at(20) {
+                    return None;
+                }
+                (FRAME_LEN, PAYLOAD_FIXED, 4)
+            }
+        };
+        let payload = u32_at(len_at) as usize;
+        (payload >= fixed).then_some(Frame {
+            len: frame_len + payload,
+            seq,
+        })
+    }
+
+    /// Parses the record at the start of `b`, checking every checksum.
+    pub fn view(self, b: &[u8]) -> Viewed<'_> {
+        if b.len() < self.probe_len() {
+            return Viewed::Incomplete;
+        }
+        let Some(frame) = self.frame(b) else {
+            return Viewed::Corrupt;
+        };
+        let Some(rec) = b.get(..frame.len) else {
+            return Viewed::Incomplete;
+        };
+        let (crc_at, payload_at) = match self {
+            Format::V1 => (4, V1_FRAME_LEN),
+            Format::V2 => (16, FRAME_LEN),
+        };
+        let crc = u32::from_be_bytes([
+            rec[crc_at],
+            rec[crc_at + 1],
+            rec[crc_at + 2],
+            rec[crc_at + 3],
+        ]);
+        if crc32fast::hash(&rec[payload_at..]) != crc {
+            return Viewed::Corrupt;
+        }
+        let body_at = self.body_at();
+        let i64_at = |at: usize| i64::from_be_bytes(rec[at..at + 8].try_into().unwrap_or([0; 8]));
+        let Some(id) = MessageId::from_slice(&rec[body_at - 16..body_at]) else {
+            return Viewed::Corrupt;
+        };
+        Viewed::Record(
+            View {
+                seq: frame.seq,
+                timestamp: i64_at(body_at - 32),
+                defer_until: i64_at(body_at - 24),
+                id,
+                body: &rec[body_at..],
+            },
+            frame.len,
+        )
+    }
+}
+
+/// A record's frame: what it says before its payload is checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Frame {
+    /// The whole record's length.
+    pub len: usize,
+    pub seq: u64,
+}
 
 /// A message as the log stores it: its topic sequence number and deferral.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,43 +183,99 @@ pub struct Stored {
     pub defer_until: i64,
 }
 
+/// Appends a version-2 segment header.
 pub fn encode_header(out: &mut Vec<u8>, base_seq: u64, created_ns: i64) {
+    let start = out.len();
     out.put_slice(MAGIC);
     out.put_u32(VERSION);
     out.put_u32(HEADER_LEN as u32);
     out.put_u64(base_seq);
     out.put_i64(created_ns);
+    let crc = crc32fast::hash(&out[start..]);
+    out.put_u32(crc);
 }
 
-/// Checks a segment header; returns its base seq.
-pub fn decode_header(b: &[u8]) -> Result<u64, String> {
-    if b.len() < HEADER_LEN {
-        return Err(format!("header too short ({} bytes)", b.len()));
-    }
-    if &b[..8] != MAGIC {
-        return Err("bad magic".into());
-    }
-    let version = u32::from_be_bytes([b[8], b[9], b[10], b[11]]);
-    if version != VERSION {
-        return Err(format!("unsupported segment version {version}"));
-    }
-    Ok(u64::from_be_bytes(b[16..24].try_into().unwrap_or([0; 8])))
+/// A segment header that holds up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    pub format: Format,
+    pub base: u64,
 }
 
-/// Appends one record for `s` to `out`; returns its length in bytes.
+/// Why a segment header is not one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeaderDamage {
+    Short(usize),
+    Magic,
+    Version(u32),
+    Length(u32),
+    Checksum,
+}
+
+impl fmt::Display for HeaderDamage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HeaderDamage::Short(n) => write!(f, "header too short ({n} bytes)"),
+            HeaderDamage::Magic => write!(f, "bad magic"),
+            HeaderDamage::Version(v) => write!(f, "unknown segment version {v}"),
+            HeaderDamage::Length(n) => write!(f, "header length {n} does not fit its version"),
+            HeaderDamage::Checksum => write!(f, "header checksum mismatch"),
+        }
+    }
+}
+
+/// Checks a segment header (either version).
+pub fn decode_header(b: &[u8]) -> Result<Header, HeaderDamage> {
+    let h = b.get(..V1_HEADER_LEN).ok_or(HeaderDamage::Short(b.len()))?;
+    if &h[..8] != MAGIC {
+        return Err(HeaderDamage::Magic);
+    }
+    let u32_at = |at: usize| u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+    let format = match u32_at(8) {
+        1 => Format::V1,
+        2 => Format::V2,
+        v => return Err(HeaderDamage::Version(v)),
+    };
+    // The length must match the version too: a version field damaged into the other
+    // version's number is not believed.
+    let len = u32_at(12);
+    if len as usize != format.header_len() {
+        return Err(HeaderDamage::Length(len));
+    }
+    if format == Format::V2 {
+        let h = b.get(..HEADER_LEN).ok_or(HeaderDamage::Short(b.len()))?;
+        if crc32fast::hash(&h[..32]) != u32_at(32) {
+            return Err(HeaderDamage::Checksum);
+        }
+    }
+    Ok(Header {
+        format,
+        base: u64::from_be_bytes(h[16..24].try_into().unwrap_or([0; 8])),
+    })
+}
+
+/// A version-2 record's length for a body of `body_len` bytes.
+pub fn record_len(body_len: usize) -> usize {
+    BODY_AT + body_len
+}
+
+/// Appends one version-2 record for `s` to `out`; returns its length in bytes.
 pub fn encode_record(out: &mut Vec<u8>, s: &Stored) -> usize {
     let payload_len = PAYLOAD_FIXED + s.msg.body.len();
     let start = out.len();
     out.reserve(FRAME_LEN + payload_len);
+    out.put_slice(&RECORD_MARK);
     out.put_u32(payload_len as u32);
-    out.put_u32(0); // crc, filled below
     out.put_u64(s.seq);
+    out.put_u64(0); // the two crcs, filled below
     out.put_i64(s.msg.timestamp);
     out.put_i64(s.defer_until);
     out.put_slice(&s.msg.id.0);
     out.put_slice(&s.msg.body);
     let crc = crc32fast::hash(&out[start + FRAME_LEN..]);
-    out[start + 4..start + 8].copy_from_slice(&crc.to_be_bytes());
+    out[start + 16..start + 20].copy_from_slice(&crc.to_be_bytes());
+    let frame_crc = crc32fast::hash(&out[start..start + 20]);
+    out[start + 20..start + 24].copy_from_slice(&frame_crc.to_be_bytes());
     FRAME_LEN + payload_len
 }
 
@@ -92,18 +291,11 @@ pub enum Parsed {
 }
 
 /// Parses the record at `off` of `seg` (the whole segment as one `Bytes`, so bodies are
-/// zero-copy slices of it). `max_payload` bounds a plausible length.
-pub fn parse_at(seg: &Bytes, off: usize, max_payload: usize) -> Parsed {
-    parse_within(seg, seg.len(), off, max_payload)
-}
-
-/// [`parse_at`] looking only at `seg[..limit]` (the written part of a mapping).
-pub fn parse_within(seg: &Bytes, limit: usize, off: usize, max_payload: usize) -> Parsed {
-    let b = &seg[..limit.min(seg.len())];
-    match view(&b[off.min(b.len())..], max_payload) {
+/// zero-copy slices of it).
+pub fn parse_at(seg: &Bytes, format: Format, off: usize) -> Parsed {
+    match format.view(seg.get(off..).unwrap_or_default()) {
         Viewed::Record(v, len) => {
-            let p = off + FRAME_LEN;
-            let body = seg.slice(p + PAYLOAD_FIXED..p + len - FRAME_LEN);
+            let body = seg.slice(off + format.body_at()..off + len);
             Parsed::Record(v.stored(body), off + len)
         }
         Viewed::Incomplete => Parsed::Incomplete,
@@ -145,52 +337,13 @@ impl View<'_> {
     }
 }
 
-/// What [`view`] found at the start of a slice.
+/// What [`Format::view`] found at the start of a slice.
 #[derive(Debug)]
 pub enum Viewed<'a> {
     /// A valid record and its whole length (frame included).
     Record(View<'a>, usize),
     Incomplete,
     Corrupt,
-}
-
-/// The payload length a frame header announces, if plausible.
-pub fn frame_payload_len(b: &[u8], max_payload: usize) -> Option<usize> {
-    let len = u32::from_be_bytes(b.get(..4)?.try_into().ok()?) as usize;
-    (PAYLOAD_FIXED..=max_payload).contains(&len).then_some(len)
-}
-
-/// Parses the record at the start of `b`, checking its checksum.
-pub fn view(b: &[u8], max_payload: usize) -> Viewed<'_> {
-    if b.len() < FRAME_LEN {
-        return Viewed::Incomplete;
-    }
-    let Some(len) = frame_payload_len(b, max_payload) else {
-        return Viewed::Corrupt;
-    };
-    let end = FRAME_LEN + len;
-    if end > b.len() {
-        return Viewed::Incomplete;
-    }
-    let crc = u32::from_be_bytes([b[4], b[5], b[6], b[7]]);
-    let p = &b[FRAME_LEN..end];
-    if crc32fast::hash(p) != crc {
-        return Viewed::Corrupt;
-    }
-    let int = |at: usize| u64::from_be_bytes(p[at..at + 8].try_into().unwrap_or([0; 8]));
-    let Some(id) = MessageId::from_slice(&p[24..40]) else {
-        return Viewed::Corrupt;
-    };
-    Viewed::Record(
-        View {
-            seq: int(0),
-            timestamp: int(8) as i64,
-            defer_until: int(16) as i64,
-            id,
-            body: &p[PAYLOAD_FIXED..],
-        },
-        end,
-    )
 }
 
 /// A segment's bytes by offset, as the search after damage ([`resync`]) sees them: the whole
@@ -225,26 +378,34 @@ impl ByteSource for [u8] {
 
 /// After damage: the first offset in `from..stop` where a valid record with a seq above
 /// `last_seq` starts, `None` if there is none. Every offset is tried, so no valid record
-/// after the damage is passed over. `Err((at, missing))`: deciding about the record at `at`
-/// needs bytes the source does not have yet; the search can go on from `at` later.
+/// after the damage is passed over; a frame that does not hold up, or names a seq not above
+/// `last_seq`, is passed over before its payload is read. `Err((at, missing))`: deciding
+/// about the record at `at` needs bytes the source does not have yet; the search can go on
+/// from `at` later.
 pub fn resync<S: ByteSource + ?Sized>(
     src: &S,
+    format: Format,
     from: u64,
     stop: u64,
     last_seq: Option<u64>,
-    max_payload: usize,
 ) -> Result<Option<u64>, (u64, S::Missing)> {
+    let above = |seq: u64| last_seq.is_none_or(|l| seq > l);
     for at in from..stop {
-        let len = src
-            .with(at, FRAME_LEN, |b| frame_payload_len(b, max_payload))
+        let frame = src
+            .with(at, format.probe_len(), |b| format.frame(b))
             .map_err(|m| (at, m))?;
-        let Some(Some(len)) = len else {
+        let Some(Some(frame)) = frame else {
             continue;
         };
+        if !above(frame.seq) {
+            continue;
+        }
         let valid = src
-            .with(at, FRAME_LEN + len, |b| {
-                matches!(view(b, max_payload), Viewed::Record(v, _) if last_seq.is_none_or(|l| v.seq > l))
-            })
+            .with(
+                at,
+                frame.len,
+                |b| matches!(format.view(b), Viewed::Record(v, _) if above(v.seq)),
+            )
             .map_err(|m| (at, m))?;
         if valid == Some(true) {
             return Ok(Some(at));
@@ -253,22 +414,19 @@ pub fn resync<S: ByteSource + ?Sized>(
     Ok(None)
 }
 
-/// [`resync`] over a whole segment in memory, from just after `off`.
-fn resync_after(
-    seg: &[u8],
-    off: usize,
-    last_seq: Option<u64>,
-    max_payload: usize,
-) -> Option<usize> {
-    match resync(seg, off as u64 + 1, seg.len() as u64, last_seq, max_payload) {
+/// [`resync`] over a whole segment in memory, from `from`.
+fn resync_from(seg: &[u8], format: Format, from: usize, last_seq: Option<u64>) -> Option<usize> {
+    match resync(seg, format, from as u64, seg.len() as u64, last_seq) {
         Ok(found) => found.map(|at| at as usize),
         Err((_, never)) => match never {},
     }
 }
 
 /// What a full scan of a segment found.
-#[derive(Debug, Default, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq)]
 pub struct ScanReport {
+    /// The record layout the scan read.
+    pub format: Format,
     /// Offset just after the last valid record (where appends may continue).
     pub valid_end: usize,
     pub records: u64,
@@ -300,27 +458,25 @@ pub fn is_index_point(records: u64, offset: u64, last_point: Option<u64>) -> boo
     records.is_multiple_of(INDEX_EVERY) || last_point.is_none_or(|p| offset >= p + INDEX_BYTES)
 }
 
-/// Walks every record of a segment (after its header).
-pub fn scan(seg: &Bytes, max_payload: usize) -> ScanReport {
+/// Walks every record of a segment of the given format (after its header).
+pub fn scan(seg: &Bytes, format: Format) -> ScanReport {
+    let header_len = format.header_len();
     let mut r = ScanReport {
-        valid_end: HEADER_LEN.min(seg.len()),
-        ..ScanReport::default()
+        format,
+        valid_end: header_len.min(seg.len()),
+        records: 0,
+        first_seq: None,
+        last_seq: None,
+        index: Vec::new(),
+        skipped: Vec::new(),
+        torn_tail: 0,
+        max_id: None,
+        deferred: Vec::new(),
     };
-    let mut off = HEADER_LEN;
+    let mut off = header_len;
     while off < seg.len() {
-        match parse_at(seg, off, max_payload) {
-            Parsed::Record(s, next) => {
-                if r.last_seq.is_some_and(|l| s.seq <= l) {
-                    // A stale record (a seq going backwards) is corruption too.
-                    match resync_after(seg, off, r.last_seq, max_payload) {
-                        Some(n) => {
-                            r.skipped.push((off, n - off));
-                            off = n;
-                            continue;
-                        }
-                        None => break,
-                    }
-                }
+        let resume_from = match parse_at(seg, format, off) {
+            Parsed::Record(s, next) if r.last_seq.is_none_or(|l| s.seq > l) => {
                 let last_point = r.index.last().map(|&(_, o)| o as u64);
                 if is_index_point(r.records, off as u64, last_point) {
                     r.index.push((s.seq, off));
@@ -336,19 +492,111 @@ pub fn scan(seg: &Bytes, max_payload: usize) -> ScanReport {
                 r.records += 1;
                 off = next;
                 r.valid_end = next;
+                continue;
             }
-            Parsed::Incomplete => break,
-            Parsed::Corrupt => match resync_after(seg, off, r.last_seq, max_payload) {
-                Some(n) => {
-                    r.skipped.push((off, n - off));
-                    off = n;
-                }
-                None => break,
+            // A stale record (a seq going backwards) is damage too.
+            Parsed::Record(..) => off + 1,
+            // A frame that checks itself but whose payload does not: the record's extent is
+            // known, so the search starts after it (a body may hold bytes that look like a
+            // record).
+            Parsed::Corrupt if format.frame_checks_itself() => match format.frame(&seg[off..]) {
+                Some(f) if off + f.len <= seg.len() => off + f.len,
+                _ => off + 1,
             },
+            // A length past the end: a torn write if no valid record follows, damage if one
+            // does.
+            Parsed::Incomplete | Parsed::Corrupt => off + 1,
+        };
+        match resync_from(seg, format, resume_from, r.last_seq) {
+            Some(n) => {
+                r.skipped.push((off, n - off));
+                off = n;
+            }
+            None => break,
         }
     }
     r.torn_tail = seg.len().saturating_sub(r.valid_end);
     r
+}
+
+/// What recovery learns of a segment file: its format, the header's damage if any, and the
+/// scan.
+#[derive(Debug)]
+pub struct Recovered {
+    pub header: Result<Header, HeaderDamage>,
+    pub report: ScanReport,
+}
+
+/// Scans a segment file, in the version its header names when the header holds up. A
+/// damaged header hides nothing: the file is scanned as version 2 (fast: the record mark),
+/// then, if that finds no record, as version 1; whichever finds records wins (the base seq
+/// comes from the file name). A version-1 header whose scan finds nothing gets the same
+/// second look, since version 1's header has no checksum.
+pub fn recover(seg: &Bytes) -> Recovered {
+    let header = decode_header(seg);
+    let report = match header {
+        Ok(Header {
+            format: Format::V2, ..
+        }) => scan(seg, Format::V2),
+        Ok(Header {
+            format: Format::V1, ..
+        }) => {
+            let v1 = scan(seg, Format::V1);
+            if v1.records > 0 {
+                v1
+            } else {
+                better(scan(seg, Format::V2), v1)
+            }
+        }
+        Err(_) => {
+            let v2 = scan(seg, Format::V2);
+            if v2.records > 0 {
+                v2
+            } else {
+                better(scan(seg, Format::V1), v2)
+            }
+        }
+    };
+    Recovered { header, report }
+}
+
+/// The scan that found records, else `fallback`.
+fn better(candidate: ScanReport, fallback: ScanReport) -> ScanReport {
+    if candidate.records > 0 {
+        candidate
+    } else {
+        fallback
+    }
+}
+
+/// Version 1's encoder, for tests only (this build never writes version 1): data directories
+/// written before version 2 must still be read.
+#[cfg(test)]
+pub mod v1 {
+    use super::*;
+
+    pub fn encode_header(out: &mut Vec<u8>, base_seq: u64, created_ns: i64) {
+        out.put_slice(MAGIC);
+        out.put_u32(1);
+        out.put_u32(V1_HEADER_LEN as u32);
+        out.put_u64(base_seq);
+        out.put_i64(created_ns);
+    }
+
+    pub fn encode_record(out: &mut Vec<u8>, s: &Stored) -> usize {
+        let payload_len = V1_PAYLOAD_FIXED + s.msg.body.len();
+        let start = out.len();
+        out.put_u32(payload_len as u32);
+        out.put_u32(0);
+        out.put_u64(s.seq);
+        out.put_i64(s.msg.timestamp);
+        out.put_i64(s.defer_until);
+        out.put_slice(&s.msg.id.0);
+        out.put_slice(&s.msg.body);
+        let crc = crc32fast::hash(&out[start + V1_FRAME_LEN..]);
+        out[start + 4..start + 8].copy_from_slice(&crc.to_be_bytes());
+        V1_FRAME_LEN + payload_len
+    }
 }
 
 #[cfg(test)]
@@ -368,27 +616,86 @@ mod tests {
         }
     }
 
-    fn segment(n: u64) -> Vec<u8> {
+    /// A segment of `n` records in `format`, and where each record starts (and the end).
+    fn segment_in(format: Format, n: u64) -> (Vec<u8>, Vec<usize>) {
         let mut out = Vec::new();
-        encode_header(&mut out, 0, 0);
-        for i in 0..n {
-            encode_record(&mut out, &stored(i, &format!("body-{i}")));
+        match format {
+            Format::V1 => v1::encode_header(&mut out, 0, 0),
+            Format::V2 => encode_header(&mut out, 0, 0),
         }
-        out
+        let mut starts = Vec::new();
+        for i in 0..n {
+            starts.push(out.len());
+            let s = stored(i, &format!("body-{i}"));
+            match format {
+                Format::V1 => v1::encode_record(&mut out, &s),
+                Format::V2 => encode_record(&mut out, &s),
+            };
+        }
+        starts.push(out.len());
+        (out, starts)
+    }
+
+    fn segment(n: u64) -> Vec<u8> {
+        segment_in(Format::V2, n).0
     }
 
     #[test]
     fn records_round_trip() {
         let seg = Bytes::from(segment(3));
-        assert_eq!(decode_header(&seg), Ok(0));
-        let r = scan(&seg, 1 << 20);
+        assert_eq!(
+            decode_header(&seg),
+            Ok(Header {
+                format: Format::V2,
+                base: 0
+            })
+        );
+        let r = scan(&seg, Format::V2);
         assert_eq!(r.records, 3);
         assert_eq!(r.valid_end, seg.len());
         assert_eq!(r.torn_tail, 0);
-        match parse_at(&seg, HEADER_LEN, 1 << 20) {
+        match parse_at(&seg, Format::V2, HEADER_LEN) {
             Parsed::Record(s, _) => assert_eq!(s, stored(0, "body-0")),
             other => panic!("{other:?}"),
         }
+        assert_eq!(
+            encode_record(&mut Vec::new(), &stored(0, "body-0")),
+            record_len(6)
+        );
+    }
+
+    /// Version-1 segments (a data directory from before version 2) read back whole.
+    #[test]
+    fn version_1_segments_are_read() {
+        let (bytes, _) = segment_in(Format::V1, 5);
+        let seg = Bytes::from(bytes);
+        let rec = recover(&seg);
+        assert_eq!(
+            rec.header,
+            Ok(Header {
+                format: Format::V1,
+                base: 0
+            })
+        );
+        assert_eq!(rec.report.format, Format::V1);
+        assert_eq!(rec.report.records, 5);
+        assert_eq!(rec.report.torn_tail, 0);
+        match parse_at(&seg, Format::V1, V1_HEADER_LEN) {
+            Parsed::Record(s, _) => assert_eq!(s, stored(0, "body-0")),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// No flag bounds a record: a body far above the default --max-msg-size reads back.
+    #[test]
+    fn a_large_record_is_a_record() {
+        let mut out = Vec::new();
+        encode_header(&mut out, 0, 0);
+        let big = "y".repeat(3 << 20);
+        encode_record(&mut out, &stored(0, &big));
+        encode_record(&mut out, &stored(1, "small"));
+        let r = scan(&Bytes::from(out), Format::V2);
+        assert_eq!((r.records, r.torn_tail), (2, 0));
     }
 
     /// Index points every INDEX_EVERY records and, past a large record, at the next one:
@@ -408,7 +715,7 @@ mod tests {
             };
             encode_record(&mut out, &stored(i, &body));
         }
-        let r = scan(&Bytes::from(out), 1 << 20);
+        let r = scan(&Bytes::from(out), Format::V2);
         let seqs: Vec<u64> = r.index.iter().map(|&(seq, _)| seq).collect();
         assert_eq!(seqs, [0, 256, 301, 512]);
         for &(seq, off) in &r.index {
@@ -418,43 +725,81 @@ mod tests {
 
     #[test]
     fn torn_tail_is_reported_not_delivered() {
-        let full = segment(3);
-        let cut = Bytes::from(full[..full.len() - 5].to_vec());
-        let r = scan(&cut, 1 << 20);
-        assert_eq!(r.records, 2);
-        assert!(r.torn_tail > 0);
-        assert_eq!(r.valid_end + r.torn_tail, cut.len());
+        for format in [Format::V1, Format::V2] {
+            let (full, _) = segment_in(format, 3);
+            let cut = Bytes::from(full[..full.len() - 5].to_vec());
+            let r = scan(&cut, format);
+            assert_eq!(r.records, 2);
+            assert!(r.torn_tail > 0);
+            assert_eq!(r.valid_end + r.torn_tail, cut.len());
+            assert!(r.skipped.is_empty());
+        }
     }
 
     #[test]
     fn flipped_byte_skips_only_that_record() {
-        let mut bytes = segment(5);
-        // Flip a byte inside the body of the third record.
-        let third = HEADER_LEN + 2 * (FRAME_LEN + PAYLOAD_FIXED + 6);
-        bytes[third + FRAME_LEN + PAYLOAD_FIXED + 2] ^= 0xff;
-        let seg = Bytes::from(bytes);
-        let r = scan(&seg, 1 << 20);
-        assert_eq!(r.records, 4);
-        assert_eq!(r.skipped.len(), 1);
-        assert_eq!(r.last_seq, Some(4));
+        for format in [Format::V1, Format::V2] {
+            let (mut bytes, starts) = segment_in(format, 5);
+            // A byte inside the body of the third record.
+            bytes[starts[2] + format.body_at() + 2] ^= 0xff;
+            let r = scan(&Bytes::from(bytes), format);
+            assert_eq!(r.records, 4);
+            assert_eq!(r.skipped, [(starts[2], starts[3] - starts[2])]);
+            assert_eq!(r.last_seq, Some(4));
+        }
     }
 
+    /// A length damaged into one that points past the end of the file is damage, not a torn
+    /// tail: the records after it are found.
     #[test]
-    fn flipped_length_resyncs() {
-        let mut bytes = segment(5);
-        let second = HEADER_LEN + (FRAME_LEN + PAYLOAD_FIXED + 6);
-        bytes[second] ^= 0x40;
-        let seg = Bytes::from(bytes);
-        let r = scan(&seg, 1 << 20);
-        assert_eq!(r.records, 4);
-        assert_eq!(r.last_seq, Some(4));
+    fn a_length_pointing_past_the_end_is_damage_in_the_middle() {
+        for format in [Format::V1, Format::V2] {
+            let (mut bytes, starts) = segment_in(format, 10);
+            let len_at = match format {
+                Format::V1 => 0,
+                Format::V2 => 4,
+            };
+            // 0x40 in the length's second byte: 4 MiB more, past the end.
+            bytes[starts[1] + len_at + 1] ^= 0x40;
+            let r = scan(&Bytes::from(bytes), format);
+            assert_eq!(r.records, 9, "{format:?}");
+            assert_eq!(r.skipped, [(starts[1], starts[2] - starts[1])]);
+            assert_eq!(r.torn_tail, 0);
+        }
+    }
+
+    /// A damaged header hides no record, whichever byte of it is hit.
+    #[test]
+    fn a_damaged_header_hides_nothing() {
+        for format in [Format::V1, Format::V2] {
+            let (clean, _) = segment_in(format, 5);
+            for at in 0..format.header_len() {
+                for flip in [0x01u8, 0x80, 0xff] {
+                    let mut bytes = clean.clone();
+                    bytes[at] ^= flip;
+                    let rec = recover(&Bytes::from(bytes));
+                    assert_eq!(rec.report.format, format, "byte {at} ^ {flip:#x}");
+                    assert_eq!(rec.report.records, 5, "byte {at} ^ {flip:#x}");
+                    assert_eq!(rec.report.torn_tail, 0);
+                    if format == Format::V2 {
+                        assert!(rec.header.is_err(), "byte {at} ^ {flip:#x} goes unnoticed");
+                    }
+                }
+            }
+        }
     }
 
     #[test]
     fn bad_header() {
-        assert!(decode_header(b"short").is_err());
+        assert_eq!(decode_header(b"short"), Err(HeaderDamage::Short(5)));
         let mut h = segment(0);
         h[0] = b'X';
-        assert!(decode_header(&h).is_err());
+        assert_eq!(decode_header(&h), Err(HeaderDamage::Magic));
+        let mut h = segment(0);
+        h[11] = 1; // version 1, with version 2's header length
+        assert_eq!(decode_header(&h), Err(HeaderDamage::Length(36)));
+        let mut h = segment(0);
+        h[20] ^= 1;
+        assert_eq!(decode_header(&h), Err(HeaderDamage::Checksum));
     }
 }
