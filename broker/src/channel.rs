@@ -690,7 +690,7 @@ impl Channel {
     ///   holds deferred (taken DPUBs, REQ with a delay).
     pub fn figures(&self, log: &TopicLog, now_ns: i64) -> Figures {
         let deferred_in_log = self.deferred_in_log(log, now_ns);
-        let depth = self.waiting() as u64 - deferred_in_log;
+        let depth = (self.waiting() as u64).saturating_sub(deferred_in_log);
         let backend_depth = if self.ephemeral {
             0
         } else {

@@ -18,6 +18,9 @@
 //!   falls out of its window is gone.
 //! - Segments are deleted once every channel's floor has passed them ([`TopicLog::release_below`]).
 //! - Start-up recovery ([`TopicLog::open`]) scans every segment through a memory mapping.
+//! - The log lists its DPUB records (seq and due time) from its start on, for /stats: a channel
+//!   counts those it has not taken yet as deferred ([`TopicLog::deferred_between`]).
+//! - A deleted log ([`TopicLog::destroy`]) writes nothing more, not even a flush under way.
 
 use super::blocks::{self, BlockKey, Blocks, BLOCK};
 use super::file::SegFile;
