@@ -32,6 +32,22 @@ pub enum SegFile {
 impl SegFile {
     /// Opens `path` for reading, and for writing (created if missing) when `write`.
     pub async fn open(path: &Path, write: bool) -> Result<SegFile, String> {
+        let created = write && !path.exists();
+        let file = SegFile::open_file(path, write).await?;
+        if created {
+            // The new segment's name: an fsync of the file alone does not cover it, and a
+            // power loss would lose the whole segment however often its data was fsynced.
+            if let Some(dir) = path.parent().map(Path::to_path_buf) {
+                glommio::executor()
+                    .spawn_blocking(move || super::sync_dir(&dir))
+                    .await
+                    .map_err(|e| format!("fsync the directory of {}: {e}", path.display()))?;
+            }
+        }
+        Ok(file)
+    }
+
+    async fn open_file(path: &Path, write: bool) -> Result<SegFile, String> {
         let failed = |e: &dyn std::fmt::Display| format!("open {}: {e}", path.display());
         if !DIRECT.with(Cell::get) {
             let mut opts = OpenOptions::new();

@@ -255,7 +255,13 @@ impl TopicLog {
         mem_limit: u64,
         max_bytes_per_file: u64,
     ) -> std::io::Result<TopicLog> {
-        std::fs::create_dir_all(&dir)?;
+        if !dir.is_dir() {
+            std::fs::create_dir_all(&dir)?;
+            // The new directory's name, so a power loss cannot take the topic's files with it.
+            if let Some(parent) = dir.parent() {
+                super::sync_dir(parent)?;
+            }
+        }
         let mut log = TopicLog::new(name, Some(dir.clone()), mem_limit, max_bytes_per_file);
         let mut files: Vec<(u64, PathBuf)> = Vec::new();
         for entry in std::fs::read_dir(&dir)?.filter_map(|e| e.ok()) {

@@ -48,6 +48,12 @@ pub fn trash_name(path: &Path) -> PathBuf {
 
 const TRASH_SUFFIX: &str = "~deleted";
 
+/// fsyncs the directory `dir`, so that entries just made in it (a topic's directory, a new
+/// segment file) survive a power loss: an fsync of the file alone does not cover its name.
+pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
+}
+
 pub fn is_trash(path: &Path) -> bool {
     path.to_string_lossy().ends_with(TRASH_SUFFIX)
 }
