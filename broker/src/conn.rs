@@ -3,8 +3,16 @@
 //!
 //! Three tasks share a [`Conn`]: the reader (decodes and executes commands in order), the writer
 //! (flushes the output buffer whenever there is something in it: once per turn of the shard,
-//! so pipelined responses and deliveries go out in one write), and the heartbeat ticker. The
-//! socket is `dup`ed so reader and writer each own a glommio stream.
+//! so pipelined responses and deliveries go out in one write), and the heartbeat ticker. Reader
+//! and writer share the socket's one descriptor ([`crate::conn_socket`]).
+//!
+//! Flow control of deliveries: the connection counts the bytes of message frames it was
+//! handed and, as its writer gets them into the socket, reports them written to the channel's
+//! owner (`ChannelOp::Written`, once a quarter of the window has gathered). The owner stops
+//! delivering to a consumer with a window's worth unreported (`Config::output_window`), so a
+//! client that does not read holds at most about a window of frames here. A write that makes
+//! no progress for a heartbeat interval (nsqd's write deadline; [`WRITE_TIMEOUT`] with
+//! heartbeats off) closes the connection, and its in-flight messages go back to the channel.
 //!
 //! Responses keep the order of commands. Publishes pipeline: the reader sends PUB/MPUB/DPUB to
 //! the topic's owner and goes on decoding (up to [`MAX_PIPELINED`] outstanding), while a fourth
@@ -14,6 +22,7 @@
 //! closes; a non-fatal one (FIN of an unknown ID, ...) only sends the frame.
 
 use crate::channel::{ClientInfo, ConsumerKey, ConsumerSpec};
+use crate::conn_socket::{ReadHalf, WriteHalf};
 use crate::eager_read::EagerRead;
 use crate::mailbox::{ChannelOp, Mail, Reply};
 use crate::shard::Shard;
@@ -29,7 +38,7 @@ use protocol::{
     ProtocolError,
 };
 use std::cell::{Cell, RefCell};
-use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd};
+use std::os::fd::AsRawFd;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,8 +47,11 @@ use tracing::{debug, info, warn, Instrument};
 /// Smallest and largest read buffer; it doubles while reads fill it.
 const READ_MIN: usize = 4 * 1024;
 const READ_MAX: usize = 256 * 1024;
-/// A client that does not take its bytes for this long is closed.
+/// With heartbeats off, a client that does not take its bytes for this long is closed (with
+/// heartbeats on, one heartbeat interval).
 const WRITE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Largest write buffer a connection keeps between writes.
+const KEEP_WRITE_BUF: usize = 256 * 1024;
 /// Publishes one connection may have outstanding before its reader waits.
 pub const MAX_PIPELINED: usize = 64;
 /// How long a stopping connection waits for its outstanding publishes to be answered.
@@ -59,6 +71,9 @@ struct PendingPublish {
     fail: ErrorCode,
     verb: &'static str,
 }
+
+/// The owner shard, topic and channel of a subscription.
+type Subscription = (usize, Arc<str>, Arc<str>);
 
 /// The part of a connection that other tasks of the shard can reach.
 pub struct Conn {
@@ -83,13 +98,21 @@ pub struct Conn {
     unanswered: Cell<usize>,
     wake_replier: Notify,
     replies_done: Notify,
+    /// After SUB: the channel's owner, topic and channel, where written bytes are reported.
+    consumes: RefCell<Option<Subscription>>,
+    /// Bytes of message frames in `out`, not yet taken by the writer.
+    unsent_deliveries: Cell<u64>,
+    /// Bytes of message frames written and not yet reported to the owner.
+    written_unreported: Cell<u64>,
+    /// Report written bytes once this many have gathered (a quarter of the owner's window).
+    report_every: u64,
 }
 
 impl Conn {
-    fn new(id: u64, heartbeat: Duration) -> Conn {
+    fn new(id: u64, heartbeat: Duration, output_window: u64) -> Conn {
         Conn {
             id,
-            out: RefCell::new(BytesMut::with_capacity(16 * 1024)),
+            out: RefCell::new(BytesMut::new()),
             wake_writer: Notify::new(),
             wake_reader: Notify::new(),
             heartbeat_changed: Notify::new(),
@@ -104,6 +127,43 @@ impl Conn {
             unanswered: Cell::new(0),
             wake_replier: Notify::new(),
             replies_done: Notify::new(),
+            consumes: RefCell::new(None),
+            unsent_deliveries: Cell::new(0),
+            written_unreported: Cell::new(0),
+            report_every: (output_window / 4).max(1),
+        }
+    }
+
+    /// How long a write may make no progress before the client is dropped.
+    fn write_deadline(&self) -> Duration {
+        self.heartbeat.get().unwrap_or(WRITE_TIMEOUT)
+    }
+
+    /// The writer got `bytes` of message frames into the socket: tell the channel's owner
+    /// once enough have gathered (it counts them against the consumer's window).
+    fn report_written(&self, shard: &Shard, bytes: u64) {
+        if bytes == 0 {
+            return;
+        }
+        let total = self.written_unreported.get() + bytes;
+        if total < self.report_every {
+            self.written_unreported.set(total);
+            return;
+        }
+        self.written_unreported.set(0);
+        if let Some((owner, topic, channel)) = self.consumes.borrow().as_ref() {
+            shard.route(
+                *owner,
+                Mail::Channel {
+                    topic: topic.clone(),
+                    channel: channel.clone(),
+                    key: ConsumerKey {
+                        shard: shard.id,
+                        conn: self.id,
+                    },
+                    op: ChannelOp::Written(total),
+                },
+            );
         }
     }
 
@@ -151,6 +211,8 @@ impl Conn {
         if self.closed.get() {
             return;
         }
+        self.unsent_deliveries
+            .set(self.unsent_deliveries.get() + frames.len() as u64);
         {
             let mut out = self.out.borrow_mut();
             if out.is_empty() {
@@ -184,7 +246,7 @@ struct Session {
     msg_timeout: Duration,
     info: ClientInfo,
     /// The owner shard and the channel this connection consumes, after SUB.
-    sub: Option<(usize, Arc<str>, Arc<str>)>,
+    sub: Option<Subscription>,
     /// FINs decoded from the current read, sent together (see [`flush_fins`]).
     fins: Vec<protocol::MessageId>,
 }
@@ -213,20 +275,15 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
     async move {
         debug!("connected");
         let _ = stream.set_nodelay(true);
-        let wfd = match crate::listen::dup_socket(stream.as_raw_fd()) {
-            Ok(fd) => fd,
-            Err(e) => {
-                info!("dup failed ({e}); closing");
-                return;
-            }
-        };
-        // SAFETY: wfd is a descriptor of the same connected socket that only this stream owns.
-        let writer_stream = unsafe { TcpStream::from_raw_fd(wfd.into_raw_fd()) };
-        let _ = writer_stream.set_write_timeout(Some(WRITE_TIMEOUT));
+        let (stream, writer_stream) = crate::conn_socket::split(stream);
         let heartbeat = shard.config.identify_limits().default_heartbeat_ms;
-        let conn = Rc::new(Conn::new(id, Duration::from_millis(heartbeat)));
+        let conn = Rc::new(Conn::new(
+            id,
+            Duration::from_millis(heartbeat),
+            shard.config.output_window(),
+        ));
         shard.register_conn(conn.clone());
-        let writer = glommio::spawn_local(write_loop(conn.clone(), writer_stream));
+        let writer = glommio::spawn_local(write_loop(shard.clone(), conn.clone(), writer_stream));
         let ticker = glommio::spawn_local(heartbeat_loop(conn.clone()));
         let replier = glommio::spawn_local(reply_loop(shard.clone(), conn.clone()));
 
@@ -276,11 +333,11 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
 async fn read_loop(
     shard: &Rc<Shard>,
     conn: &Rc<Conn>,
-    mut stream: TcpStream,
+    mut stream: ReadHalf,
     remote: String,
 ) -> Option<Session> {
     let heartbeat = conn.heartbeat.get().unwrap_or(Duration::from_secs(30));
-    let _ = stream.set_read_timeout(Some(heartbeat * 2));
+    stream.set_read_timeout(Some(heartbeat * 2));
     let mut magic = [0u8; 4];
     let got =
         futures_lite::future::or(async { Some(stream.read_exact(&mut magic).await) }, async {
@@ -423,7 +480,7 @@ async fn wait_while_congested(shard: &Shard, peer: usize) {
 async fn execute(
     shard: &Rc<Shard>,
     conn: &Rc<Conn>,
-    stream: &mut TcpStream,
+    stream: &mut ReadHalf,
     session: &mut Session,
     cmd: Command,
 ) -> Result<(), ProtocolError> {
@@ -506,7 +563,7 @@ async fn execute(
 fn identify(
     shard: &Shard,
     conn: &Conn,
-    stream: &mut TcpStream,
+    stream: &mut ReadHalf,
     session: &mut Session,
     body: &Bytes,
 ) -> Result<(), ProtocolError> {
@@ -523,7 +580,7 @@ fn identify(
     let hb = n.heartbeat_ms.map(Duration::from_millis);
     conn.heartbeat.set(hb);
     conn.heartbeat_changed.notify();
-    let _ = stream.set_read_timeout(hb.map(|d| d * 2));
+    stream.set_read_timeout(hb.map(|d| d * 2));
     debug!(client_id = %req.client_id, user_agent = %req.user_agent, "identified");
     if req.feature_negotiation {
         let resp = IdentifyResponse::new(&n, &limits, shard.config.max_rdy_count, false);
@@ -549,6 +606,7 @@ async fn subscribe(
         },
         msg_timeout: session.msg_timeout,
         info: Arc::new(session.info.clone()),
+        output_window: shard.config.output_window(),
     };
     let (t, c): (Arc<str>, Arc<str>) = (Arc::from(topic.as_str()), Arc::from(channel.as_str()));
     let reply = shard
@@ -563,6 +621,7 @@ async fn subscribe(
         Some(Reply::Subscribe(Ok(()))) => {
             session.phase = ConnPhase::Subscribed;
             session.sub = Some((owner, t.clone(), c.clone()));
+            *conn.consumes.borrow_mut() = Some((owner, t.clone(), c.clone()));
             conn.subscribed.set(true);
             debug!(topic = %t, channel = %c, owner, "subscribed");
             conn.push_response(protocol::OK);
@@ -670,30 +729,46 @@ fn channel_op(shard: &Shard, conn: &Conn, session: &Session, op: ChannelOp) {
 }
 
 /// Flushes the output buffer whenever something is in it; on close, flushes what is left and
-/// shuts the socket down.
-async fn write_loop(conn: Rc<Conn>, mut stream: TcpStream) {
-    let mut spare = BytesMut::with_capacity(16 * 1024);
+/// shuts the socket down. A write that makes no progress for the write deadline closes the
+/// connection.
+async fn write_loop(shard: Rc<Shard>, conn: Rc<Conn>, mut stream: WriteHalf) {
+    let mut spare = BytesMut::new();
     loop {
         conn.wake_writer.notified().await;
         loop {
-            {
+            let deliveries = {
                 let mut out = conn.out.borrow_mut();
                 if out.is_empty() {
                     break;
                 }
                 std::mem::swap(&mut *out, &mut spare);
-            }
+                conn.unsent_deliveries.replace(0)
+            };
+            stream.set_write_timeout(Some(conn.write_deadline()));
             if let Err(e) = stream.write_all(&spare).await {
-                debug!("write failed: {e}");
+                if e.kind() == std::io::ErrorKind::TimedOut {
+                    info!(
+                        unsent = spare.len(),
+                        "client took nothing for {:?}; closing",
+                        conn.write_deadline()
+                    );
+                } else {
+                    debug!("write failed: {e}");
+                }
                 conn.close();
-                let _ = stream.shutdown(std::net::Shutdown::Both).await;
+                stream.shutdown(std::net::Shutdown::Both);
                 return;
             }
+            conn.report_written(&shard, deliveries);
             spare.clear();
+            // A buffer grown by a burst is not kept by an idle connection.
+            if spare.capacity() > KEEP_WRITE_BUF {
+                spare = BytesMut::new();
+            }
         }
         if conn.closed.get() {
             let _ = stream.flush().await;
-            let _ = stream.shutdown(std::net::Shutdown::Both).await;
+            stream.shutdown(std::net::Shutdown::Both);
             return;
         }
     }

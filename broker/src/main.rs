@@ -8,6 +8,7 @@ mod admin;
 mod channel;
 mod config;
 mod conn;
+mod conn_socket;
 mod control;
 mod deadlines;
 mod eager_read;

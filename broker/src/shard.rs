@@ -874,7 +874,9 @@ impl Shard {
     fn channel_op_here(&self, topic: &str, channel: &str, key: ConsumerKey, op: ChannelOp) {
         let t = self.topics.borrow().get(topic).cloned();
         if let Some(t) = &t {
-            self.queue_checkpoint(t);
+            if !matches!(op, ChannelOp::Written(_)) {
+                self.queue_checkpoint(t);
+            }
         }
         let ch = t.as_ref().and_then(|t| t.borrow().channel(channel));
         let Some(ch) = ch else {
@@ -912,6 +914,7 @@ impl Shard {
                 }
                 ChannelOp::Close => c.close_consumer(key),
                 ChannelOp::Leave => c.remove_consumer(key),
+                ChannelOp::Written(bytes) => c.written(key, *bytes),
             }
         }
         if let Some((code, verb, _)) = op_ids(&op) {
