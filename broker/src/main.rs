@@ -4,6 +4,7 @@
 //! start one pinned executor per shard plus the control thread, all joined by the mailbox mesh;
 //! then wait for them to finish (after SIGTERM/SIGINT) and exit 0. See ARCHITECTURE.md.
 
+mod accept_limit;
 mod admin;
 mod channel;
 mod config;

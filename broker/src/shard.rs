@@ -1581,6 +1581,7 @@ fn spawn_pumps(shard: &Rc<Shard>, senders: &Rc<Senders<Batch>>, peers: usize) {
 }
 
 async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
+    let mut limit = crate::accept_limit::AcceptLimit::new(shard.id, "TCP");
     loop {
         let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
             shard.stop_accepting.notified().await;
@@ -1592,11 +1593,7 @@ async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
             Some(Ok(stream)) => {
                 glommio::spawn_local(conn::serve(shard.clone(), stream)).detach();
             }
-            Some(Err(e)) => {
-                // EMFILE and friends: back off briefly rather than spin.
-                error!(shard = shard.id, "accept failed: {e}");
-                glommio::timer::sleep(Duration::from_millis(50)).await;
-            }
+            Some(Err(e)) => limit.on_error(&listener, e).await,
         }
     }
     info!(shard = shard.id, "stopped accepting");
