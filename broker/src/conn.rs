@@ -44,8 +44,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use tracing::{debug, info, warn, Instrument};
 
-/// Smallest and largest read buffer; it doubles while reads fill it.
-const READ_MIN: usize = 4 * 1024;
+/// Smallest and largest read buffer; it doubles while reads fill it and halves after a read
+/// that filled less than an eighth of it, so an idle connection holds a small one.
+const READ_MIN: usize = 1024;
 const READ_MAX: usize = 256 * 1024;
 /// With heartbeats off, a client that does not take its bytes for this long is closed (with
 /// heartbeats on, one heartbeat interval).
@@ -271,7 +272,11 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
         .peer_addr()
         .map(|a| a.to_string())
         .unwrap_or_else(|_| "unknown".into());
-    let span = tracing::info_span!("client", shard = shard.id, conn = id, remote = %remote);
+    // A debug span: at the default level it is disabled and costs nothing, where an enabled
+    // one keeps its formatted fields in the subscriber's pool long after the connection (and,
+    // scattered among the pages connections used, kept those pages from being reused or
+    // returned). The few events above debug name the connection themselves.
+    let span = tracing::debug_span!("client", shard = shard.id, conn = id, remote = %remote);
     async move {
         debug!("connected");
         let _ = stream.set_nodelay(true);
@@ -299,6 +304,8 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
         .await;
         if conn.outstanding.get() > 0 {
             warn!(
+                shard = shard.id,
+                conn = id,
                 outstanding = conn.outstanding.get(),
                 "publishes still unconfirmed by their owner when the connection closed"
             );
@@ -321,7 +328,8 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
         shard.unregister_conn(id);
         conn.close();
         writer.await;
-        ticker.cancel().await;
+        // close() woke it: it sees the connection closed and ends by itself.
+        ticker.await;
         replier.cancel().await;
         debug!("closed");
     }
@@ -369,7 +377,7 @@ async fn read_loop(
     };
     *conn.info.borrow_mut() = session.info.clone();
     let limits = shard.decode_limits();
-    let mut rbuf = BytesMut::with_capacity(READ_MIN);
+    let mut rbuf = BytesMut::new();
     let mut progress = DecodeProgress::default();
     let mut scratch = vec![0u8; READ_MIN];
     let mut eager = EagerRead::default();
@@ -460,6 +468,9 @@ async fn read_loop(
                 rbuf.extend_from_slice(&scratch[..n]);
                 if n == scratch.len() && scratch.len() < READ_MAX {
                     scratch.resize(scratch.len() * 2, 0);
+                } else if n < scratch.len() / 8 && scratch.len() > READ_MIN {
+                    scratch.truncate(scratch.len() / 2);
+                    scratch.shrink_to_fit();
                 }
             }
             Some(Err(e)) => {
@@ -748,6 +759,8 @@ async fn write_loop(shard: Rc<Shard>, conn: Rc<Conn>, mut stream: WriteHalf) {
             if let Err(e) = stream.write_all(&spare).await {
                 if e.kind() == std::io::ErrorKind::TimedOut {
                     info!(
+                        shard = shard.id,
+                        conn = conn.id,
                         unsent = spare.len(),
                         "client took nothing for {:?}; closing",
                         conn.write_deadline()

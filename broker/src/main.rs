@@ -19,6 +19,7 @@ mod ids;
 mod listen;
 mod lookup_reg;
 mod mailbox;
+mod mem_trim;
 mod rlimit;
 mod send_batch;
 mod shard;

@@ -339,6 +339,7 @@ impl Shard {
     pub fn unregister_conn(&self, id: u64) {
         self.conns.borrow_mut().remove(&id);
         self.conns_changed.notify();
+        crate::mem_trim::connection_closed();
     }
 
     pub fn next_conn_id(&self) -> u64 {

@@ -120,3 +120,37 @@ def test_at_the_descriptor_limit_new_connections_are_refused_and_old_ones_served
         for s in served:
             s.close()
         consumer.close()
+
+
+def test_idle_connections_are_cheap_and_their_memory_is_reused(start_broker):
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    n = min(2000, hard // 2 - 100)
+    assert n >= 500, "RLIMIT_NOFILE hard limit %d is too low for this test" % hard
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    b = start_broker()
+    pid = b.proc.pid
+    try:
+        time.sleep(0.5)
+        before = rss_kib(pid)
+        closed = []
+        cost = None
+        for r in range(5):
+            socks = []
+            for _ in range(n):
+                s = socket.create_connection(b.addr, timeout=10)
+                s.sendall(MAGIC_V2)
+                socks.append(s)
+            time.sleep(0.5)
+            if r == 0:
+                cost = (rss_kib(pid) - before) / n
+            for s in socks:
+                s.close()
+            time.sleep(1.0)
+            closed.append(rss_kib(pid))
+        assert cost <= 8, "an idle connection costs %.1f KiB" % cost
+        # What one round took, the next ones reuse (generous: the shards' arenas differ).
+        growth = closed[-1] - closed[0]
+        assert growth <= max(cost * n, 4096), \
+            "RSS after closing: %r KiB (one round's connections: %.0f KiB)" % (closed, cost * n)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

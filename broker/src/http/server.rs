@@ -101,6 +101,7 @@ async fn serve(shard: Rc<Shard>, mut stream: TcpStream) {
     }
     let _ = stream.shutdown(std::net::Shutdown::Both).await;
     counter.set(counter.get().saturating_sub(1));
+    crate::mem_trim::connection_closed();
 }
 
 enum End {
