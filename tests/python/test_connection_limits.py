@@ -154,3 +154,23 @@ def test_idle_connections_are_cheap_and_their_memory_is_reused(start_broker):
             "RSS after closing: %r KiB (one round's connections: %.0f KiB)" % (closed, cost * n)
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_an_http_keep_alive_connection_holds_one_descriptor(start_broker):
+    b = start_broker()
+    pid = b.proc.pid
+    time.sleep(0.3)
+    base = fd_count(pid)
+    socks = []
+    try:
+        for _ in range(100):
+            s = socket.create_connection((b.host, b.http_port), timeout=5)
+            s.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert s.recv(1000).startswith(b"HTTP/1.1 200"), "no answer to /ping"
+            socks.append(s)
+        time.sleep(0.3)
+        per_conn = (fd_count(pid) - base) / len(socks)
+        assert per_conn <= 1.05, "%.2f descriptors per HTTP connection" % per_conn
+    finally:
+        for s in socks:
+            s.close()
