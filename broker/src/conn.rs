@@ -44,9 +44,11 @@ use std::sync::Arc;
 use std::time::Duration;
 use tracing::{debug, info, warn, Instrument};
 
-/// Smallest and largest read buffer; it doubles while reads fill it and halves after a read
-/// that filled less than an eighth of it, so an idle connection holds a small one.
+/// Smallest and largest read buffer; it doubles while reads fill it and halves after
+/// [`SHRINK_AFTER`] reads in a row that filled less than an eighth of it, so a connection that
+/// quietens down holds a small one (and one that alternates does not reallocate every read).
 const READ_MIN: usize = 1024;
+const SHRINK_AFTER: u8 = 4;
 const READ_MAX: usize = 256 * 1024;
 /// With heartbeats off, a client that does not take its bytes for this long is closed (with
 /// heartbeats on, one heartbeat interval).
@@ -386,6 +388,7 @@ async fn read_loop(
     let mut rbuf = BytesMut::new();
     let mut progress = DecodeProgress::default();
     let mut scratch = vec![0u8; READ_MIN];
+    let mut small_reads = 0u8;
     let mut eager = EagerRead::default();
     loop {
         loop {
@@ -472,11 +475,17 @@ async fn read_loop(
             Some(Ok(0)) => return Some(session),
             Some(Ok(n)) => {
                 rbuf.extend_from_slice(&scratch[..n]);
+                if n < scratch.len() / 8 {
+                    small_reads = small_reads.saturating_add(1);
+                } else {
+                    small_reads = 0;
+                }
                 if n == scratch.len() && scratch.len() < READ_MAX {
                     scratch.resize(scratch.len() * 2, 0);
-                } else if n < scratch.len() / 8 && scratch.len() > READ_MIN {
+                } else if small_reads >= SHRINK_AFTER && scratch.len() > READ_MIN {
                     scratch.truncate(scratch.len() / 2);
                     scratch.shrink_to_fit();
+                    small_reads = 0;
                 }
             }
             Some(Err(e)) => {
