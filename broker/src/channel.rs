@@ -9,7 +9,10 @@
 //! - `floor()` (the lowest seq still owed) only grows; segments below every channel's floor
 //!   can be deleted.
 //! - A consumer's `in_flight` equals the number of `in_flight` entries it owns, and the channel
-//!   delivers to a consumer only while `in_flight < rdy` and it has not sent CLS.
+//!   delivers to a consumer only while `in_flight < rdy`, it has not sent CLS, and the frames
+//!   encoded for it that its connection has not reported written (`unwritten`) are fewer
+//!   bytes than its window (`ConsumerSpec::output_window`): a client that stops reading holds at most one window
+//!   (plus one message) of frames in the broker, whatever its RDY.
 //! - Deliveries go to ready consumers in turn (round robin), one message at a time, so a
 //!   channel's consumers share it fairly.
 //!
@@ -55,6 +58,9 @@ pub struct ConsumerSpec {
     pub key: ConsumerKey,
     pub msg_timeout: Duration,
     pub info: Arc<ClientInfo>,
+    /// Bytes of frames the consumer may have encoded for it and not yet written to its
+    /// socket before deliveries to it pause (see `crate::config::Config::output_window`).
+    pub output_window: u64,
 }
 
 #[derive(Debug)]
@@ -63,6 +69,9 @@ pub struct Consumer {
     pub rdy: u64,
     pub in_flight: u64,
     pub closing: bool,
+    /// Bytes of frames encoded for this consumer that its connection has not reported
+    /// written yet ([`Channel::written`]).
+    pub unwritten: u64,
     pub message_count: u64,
     pub finish_count: u64,
     pub requeue_count: u64,
@@ -70,7 +79,7 @@ pub struct Consumer {
 
 impl Consumer {
     fn is_ready(&self) -> bool {
-        !self.closing && self.in_flight < self.rdy
+        !self.closing && self.in_flight < self.rdy && self.unwritten < self.spec.output_window
     }
 }
 
@@ -94,7 +103,7 @@ impl Deliveries {
     /// (this one included, no more than are waiting): a new buffer is sized for that many
     /// frames like this one, up to `MAX_BATCH_RESERVE`, so a large delivery is not copied over
     /// and over as its buffer grows, and a small one does not take a large buffer.
-    fn push(&mut self, to: ConsumerKey, msg: &Message, credit: u64) {
+    fn push(&mut self, to: ConsumerKey, msg: &Message, credit: u64) -> u64 {
         let i = match self.batches.iter().position(|(k, _)| *k == to) {
             Some(i) => i,
             None => {
@@ -106,7 +115,9 @@ impl Deliveries {
                 self.batches.len() - 1
             }
         };
+        let before = self.batches[i].1.len();
         protocol::frame::write_message_frame(&mut self.batches[i].1, msg);
+        let frame_len = (self.batches[i].1.len() - before) as u64;
         #[cfg(test)]
         self.seen.push(Seen {
             to,
@@ -115,6 +126,7 @@ impl Deliveries {
                 attempts: msg.attempts,
             },
         });
+        frame_len
     }
 }
 
@@ -331,6 +343,7 @@ impl Channel {
             rdy: 0,
             in_flight: 0,
             closing: false,
+            unwritten: 0,
             message_count: 0,
             finish_count: 0,
             requeue_count: 0,
@@ -377,6 +390,13 @@ impl Channel {
             if !c.closing {
                 c.rdy = rdy;
             }
+        }
+    }
+
+    /// The consumer's connection wrote `bytes` more of the frames encoded for it.
+    pub fn written(&mut self, key: ConsumerKey, bytes: u64) {
+        if let Some(c) = self.consumer_mut(key) {
+            c.unwritten = c.unwritten.saturating_sub(bytes);
         }
     }
 
@@ -566,7 +586,7 @@ impl Channel {
             let timeout = c.spec.msg_timeout.min(max_msg_timeout);
             let deadline = now + timeout;
             let id = stored.msg.id;
-            out.push(key, &stored.msg, credit);
+            c.unwritten += out.push(key, &stored.msg, credit);
             let slot = self.in_flight_order.push(deadline, id);
             self.in_flight.insert(
                 id,
@@ -856,6 +876,7 @@ mod tests {
             key: ConsumerKey { shard: 0, conn },
             msg_timeout: Duration::from_secs(60),
             info: Arc::new(ClientInfo::default()),
+            output_window: u64::MAX,
         }
     }
 
@@ -895,6 +916,46 @@ mod tests {
         assert_eq!(more.len(), 1);
         assert_eq!(more[0].to.conn, 1);
         assert_eq!(c.floor(), 1, "message 0 is finished, 1 is still in flight");
+    }
+
+    /// A consumer whose connection has not written what it was given gets nothing more past
+    /// its window, whatever its RDY; the others take the messages; a report of the bytes
+    /// written lets it take more.
+    #[test]
+    fn unwritten_frames_past_the_window_pause_a_consumer() {
+        let timers = TimerQueue::default();
+        let (log, ch) = setup("c", 10, 0);
+        let mut c = ch.borrow_mut();
+        let now = Instant::now();
+        let stuck = ConsumerSpec {
+            output_window: 1,
+            ..spec(1)
+        };
+        c.add_consumer(stuck, 0).unwrap();
+        c.set_rdy(spec(1).key, 100);
+        let mut out = Deliveries::default();
+        c.dispatch(&log, now, MAX, &timers, &mut out);
+        assert_eq!(out.len(), 1, "one frame fills a window of one byte");
+        let frame = out.batches[0].1.len() as u64;
+        assert_eq!(c.consumers()[0].unwritten, frame);
+        let mut none = Deliveries::default();
+        c.dispatch(&log, now, MAX, &timers, &mut none);
+        assert_eq!(none.len(), 0, "RDY 100, but nothing was written");
+        c.add_consumer(spec(2), 0).unwrap();
+        c.set_rdy(spec(2).key, 100);
+        let mut rest = Deliveries::default();
+        c.dispatch(&log, now, MAX, &timers, &mut rest);
+        assert_eq!(rest.len(), 9);
+        assert!(rest.iter().all(|d| d.to.conn == 2));
+        // Written: room again (the message it holds times out or is FINned meanwhile).
+        c.written(spec(1).key, frame);
+        assert_eq!(c.consumers()[0].unwritten, 0);
+        c.requeue(spec(2).key, rest[0].msg.id, Duration::ZERO, now, &timers)
+            .unwrap();
+        let mut again = Deliveries::default();
+        c.dispatch(&log, now, MAX, &timers, &mut again);
+        assert_eq!(again.len(), 1);
+        assert_eq!(again[0].to.conn, 1);
     }
 
     /// Messages that arrive one at a time alternate between two ready consumers, and a

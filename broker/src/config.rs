@@ -190,6 +190,8 @@ pub struct Config {
 
 /// Heartbeat interval used when a client does not ask for one (nsqd: client timeout / 2).
 pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(30);
+/// The least [`Config::output_window`]: 4 MiB.
+pub const MIN_OUTPUT_WINDOW: u64 = 4 * 1024 * 1024;
 
 impl Config {
     /// Parses the process arguments; `Err` holds the text to print (clap's, or ours).
@@ -344,6 +346,15 @@ impl Config {
             max_rdy_count: self.max_rdy_count,
             max_req_timeout_ms: self.max_req_timeout.as_millis() as u64,
         }
+    }
+
+    /// Bytes of message frames a consumer's connection may hold unwritten (encoded by the
+    /// topic's owner, not yet taken by the client's socket) before the owner delivers it no
+    /// more: `--max-output-buffer-size`, but at least [`MIN_OUTPUT_WINDOW`], so that a
+    /// consumer of large messages still has several in the pipe between the owner and its
+    /// socket.
+    pub fn output_window(&self) -> u64 {
+        self.max_output_buffer_size.max(MIN_OUTPUT_WINDOW)
     }
 
     /// The bounds IDENTIFY is checked against.

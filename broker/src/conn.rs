@@ -3,8 +3,16 @@
 //!
 //! Three tasks share a [`Conn`]: the reader (decodes and executes commands in order), the writer
 //! (flushes the output buffer whenever there is something in it: once per turn of the shard,
-//! so pipelined responses and deliveries go out in one write), and the heartbeat ticker. The
-//! socket is `dup`ed so reader and writer each own a glommio stream.
+//! so pipelined responses and deliveries go out in one write), and the heartbeat ticker. Reader
+//! and writer share the socket's one descriptor ([`crate::conn_socket`]).
+//!
+//! Flow control of deliveries: the connection counts the bytes of message frames it was
+//! handed and, as its writer gets them into the socket, reports them written to the channel's
+//! owner (`ChannelOp::Written`, once a quarter of the window has gathered). The owner stops
+//! delivering to a consumer with a window's worth unreported (`Config::output_window`), so a
+//! client that does not read holds at most about a window of frames here. A write that makes
+//! no progress for a heartbeat interval (nsqd's write deadline; [`WRITE_TIMEOUT`] with
+//! heartbeats off) closes the connection, and its in-flight messages go back to the channel.
 //!
 //! Responses keep the order of commands. Publishes pipeline: the reader sends PUB/MPUB/DPUB to
 //! the topic's owner and goes on decoding (up to [`MAX_PIPELINED`] outstanding), while a fourth
@@ -14,6 +22,7 @@
 //! closes; a non-fatal one (FIN of an unknown ID, ...) only sends the frame.
 
 use crate::channel::{ClientInfo, ConsumerKey, ConsumerSpec};
+use crate::conn_socket::{ReadHalf, WriteHalf};
 use crate::eager_read::EagerRead;
 use crate::mailbox::{ChannelOp, Mail, Reply};
 use crate::shard::Shard;
@@ -24,19 +33,28 @@ use glommio::net::TcpStream;
 use protocol::command::ConnPhase;
 use protocol::frame::write_frame;
 use protocol::identify::{IdentifyRequest, IdentifyResponse};
-use protocol::{decode_command, Command, DecodeContext, ErrorCode, FrameType, ProtocolError};
+use protocol::{
+    decode_command_resuming, Command, DecodeContext, DecodeProgress, ErrorCode, FrameType,
+    ProtocolError,
+};
 use std::cell::{Cell, RefCell};
-use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd};
+use std::os::fd::AsRawFd;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 use tracing::{debug, info, warn, Instrument};
 
-/// Smallest and largest read buffer; it doubles while reads fill it.
-const READ_MIN: usize = 4 * 1024;
+/// Smallest and largest read buffer; it doubles while reads fill it and halves after
+/// [`SHRINK_AFTER`] reads in a row that filled less than an eighth of it, so a connection that
+/// quietens down holds a small one (and one that alternates does not reallocate every read).
+const READ_MIN: usize = 1024;
+const SHRINK_AFTER: u8 = 4;
 const READ_MAX: usize = 256 * 1024;
-/// A client that does not take its bytes for this long is closed.
+/// With heartbeats off, a client that does not take its bytes for this long is closed (with
+/// heartbeats on, one heartbeat interval).
 const WRITE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Largest write buffer a connection keeps between writes.
+const KEEP_WRITE_BUF: usize = 256 * 1024;
 /// Publishes one connection may have outstanding before its reader waits.
 pub const MAX_PIPELINED: usize = 64;
 /// How long a stopping connection waits for its outstanding publishes to be answered.
@@ -56,6 +74,9 @@ struct PendingPublish {
     fail: ErrorCode,
     verb: &'static str,
 }
+
+/// The owner shard, topic and channel of a subscription.
+type Subscription = (usize, Arc<str>, Arc<str>);
 
 /// The part of a connection that other tasks of the shard can reach.
 pub struct Conn {
@@ -80,13 +101,21 @@ pub struct Conn {
     unanswered: Cell<usize>,
     wake_replier: Notify,
     replies_done: Notify,
+    /// After SUB: the channel's owner, topic and channel, where written bytes are reported.
+    consumes: RefCell<Option<Subscription>>,
+    /// Bytes of message frames in `out`, not yet taken by the writer.
+    unsent_deliveries: Cell<u64>,
+    /// Bytes of message frames written and not yet reported to the owner.
+    written_unreported: Cell<u64>,
+    /// Report written bytes once this many have gathered (a quarter of the owner's window).
+    report_every: u64,
 }
 
 impl Conn {
-    fn new(id: u64, heartbeat: Duration) -> Conn {
+    fn new(id: u64, heartbeat: Duration, output_window: u64) -> Conn {
         Conn {
             id,
-            out: RefCell::new(BytesMut::with_capacity(16 * 1024)),
+            out: RefCell::new(BytesMut::new()),
             wake_writer: Notify::new(),
             wake_reader: Notify::new(),
             heartbeat_changed: Notify::new(),
@@ -101,6 +130,43 @@ impl Conn {
             unanswered: Cell::new(0),
             wake_replier: Notify::new(),
             replies_done: Notify::new(),
+            consumes: RefCell::new(None),
+            unsent_deliveries: Cell::new(0),
+            written_unreported: Cell::new(0),
+            report_every: (output_window / 4).max(1),
+        }
+    }
+
+    /// How long a write may make no progress before the client is dropped.
+    fn write_deadline(&self) -> Duration {
+        self.heartbeat.get().unwrap_or(WRITE_TIMEOUT)
+    }
+
+    /// The writer got `bytes` of message frames into the socket: tell the channel's owner
+    /// once enough have gathered (it counts them against the consumer's window).
+    fn report_written(&self, shard: &Shard, bytes: u64) {
+        if bytes == 0 {
+            return;
+        }
+        let total = self.written_unreported.get() + bytes;
+        if total < self.report_every {
+            self.written_unreported.set(total);
+            return;
+        }
+        self.written_unreported.set(0);
+        if let Some((owner, topic, channel)) = self.consumes.borrow().as_ref() {
+            shard.route(
+                *owner,
+                Mail::Channel {
+                    topic: topic.clone(),
+                    channel: channel.clone(),
+                    key: ConsumerKey {
+                        shard: shard.id,
+                        conn: self.id,
+                    },
+                    op: ChannelOp::Written(total),
+                },
+            );
         }
     }
 
@@ -148,6 +214,8 @@ impl Conn {
         if self.closed.get() {
             return;
         }
+        self.unsent_deliveries
+            .set(self.unsent_deliveries.get() + frames.len() as u64);
         {
             let mut out = self.out.borrow_mut();
             if out.is_empty() {
@@ -171,6 +239,7 @@ impl Conn {
         self.wake_reader.notify();
         self.wake_writer.notify();
         self.heartbeat_changed.notify();
+        self.wake_replier.notify();
     }
 }
 
@@ -181,7 +250,7 @@ struct Session {
     msg_timeout: Duration,
     info: ClientInfo,
     /// The owner shard and the channel this connection consumes, after SUB.
-    sub: Option<(usize, Arc<str>, Arc<str>)>,
+    sub: Option<Subscription>,
     /// FINs decoded from the current read, sent together (see [`flush_fins`]).
     fins: Vec<protocol::MessageId>,
 }
@@ -206,24 +275,22 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
         .peer_addr()
         .map(|a| a.to_string())
         .unwrap_or_else(|_| "unknown".into());
-    let span = tracing::info_span!("client", shard = shard.id, conn = id, remote = %remote);
+    // A debug span: at the default level it is disabled and costs nothing, where an enabled
+    // one is recorded by the subscriber for every connection. The few events above debug
+    // name the connection themselves.
+    let span = tracing::debug_span!("client", shard = shard.id, conn = id, remote = %remote);
     async move {
         debug!("connected");
         let _ = stream.set_nodelay(true);
-        let wfd = match crate::listen::dup_socket(stream.as_raw_fd()) {
-            Ok(fd) => fd,
-            Err(e) => {
-                info!("dup failed ({e}); closing");
-                return;
-            }
-        };
-        // SAFETY: wfd is a descriptor of the same connected socket that only this stream owns.
-        let writer_stream = unsafe { TcpStream::from_raw_fd(wfd.into_raw_fd()) };
-        let _ = writer_stream.set_write_timeout(Some(WRITE_TIMEOUT));
+        let (stream, writer_stream) = crate::conn_socket::split(stream);
         let heartbeat = shard.config.identify_limits().default_heartbeat_ms;
-        let conn = Rc::new(Conn::new(id, Duration::from_millis(heartbeat)));
+        let conn = Rc::new(Conn::new(
+            id,
+            Duration::from_millis(heartbeat),
+            shard.config.output_window(),
+        ));
         shard.register_conn(conn.clone());
-        let writer = glommio::spawn_local(write_loop(conn.clone(), writer_stream));
+        let writer = glommio::spawn_local(write_loop(shard.clone(), conn.clone(), writer_stream));
         let ticker = glommio::spawn_local(heartbeat_loop(conn.clone()));
         let replier = glommio::spawn_local(reply_loop(shard.clone(), conn.clone()));
 
@@ -239,6 +306,8 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
         .await;
         if conn.outstanding.get() > 0 {
             warn!(
+                shard = shard.id,
+                conn = id,
                 outstanding = conn.outstanding.get(),
                 "publishes still unconfirmed by their owner when the connection closed"
             );
@@ -261,8 +330,15 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
         shard.unregister_conn(id);
         conn.close();
         writer.await;
-        ticker.cancel().await;
-        replier.cancel().await;
+        // close() woke them: they see the connection closed and end by themselves. (A task
+        // ended with glommio's `cancel` kept its allocation for good: 240 bytes a connection.)
+        ticker.await;
+        if conn.outstanding.get() == 0 {
+            replier.await;
+        } else {
+            // Answers that did not come within the grace: never waited for again.
+            replier.cancel().await;
+        }
         debug!("closed");
     }
     .instrument(span)
@@ -273,11 +349,11 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
 async fn read_loop(
     shard: &Rc<Shard>,
     conn: &Rc<Conn>,
-    mut stream: TcpStream,
+    mut stream: ReadHalf,
     remote: String,
 ) -> Option<Session> {
     let heartbeat = conn.heartbeat.get().unwrap_or(Duration::from_secs(30));
-    let _ = stream.set_read_timeout(Some(heartbeat * 2));
+    stream.set_read_timeout(Some(heartbeat * 2));
     let mut magic = [0u8; 4];
     let got =
         futures_lite::future::or(async { Some(stream.read_exact(&mut magic).await) }, async {
@@ -309,8 +385,10 @@ async fn read_loop(
     };
     *conn.info.borrow_mut() = session.info.clone();
     let limits = shard.decode_limits();
-    let mut rbuf = BytesMut::with_capacity(READ_MIN);
+    let mut rbuf = BytesMut::new();
+    let mut progress = DecodeProgress::default();
     let mut scratch = vec![0u8; READ_MIN];
+    let mut small_reads = 0u8;
     let mut eager = EagerRead::default();
     loop {
         loop {
@@ -322,7 +400,7 @@ async fn read_loop(
                 heartbeats_enabled: session.heartbeats,
                 limits,
             };
-            match decode_command(&mut rbuf, &ctx) {
+            match decode_command_resuming(&mut rbuf, &ctx, &mut progress) {
                 Ok(Some(Command::Fin(id))) if session.sub.is_some() => {
                     session.fins.push(id);
                     if session.fins.len() >= FIN_BATCH {
@@ -397,8 +475,17 @@ async fn read_loop(
             Some(Ok(0)) => return Some(session),
             Some(Ok(n)) => {
                 rbuf.extend_from_slice(&scratch[..n]);
+                if n < scratch.len() / 8 {
+                    small_reads = small_reads.saturating_add(1);
+                } else {
+                    small_reads = 0;
+                }
                 if n == scratch.len() && scratch.len() < READ_MAX {
                     scratch.resize(scratch.len() * 2, 0);
+                } else if small_reads >= SHRINK_AFTER && scratch.len() > READ_MIN {
+                    scratch.truncate(scratch.len() / 2);
+                    scratch.shrink_to_fit();
+                    small_reads = 0;
                 }
             }
             Some(Err(e)) => {
@@ -419,7 +506,7 @@ async fn wait_while_congested(shard: &Shard, peer: usize) {
 async fn execute(
     shard: &Rc<Shard>,
     conn: &Rc<Conn>,
-    stream: &mut TcpStream,
+    stream: &mut ReadHalf,
     session: &mut Session,
     cmd: Command,
 ) -> Result<(), ProtocolError> {
@@ -502,7 +589,7 @@ async fn execute(
 fn identify(
     shard: &Shard,
     conn: &Conn,
-    stream: &mut TcpStream,
+    stream: &mut ReadHalf,
     session: &mut Session,
     body: &Bytes,
 ) -> Result<(), ProtocolError> {
@@ -519,7 +606,7 @@ fn identify(
     let hb = n.heartbeat_ms.map(Duration::from_millis);
     conn.heartbeat.set(hb);
     conn.heartbeat_changed.notify();
-    let _ = stream.set_read_timeout(hb.map(|d| d * 2));
+    stream.set_read_timeout(hb.map(|d| d * 2));
     debug!(client_id = %req.client_id, user_agent = %req.user_agent, "identified");
     if req.feature_negotiation {
         let resp = IdentifyResponse::new(&n, &limits, shard.config.max_rdy_count, false);
@@ -545,6 +632,7 @@ async fn subscribe(
         },
         msg_timeout: session.msg_timeout,
         info: Arc::new(session.info.clone()),
+        output_window: shard.config.output_window(),
     };
     let (t, c): (Arc<str>, Arc<str>) = (Arc::from(topic.as_str()), Arc::from(channel.as_str()));
     let reply = shard
@@ -559,6 +647,7 @@ async fn subscribe(
         Some(Reply::Subscribe(Ok(()))) => {
             session.phase = ConnPhase::Subscribed;
             session.sub = Some((owner, t.clone(), c.clone()));
+            *conn.consumes.borrow_mut() = Some((owner, t.clone(), c.clone()));
             conn.subscribed.set(true);
             debug!(topic = %t, channel = %c, owner, "subscribed");
             conn.push_response(protocol::OK);
@@ -614,6 +703,9 @@ async fn reply_loop(shard: Rc<Shard>, conn: Rc<Conn>) {
     loop {
         let next = conn.pending.borrow_mut().pop_front();
         let Some(p) = next else {
+            if conn.closed.get() {
+                return;
+            }
             conn.wake_replier.notified().await;
             continue;
         };
@@ -666,30 +758,48 @@ fn channel_op(shard: &Shard, conn: &Conn, session: &Session, op: ChannelOp) {
 }
 
 /// Flushes the output buffer whenever something is in it; on close, flushes what is left and
-/// shuts the socket down.
-async fn write_loop(conn: Rc<Conn>, mut stream: TcpStream) {
-    let mut spare = BytesMut::with_capacity(16 * 1024);
+/// shuts the socket down. A write that makes no progress for the write deadline closes the
+/// connection.
+async fn write_loop(shard: Rc<Shard>, conn: Rc<Conn>, mut stream: WriteHalf) {
+    let mut spare = BytesMut::new();
     loop {
         conn.wake_writer.notified().await;
         loop {
-            {
+            let deliveries = {
                 let mut out = conn.out.borrow_mut();
                 if out.is_empty() {
                     break;
                 }
                 std::mem::swap(&mut *out, &mut spare);
-            }
+                conn.unsent_deliveries.replace(0)
+            };
+            stream.set_write_timeout(Some(conn.write_deadline()));
             if let Err(e) = stream.write_all(&spare).await {
-                debug!("write failed: {e}");
+                if e.kind() == std::io::ErrorKind::TimedOut {
+                    info!(
+                        shard = shard.id,
+                        conn = conn.id,
+                        unsent = spare.len(),
+                        "client took nothing for {:?}; closing",
+                        conn.write_deadline()
+                    );
+                } else {
+                    debug!("write failed: {e}");
+                }
                 conn.close();
-                let _ = stream.shutdown(std::net::Shutdown::Both).await;
+                stream.shutdown(std::net::Shutdown::Both);
                 return;
             }
+            conn.report_written(&shard, deliveries);
             spare.clear();
+            // A buffer grown by a burst is not kept by an idle connection.
+            if spare.capacity() > KEEP_WRITE_BUF {
+                spare = BytesMut::new();
+            }
         }
         if conn.closed.get() {
             let _ = stream.flush().await;
-            let _ = stream.shutdown(std::net::Shutdown::Both).await;
+            stream.shutdown(std::net::Shutdown::Both);
             return;
         }
     }

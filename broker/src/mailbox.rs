@@ -44,6 +44,9 @@ pub enum ChannelOp {
     Close,
     /// The connection is gone: remove the consumer, return its in-flight messages.
     Leave,
+    /// The connection wrote this many more bytes of the frames delivered to it (flow control,
+    /// see `Channel::written`).
+    Written(u64),
 }
 
 /// The answer to a request.

@@ -4,10 +4,12 @@
 //! start one pinned executor per shard plus the control thread, all joined by the mailbox mesh;
 //! then wait for them to finish (after SIGTERM/SIGINT) and exit 0. See ARCHITECTURE.md.
 
+mod accept_limit;
 mod admin;
 mod channel;
 mod config;
 mod conn;
+mod conn_socket;
 mod control;
 mod deadlines;
 mod eager_read;
@@ -17,6 +19,7 @@ mod ids;
 mod listen;
 mod lookup_reg;
 mod mailbox;
+mod mem_trim;
 mod rlimit;
 mod send_batch;
 mod shard;

@@ -12,9 +12,13 @@
 //! reachable from outside it). Sends carry `MSG_DONTWAIT`, so each completes within the
 //! submission: a socket that cannot take all of an answer returns what it took (or EAGAIN),
 //! and the connection writes the rest through its glommio stream. Each queued send holds its
-//! buffer and a duplicate of its socket until it completes, so neither can be freed or reused
-//! while the kernel may still look at them. A shard whose ring cannot be set up (an old
-//! kernel, a locked-memory limit) sends as before.
+//! buffer until it completes, so it cannot be freed while the kernel may still look at it. It
+//! names the connection's own descriptor (no duplicate: one descriptor per connection): the
+//! connection waits for the send's completion, and a connection task dropped while its send is
+//! queued takes the send out of the queue before its socket closes, so a queued send never
+//! names a descriptor that was closed (and perhaps reused). The submission and its completions
+//! happen within one call of the sender, never across an await. A shard whose ring cannot be
+//! set up (an old kernel, a locked-memory limit) sends as before.
 //!
 //! Only HTTP uses it. The TCP writers were tried on it too: pub + sub and the fixed-rate e2e
 //! rows came out the same within this machine's noise, and one-at-a-time PUB, where there is
@@ -27,8 +31,7 @@ use glommio::net::TcpStream;
 use io_uring::{opcode, types, IoUring};
 use std::cell::{Cell, RefCell};
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
-use std::rc::Rc;
+use std::os::fd::{AsRawFd, RawFd};
 use tracing::warn;
 
 /// Submission slots of a shard's send ring; a larger batch goes in several submissions.
@@ -41,9 +44,29 @@ pub struct Sent {
 }
 
 struct Queued {
-    fd: Rc<OwnedFd>,
+    fd: RawFd,
+    /// Names this send for [`Unqueue`].
+    token: u64,
     buf: BytesMut,
     done: Sender<Sent>,
+}
+
+/// Takes a send out of the queue if its connection stops waiting for it (its task dropped)
+/// before the sender took it.
+struct Unqueue<'a> {
+    batch: &'a SendBatch,
+    token: u64,
+    armed: bool,
+}
+
+impl Drop for Unqueue<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            if let Ok(mut queue) = self.batch.queue.try_borrow_mut() {
+                queue.retain(|q| q.token != self.token);
+            }
+        }
+    }
 }
 
 /// One shard's send ring and the sends waiting for the next submission.
@@ -53,6 +76,7 @@ pub struct SendBatch {
     wake: Notify,
     /// Submissions made (one per turn with sends, more for batches over [`RING_ENTRIES`]).
     submissions: Cell<u64>,
+    next_token: Cell<u64>,
 }
 
 impl SendBatch {
@@ -69,6 +93,7 @@ impl SendBatch {
             queue: RefCell::new(Vec::new()),
             wake: Notify::new(),
             submissions: Cell::new(0),
+            next_token: Cell::new(0),
         }
     }
 
@@ -77,28 +102,29 @@ impl SendBatch {
         self.ring.borrow().is_some()
     }
 
-    /// The connection's own handle on its socket for this ring (a duplicate, so that a send
-    /// queued when the connection ends still has its socket); `None` when there is no ring.
-    pub fn handle_for(&self, stream: &TcpStream) -> Option<Rc<OwnedFd>> {
-        if !self.available() {
-            return None;
-        }
-        crate::listen::dup_socket(stream.as_raw_fd())
-            .ok()
-            .map(Rc::new)
-    }
-
-    /// Queues `buf` for `fd` and waits for the submission that sends it. `None` when the
-    /// shard's sender is gone (the shard is ending); the buffer is then lost with it.
-    pub async fn send(&self, fd: &Rc<OwnedFd>, buf: BytesMut) -> Option<Sent> {
+    /// Queues `buf` for the socket `fd` and waits for the submission that sends it. The
+    /// caller keeps `fd` open until this returns (or drops this future, which unqueues the
+    /// send if it was not taken yet). `None` when the shard's sender is gone (the shard is
+    /// ending); the buffer is then lost with it.
+    pub async fn send(&self, fd: RawFd, buf: BytesMut) -> Option<Sent> {
         let (done, sent) = oneshot();
+        let token = self.next_token.get();
+        self.next_token.set(token.wrapping_add(1));
         self.queue.borrow_mut().push(Queued {
-            fd: fd.clone(),
+            fd,
+            token,
             buf,
             done,
         });
+        let mut unqueue = Unqueue {
+            batch: self,
+            token,
+            armed: true,
+        };
         self.wake.notify();
-        sent.await
+        let sent = sent.await;
+        unqueue.armed = false;
+        sent
     }
 
     /// The shard's sender: once per turn in which sends were queued, submits them all.
@@ -137,7 +163,6 @@ impl SendBatch {
                     warn!("send ring failed ({e}); answers are sent one at a time from now on");
                     for q in group {
                         std::mem::forget(q.buf);
-                        std::mem::forget(q.fd);
                         drop(q.done);
                     }
                     for q in rest {
@@ -154,20 +179,18 @@ impl SendBatch {
     }
 }
 
-/// Writes `out` whole: through `sends` when the connection has a handle there (`fd`), what a
-/// full socket did not take through `stream`; else all through `stream`. Returns the buffer
-/// for reuse.
+/// Writes `out` whole: through `sends` when its ring is available, what a full socket did not
+/// take through `stream`; else all through `stream`. Returns the buffer for reuse.
 pub async fn send_all(
     sends: &SendBatch,
     stream: &mut TcpStream,
-    fd: Option<&Rc<OwnedFd>>,
     out: BytesMut,
 ) -> io::Result<BytesMut> {
-    let Some(fd) = fd else {
+    if !sends.available() {
         stream.write_all(&out).await?;
         return Ok(out);
-    };
-    let Some(Sent { buf, result }) = sends.send(fd, out).await else {
+    }
+    let Some(Sent { buf, result }) = sends.send(stream.as_raw_fd(), out).await else {
         return Err(io::Error::other("the shard's sender is gone"));
     };
     match result {
@@ -192,12 +215,13 @@ fn send_group(ring: &mut IoUring, group: &[Queued]) -> io::Result<Vec<io::Result
         let mut sq = ring.submission();
         for (i, q) in group.iter().enumerate() {
             let len = u32::try_from(q.buf.len()).unwrap_or(u32::MAX);
-            let entry = opcode::Send::new(types::Fd(q.fd.as_raw_fd()), q.buf.as_ptr(), len)
+            let entry = opcode::Send::new(types::Fd(q.fd), q.buf.as_ptr(), len)
                 .flags(libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL)
                 .build()
                 .user_data(i as u64);
-            // SAFETY: the buffer and the descriptor stay alive and unmoved until this
-            // function has collected the entry's completion (or, on error, forever).
+            // SAFETY: the buffer stays alive and unmoved until this function has collected the
+            // entry's completion (or, on error, forever); the descriptor is open: its
+            // connection waits for this send (see `Unqueue`).
             if unsafe { sq.push(&entry) }.is_err() {
                 return Err(io::Error::other("send ring full"));
             }
@@ -236,6 +260,7 @@ fn send_group(ring: &mut IoUring, group: &[Queued]) -> io::Result<Vec<io::Result
 mod tests {
     use super::*;
     use std::io::Read;
+    use std::rc::Rc;
 
     fn run<F, Fut>(f: F)
     where
@@ -266,13 +291,14 @@ mod tests {
             let mut sends = Vec::new();
             for i in 0..5u8 {
                 let (a, b) = std::os::unix::net::UnixStream::pair().expect("pair");
-                let fd = Rc::new(OwnedFd::from(a));
                 let mut buf = BytesMut::new();
                 buf.extend_from_slice(&[b'a' + i; 100]);
                 let batch = batch.clone();
-                sends.push(glommio::spawn_local(
-                    async move { batch.send(&fd, buf).await },
-                ));
+                sends.push(glommio::spawn_local(async move {
+                    let sent = batch.send(a.as_raw_fd(), buf).await;
+                    drop(a);
+                    sent
+                }));
                 peers.push(b);
             }
             for (i, (s, mut peer)) in sends.into_iter().zip(peers).enumerate() {
@@ -293,17 +319,38 @@ mod tests {
     }
 
     #[test]
+    fn a_send_dropped_before_its_submission_leaves_the_queue() {
+        run(|| async {
+            let batch = SendBatch::new();
+            let (a, mut peer) = std::os::unix::net::UnixStream::pair().expect("pair");
+            let mut send = Box::pin(batch.send(a.as_raw_fd(), BytesMut::from(&b"late"[..])));
+            assert!(futures_lite::future::poll_once(&mut send).await.is_none());
+            assert_eq!(batch.queue.borrow().len(), 1);
+            // The connection's task ends (and its socket closes) before the sender ran.
+            drop(send);
+            drop(a);
+            assert!(
+                batch.queue.borrow().is_empty(),
+                "nothing names the closed socket"
+            );
+            let mut rest = Vec::new();
+            peer.read_to_end(&mut rest).expect("read");
+            assert!(rest.is_empty());
+        });
+    }
+
+    #[test]
     fn a_full_socket_takes_part_and_says_so() {
         run(|| async {
             let (batch, runner) = started();
             let (a, _peer) = std::os::unix::net::UnixStream::pair().expect("pair");
-            let fd = Rc::new(OwnedFd::from(a));
+            let fd = a.as_raw_fd();
             let big = BytesMut::from(&vec![7u8; 8 << 20][..]);
-            let sent = batch.send(&fd, big).await.expect("sent");
+            let sent = batch.send(fd, big).await.expect("sent");
             let n = sent.result.expect("part of it");
             assert!(n > 0 && n < 8 << 20, "sent {n}");
             // Nothing more fits: EAGAIN, not a wait.
-            let again = batch.send(&fd, sent.buf).await.expect("sent");
+            let again = batch.send(fd, sent.buf).await.expect("sent");
             let e = again.result.expect_err("full");
             assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
             runner.cancel().await;

@@ -339,6 +339,7 @@ impl Shard {
     pub fn unregister_conn(&self, id: u64) {
         self.conns.borrow_mut().remove(&id);
         self.conns_changed.notify();
+        crate::mem_trim::connection_closed();
     }
 
     pub fn next_conn_id(&self) -> u64 {
@@ -878,7 +879,9 @@ impl Shard {
     fn channel_op_here(&self, topic: &str, channel: &str, key: ConsumerKey, op: ChannelOp) {
         let t = self.topics.borrow().get(topic).cloned();
         if let Some(t) = &t {
-            self.queue_checkpoint(t);
+            if !matches!(op, ChannelOp::Written(_)) {
+                self.queue_checkpoint(t);
+            }
         }
         let ch = t.as_ref().and_then(|t| t.borrow().channel(channel));
         let Some(ch) = ch else {
@@ -916,6 +919,7 @@ impl Shard {
                 }
                 ChannelOp::Close => c.close_consumer(key),
                 ChannelOp::Leave => c.remove_consumer(key),
+                ChannelOp::Written(bytes) => c.written(key, *bytes),
             }
         }
         if let Some((code, verb, _)) = op_ids(&op) {
@@ -1635,6 +1639,7 @@ fn spawn_pumps(shard: &Rc<Shard>, senders: &Rc<Senders<Batch>>, peers: usize) {
 }
 
 async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
+    let mut limit = crate::accept_limit::AcceptLimit::new(shard.id, "TCP");
     loop {
         let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
             shard.stop_accepting.notified().await;
@@ -1646,11 +1651,7 @@ async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
             Some(Ok(stream)) => {
                 glommio::spawn_local(conn::serve(shard.clone(), stream)).detach();
             }
-            Some(Err(e)) => {
-                // EMFILE and friends: back off briefly rather than spin.
-                error!(shard = shard.id, "accept failed: {e}");
-                glommio::timer::sleep(Duration::from_millis(50)).await;
-            }
+            Some(Err(e)) => limit.on_error(&listener, e).await,
         }
     }
     info!(shard = shard.id, "stopped accepting");

@@ -23,7 +23,7 @@ use protocol::http::{Decoded, HttpError, Limits, RequestDecoder, Version, CONTIN
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
-use tracing::{debug, error, info};
+use tracing::{debug, info};
 
 /// Read buffer per connection; requests larger than this grow it.
 const READ_BUF: usize = 8 * 1024;
@@ -63,15 +63,13 @@ pub fn start(shard: &Rc<Shard>, listener: std::os::fd::OwnedFd) -> Result<(), St
 }
 
 async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
+    let mut limit = crate::accept_limit::AcceptLimit::new(shard.id, "HTTP");
     loop {
         match listener.accept().await {
             Ok(stream) => {
                 glommio::spawn_local(serve(shard.clone(), stream)).detach();
             }
-            Err(e) => {
-                error!(shard = shard.id, "HTTP accept failed: {e}");
-                glommio::timer::sleep(Duration::from_millis(50)).await;
-            }
+            Err(e) => limit.on_error(&listener, e).await,
         }
     }
 }
@@ -103,6 +101,7 @@ async fn serve(shard: Rc<Shard>, mut stream: TcpStream) {
     }
     let _ = stream.shutdown(std::net::Shutdown::Both).await;
     counter.set(counter.get().saturating_sub(1));
+    crate::mem_trim::connection_closed();
 }
 
 enum End {
@@ -198,8 +197,6 @@ async fn serve_requests(shard: &Rc<Shard>, stream: &mut TcpStream) -> std::io::R
     let mut scratch = vec![0u8; READ_BUF];
     let mut out = BytesMut::with_capacity(READ_BUF);
     let mut eager = EagerRead::default();
-    // The send ring's own handle on the socket (see `send_batch`): open until its last send.
-    let batch_fd = shard.sends.handle_for(stream);
     // Requests answered, and when to look at the client's CPU next; a move needs two looks
     // in a row naming the same other shard.
     let mut served: u64 = 0;
@@ -237,7 +234,7 @@ async fn serve_requests(shard: &Rc<Shard>, stream: &mut TcpStream) -> std::io::R
         }
         let answered = !out.is_empty();
         if answered {
-            out = send_batch::send_all(&shard.sends, stream, batch_fd.as_ref(), out).await?;
+            out = send_batch::send_all(&shard.sends, stream, out).await?;
             out.clear();
         }
         if let Some(end) = end {
