@@ -18,6 +18,8 @@ mod ids;
 mod listen;
 mod lookup_reg;
 mod mailbox;
+#[cfg(test)]
+mod owner_sim;
 mod rlimit;
 mod send_batch;
 mod shard;
