@@ -20,6 +20,8 @@ mod listen;
 mod lookup_reg;
 mod mailbox;
 mod mem_trim;
+#[cfg(test)]
+mod owner_sim;
 mod rlimit;
 mod send_batch;
 mod shard;

@@ -82,7 +82,7 @@ impl TimerQueue {
     }
 
     /// Entries due at `now`, earliest first (at most a bounded batch).
-    fn take_due(&self, now: Instant) -> Vec<TimerEntry> {
+    pub(crate) fn take_due(&self, now: Instant) -> Vec<TimerEntry> {
         let mut heap = self.heap.borrow_mut();
         let mut due = Vec::new();
         while due.len() < MAX_FIRED_PER_TURN {
