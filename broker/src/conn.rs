@@ -24,7 +24,10 @@ use glommio::net::TcpStream;
 use protocol::command::ConnPhase;
 use protocol::frame::write_frame;
 use protocol::identify::{IdentifyRequest, IdentifyResponse};
-use protocol::{decode_command, Command, DecodeContext, ErrorCode, FrameType, ProtocolError};
+use protocol::{
+    decode_command_resuming, Command, DecodeContext, DecodeProgress, ErrorCode, FrameType,
+    ProtocolError,
+};
 use std::cell::{Cell, RefCell};
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd};
 use std::rc::Rc;
@@ -310,6 +313,7 @@ async fn read_loop(
     *conn.info.borrow_mut() = session.info.clone();
     let limits = shard.decode_limits();
     let mut rbuf = BytesMut::with_capacity(READ_MIN);
+    let mut progress = DecodeProgress::default();
     let mut scratch = vec![0u8; READ_MIN];
     let mut eager = EagerRead::default();
     loop {
@@ -322,7 +326,7 @@ async fn read_loop(
                 heartbeats_enabled: session.heartbeats,
                 limits,
             };
-            match decode_command(&mut rbuf, &ctx) {
+            match decode_command_resuming(&mut rbuf, &ctx, &mut progress) {
                 Ok(Some(Command::Fin(id))) if session.sub.is_some() => {
                     session.fins.push(id);
                     if session.fins.len() >= FIN_BATCH {

@@ -198,19 +198,48 @@ pub fn decode_command(
     buf: &mut BytesMut,
     ctx: &DecodeContext,
 ) -> Result<Option<Command>, ProtocolError> {
-    if let Some(id) = plain_fin(buf) {
+    decode_command_resuming(buf, ctx, &mut DecodeProgress::default())
+}
+
+/// How far [`decode_command_resuming`] has checked the incomplete command at the front of a
+/// connection's buffer, so that the next call goes on from there instead of checking every
+/// message size of a large MPUB again as each piece of it arrives. Belongs to one buffer;
+/// reset whenever a command is cut off it or an error is returned.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DecodeProgress {
+    /// Offset in the buffer of the next MPUB message size to check (0: none checked yet).
+    mpub_next: usize,
+    /// Index of the message whose size is at `mpub_next`.
+    mpub_index: i32,
+}
+
+/// [`decode_command`] for a connection that keeps `progress` with its buffer: every MPUB
+/// message size is checked as soon as it arrives, each one once.
+pub fn decode_command_resuming(
+    buf: &mut BytesMut,
+    ctx: &DecodeContext,
+    progress: &mut DecodeProgress,
+) -> Result<Option<Command>, ProtocolError> {
+    let decoded = if let Some(id) = plain_fin(buf) {
         // The command a consumer sends most, in the form every client sends it.
-        require_subscribed(ctx.phase, "FIN")?;
-        buf.advance(FIN_LINE_LEN);
-        return Ok(Some(Command::Fin(id)));
+        require_subscribed(ctx.phase, "FIN").map(|()| {
+            buf.advance(FIN_LINE_LEN);
+            Some(Command::Fin(id))
+        })
+    } else {
+        decode_any_command(buf, ctx, progress)
+    };
+    if !matches!(decoded, Ok(None)) {
+        *progress = DecodeProgress::default();
     }
-    decode_any_command(buf, ctx)
+    decoded
 }
 
 /// [`decode_command`] without the FIN shortcut.
 fn decode_any_command(
     buf: &mut BytesMut,
     ctx: &DecodeContext,
+    progress: &mut DecodeProgress,
 ) -> Result<Option<Command>, ProtocolError> {
     // The same limit whether the line arrived whole or in pieces.
     let window = &buf[..buf.len().min(MAX_LINE_LEN + 1)];
@@ -248,7 +277,7 @@ fn decode_any_command(
         } else {
             &on_stack[..n]
         };
-        parse_line(params, buf, nl + 1, ctx)?
+        parse_line(params, buf, nl + 1, ctx, progress)?
     };
     match parsed {
         Parsed::NeedMore => Ok(None),
@@ -305,6 +334,7 @@ fn parse_line(
     buf: &[u8],
     after_line: usize,
     ctx: &DecodeContext,
+    progress: &mut DecodeProgress,
 ) -> Result<Parsed, ProtocolError> {
     let limits = &ctx.limits;
     let phase = ctx.phase;
@@ -409,10 +439,14 @@ fn parse_line(
                 Ok(BodyKind::Mpub(topic))
             })?;
             if let Parsed::NeedMore = parsed {
-                // Report a bad message count as soon as it arrives, as nsqd does.
+                // Report a bad message count, and each bad message size, as soon as it
+                // arrives, as nsqd does (it reads them one by one).
                 if buf.len() >= after_line + 8 {
                     let count = read_i32(&buf[after_line + 4..]);
                     check_mpub_count(count, limits)?;
+                    let body_len = read_i32(&buf[after_line..]) as usize;
+                    let body = after_line + 4..(after_line + 4 + body_len).min(buf.len());
+                    check_mpub_sizes(buf, body, count, limits, progress)?;
                 }
             }
             Ok(parsed)
@@ -565,6 +599,44 @@ fn check_mpub_count(count: i32, limits: &Limits) -> Result<(), ProtocolError> {
     Ok(())
 }
 
+/// Checks the message sizes of an incomplete MPUB body (`buf[body]`, the count already
+/// checked) that have arrived and were not checked yet, in order.
+fn check_mpub_sizes(
+    buf: &[u8],
+    body: std::ops::Range<usize>,
+    count: i32,
+    limits: &Limits,
+    progress: &mut DecodeProgress,
+) -> Result<(), ProtocolError> {
+    if progress.mpub_next == 0 {
+        progress.mpub_next = body.start + 4;
+        progress.mpub_index = 0;
+    }
+    while progress.mpub_index < count && progress.mpub_next + 4 <= body.end {
+        let size = read_i32(&buf[progress.mpub_next..]);
+        check_mpub_message_size(progress.mpub_index, size, limits)?;
+        progress.mpub_next += 4 + size as usize;
+        progress.mpub_index += 1;
+    }
+    Ok(())
+}
+
+/// nsqd's checks of one MPUB message size, with its texts.
+fn check_mpub_message_size(i: i32, size: i32, limits: &Limits) -> Result<(), ProtocolError> {
+    if size <= 0 {
+        return Err(bad_message(format!(
+            "MPUB invalid message({i}) body size {size}"
+        )));
+    }
+    if size as u64 > limits.max_msg_size {
+        return Err(bad_message(format!(
+            "MPUB message too big {size} > {}",
+            limits.max_msg_size
+        )));
+    }
+    Ok(())
+}
+
 /// Splits a complete MPUB body `[u32 count]([u32 size][bytes])*` into message bodies.
 pub fn split_mpub_body(mut body: Bytes, limits: &Limits) -> Result<Vec<Bytes>, ProtocolError> {
     if body.len() < 4 {
@@ -582,17 +654,7 @@ pub fn split_mpub_body(mut body: Bytes, limits: &Limits) -> Result<Vec<Bytes>, P
             )));
         }
         let size = body.get_i32();
-        if size <= 0 {
-            return Err(bad_message(format!(
-                "MPUB invalid message({i}) body size {size}"
-            )));
-        }
-        if size as u64 > limits.max_msg_size {
-            return Err(bad_message(format!(
-                "MPUB message too big {size} > {}",
-                limits.max_msg_size
-            )));
-        }
+        check_mpub_message_size(i, size, limits)?;
         if body.len() < size as usize {
             return Err(bad_message("MPUB failed to read message body"));
         }
@@ -708,7 +770,7 @@ mod tests {
             let mut fast = BytesMut::from(&line[..]);
             let mut general = BytesMut::from(&line[..]);
             let a = format!("{:?}", decode_command(&mut fast, &c));
-            let b = format!("{:?}", decode_any_command(&mut general, &c));
+            let b = format!("{:?}", decode_any_command(&mut general, &c, &mut DecodeProgress::default()));
             proptest::prop_assert_eq!(a, b);
             proptest::prop_assert_eq!(fast, general);
         }
@@ -854,6 +916,81 @@ mod tests {
             err_text(b"AUTH a b c d e f g h i j\n", ConnPhase::Init),
             err_text(b"AUTH a\n", ConnPhase::Init)
         );
+    }
+
+    #[test]
+    fn mpub_message_sizes_are_refused_as_each_arrives() {
+        // Body size 4096 announced, nothing of the first message's body yet.
+        assert_eq!(
+            err_text(b"MPUB t\n\0\0\x10\0\0\0\0\x02\0\0\x04\x01", ConnPhase::Init),
+            "E_BAD_MESSAGE MPUB message too big 1025 > 1024"
+        );
+        assert_eq!(
+            err_text(b"MPUB t\n\0\0\x10\0\0\0\0\x02\0\0\0\0", ConnPhase::Init),
+            "E_BAD_MESSAGE MPUB invalid message(0) body size 0"
+        );
+        // The second size, after a complete first message, before the rest of the body.
+        assert_eq!(
+            err_text(
+                b"MPUB t\n\0\0\x10\0\0\0\0\x03\0\0\0\x02ab\xff\xff\xff\xff",
+                ConnPhase::Init
+            ),
+            "E_BAD_MESSAGE MPUB invalid message(1) body size -1"
+        );
+        // Sizes that are fine leave the command waiting for its body.
+        assert_eq!(
+            decode(b"MPUB t\n\0\0\x10\0\0\0\0\x02\0\0\x04\0", ConnPhase::Init),
+            Ok(None)
+        );
+    }
+
+    #[test]
+    fn mpub_checked_piece_by_piece_resumes_and_decodes_the_same() {
+        let c = ctx(ConnPhase::Init);
+        let mut whole = BytesMut::new();
+        Command::Mpub {
+            topic: "t".into(),
+            bodies: (1..=20u8)
+                .map(|n| Bytes::from(vec![n; n as usize]))
+                .collect(),
+        }
+        .encode(&mut whole);
+        let mut progress = DecodeProgress::default();
+        let mut buf = BytesMut::new();
+        let mut got = None;
+        for &b in whole.iter() {
+            buf.extend_from_slice(&[b]);
+            if let Some(cmd) = decode_command_resuming(&mut buf, &c, &mut progress).unwrap() {
+                got = Some(cmd);
+            }
+        }
+        assert_eq!(
+            progress,
+            DecodeProgress::default(),
+            "reset after the command"
+        );
+        let expected = decode_command(&mut whole.clone(), &c).unwrap();
+        assert_eq!(got, expected);
+        assert!(buf.is_empty());
+        // A bad size late in the body is found as soon as its four bytes are in.
+        let k = 15;
+        let at = 15 + (0..k).map(|i| 4 + i + 1).sum::<usize>();
+        let mut bad = whole[..at + 4].to_vec();
+        bad[at..].copy_from_slice(&2000i32.to_be_bytes());
+        let mut progress = DecodeProgress::default();
+        let mut buf = BytesMut::new();
+        for (n, &b) in bad.iter().enumerate() {
+            buf.extend_from_slice(&[b]);
+            let r = decode_command_resuming(&mut buf, &c, &mut progress);
+            if n + 1 < bad.len() {
+                assert_eq!(r, Ok(None), "byte {n}");
+            } else {
+                assert_eq!(
+                    r.unwrap_err().frame_text(),
+                    "E_BAD_MESSAGE MPUB message too big 2000 > 1024"
+                );
+            }
+        }
     }
 
     #[test]

@@ -41,7 +41,10 @@ pub mod lookup;
 pub mod message;
 pub mod names;
 
-pub use command::{decode_command, Command, ConnPhase, DecodeContext, Limits};
+pub use command::{
+    decode_command, decode_command_resuming, Command, ConnPhase, DecodeContext, DecodeProgress,
+    Limits,
+};
 pub use error::{ErrorCode, ProtocolError};
 pub use frame::{decode_frame, Frame, FrameType};
 pub use message::{Message, MessageId};

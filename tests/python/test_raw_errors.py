@@ -65,6 +65,16 @@ EXTRA = [
     ("MPUB message too big",
      [IDENTIFY_EMPTY, mpub_bytes(TOPIC, [b"x" * 1025])],
      ["OK", "E_BAD_MESSAGE MPUB message too big 1025 > 1024"], True),
+    # Only the body size, the count and the first message's size are sent: the error must
+    # come at once, not after a body that may never arrive (nsqd reads the sizes one by one).
+    ("MPUB message too big (sizes only)",
+     [IDENTIFY_EMPTY, b"MPUB %s\n" % TOPIC.encode() + struct.pack(">III", 4000, 2, 1025)],
+     ["OK", "E_BAD_MESSAGE MPUB message too big 1025 > 1024"], True),
+    ("MPUB second message empty (sizes only)",
+     [IDENTIFY_EMPTY,
+      b"MPUB %s\n" % TOPIC.encode() + struct.pack(">III", 4000, 3, 2) + b"ab"
+      + struct.pack(">I", 0)],
+     ["OK", "E_BAD_MESSAGE MPUB invalid message(1) body size 0"], True),
     ("DPUB empty",
      [IDENTIFY_EMPTY, cmd_bytes("DPUB %s 0" % TOPIC, b"")],
      ["OK", "E_BAD_MESSAGE DPUB invalid message body size 0"], True),
