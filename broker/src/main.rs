@@ -23,7 +23,6 @@ mod shard;
 mod startup;
 mod stats;
 mod storage;
-mod sync;
 mod timer;
 mod topic;
 

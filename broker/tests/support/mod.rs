@@ -203,7 +203,7 @@ pub struct Resp {
 
 impl Resp {
     pub fn header(&self, name: &str) -> Option<&str> {
-        protocol::http::header_in(&self.headers, name)
+        http1::header_in(&self.headers, name)
     }
 
     pub fn text(&self) -> String {

@@ -181,7 +181,7 @@ pub struct HttpResponse {
 
 impl HttpResponse {
     pub fn header(&self, name: &str) -> Option<&str> {
-        protocol::http::header_in(&self.headers, name)
+        http1::header_in(&self.headers, name)
     }
 
     pub fn json(&self) -> Value {

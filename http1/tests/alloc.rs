@@ -5,7 +5,7 @@
 //! Its own test binary, because it installs a counting global allocator.
 
 use bytes::BytesMut;
-use protocol::http::{Decoded, Limits, RequestDecoder};
+use http1::{Decoded, Limits, RequestDecoder};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
