@@ -1,8 +1,7 @@
 //! Producer and consumer against the real `broker` binary, started on ephemeral ports.
 //!
-//! The binary is taken from `$BROKER_BIN`, else `target/release/broker` of the workspace
-//! (`cargo build --release -p broker`). Without it these tests say so and pass vacuously, so
-//! the client can be tested on its own. Every wait is bounded.
+//! The binary is taken from `$BROKER_BIN`, else `test_harness::binary` builds it
+//! (`cargo build --release -p broker`, a no-op when fresh). Every wait is bounded.
 
 mod support;
 
@@ -11,90 +10,43 @@ use client::{
 };
 use std::cell::RefCell;
 use std::collections::BTreeSet;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::rc::Rc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use support::{eventually, run};
+use test_harness::{binary, free_port, scratch_dir, Proc};
 
 const WAIT: Duration = Duration::from_secs(10);
 
 struct Broker {
-    child: Child,
+    _proc: Proc,
     tcp: String,
-    _data: TempDir,
 }
 
-impl Drop for Broker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-struct TempDir(PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn broker_bin() -> Option<PathBuf> {
-    let path = std::env::var_os("BROKER_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/release/broker")
-        });
-    path.is_file().then_some(path)
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("an ephemeral port")
-}
-
-/// Starts the broker and waits until it accepts TCP connections; `None` without a binary.
+/// Starts the broker (one shard) and waits until it accepts TCP connections.
 fn start_broker(name: &str) -> Option<Broker> {
-    // A missing binary is a failure, not a skip: a test that cannot run must not pass.
-    let Some(bin) = broker_bin() else {
-        panic!(
-            "no broker binary: build it with `cargo build --release -p broker` or set BROKER_BIN"
-        );
-    };
-    let data = std::env::temp_dir().join(format!("client-e2e-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&data);
+    let dir = scratch_dir(&format!("client-e2e-{name}"));
+    let data = dir.join("data");
     std::fs::create_dir_all(&data).expect("data dir");
     let tcp = format!("127.0.0.1:{}", free_port());
     let http = format!("127.0.0.1:{}", free_port());
-    let child = Command::new(bin)
-        .args([
-            "--tcp-address",
-            &tcp,
-            "--http-address",
-            &http,
-            "--shards",
-            "1",
-        ])
-        .arg("--data-path")
-        .arg(&data)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("broker starts");
-    let broker = Broker {
-        child,
-        tcp: tcp.clone(),
-        _data: TempDir(data),
-    };
-    let deadline = Instant::now() + WAIT;
-    while std::net::TcpStream::connect(&tcp).is_err() {
-        assert!(Instant::now() < deadline, "broker never listened on {tcp}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Some(broker)
+    let args: Vec<String> = [
+        "--tcp-address",
+        &tcp,
+        "--http-address",
+        &http,
+        "--shards",
+        "1",
+        "--data-path",
+        &data.display().to_string(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let mut cmd = Command::new(binary("broker"));
+    cmd.args(&args);
+    let proc = Proc::start("broker", cmd, dir, &[&tcp]);
+    Some(Broker { _proc: proc, tcp })
 }
 
 #[test]
