@@ -10,11 +10,10 @@ use client::{
 };
 use std::cell::RefCell;
 use std::collections::BTreeSet;
-use std::process::Command;
 use std::rc::Rc;
 use std::time::Duration;
 use support::{eventually, run};
-use test_harness::{binary, free_port, scratch_dir, Proc};
+use test_harness::{binary, start_broker, Proc, Started};
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -24,34 +23,15 @@ struct Broker {
 }
 
 /// Starts the broker (one shard) and waits until it accepts TCP connections.
-fn start_broker(name: &str) -> Option<Broker> {
-    let dir = scratch_dir(&format!("client-e2e-{name}"));
-    let data = dir.join("data");
-    std::fs::create_dir_all(&data).expect("data dir");
-    let tcp = format!("127.0.0.1:{}", free_port());
-    let http = format!("127.0.0.1:{}", free_port());
-    let args: Vec<String> = [
-        "--tcp-address",
-        &tcp,
-        "--http-address",
-        &http,
-        "--shards",
-        "1",
-        "--data-path",
-        &data.display().to_string(),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let mut cmd = Command::new(binary("broker"));
-    cmd.args(&args);
-    let proc = Proc::start("broker", cmd, dir, &[&tcp]);
+fn start(name: &str) -> Option<Broker> {
+    let prefix = format!("client-e2e-{name}");
+    let Started { proc, tcp, .. } = start_broker(&binary("broker"), &prefix, &["--shards", "1"]);
     Some(Broker { _proc: proc, tcp })
 }
 
 #[test]
 fn e2e_published_messages_are_all_consumed() {
-    let Some(broker) = start_broker("all") else {
+    let Some(broker) = start("all") else {
         return;
     };
     let addr = broker.tcp.clone();
@@ -91,7 +71,7 @@ fn e2e_published_messages_are_all_consumed() {
 
 #[test]
 fn e2e_requeued_message_comes_back_with_more_attempts() {
-    let Some(broker) = start_broker("req") else {
+    let Some(broker) = start("req") else {
         return;
     };
     let addr = broker.tcp.clone();
@@ -122,7 +102,7 @@ fn e2e_requeued_message_comes_back_with_more_attempts() {
 
 #[test]
 fn e2e_broker_errors_carry_their_code_and_the_producer_recovers() {
-    let Some(broker) = start_broker("err") else {
+    let Some(broker) = start("err") else {
         return;
     };
     let addr = broker.tcp.clone();
@@ -141,7 +121,7 @@ fn e2e_broker_errors_carry_their_code_and_the_producer_recovers() {
 
 #[test]
 fn e2e_heartbeats_keep_an_idle_connection_open() {
-    let Some(broker) = start_broker("hb") else {
+    let Some(broker) = start("hb") else {
         return;
     };
     let addr = broker.tcp.clone();
@@ -160,7 +140,7 @@ fn e2e_heartbeats_keep_an_idle_connection_open() {
 
 #[test]
 fn e2e_blocking_producer_publishes_recovers_and_outlives_idle_spells() {
-    let Some(broker) = start_broker("blocking") else {
+    let Some(broker) = start("blocking") else {
         return;
     };
     let cfg = ProducerConfig::new().heartbeat_interval(Duration::from_secs(1));

@@ -7,7 +7,7 @@
 use std::net::TcpStream;
 use std::process::Command;
 use std::time::{Duration, Instant};
-use test_harness::{binary, free_port, scratch_dir, Proc};
+use test_harness::{binary, free_port, start_broker, Proc, Started};
 
 struct Broker {
     proc: Proc,
@@ -16,29 +16,10 @@ struct Broker {
 }
 
 /// Starts a broker with a data directory of its own (tests run in parallel).
-fn start_broker(name: &str) -> (Broker, String) {
-    let dir = scratch_dir(&format!("shard-bench-broker-{name}"));
-    std::fs::create_dir_all(dir.join("data")).expect("data dir");
-    let tcp = format!("127.0.0.1:{}", free_port());
-    let http = format!("127.0.0.1:{}", free_port());
-    let args: Vec<String> = [
-        "--tcp-address",
-        &tcp,
-        "--http-address",
-        &http,
-        "--data-path",
-        &dir.join("data").display().to_string(),
-        "--shards",
-        "2",
-        "--log-level",
-        "warn",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let mut cmd = Command::new(binary("broker"));
-    cmd.args(&args);
-    let proc = Proc::start("broker", cmd, dir, &[&tcp]);
+fn start(name: &str) -> (Broker, String) {
+    let flags = ["--shards", "2", "--log-level", "warn"];
+    let prefix = format!("shard-bench-broker-{name}");
+    let Started { proc, tcp, http } = start_broker(&binary("broker"), &prefix, &flags);
     (Broker { proc, http }, tcp)
 }
 
@@ -79,7 +60,7 @@ fn run_bench(args: &[&str], json: &std::path::Path) -> (String, String, serde_js
 
 #[test]
 fn a_two_second_pubsub_run_publishes_consumes_and_writes_its_result() {
-    let (broker, addr) = start_broker("pubsub");
+    let (broker, addr) = start("pubsub");
     let json = broker.proc.dir().join("result.json");
     let pid = broker.proc.pid().expect("the broker runs").to_string();
     let (stdout, stderr, v) = run_bench(
@@ -139,7 +120,7 @@ fn a_two_second_pubsub_run_publishes_consumes_and_writes_its_result() {
 
 #[test]
 fn a_blocking_pub_run_publishes_from_threads_and_records_it() {
-    let (broker, addr) = start_broker("blocking");
+    let (broker, addr) = start("blocking");
     let json = broker.proc.dir().join("blocking.json");
     let (_, _, v) = run_bench(
         &[

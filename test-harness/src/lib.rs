@@ -8,6 +8,8 @@
 //!   pass.
 //! - [`free_port`] and [`scratch_dir`] give every process its own ports and files, so tests run
 //!   side by side.
+//! - [`start_broker`] and [`start_lookup`] start one on two free ports (and, for a broker, a
+//!   data directory of its own), with the test's flags after the addresses.
 //! - [`Proc`] is a running binary: started with its output in a log file, waited for until it
 //!   listens on every given address (or fails with its log if it exits first), killed and its
 //!   directory removed when dropped (also when the test panics). Any binary can be started so:
@@ -186,6 +188,50 @@ impl Drop for Proc {
         self.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// A started `broker` or `lookup`: the process, and its `127.0.0.1:port` addresses.
+pub struct Started {
+    pub proc: Proc,
+    /// The TCP side (protocol V2 for a broker, V1 for a lookup).
+    pub tcp: String,
+    /// The HTTP API.
+    pub http: String,
+}
+
+/// Starts the broker `bin` on two free ports with its data in a new scratch directory
+/// (`<prefix>-...`), with `flags` after the addresses; returns once both sides listen.
+pub fn start_broker(bin: &Path, prefix: &str, flags: &[&str]) -> Started {
+    let dir = scratch_dir(prefix);
+    let data = dir.join("data");
+    std::fs::create_dir_all(&data).expect("a data directory");
+    let (tcp, http) = two_addresses();
+    let mut cmd = Command::new(bin);
+    cmd.arg(format!("--tcp-address={tcp}"))
+        .arg(format!("--http-address={http}"))
+        .arg(format!("--data-path={}", data.display()))
+        .args(flags);
+    let proc = Proc::start("broker", cmd, dir, &[&tcp, &http]);
+    Started { proc, tcp, http }
+}
+
+/// Starts the lookup `bin` on two free ports, with `flags` after the addresses; returns once
+/// both sides listen.
+pub fn start_lookup(bin: &Path, prefix: &str, flags: &[&str]) -> Started {
+    let (tcp, http) = two_addresses();
+    let mut cmd = Command::new(bin);
+    cmd.arg(format!("--tcp-address={tcp}"))
+        .arg(format!("--http-address={http}"))
+        .args(flags);
+    let proc = Proc::start("lookup", cmd, scratch_dir(prefix), &[&tcp, &http]);
+    Started { proc, tcp, http }
+}
+
+fn two_addresses() -> (String, String) {
+    (
+        format!("127.0.0.1:{}", free_port()),
+        format!("127.0.0.1:{}", free_port()),
+    )
 }
 
 #[cfg(test)]

@@ -7,10 +7,9 @@
 use serde_json::Value;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::PathBuf;
-use std::process::Command;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use test_harness::{free_port, scratch_dir, Proc};
+use test_harness::{start_broker, Proc, Started};
 
 /// Longest wait for anything the broker should do promptly.
 pub const PATIENCE: Duration = Duration::from_secs(10);
@@ -38,19 +37,11 @@ pub struct Broker {
 
 impl Broker {
     pub fn start(shards: usize, extra: &[&str]) -> Broker {
-        let dir = scratch_dir("broker-http-test");
-        let data = dir.join("data");
-        std::fs::create_dir_all(&data).expect("temp data dir");
-        let tcp = format!("127.0.0.1:{}", free_port());
-        let http = format!("127.0.0.1:{}", free_port());
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_broker"));
-        cmd.arg(format!("--tcp-address={tcp}"))
-            .arg(format!("--http-address={http}"))
-            .arg(format!("--data-path={}", data.display()))
-            .arg(format!("--shards={shards}"))
-            .args(extra)
-            .env("RUST_LOG", "info");
-        let proc = Proc::start("broker", cmd, dir, &[&tcp, &http]);
+        let shards = format!("--shards={shards}");
+        let mut flags = vec![shards.as_str()];
+        flags.extend_from_slice(extra);
+        let bin = Path::new(env!("CARGO_BIN_EXE_broker"));
+        let Started { proc, tcp, http } = start_broker(bin, "broker-http-test", &flags);
         // Other shards bind their SO_REUSEPORT listeners at about the same time.
         std::thread::sleep(Duration::from_millis(150));
         Broker {

@@ -7,9 +7,8 @@
 //! (`cargo build --release -p broker`, a no-op when fresh).
 
 use serde::Deserialize;
-use std::process::Command;
 use std::time::Duration;
-use test_harness::{binary, free_port, scratch_dir, Proc};
+use test_harness::{binary, start_broker, start_lookup, Proc, Started};
 
 /// Longest wait for one HTTP exchange.
 pub const HTTP_TIMEOUT: Duration = Duration::from_secs(3);
@@ -26,21 +25,10 @@ pub struct BrokerProc {
 impl BrokerProc {
     /// Starts a broker with 2 shards and `extra` arguments; returns once both sides listen.
     pub fn start(extra: &[&str]) -> BrokerProc {
-        let dir = scratch_dir("client-real-broker");
-        let data = dir.join("data");
-        std::fs::create_dir_all(&data).expect("data dir");
-        let tcp = format!("127.0.0.1:{}", free_port());
-        let http = format!("127.0.0.1:{}", free_port());
-        let mut args: Vec<String> = ["--tcp-address", &tcp, "--http-address", &http]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-        args.extend(["--data-path".to_string(), data.display().to_string()]);
-        args.extend(["--shards", "2"].iter().map(|s| s.to_string()));
-        args.extend(extra.iter().map(|s| s.to_string()));
-        let mut cmd = Command::new(binary("broker"));
-        cmd.args(&args);
-        let proc = Proc::start("broker", cmd, dir, &[&tcp, &http]);
+        let mut flags = vec!["--shards", "2"];
+        flags.extend_from_slice(extra);
+        let Started { proc, tcp, http } =
+            start_broker(&binary("broker"), "client-real-broker", &flags);
         BrokerProc { proc, tcp, http }
     }
 
@@ -108,23 +96,11 @@ pub struct LookupProc {
 
 impl LookupProc {
     pub fn start() -> LookupProc {
-        let dir = scratch_dir("client-real-lookup");
-        let tcp = format!("127.0.0.1:{}", free_port());
-        let http = format!("127.0.0.1:{}", free_port());
-        let args: Vec<String> = [
-            "--tcp-address",
-            &tcp,
-            "--http-address",
-            &http,
-            "--broadcast-address",
-            "127.0.0.1",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        let mut cmd = Command::new(binary("lookup"));
-        cmd.args(&args);
-        let proc = Proc::start("lookup", cmd, dir, &[&tcp, &http]);
+        let Started { proc, tcp, http } = start_lookup(
+            &binary("lookup"),
+            "client-real-lookup",
+            &["--broadcast-address", "127.0.0.1"],
+        );
         LookupProc { proc, tcp, http }
     }
 

@@ -10,29 +10,12 @@
 #![no_main]
 
 use bytes::BytesMut;
-use http1::{Decoded, HttpError, Limits, Request, RequestDecoder, Response};
+use http1::{Decoded, HttpError, Request, RequestDecoder, Response};
 use libfuzzer_sys::fuzz_target;
 
-fn limits(sel: u8) -> Limits {
-    match sel & 3 {
-        0 => Limits::default(),
-        1 => Limits {
-            max_header_bytes: 64,
-            max_headers: 2,
-            max_body: 8,
-        },
-        2 => Limits {
-            max_header_bytes: 0,
-            max_headers: 0,
-            max_body: 0,
-        },
-        _ => Limits {
-            max_header_bytes: 4096,
-            max_headers: 300,
-            max_body: 1 << 20,
-        },
-    }
-}
+#[path = "limits.rs"]
+mod limits;
+use limits::limits;
 
 /// How a run ended.
 #[derive(Debug, PartialEq)]

@@ -7,10 +7,9 @@
 use serde_json::Value;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::PathBuf;
-use std::process::Command;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use test_harness::{free_port, scratch_dir, Proc};
+use test_harness::{start_lookup, Proc, Started};
 
 /// How long any single wait may take before the test fails.
 pub const WAIT: Duration = Duration::from_secs(10);
@@ -26,15 +25,10 @@ impl Lookupd {
     /// Starts the lookup with ephemeral ports, broadcast address `lookup-test`, and `extra`
     /// flags.
     pub fn start(extra: &[&str]) -> Lookupd {
-        let tcp = format!("127.0.0.1:{}", free_port());
-        let http = format!("127.0.0.1:{}", free_port());
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_lookup"));
-        cmd.arg(format!("-tcp-address={tcp}"))
-            .args(["--http-address", &http])
-            .arg("--broadcast-address=lookup-test")
-            .args(extra)
-            .env_remove("RUST_LOG");
-        let proc = Proc::start("lookup", cmd, scratch_dir("lookup-test"), &[&tcp, &http]);
+        let mut flags = vec!["--broadcast-address=lookup-test"];
+        flags.extend_from_slice(extra);
+        let bin = Path::new(env!("CARGO_BIN_EXE_lookup"));
+        let Started { proc, tcp, http } = start_lookup(bin, "lookup-test", &flags);
         Lookupd {
             _proc: proc,
             tcp: tcp.parse().expect("an address"),
