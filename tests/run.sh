@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The project's single test command (README and CI call exactly this).
 #
-#   tests/run.sh            everything: build, cargo tests, Python and node wire tests
-#                           for --shards 1, 2 and 4, then the admin-ui tests (API and
-#                           headless Chromium) once
+#   tests/run.sh            everything: formatting and clippy checks, build, cargo tests,
+#                           Python and node wire tests for --shards 1, 2 and 4, then the
+#                           admin-ui tests (API and headless Chromium) once
 #
 # Environment:
 #   SHARDS="1 2 4"          shard counts of the wire-test matrix
@@ -32,6 +32,16 @@ record() { # name status
   RESULTS+=("$1: $2")
   if [ "$2" != "ok" ]; then FAILED=$((FAILED + 1)); fi
 }
+
+# ---- formatting and lints ------------------------------------------------------------------
+# First, and recorded like a suite: unformatted code or a clippy warning fails the run.
+step "cargo fmt --all --check"
+if cargo fmt --all --check; then record "cargo fmt --check" ok
+else record "cargo fmt --check" FAILED; fi
+
+step "cargo clippy --release --all-targets --workspace -- -D warnings"
+if cargo clippy --release --all-targets --workspace -- -D warnings; then record "cargo clippy" ok
+else record "cargo clippy" FAILED; fi
 
 # ---- environments ------------------------------------------------------------------------
 step "python venv ($VENV)"

@@ -4,7 +4,7 @@
 
 use crate::audit::Audit;
 use crate::cluster::{Cluster, Failure};
-use protocol::http::{Request, Response};
+use http1::{Request, Response};
 use protocol::names::{is_valid_channel_name, is_valid_topic_name};
 use serde_json::{json, Value};
 
@@ -201,7 +201,7 @@ fn check_names(topic: &str, channel: Option<&str>) -> Result<(), Response> {
 /// the page that sent a POST or DELETE in `Origin`; one from another site (a forged form or
 /// fetch: a plain-text POST needs no CORS preflight) is refused, so a page elsewhere cannot
 /// delete topics through an operator's browser. Tools (curl, scripts) send no `Origin`.
-fn same_origin(head: &protocol::http::RequestHead) -> bool {
+fn same_origin(head: &http1::RequestHead) -> bool {
     let Some(origin) = head.header("Origin") else {
         return true;
     };

@@ -6,7 +6,7 @@
 
 use crate::api::Action;
 use crate::upstream;
-use protocol::http::RequestHead;
+use http1::RequestHead;
 use serde_json::json;
 use std::time::{SystemTime, UNIX_EPOCH};
 use tracing::warn;

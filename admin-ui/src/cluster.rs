@@ -8,7 +8,7 @@
 //! says where.
 
 use crate::upstream;
-use protocol::http::percent_encode;
+use http1::percent_encode;
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -39,7 +39,7 @@ struct Flags {
     notification_http_endpoint: Option<Endpoint>,
 
     /// log level: debug, info, warn, error or fatal
-    #[arg(long, default_value = "info", value_parser = protocol::cli::parse_log_level)]
+    #[arg(long, default_value = "info", value_parser = nsq_common::cli::parse_log_level)]
     log_level: tracing::Level,
 }
 
@@ -65,7 +65,7 @@ impl Config {
     where
         I: IntoIterator<Item = String>,
     {
-        let flags = Flags::try_parse_from(protocol::cli::go_style_flags::<Flags, _>(args))?;
+        let flags = Flags::try_parse_from(nsq_common::cli::go_style_flags::<Flags, _>(args))?;
         if flags.lookupd_http_addresses.is_empty() && flags.nsqd_http_addresses.is_empty() {
             return Err(Flags::command().error(
                 clap::error::ErrorKind::MissingRequiredArgument,
@@ -105,15 +105,6 @@ fn upstream_addr(s: &str) -> Result<String, String> {
         Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => Ok(a.to_owned()),
         _ => Err(format!("{s:?} is not host:port")),
     }
-}
-
-/// This machine's name (what notifications give as `via`).
-pub fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_owned())
-        .ok()
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "localhost".to_owned())
 }
 
 #[cfg(test)]

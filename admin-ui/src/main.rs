@@ -39,7 +39,7 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    if let Err(e) = protocol::cli::exit_on_signals() {
+    if let Err(e) = nsq_common::cli::exit_on_signals() {
         eprintln!("admin-ui: cannot handle SIGTERM/SIGINT: {e}");
         return ExitCode::FAILURE;
     }

@@ -1,5 +1,5 @@
 //! The listener and each connection's request loop: a thread per browser connection (an admin
-//! UI has a handful), keep-alive, requests decoded with `protocol::http`, answers from
+//! UI has a handful), keep-alive, requests decoded with `http1`, answers from
 //! [`crate::api`].
 
 use crate::api;
@@ -7,7 +7,7 @@ use crate::audit::Audit;
 use crate::cluster::Cluster;
 use crate::config::Config;
 use bytes::BytesMut;
-use protocol::http::{Decoded, Limits, RequestDecoder, CONTINUE_RESPONSE};
+use http1::{Decoded, Limits, RequestDecoder, CONTINUE_RESPONSE};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -41,7 +41,7 @@ pub fn run(config: Config) -> Result<(), String> {
         admin_users: config.admin_users,
         acl_http_header: config.acl_http_header,
         notify: config.notification_http_endpoint,
-        hostname: crate::config::hostname(),
+        hostname: nsq_common::hostname(),
     });
     let open = Arc::new(AtomicUsize::new(0));
     for conn in listener.incoming() {

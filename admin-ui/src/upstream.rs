@@ -1,11 +1,13 @@
 //! One HTTP request to a lookup or a broker: a fresh connection (`Connection: close`), bounded
-//! in time, the answer read with `protocol::http::decode_response`. Failures come back as text
-//! that names the address and the path, ready to show an operator.
+//! in time, sent and read by `http1::client` over the blocking socket. Failures come back as
+//! text that names the address and the path, ready to show an operator.
 
-use protocol::http::{decode_response, Limits};
+use futures_lite::io::AssertAsync;
+use http1::client::{exchange, request_bytes};
+use http1::Limits;
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How long connecting may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -15,11 +17,41 @@ const IO_TIMEOUT: Duration = Duration::from_secs(5);
 const DEADLINE: Duration = Duration::from_secs(15);
 /// The largest answer read (a busy broker's `/stats` with every client is large).
 const MAX_ANSWER: usize = 64 << 20;
+/// Who asks.
+const USER_AGENT: &str = concat!("admin-ui/", env!("CARGO_PKG_VERSION"));
 
 /// An answer: its status and body.
 pub struct Answer {
     pub status: u16,
     pub body: bytes::Bytes,
+}
+
+/// A blocking socket whose reads fail once the request's deadline has passed, so that an
+/// answer trickling in byte by byte cannot hold a request longer than [`DEADLINE`].
+struct Deadlined {
+    sock: TcpStream,
+    until: Instant,
+}
+
+impl Read for Deadlined {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if Instant::now() > self.until {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no whole answer within {DEADLINE:?}"),
+            ));
+        }
+        self.sock.read(buf)
+    }
+}
+
+impl Write for Deadlined {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.sock.write(buf)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.sock.flush()
+    }
 }
 
 /// Sends `method path` (with its query) to `addr` (`host:port`) and reads the answer.
@@ -34,59 +66,36 @@ fn request_with(
     path: &str,
     body: Option<(&str, &[u8])>,
 ) -> Result<Answer, String> {
-    let started = std::time::Instant::now();
+    let until = Instant::now() + DEADLINE;
     let fail = |what: &str| format!("{method} http://{addr}{path}: {what}");
     let target = addr
         .to_socket_addrs()
         .map_err(|e| fail(&e.to_string()))?
         .next()
         .ok_or_else(|| fail("resolves to nothing"))?;
-    let mut sock = TcpStream::connect_timeout(&target, CONNECT_TIMEOUT)
+    let sock = TcpStream::connect_timeout(&target, CONNECT_TIMEOUT)
         .map_err(|e| fail(&format!("cannot connect: {e}")))?;
     let _ = sock.set_nodelay(true);
     sock.set_read_timeout(Some(IO_TIMEOUT))
         .and_then(|()| sock.set_write_timeout(Some(IO_TIMEOUT)))
         .map_err(|e| fail(&e.to_string()))?;
     let (content_type, body) = body.unwrap_or(("", &[]));
-    let mut head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: application/json\r\n\
-         User-Agent: admin-ui/{}\r\nContent-Length: {}\r\nConnection: close\r\n",
-        env!("CARGO_PKG_VERSION"),
-        body.len()
-    );
+    let mut headers = vec![("Accept", "application/json"), ("User-Agent", USER_AGENT)];
     if !content_type.is_empty() {
-        head.push_str(&format!("Content-Type: {content_type}\r\n"));
+        headers.push(("Content-Type", content_type));
     }
-    head.push_str("\r\n");
-    sock.write_all(head.as_bytes())
-        .and_then(|()| sock.write_all(body))
-        .map_err(|e| fail(&format!("cannot send: {e}")))?;
+    let request = request_bytes(method, addr, path, &headers, body);
     let limits = Limits {
         max_body: MAX_ANSWER,
         ..Limits::default()
     };
-    let mut buf = Vec::with_capacity(16 * 1024);
-    let mut chunk = [0u8; 16 * 1024];
-    loop {
-        if started.elapsed() > DEADLINE {
-            return Err(fail(&format!("no whole answer within {DEADLINE:?}")));
-        }
-        let n = sock
-            .read(&mut chunk)
-            .map_err(|e| fail(&format!("cannot read the answer: {e}")))?;
-        buf.extend_from_slice(&chunk[..n]);
-        match decode_response(&buf, n == 0, &limits) {
-            Ok(Some((resp, _))) => {
-                return Ok(Answer {
-                    status: resp.status,
-                    body: resp.body,
-                })
-            }
-            Ok(None) if n > 0 => {}
-            Ok(None) => return Err(fail("connection closed before the answer")),
-            Err(e) => return Err(fail(&format!("bad answer: {e}"))),
-        }
-    }
+    let mut stream = AssertAsync::new(Deadlined { sock, until });
+    let resp = futures_lite::future::block_on(exchange(&mut stream, &request, &limits))
+        .map_err(|e| fail(&e.to_string()))?;
+    Ok(Answer {
+        status: resp.status,
+        body: resp.body,
+    })
 }
 
 /// GETs `path` from `addr` and reads its JSON body; anything but a 200 is an error.

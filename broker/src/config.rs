@@ -200,7 +200,7 @@ impl Config {
     }
 
     pub fn parse_from<I: IntoIterator<Item = String>>(argv: I) -> Result<Config, String> {
-        let argv = protocol::cli::go_style_flags::<Args, _>(argv);
+        let argv = nsq_common::cli::go_style_flags::<Args, _>(argv);
         let args = Args::try_parse_from(argv).map_err(|e| {
             if matches!(
                 e.kind(),
@@ -290,7 +290,7 @@ impl Config {
         if shards == 0 || shards > 256 {
             return Err(format!("--shards {shards} must be between 1 and 256"));
         }
-        let broadcast_address = a.broadcast_address.unwrap_or_else(hostname);
+        let broadcast_address = a.broadcast_address.unwrap_or_else(nsq_common::hostname);
         Ok(Config {
             tcp_address,
             http_address,
@@ -412,17 +412,6 @@ fn resolve(flag: &str, addr: &str) -> Result<SocketAddr, String> {
         .map_err(|e| format!("{flag} {addr:?}: {e}"))?
         .next()
         .ok_or_else(|| format!("{flag} {addr:?}: resolves to no address"))
-}
-
-pub(crate) fn hostname() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: the buffer is valid for its length; gethostname NUL-terminates within it.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr() as *mut libc::c_char, buf.len()) };
-    if rc != 0 {
-        return "localhost".into();
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
 /// The CPUs this process may run on (its affinity mask), in order.

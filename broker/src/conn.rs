@@ -26,10 +26,10 @@ use crate::conn_socket::{ReadHalf, WriteHalf};
 use crate::eager_read::EagerRead;
 use crate::mailbox::{ChannelOp, Mail, Reply};
 use crate::shard::Shard;
-use crate::sync::Notify;
 use bytes::{Bytes, BytesMut};
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::TcpStream;
+use nsq_common::local_sync::Notify;
 use protocol::command::ConnPhase;
 use protocol::frame::write_frame;
 use protocol::identify::{IdentifyRequest, IdentifyResponse};
@@ -65,7 +65,7 @@ const EAGER_YIELDS: usize = 3;
 
 /// A publish sent to its owner, waiting for the answer.
 struct PendingPublish {
-    reply: crate::sync::Receiver<Reply>,
+    reply: nsq_common::local_sync::Receiver<Reply>,
     owner: usize,
     /// Its OK is already written (see [`Shard::can_ack_early`]); the answer only confirms it.
     acked: bool,

@@ -63,7 +63,7 @@ pub async fn run(
     registrar.set_addresses(config.lookupd_tcp_addresses.clone());
 
     let done = Rc::new(Cell::new(0usize));
-    let all_done = Rc::new(crate::sync::Notify::new());
+    let all_done = Rc::new(nsq_common::local_sync::Notify::new());
     for (_, rx) in receivers.streams() {
         let done = done.clone();
         let all_done = all_done.clone();

@@ -21,15 +21,16 @@
 //! [`Registrar::topic_channels`] sends `GET /channels?topic=` to every lookup whose HTTP address
 //! it knows (the host of the lookup's TCP address and the `http_port` of its IDENTIFY answer),
 //! all at once, each bounded by [`QUERY_TIMEOUT`]; the answer is the union of the lookups that
-//! answered in time. Each answer is read with `protocol::http::decode_response`
+//! answered in time. Each request is sent and its answer read by `http1::client::exchange`
 //! (`Content-Length`, chunked, or up to the close), done as soon as it is whole.
 
 use crate::config::Config;
-use crate::sync::Notify;
 use bytes::{BufMut, BytesMut};
 use futures_lite::io::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::TcpStream;
-use protocol::http::{decode_response, Limits, ReceivedResponse};
+use http1::client::{exchange, request_bytes, ACCEPT_NSQ_V1};
+use http1::{Limits, ReceivedResponse};
+use nsq_common::local_sync::Notify;
 use protocol::lookup::{decode_reply, LookupCommand, LookupReply, PeerInfo};
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
@@ -64,8 +65,6 @@ const HTTP_ANSWER_LIMITS: Limits = Limits {
     max_headers: 64,
     max_body: MAX_HTTP_ANSWER,
 };
-/// The version we announce, nsqd's.
-pub const VERSION: &str = "1.3.0";
 
 /// Register or unregister, as a shard reports a change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -218,10 +217,10 @@ impl Registrar {
         Rc::new(Registrar {
             identity: PeerInfo {
                 broadcast_address: config.broadcast_address.clone(),
-                hostname: crate::config::hostname(),
+                hostname: nsq_common::hostname(),
                 http_port: port_or(config.broadcast_http_port, config.http_address.port()),
                 tcp_port: port_or(config.broadcast_tcp_port, config.tcp_address.port()),
-                version: VERSION.into(),
+                version: protocol::NSQD_COMPAT_VERSION.into(),
             },
             set: RefCell::new(Registrations::default()),
             peers: RefCell::new(Vec::new()),
@@ -551,41 +550,19 @@ async fn fetch_channels(http_addr: &str, topic: &str) -> Result<Vec<String>, Str
     let mut stream = TcpStream::connect_timeout(addr, QUERY_TIMEOUT)
         .await
         .map_err(|e| format!("connect {addr}: {e}"))?;
-    let request = format!(
-        "GET /channels?topic={} HTTP/1.0\r\nHost: {http_addr}\r\nAccept: application/vnd.nsq; version=1.0\r\nUser-Agent: nsqd/{VERSION}\r\nConnection: close\r\n\r\n",
-        protocol::http::percent_encode(topic)
+    let target = format!("/channels?topic={}", http1::percent_encode(topic));
+    let user_agent = format!("nsqd/{}", protocol::NSQD_COMPAT_VERSION);
+    let request = request_bytes(
+        "GET",
+        http_addr,
+        &target,
+        &[("Accept", ACCEPT_NSQ_V1), ("User-Agent", &user_agent)],
+        b"",
     );
-    stream
-        .write_all(request.as_bytes())
+    let response = exchange(&mut stream, &request, &HTTP_ANSWER_LIMITS)
         .await
-        .map_err(|e| format!("write: {e}"))?;
-    let mut raw = Vec::new();
-    let mut chunk = [0u8; 4096];
-    loop {
-        let n = stream
-            .read(&mut chunk)
-            .await
-            .map_err(|e| format!("read: {e}"))?;
-        raw.extend_from_slice(&chunk[..n]);
-        // Done once the answer is whole (the server may keep the socket).
-        if let Some(response) = decode_answer(&raw, n == 0)? {
-            return channels_of(&response);
-        }
-        if n == 0 {
-            // not reached: once the lookup has closed, an incomplete answer is an error
-            return Err("incomplete answer".into());
-        }
-        if raw.len() > MAX_HTTP_ANSWER {
-            return Err("answer too large".into());
-        }
-    }
-}
-
-/// The response in `raw` if it is whole (with `closed`, `raw` is all the lookup sent).
-fn decode_answer(raw: &[u8], closed: bool) -> Result<Option<ReceivedResponse>, String> {
-    decode_response(raw, closed, &HTTP_ANSWER_LIMITS)
-        .map(|r| r.map(|(response, _)| response))
-        .map_err(|e| e.to_string())
+        .map_err(|e| e.to_string())?;
+    channels_of(&response)
 }
 
 /// The channel names in an answer to `GET /channels`: status 200 and `{"channels":[..]}` (or
@@ -719,10 +696,14 @@ mod tests {
         assert_eq!(host_of("lookup"), "lookup");
         assert_eq!(join_host_port("::1", 4161), "[::1]:4161");
         assert_eq!(join_host_port("h", 4161), "h:4161");
-        assert_eq!(
-            protocol::http::percent_encode("t#ephemeral"),
-            "t%23ephemeral"
-        );
+        assert_eq!(http1::percent_encode("t#ephemeral"), "t%23ephemeral");
+    }
+
+    /// The response in `raw` if it is whole (with `closed`, `raw` is all the lookup sent).
+    fn decode_answer(raw: &[u8], closed: bool) -> Result<Option<ReceivedResponse>, String> {
+        http1::decode_response(raw, closed, &HTTP_ANSWER_LIMITS)
+            .map(|r| r.map(|(response, _)| response))
+            .map_err(|e| e.to_string())
     }
 
     /// The channel names in a whole answer, as received up to the lookup's close.

@@ -15,9 +15,9 @@
 //! waits on a mailbox, so two shards can never deadlock on each other.
 
 use crate::channel::{ConsumerKey, ConsumerSpec};
-use crate::sync::Notify;
 use bytes::Bytes;
 use glommio::channels::channel_mesh::Senders;
+use nsq_common::local_sync::Notify;
 use protocol::{MessageId, ProtocolError};
 use std::cell::RefCell;
 use std::time::Duration;

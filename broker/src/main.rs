@@ -28,7 +28,6 @@ mod shard;
 mod startup;
 mod stats;
 mod storage;
-mod sync;
 mod timer;
 mod topic;
 

@@ -24,11 +24,11 @@
 //! rows came out the same within this machine's noise, and one-at-a-time PUB, where there is
 //! nothing to batch, paid the extra turn (61-63k against 63-65k msg/s), so they send directly.
 
-use crate::sync::{oneshot, Notify, Sender};
 use bytes::BytesMut;
 use futures_lite::AsyncWriteExt;
 use glommio::net::TcpStream;
 use io_uring::{opcode, types, IoUring};
+use nsq_common::local_sync::{oneshot, Notify, Sender};
 use std::cell::{Cell, RefCell};
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};

@@ -583,7 +583,7 @@ mod tests {
     #[test]
     fn text_layout_without_topics() {
         let doc = StatsDoc {
-            version: "1.3.0",
+            version: protocol::NSQD_COMPAT_VERSION,
             health: "OK".into(),
             start_time: 0,
             topics: None,

@@ -9,7 +9,7 @@
 //! message rate, and a stale entry (its deadline moved) only costs a look.
 
 use crate::channel::Channel;
-use crate::sync::Notify;
+use nsq_common::local_sync::Notify;
 use std::cell::{Cell, RefCell};
 use std::cmp::{Ordering, Reverse};
 use std::collections::BinaryHeap;

@@ -25,10 +25,10 @@
 //!    and later commands fail with [`Error::Closed`].
 
 use crate::error::{Error, Result};
-use crate::signal::{oneshot, Receiver, Sender};
 use bytes::{Bytes, BytesMut};
 use futures_lite::future;
 use futures_lite::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use nsq_common::local_sync::{oneshot, Receiver, Sender};
 use protocol::identify::{IdentifyRequest, IdentifyResponse};
 use protocol::{decode_frame, Command, ErrorCode, Frame, Message, HEARTBEAT, MAGIC_V2, OK};
 use std::cell::RefCell;

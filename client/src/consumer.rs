@@ -28,8 +28,8 @@ use crate::lookup;
 use crate::message::{HandlerResult, Message};
 use crate::rdy::{ConnId, RdyState, RdyUpdate};
 use crate::rt;
-use crate::signal::Notify;
 use futures_lite::future;
+use nsq_common::local_sync::Notify;
 use protocol::Command;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
@@ -289,7 +289,7 @@ impl Inner {
         self: &Rc<Self>,
         addr: &str,
         source: Source,
-    ) -> Option<crate::signal::Receiver<Result<()>>> {
+    ) -> Option<nsq_common::local_sync::Receiver<Result<()>>> {
         {
             let mut st = self.state.borrow_mut();
             if let Some(known) = st.addresses.get_mut(addr) {
@@ -307,13 +307,17 @@ impl Inner {
                 },
             );
         }
-        let (tx, rx) = crate::signal::oneshot();
+        let (tx, rx) = nsq_common::local_sync::oneshot();
         rt::spawn(self.clone().run_address(addr.to_string(), tx));
         Some(rx)
     }
 
     /// The life of one broker address: connect, run, reconnect or give up.
-    async fn run_address(self: Rc<Self>, addr: String, first: crate::signal::Sender<Result<()>>) {
+    async fn run_address(
+        self: Rc<Self>,
+        addr: String,
+        first: nsq_common::local_sync::Sender<Result<()>>,
+    ) {
         let mut first = Some(first);
         let mut failures: u32 = 0;
         loop {

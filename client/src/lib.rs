@@ -80,7 +80,6 @@ pub mod message;
 pub mod producer;
 pub mod rdy;
 mod rt;
-mod signal;
 
 pub use config::{ConsumerConfig, Identity, ProducerConfig};
 pub use consumer::{Consumer, ConsumerStats};

@@ -7,15 +7,14 @@
 //! does not know the topic yet: no brokers, not an error.
 //!
 //! The consumer polls every lookup and takes the union of the answers, keyed by
-//! `broadcast_address:tcp_port` ([`broker_addresses`]); the HTTP client here is just enough
-//! for that one request: the response is read with [`protocol::http::decode_response`]
-//! (`Content-Length`, chunked, or up to the close), and the query is done as soon as the
-//! response is whole.
+//! `broadcast_address:tcp_port` ([`broker_addresses`]). The request is sent and its answer
+//! read by [`http1::client::exchange`] (`Content-Length`, chunked, or up to the close), and the
+//! query is done as soon as the response is whole.
 
 use crate::error::{Error, Result};
 use crate::rt;
-use futures_lite::io::{AsyncReadExt, AsyncWriteExt};
-use protocol::http::{decode_response, Limits, ReceivedResponse};
+use http1::client::{exchange, request_bytes, ExchangeError, ACCEPT_NSQ_V1};
+use http1::{decode_response, Limits, ReceivedResponse};
 use serde::Deserialize;
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -75,32 +74,25 @@ pub async fn query(lookupd: &str, topic: &str, timeout: Duration) -> Result<Look
         .trim_start_matches("http://")
         .trim_end_matches('/')
         .to_string();
-    let request = format!(
-        "GET /lookup?topic={} HTTP/1.1\r\nHost: {host}\r\nAccept: application/vnd.nsq; version=1.0\r\nUser-Agent: {}\r\nConnection: close\r\n\r\n",
-        protocol::http::percent_encode(topic),
-        crate::config::DEFAULT_USER_AGENT,
+    let target = format!("/lookup?topic={}", http1::percent_encode(topic));
+    let request = request_bytes(
+        "GET",
+        &host,
+        &target,
+        &[
+            ("Accept", ACCEPT_NSQ_V1),
+            ("User-Agent", crate::config::DEFAULT_USER_AGENT),
+        ],
+        b"",
     );
     let response = rt::with_timeout(timeout, async {
         let mut stream = rt::connect_tcp(&host, timeout).await?;
-        stream.write_all(request.as_bytes()).await?;
-        stream.flush().await?;
-        let mut raw = Vec::new();
-        let mut chunk = vec![0u8; 16 * 1024];
-        loop {
-            let n = stream.read(&mut chunk).await?;
-            raw.extend_from_slice(&chunk[..n]);
-            // Done once the response is whole: the lookup need not close first.
-            if let Some(response) = decode_answer(&raw, n == 0)? {
-                return Ok(response);
-            }
-            if n == 0 {
-                // not reached: once the peer has closed, an incomplete response is an error
-                return Err(Error::BadHttpResponse("incomplete answer"));
-            }
-            if raw.len() > MAX_RESPONSE {
-                return Err(Error::BadHttpResponse("answer too large"));
-            }
-        }
+        exchange(&mut stream, &request, &RESPONSE_LIMITS)
+            .await
+            .map_err(|e| match e {
+                ExchangeError::Send(e) | ExchangeError::Receive(e) => Error::from(e),
+                ExchangeError::Response(e) => Error::BadHttpResponse(e.as_str()),
+            })
     })
     .await?;
     lookup_answer(&response)
@@ -235,9 +227,6 @@ mod tests {
 
     #[test]
     fn topic_is_percent_encoded() {
-        assert_eq!(
-            protocol::http::percent_encode("t#ephemeral"),
-            "t%23ephemeral"
-        );
+        assert_eq!(http1::percent_encode("t#ephemeral"), "t%23ephemeral");
     }
 }

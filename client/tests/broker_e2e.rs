@@ -1,8 +1,7 @@
 //! Producer and consumer against the real `broker` binary, started on ephemeral ports.
 //!
-//! The binary is taken from `$BROKER_BIN`, else `target/release/broker` of the workspace
-//! (`cargo build --release -p broker`). Without it these tests say so and pass vacuously, so
-//! the client can be tested on its own. Every wait is bounded.
+//! The binary is taken from `$BROKER_BIN`, else `test_harness::binary` builds it
+//! (`cargo build --release -p broker`, a no-op when fresh). Every wait is bounded.
 
 mod support;
 
@@ -11,95 +10,28 @@ use client::{
 };
 use std::cell::RefCell;
 use std::collections::BTreeSet;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::rc::Rc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use support::{eventually, run};
+use test_harness::{binary, start_broker, Proc, Started};
 
 const WAIT: Duration = Duration::from_secs(10);
 
 struct Broker {
-    child: Child,
+    _proc: Proc,
     tcp: String,
-    _data: TempDir,
 }
 
-impl Drop for Broker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-struct TempDir(PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn broker_bin() -> Option<PathBuf> {
-    let path = std::env::var_os("BROKER_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/release/broker")
-        });
-    path.is_file().then_some(path)
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("an ephemeral port")
-}
-
-/// Starts the broker and waits until it accepts TCP connections; `None` without a binary.
-fn start_broker(name: &str) -> Option<Broker> {
-    // A missing binary is a failure, not a skip: a test that cannot run must not pass.
-    let Some(bin) = broker_bin() else {
-        panic!(
-            "no broker binary: build it with `cargo build --release -p broker` or set BROKER_BIN"
-        );
-    };
-    let data = std::env::temp_dir().join(format!("client-e2e-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&data);
-    std::fs::create_dir_all(&data).expect("data dir");
-    let tcp = format!("127.0.0.1:{}", free_port());
-    let http = format!("127.0.0.1:{}", free_port());
-    let child = Command::new(bin)
-        .args([
-            "--tcp-address",
-            &tcp,
-            "--http-address",
-            &http,
-            "--shards",
-            "1",
-        ])
-        .arg("--data-path")
-        .arg(&data)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("broker starts");
-    let broker = Broker {
-        child,
-        tcp: tcp.clone(),
-        _data: TempDir(data),
-    };
-    let deadline = Instant::now() + WAIT;
-    while std::net::TcpStream::connect(&tcp).is_err() {
-        assert!(Instant::now() < deadline, "broker never listened on {tcp}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Some(broker)
+/// Starts the broker (one shard) and waits until it accepts TCP connections.
+fn start(name: &str) -> Option<Broker> {
+    let prefix = format!("client-e2e-{name}");
+    let Started { proc, tcp, .. } = start_broker(&binary("broker"), &prefix, &["--shards", "1"]);
+    Some(Broker { _proc: proc, tcp })
 }
 
 #[test]
 fn e2e_published_messages_are_all_consumed() {
-    let Some(broker) = start_broker("all") else {
+    let Some(broker) = start("all") else {
         return;
     };
     let addr = broker.tcp.clone();
@@ -139,7 +71,7 @@ fn e2e_published_messages_are_all_consumed() {
 
 #[test]
 fn e2e_requeued_message_comes_back_with_more_attempts() {
-    let Some(broker) = start_broker("req") else {
+    let Some(broker) = start("req") else {
         return;
     };
     let addr = broker.tcp.clone();
@@ -170,7 +102,7 @@ fn e2e_requeued_message_comes_back_with_more_attempts() {
 
 #[test]
 fn e2e_broker_errors_carry_their_code_and_the_producer_recovers() {
-    let Some(broker) = start_broker("err") else {
+    let Some(broker) = start("err") else {
         return;
     };
     let addr = broker.tcp.clone();
@@ -189,7 +121,7 @@ fn e2e_broker_errors_carry_their_code_and_the_producer_recovers() {
 
 #[test]
 fn e2e_heartbeats_keep_an_idle_connection_open() {
-    let Some(broker) = start_broker("hb") else {
+    let Some(broker) = start("hb") else {
         return;
     };
     let addr = broker.tcp.clone();
@@ -208,7 +140,7 @@ fn e2e_heartbeats_keep_an_idle_connection_open() {
 
 #[test]
 fn e2e_blocking_producer_publishes_recovers_and_outlives_idle_spells() {
-    let Some(broker) = start_broker("blocking") else {
+    let Some(broker) = start("blocking") else {
         return;
     };
     let cfg = ProducerConfig::new().heartbeat_interval(Duration::from_secs(1));

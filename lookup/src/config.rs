@@ -1,7 +1,7 @@
 //! Command-line flags, with nsqlookupd's names, meanings and defaults.
 //!
 //! nsqlookupd is a Go program, so its users write `-tcp-address=:4160` as often as
-//! `--tcp-address :4160`; [`protocol::cli::go_style_flags`] turns a single-dash long flag that we know into its
+//! `--tcp-address :4160`; [`nsq_common::cli::go_style_flags`] turns a single-dash long flag that we know into its
 //! double-dash form before clap sees it. Everything is checked before the lookup binds anything:
 //! a flag we do not know, or a value we cannot read, stops start-up with a message.
 
@@ -39,7 +39,7 @@ struct Flags {
     tombstone_lifetime: Duration,
 
     /// log level: debug, info, warn, error or fatal
-    #[arg(long, default_value = "info", value_parser = protocol::cli::parse_log_level)]
+    #[arg(long, default_value = "info", value_parser = nsq_common::cli::parse_log_level)]
     log_level: tracing::Level,
 }
 
@@ -64,7 +64,7 @@ impl Config {
     where
         I: IntoIterator<Item = String>,
     {
-        let flags = Flags::try_parse_from(protocol::cli::go_style_flags::<Flags, _>(args))?;
+        let flags = Flags::try_parse_from(nsq_common::cli::go_style_flags::<Flags, _>(args))?;
         if flags.tcp_address.port() != 0 && flags.tcp_address == flags.http_address {
             return Err(Flags::command().error(
                 clap::error::ErrorKind::ArgumentConflict,
@@ -74,7 +74,7 @@ impl Config {
                 ),
             ));
         }
-        let hostname = hostname();
+        let hostname = nsq_common::hostname();
         Ok(Config {
             tcp_address: flags.tcp_address,
             http_address: flags.http_address,
@@ -98,18 +98,6 @@ fn parse_addr(s: &str) -> Result<SocketAddr, String> {
         .map_err(|e| format!("invalid address {s:?}: {e}"))?
         .next()
         .ok_or_else(|| format!("invalid address {s:?}: resolves to nothing"))
-}
-
-/// The machine's host name, as Go's `os.Hostname` gives it.
-fn hostname() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: the pointer and length describe `buf`, which outlives the call.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if rc != 0 {
-        return "localhost".to_owned();
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
 #[cfg(test)]

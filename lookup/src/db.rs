@@ -298,7 +298,7 @@ mod tests {
                 hostname: "h".into(),
                 http_port,
                 tcp_port: 4150,
-                version: "1.3.0".into(),
+                version: protocol::NSQD_COMPAT_VERSION.into(),
             },
             last_update: now,
         }

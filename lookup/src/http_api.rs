@@ -18,16 +18,14 @@
 //! Every answer but /ping carries `X-NSQ-Content-Type: nsq; version=1.0`.
 //!
 //! [`route`] is a plain function of the request and the database; [`serve`] drives
-//! [`protocol::http`] over each connection.
+//! [`http1`] over each connection.
 
 use crate::db::{is_active, Peer, Registration, Stamp};
 use crate::server::Lookup;
 use bytes::BytesMut;
 use futures_lite::io::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::{TcpListener, TcpStream};
-use protocol::http::{
-    Decoded, Limits, Query, RequestDecoder, RequestHead, Response, CONTINUE_RESPONSE,
-};
+use http1::{Decoded, Limits, Query, RequestDecoder, RequestHead, Response, CONTINUE_RESPONSE};
 use protocol::names::{is_valid_channel_name, is_valid_topic_name};
 use serde::Serialize;
 use serde_json::{json, Value};

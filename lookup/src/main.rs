@@ -29,7 +29,7 @@ fn main() -> ExitCode {
         }
     };
     init_logging(config.log_level);
-    if let Err(e) = protocol::cli::exit_on_signals() {
+    if let Err(e) = nsq_common::cli::exit_on_signals() {
         eprintln!("lookup: cannot handle SIGTERM/SIGINT: {e}");
         return ExitCode::FAILURE;
     }

@@ -1,5 +1,6 @@
 //! Micro-benchmarks of the wire codec's hot paths: decoding the commands a broker reads most
-//! (PUB, MPUB, FIN), encoding the message frames it writes, and decoding an HTTP `/pub`.
+//! (PUB, MPUB, FIN), encoding the message frames it writes, and, for comparison, decoding an
+//! HTTP `/pub` with the `http1` crate.
 //!
 //! `cargo bench -p protocol` (a plain harness, no extra crates). Each case runs 15 samples of
 //! a fixed batch after a warm-up and prints the median and the fastest sample in nanoseconds
@@ -9,9 +10,9 @@ use std::hint::black_box;
 use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
+use http1::{Decoded, Limits, RequestDecoder};
 use protocol::command::{decode_command, Command, ConnPhase, DecodeContext};
 use protocol::frame::write_message_frame;
-use protocol::http::{Decoded, Limits, RequestDecoder};
 use protocol::message::{Message, MessageId};
 
 /// Operations per sample.

@@ -1,7 +1,7 @@
 //! The NSQ wire protocol, shared by the broker, the lookup, the client library and the bench.
 //!
-//! This crate owns bytes on the wire and nothing else: no sockets, no async runtime, no clock.
-//! It knows how to
+//! This crate owns the V2 and lookup (V1) bytes on the wire and nothing else: no sockets, no
+//! async runtime, no clock, no HTTP (that is the `http1` crate). It knows how to
 //!
 //! - cut a client's byte stream into [`Command`]s the way nsqd 1.3 does, with the same error
 //!   codes, texts and fatal/non-fatal rules ([`decode_command`]), and write commands back
@@ -11,6 +11,7 @@
 //! - lay out a message ([`Message`], [`MessageId`]);
 //! - validate topic and channel names ([`names`]);
 //! - read and answer IDENTIFY ([`identify`]);
+//! - speak the lookup (V1) protocol between a broker and nsqlookupd ([`lookup`]);
 //! - parse Go-style durations as nsqd's flags and config take them ([`duration`]).
 //!
 //! ```
@@ -29,13 +30,10 @@
 //! assert!(buf.is_empty());
 //! ```
 
-#[cfg(feature = "cli")]
-pub mod cli;
 pub mod command;
 pub mod duration;
 pub mod error;
 pub mod frame;
-pub mod http;
 pub mod identify;
 pub mod lookup;
 pub mod message;

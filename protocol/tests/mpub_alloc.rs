@@ -12,17 +12,22 @@ struct Largest;
 /// The largest single allocation seen.
 static LARGEST: AtomicUsize = AtomicUsize::new(0);
 
+// SAFETY: every call is passed on unchanged to the system allocator, which upholds
+// GlobalAlloc's contract; the counting touches only an atomic.
 unsafe impl GlobalAlloc for Largest {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         LARGEST.fetch_max(layout.size(), Ordering::Relaxed);
-        System.alloc(layout)
+        // SAFETY: the caller's guarantees for this call are the ones System needs.
+        unsafe { System.alloc(layout) }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        System.dealloc(ptr, layout)
+        // SAFETY: the caller's guarantees for this call are the ones System needs.
+        unsafe { System.dealloc(ptr, layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         LARGEST.fetch_max(new_size, Ordering::Relaxed);
-        System.realloc(ptr, layout, new_size)
+        // SAFETY: the caller's guarantees for this call are the ones System needs.
+        unsafe { System.realloc(ptr, layout, new_size) }
     }
 }
 

@@ -16,6 +16,7 @@ use futures_lite::io::AsyncWriteExt;
 use glommio::net::{TcpListener, TcpStream};
 use glommio::{LocalExecutorBuilder, Placement};
 use protocol::frame::{write_frame, write_message_frame};
+use protocol::identify::{IdentifyLimits, IdentifyRequest, IdentifyResponse};
 use protocol::{decode_command, Command, ConnPhase, DecodeContext, FrameType, Message, MessageId};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -23,7 +24,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 const READ_CHUNK: usize = 64 * 1024;
-const IDENTIFY_ANSWER: &str = r#"{"max_rdy_count":2500,"version":"1.3.0","max_msg_timeout":900000,"msg_timeout":60000,"tls_v1":false,"deflate":false,"deflate_level":6,"max_deflate_level":6,"snappy":false,"sample_rate":0,"auth_required":false,"output_buffer_size":16384,"output_buffer_timeout":250}"#;
+/// The `max_rdy_count` the sink announces.
+const MAX_RDY_COUNT: u64 = 2500;
+
+/// nsqd's answer to an IDENTIFY that asks for nothing, under nsqd's default settings: the sink
+/// negotiates nothing.
+fn identify_answer() -> Vec<u8> {
+    let limits = IdentifyLimits::default();
+    match IdentifyRequest::parse(b"{}").and_then(|req| req.negotiate(&limits)) {
+        Ok(n) => IdentifyResponse::new(&n, &limits, MAX_RDY_COUNT, false).to_json(),
+        Err(e) => e.to_string().into_bytes(),
+    }
+}
 
 /// A running sink; stops when dropped.
 pub struct Sink {
@@ -135,7 +147,7 @@ async fn serve(mut stream: TcpStream, size: usize) -> std::io::Result<()> {
 fn answer(cmd: Command, ctx: &mut DecodeContext, d: &mut Delivery, out: &mut BytesMut) {
     let ok = |out: &mut BytesMut| write_frame(out, FrameType::Response, protocol::OK);
     match cmd {
-        Command::Identify(_) => write_frame(out, FrameType::Response, IDENTIFY_ANSWER.as_bytes()),
+        Command::Identify(_) => write_frame(out, FrameType::Response, &identify_answer()),
         Command::Pub { .. } | Command::Mpub { .. } | Command::Dpub { .. } => ok(out),
         Command::Sub { .. } => {
             d.subscribed = true;

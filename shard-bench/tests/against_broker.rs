@@ -1,82 +1,26 @@
 //! A short real run: the release broker started here on ephemeral 127.0.0.1 ports with
 //! `--shards 2`, and `shard-bench pubsub` against it for 2 seconds.
 //!
-//! The broker binary comes from `$BROKER_BIN`, else `<workspace>/target/release/broker`
-//! (`cargo build --release -p broker`). Without it this test fails; it does not skip.
+//! The broker binary comes from `$BROKER_BIN`, else `test_harness::binary` builds it
+//! (`cargo build --release -p broker`, a no-op when fresh).
 
-use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::net::TcpStream;
+use std::process::Command;
 use std::time::{Duration, Instant};
+use test_harness::{binary, free_port, start_broker, Proc, Started};
 
 struct Broker {
-    child: Child,
-    data: PathBuf,
+    proc: Proc,
     /// HTTP address, host:port.
     http: String,
 }
 
-impl Drop for Broker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.data);
-    }
-}
-
-fn broker_bin() -> PathBuf {
-    let path = std::env::var_os("BROKER_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/release/broker")
-        });
-    assert!(
-        path.is_file(),
-        "broker binary not found at {}: build it with `cargo build --release -p broker` \
-         or point BROKER_BIN at one",
-        path.display()
-    );
-    path
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("an ephemeral port")
-        .port()
-}
-
 /// Starts a broker with a data directory of its own (tests run in parallel).
-fn start_broker(name: &str) -> (Broker, String) {
-    let (tcp, http) = (free_port(), free_port());
-    let data =
-        std::env::temp_dir().join(format!("shard-bench-broker-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&data);
-    std::fs::create_dir_all(&data).unwrap();
-    let child = Command::new(broker_bin())
-        .args(["--tcp-address", &format!("127.0.0.1:{tcp}")])
-        .args(["--http-address", &format!("127.0.0.1:{http}")])
-        .arg("--data-path")
-        .arg(&data)
-        .args(["--shards", "2", "--log-level", "warn"])
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("broker starts");
-    let broker = Broker {
-        child,
-        data,
-        http: format!("127.0.0.1:{http}"),
-    };
-    let addr = format!("127.0.0.1:{tcp}");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while TcpStream::connect(&addr).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "broker did not listen on {addr} within 10 s"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    (broker, addr)
+fn start(name: &str) -> (Broker, String) {
+    let flags = ["--shards", "2", "--log-level", "warn"];
+    let prefix = format!("shard-bench-broker-{name}");
+    let Started { proc, tcp, http } = start_broker(&binary("broker"), &prefix, &flags);
+    (Broker { proc, http }, tcp)
 }
 
 /// A plain HTTP/1.0 GET; the body.
@@ -116,9 +60,9 @@ fn run_bench(args: &[&str], json: &std::path::Path) -> (String, String, serde_js
 
 #[test]
 fn a_two_second_pubsub_run_publishes_consumes_and_writes_its_result() {
-    let (broker, addr) = start_broker("pubsub");
-    let json = broker.data.join("result.json");
-    let pid = broker.child.id().to_string();
+    let (broker, addr) = start("pubsub");
+    let json = broker.proc.dir().join("result.json");
+    let pid = broker.proc.pid().expect("the broker runs").to_string();
     let (stdout, stderr, v) = run_bench(
         &[
             "pubsub",
@@ -176,8 +120,8 @@ fn a_two_second_pubsub_run_publishes_consumes_and_writes_its_result() {
 
 #[test]
 fn a_blocking_pub_run_publishes_from_threads_and_records_it() {
-    let (broker, addr) = start_broker("blocking");
-    let json = broker.data.join("blocking.json");
+    let (broker, addr) = start("blocking");
+    let json = broker.proc.dir().join("blocking.json");
     let (_, _, v) = run_bench(
         &[
             "pub",

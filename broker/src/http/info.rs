@@ -9,7 +9,7 @@ use super::ask;
 use super::routes::{error, Answer};
 use crate::admin::{AdminOp, AdminResult, OptionChange};
 use crate::shard::Shard;
-use protocol::http::{Request, Response};
+use http1::{Request, Response};
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::rc::Rc;
@@ -54,7 +54,7 @@ pub fn info(shard: &Rc<Shard>) -> Answer {
     let info = Info {
         version: protocol::NSQD_COMPAT_VERSION,
         broadcast_address: &c.broadcast_address,
-        hostname: hostname(),
+        hostname: nsq_common::hostname(),
         http_port: c.http_address.port(),
         tcp_port: c.tcp_address.port(),
         start_time: crate::stats::start_unix(),
@@ -75,17 +75,6 @@ fn json_answer<T: Serialize>(v: &T) -> Answer {
 
 fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
-fn hostname() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: the buffer is valid for its length; gethostname NUL-terminates within it.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr() as *mut libc::c_char, buf.len()) };
-    if rc != 0 {
-        return String::new();
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
 /// nsqd's log levels as its `/config/log_level` reports them (a number).

@@ -10,7 +10,7 @@ use super::ask;
 use super::routes::{done, error, query, Answer};
 use crate::admin::{Action, AdminOp, AdminResult};
 use crate::shard::Shard;
-use protocol::http::Request;
+use http1::Request;
 use protocol::names::{is_valid_channel_name, is_valid_topic_name};
 use std::rc::Rc;
 

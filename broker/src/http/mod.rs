@@ -7,7 +7,7 @@
 //! merge the answers.
 //!
 //! - [`server`]: the accept loop and the per-connection loop (HTTP/1.1 keep-alive and
-//!   pipelining on `protocol::http`);
+//!   pipelining on `http1`);
 //! - [`routes`]: path and method to handler, nsqd's 404 and 405;
 //! - [`publish`]: `/pub` and `/mpub`;
 //! - [`manage`]: `/topic/*` and `/channel/*`;

@@ -7,7 +7,7 @@ use super::routes::{error, query, Answer};
 use crate::mailbox::Reply;
 use crate::shard::Shard;
 use bytes::Bytes;
-use protocol::http::{Query, Request};
+use http1::{Query, Request};
 use std::rc::Rc;
 use std::time::Duration;
 

@@ -9,7 +9,7 @@ use super::routes::{error, query, Answer};
 use crate::admin::{AdminOp, AdminResult, ShardStats, StatsQuery};
 use crate::shard::Shard;
 use crate::stats::{self, Latency, MemStats, StatsDoc};
-use protocol::http::{Request, Response};
+use http1::{Request, Response};
 use std::fmt::Write as _;
 use std::rc::Rc;
 

@@ -6,7 +6,7 @@
 use super::{info, manage, publish, report};
 use crate::admin::Action;
 use crate::shard::Shard;
-use protocol::http::{escape_html, escape_path, Query, Request, RequestHead, Response};
+use http1::{escape_html, escape_path, Query, Request, RequestHead, Response};
 use std::rc::Rc;
 
 /// A handler's answer.

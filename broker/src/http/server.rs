@@ -1,7 +1,7 @@
 //! The HTTP listener of one shard and the loop that serves one connection.
 //!
 //! A connection reads into a reused buffer, cuts every complete request off it
-//! (`protocol::http::RequestDecoder`), answers them in order into one output buffer, and writes
+//! (`http1::RequestDecoder`), answers them in order into one output buffer, and writes
 //! that buffer once per read: pipelined requests cost one write. After writing answers it reads
 //! the socket once itself before waiting through the reactor ([`crate::eager_read`]). HTTP/1.1
 //! connections stay open unless the client says `Connection: close`; once the broker is
@@ -19,7 +19,7 @@ use crate::shard::Shard;
 use bytes::BytesMut;
 use futures_lite::AsyncReadExt;
 use glommio::net::{TcpListener, TcpStream};
-use protocol::http::{Decoded, HttpError, Limits, RequestDecoder, Version, CONTINUE_RESPONSE};
+use http1::{Decoded, HttpError, Limits, RequestDecoder, Version, CONTINUE_RESPONSE};
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -270,12 +270,7 @@ async fn serve_requests(shard: &Rc<Shard>, stream: &mut TcpStream) -> std::io::R
 /// `HTTP/1.1 200 OK` with nsqd's headers and `OK`: the answer to every successful publish.
 const PUB_OK: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; charset=utf-8\r\nX-NSQ-Content-Type: nsq; version=1.0\r\nContent-Length: 2\r\n\r\nOK";
 
-fn write_answer(
-    answer: Answer,
-    head: &protocol::http::RequestHead,
-    keep_alive: bool,
-    out: &mut BytesMut,
-) {
+fn write_answer(answer: Answer, head: &http1::RequestHead, keep_alive: bool, out: &mut BytesMut) {
     match answer {
         Answer::PubOk if keep_alive && head.version == Version::Http11 => {
             out.extend_from_slice(PUB_OK);
@@ -286,8 +281,8 @@ fn write_answer(
 }
 
 fn write_response(
-    r: &protocol::http::Response,
-    head: &protocol::http::RequestHead,
+    r: &http1::Response,
+    head: &http1::RequestHead,
     keep_alive: bool,
     out: &mut BytesMut,
 ) {

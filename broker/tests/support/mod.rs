@@ -1,22 +1,18 @@
-//! Test harness: starts the built broker on 127.0.0.1 with ephemeral ports and a fresh data
-//! path, and speaks to it with blocking std sockets: a small HTTP/1.1 client and a raw V2 client.
-//! Every read has a timeout, so no test can hang.
+//! Test support: starts the built broker (`test_harness::Proc`) on 127.0.0.1 with ephemeral
+//! ports and a fresh data path, and speaks to it with blocking std sockets: a small HTTP/1.1
+//! client and a raw V2 client. Every read has a timeout, so no test can hang.
 
 #![allow(dead_code)]
 
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+use test_harness::{start_broker, Proc, Started};
 
 /// Longest wait for anything the broker should do promptly.
 pub const PATIENCE: Duration = Duration::from_secs(10);
-
-static NEXT_DIR: AtomicUsize = AtomicUsize::new(0);
 
 /// The fixtures recorded from real nsqd: tests/fixtures/nsq (a copy of ../shared/fixtures), or
 /// $NSQ_FIXTURES.
@@ -34,98 +30,34 @@ pub fn fixture(name: &str) -> Value {
 
 /// A running broker, killed when dropped.
 pub struct Broker {
-    child: Child,
+    proc: Proc,
     pub tcp: SocketAddr,
     pub http: SocketAddr,
-    data: PathBuf,
-    log: Arc<Mutex<String>>,
 }
 
 impl Broker {
     pub fn start(shards: usize, extra: &[&str]) -> Broker {
-        let data = std::env::temp_dir().join(format!(
-            "broker-http-test-{}-{}",
-            std::process::id(),
-            NEXT_DIR.fetch_add(1, Ordering::SeqCst)
-        ));
-        std::fs::create_dir_all(&data).expect("temp data dir");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_broker"))
-            .arg("--tcp-address=127.0.0.1:0")
-            .arg("--http-address=127.0.0.1:0")
-            .arg(format!("--data-path={}", data.display()))
-            .arg(format!("--shards={shards}"))
-            .args(extra)
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start the broker binary");
-        let stderr = child.stderr.take().expect("stderr");
-        let log = Arc::new(Mutex::new(String::new()));
-        let (tx, rx) = mpsc::channel();
-        let sink = log.clone();
-        std::thread::spawn(move || {
-            let mut tcp = None;
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                if let Some(a) = field(&line, "tcp=") {
-                    if line.contains("TCP: listening") {
-                        tcp = Some(a);
-                    }
-                }
-                if let (Some(t), Some(h)) = (tcp, field(&line, "http=")) {
-                    if line.contains("HTTP: listening") {
-                        let _ = tx.send((t, h));
-                    }
-                }
-                if let Ok(mut l) = sink.lock() {
-                    l.push_str(&line);
-                    l.push('\n');
-                }
-            }
-        });
-        let Ok((tcp, http)) = rx.recv_timeout(PATIENCE) else {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "broker did not start; stderr:\n{}",
-                log.lock().map(|l| l.clone()).unwrap_or_default()
-            );
-        };
-        let b = Broker {
-            child,
-            tcp,
-            http,
-            data,
-            log,
-        };
-        b.wait_accepting();
-        b
-    }
-
-    fn wait_accepting(&self) {
-        let deadline = Instant::now() + PATIENCE;
-        while Instant::now() < deadline {
-            let http = TcpStream::connect_timeout(&self.http, Duration::from_millis(200)).is_ok();
-            let tcp = TcpStream::connect_timeout(&self.tcp, Duration::from_millis(200)).is_ok();
-            if http && tcp {
-                // Other shards bind their SO_REUSEPORT listeners at about the same time.
-                std::thread::sleep(Duration::from_millis(150));
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        let shards = format!("--shards={shards}");
+        let mut flags = vec![shards.as_str()];
+        flags.extend_from_slice(extra);
+        let bin = Path::new(env!("CARGO_BIN_EXE_broker"));
+        let Started { proc, tcp, http } = start_broker(bin, "broker-http-test", &flags);
+        // Other shards bind their SO_REUSEPORT listeners at about the same time.
+        std::thread::sleep(Duration::from_millis(150));
+        Broker {
+            proc,
+            tcp: tcp.parse().expect("an address"),
+            http: http.parse().expect("an address"),
         }
-        panic!("broker does not accept; stderr:\n{}", self.log());
     }
 
     pub fn log(&self) -> String {
-        self.log.lock().map(|l| l.clone()).unwrap_or_default()
+        self.proc.log()
     }
 
     /// Panics (with the broker's stderr) if the broker has exited.
     pub fn assert_alive(&mut self) {
-        if let Ok(Some(status)) = self.child.try_wait() {
+        if let Some(status) = self.proc.exited() {
             panic!("broker exited with {status}; stderr:\n{}", self.log());
         }
     }
@@ -178,19 +110,6 @@ impl Broker {
     }
 }
 
-impl Drop for Broker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.data);
-    }
-}
-
-fn field(line: &str, key: &str) -> Option<SocketAddr> {
-    let rest = &line[line.find(key)? + key.len()..];
-    rest.split_whitespace().next()?.parse().ok()
-}
-
 /// An HTTP response.
 #[derive(Debug, Clone)]
 pub struct Resp {
@@ -203,7 +122,7 @@ pub struct Resp {
 
 impl Resp {
     pub fn header(&self, name: &str) -> Option<&str> {
-        protocol::http::header_in(&self.headers, name)
+        http1::header_in(&self.headers, name)
     }
 
     pub fn text(&self) -> String {

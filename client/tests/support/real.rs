@@ -1,113 +1,35 @@
-//! A harness for tests against the real `broker` and `lookup` binaries: processes started on
+//! Tests against the real `broker` and `lookup` binaries, started by `test_harness` on
 //! 127.0.0.1 with ephemeral ports and a private data directory, killed when their guard drops
-//! (also when the test panics), plus a small async HTTP client for the brokers' `/stats` and
-//! the lookups' HTTP API.
+//! (also when the test panics), plus an async HTTP helper for the brokers' `/stats` and the
+//! lookups' HTTP API.
 //!
-//! Binaries come from `$BROKER_BIN` / `$LOOKUP_BIN`, else `target/release/{broker,lookup}` of
-//! the workspace. A missing binary fails the test with a message saying how to build it: a
-//! test that cannot run must not pass.
+//! Binaries come from `$BROKER_BIN` / `$LOOKUP_BIN`, else `test_harness::binary` builds them
+//! (`cargo build --release -p broker`, a no-op when fresh).
 
-use futures_lite::io::{AsyncReadExt, AsyncWriteExt};
 use serde::Deserialize;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use test_harness::{binary, start_broker, start_lookup, Proc, Started};
 
-/// Longest wait for a process to listen, and for one HTTP exchange.
-pub const START_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest wait for one HTTP exchange.
 pub const HTTP_TIMEOUT: Duration = Duration::from_secs(3);
-
-fn binary(var: &str, name: &str) -> PathBuf {
-    let path = std::env::var_os(var).map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../target/release")
-            .join(name)
-    });
-    assert!(
-        path.is_file(),
-        "no {name} binary at {}: build it with `cargo build --release -p {name}` \
-         (in the same target dir) or point ${var} at it",
-        path.display()
-    );
-    path
-}
-
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("an ephemeral port")
-}
-
-fn unique_dir(prefix: &str) -> PathBuf {
-    static SEQ: AtomicUsize = AtomicUsize::new(0);
-    let n = SEQ.fetch_add(1, Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!(
-        "client-real-{prefix}-{}-{n}-{}",
-        std::process::id(),
-        free_port()
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
-}
-
-/// Waits until `child` accepts TCP connections on every address, or panics (also when it
-/// exits first, e.g. because a port was taken).
-fn wait_listening(what: &str, child: &mut Child, log: &PathBuf, addrs: &[&str]) {
-    let deadline = Instant::now() + START_TIMEOUT;
-    for addr in addrs {
-        while std::net::TcpStream::connect(addr).is_err() {
-            if let Ok(Some(status)) = child.try_wait() {
-                let out = std::fs::read_to_string(log).unwrap_or_default();
-                panic!("{what} exited ({status}) before listening on {addr}:\n{out}");
-            }
-            assert!(Instant::now() < deadline, "{what} never listened on {addr}");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-}
 
 /// A running `broker`; killed on drop.
 pub struct BrokerProc {
-    child: Option<Child>,
+    proc: Proc,
     /// `127.0.0.1:port` of the TCP (protocol V2) side.
     pub tcp: String,
     /// `127.0.0.1:port` of the HTTP side.
     pub http: String,
-    dir: PathBuf,
 }
 
 impl BrokerProc {
     /// Starts a broker with 2 shards and `extra` arguments; returns once both sides listen.
     pub fn start(extra: &[&str]) -> BrokerProc {
-        let bin = binary("BROKER_BIN", "broker");
-        let dir = unique_dir("broker");
-        let data = dir.join("data");
-        std::fs::create_dir_all(&data).expect("data dir");
-        let log = dir.join("broker.log");
-        let tcp = format!("127.0.0.1:{}", free_port());
-        let http = format!("127.0.0.1:{}", free_port());
-        let logfile = std::fs::File::create(&log).expect("log file");
-        let mut child = Command::new(bin)
-            .args(["--tcp-address", &tcp, "--http-address", &http])
-            .arg("--data-path")
-            .arg(&data)
-            .args(["--shards", "2"])
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(logfile.try_clone().expect("log file"))
-            .stderr(logfile)
-            .spawn()
-            .expect("broker starts");
-        wait_listening("broker", &mut child, &log, &[&tcp, &http]);
-        BrokerProc {
-            child: Some(child),
-            tcp,
-            http,
-            dir,
-        }
+        let mut flags = vec!["--shards", "2"];
+        flags.extend_from_slice(extra);
+        let Started { proc, tcp, http } =
+            start_broker(&binary("broker"), "client-real-broker", &flags);
+        BrokerProc { proc, tcp, http }
     }
 
     /// Starts a broker that registers with the lookup at `lookup_tcp` as 127.0.0.1.
@@ -124,15 +46,12 @@ impl BrokerProc {
 
     /// Kills the broker now (SIGKILL, as a crash).
     pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.proc.kill();
     }
 
     /// The broker's log so far, for failure messages.
     pub fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("broker.log")).unwrap_or_default()
+        self.proc.log()
     }
 
     /// `GET /stats?format=json`, parsed.
@@ -166,50 +85,27 @@ impl BrokerProc {
     }
 }
 
-impl Drop for BrokerProc {
-    fn drop(&mut self) {
-        self.kill();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
 /// A running `lookup`; killed on drop.
 pub struct LookupProc {
-    child: Child,
+    proc: Proc,
     /// `127.0.0.1:port` brokers register on.
     pub tcp: String,
     /// `127.0.0.1:port` of the HTTP API consumers poll.
     pub http: String,
-    dir: PathBuf,
 }
 
 impl LookupProc {
     pub fn start() -> LookupProc {
-        let bin = binary("LOOKUP_BIN", "lookup");
-        let dir = unique_dir("lookup");
-        let log = dir.join("lookup.log");
-        let tcp = format!("127.0.0.1:{}", free_port());
-        let http = format!("127.0.0.1:{}", free_port());
-        let logfile = std::fs::File::create(&log).expect("log file");
-        let mut child = Command::new(bin)
-            .args(["--tcp-address", &tcp, "--http-address", &http])
-            .args(["--broadcast-address", "127.0.0.1"])
-            .stdin(Stdio::null())
-            .stdout(logfile.try_clone().expect("log file"))
-            .stderr(logfile)
-            .spawn()
-            .expect("lookup starts");
-        wait_listening("lookup", &mut child, &log, &[&tcp, &http]);
-        LookupProc {
-            child,
-            tcp,
-            http,
-            dir,
-        }
+        let Started { proc, tcp, http } = start_lookup(
+            &binary("lookup"),
+            "client-real-lookup",
+            &["--broadcast-address", "127.0.0.1"],
+        );
+        LookupProc { proc, tcp, http }
     }
 
     pub fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("lookup.log")).unwrap_or_default()
+        self.proc.log()
     }
 
     /// The `host:tcp_port` of every broker `/lookup?topic=` lists (none on 404).
@@ -251,75 +147,28 @@ impl LookupProc {
     }
 }
 
-impl Drop for LookupProc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// One HTTP/1.1 exchange with `Connection: close`, bounded by [`HTTP_TIMEOUT`]; panics on
-/// any failure. Returns the status and the body.
+/// One HTTP/1.1 exchange with `Connection: close` (`http1::client`), bounded by
+/// [`HTTP_TIMEOUT`]; panics on any failure. Returns the status and the body.
 pub async fn http(addr: &str, method: &str, path: &str, body: &[u8]) -> (u16, Vec<u8>) {
+    let request = http1::client::request_bytes(method, addr, path, &[], body);
     let exchange = async {
         let sock: std::net::SocketAddr = addr.parse().expect("ip:port");
-        let mut stream = glommio::net::TcpStream::connect(sock).await?;
-        let head = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-            body.len()
-        );
-        stream.write_all(head.as_bytes()).await?;
-        stream.write_all(body).await?;
-        stream.flush().await?;
-        let mut raw = Vec::new();
-        stream.read_to_end(&mut raw).await?;
-        Ok::<_, std::io::Error>(raw)
+        let mut stream = glommio::net::TcpStream::connect(sock)
+            .await
+            .map_err(|e| e.to_string())?;
+        let limits = http1::Limits::default();
+        http1::client::exchange(&mut stream, &request, &limits)
+            .await
+            .map_err(|e| e.to_string())
     };
     let timeout = async {
         glommio::timer::sleep(HTTP_TIMEOUT).await;
-        Err(std::io::Error::new(
-            std::io::ErrorKind::TimedOut,
-            "timed out",
-        ))
+        Err("timed out".to_string())
     };
-    let raw = futures_lite::future::or(exchange, timeout)
+    let response = futures_lite::future::or(exchange, timeout)
         .await
         .unwrap_or_else(|e| panic!("{method} http://{addr}{path}: {e}"));
-    let split = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .unwrap_or_else(|| panic!("{method} {path}: no HTTP head in answer"));
-    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
-    let status: u16 = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("{method} {path}: bad status line in {head:?}"));
-    let mut payload = raw[split + 4..].to_vec();
-    if head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
-        payload = dechunk(&payload);
-    }
-    (status, payload)
-}
-
-fn dechunk(mut data: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    while let Some(eol) = data.windows(2).position(|w| w == b"\r\n") {
-        let size_text = String::from_utf8_lossy(&data[..eol]);
-        let size = usize::from_str_radix(size_text.trim(), 16).unwrap_or(0);
-        if size == 0 {
-            break;
-        }
-        let start = eol + 2;
-        let end = (start + size).min(data.len());
-        out.extend_from_slice(&data[start..end]);
-        data = &data[(end + 2).min(data.len())..];
-    }
-    out
+    (response.status, response.body.to_vec())
 }
 
 /// Sleeps on the glommio executor.

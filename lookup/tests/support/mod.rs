@@ -1,22 +1,22 @@
-//! Test harness: starts the built `lookup` binary on loopback with ephemeral ports, and talks
-//! to it as a broker (raw TCP V1) and as an HTTP client, with std sockets. Every wait is bounded.
+//! Test support: starts the built `lookup` binary (`test_harness::Proc`) on loopback with
+//! ephemeral ports, and talks to it as a broker (raw TCP V1) and as an HTTP client, with std
+//! sockets. Every wait is bounded.
 
 #![allow(dead_code)]
 
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+use test_harness::{start_lookup, Proc, Started};
 
 /// How long any single wait may take before the test fails.
 pub const WAIT: Duration = Duration::from_secs(10);
 
 /// A running lookup, killed on drop.
 pub struct Lookupd {
-    child: Child,
+    _proc: Proc,
     pub tcp: SocketAddr,
     pub http: SocketAddr,
 }
@@ -25,53 +25,14 @@ impl Lookupd {
     /// Starts the lookup with ephemeral ports, broadcast address `lookup-test`, and `extra`
     /// flags.
     pub fn start(extra: &[&str]) -> Lookupd {
-        let mut args = vec![
-            "-tcp-address=127.0.0.1:0",
-            "--http-address",
-            "127.0.0.1:0",
-            "--broadcast-address=lookup-test",
-        ];
-        args.extend_from_slice(extra);
-        let mut child = Command::new(env!("CARGO_BIN_EXE_lookup"))
-            .args(&args)
-            .env_remove("RUST_LOG")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn lookup");
-        let stderr = child.stderr.take().expect("stderr");
-        let (tx, rx) = mpsc::channel::<String>();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                if std::env::var_os("LOOKUP_TEST_LOG").is_some() {
-                    eprintln!("lookup: {line}");
-                }
-                if tx.send(line).is_err() {
-                    // the test no longer listens; keep draining so the lookup never blocks
-                    continue;
-                }
-            }
-        });
-        let deadline = Instant::now() + WAIT;
-        let (mut tcp, mut http) = (None, None);
-        while tcp.is_none() || http.is_none() {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let line = rx
-                .recv_timeout(left)
-                .expect("lookup did not report its listeners in time");
-            let addr = |prefix: &str| {
-                line.split_once(prefix)
-                    .and_then(|(_, rest)| rest.trim().parse::<SocketAddr>().ok())
-            };
-            tcp = tcp.or_else(|| addr("TCP: listening on "));
-            http = http.or_else(|| addr("HTTP: listening on "));
-        }
+        let mut flags = vec!["--broadcast-address=lookup-test"];
+        flags.extend_from_slice(extra);
+        let bin = Path::new(env!("CARGO_BIN_EXE_lookup"));
+        let Started { proc, tcp, http } = start_lookup(bin, "lookup-test", &flags);
         Lookupd {
-            child,
-            tcp: tcp.expect("tcp"),
-            http: http.expect("http"),
+            _proc: proc,
+            tcp: tcp.parse().expect("an address"),
+            http: http.parse().expect("an address"),
         }
     }
 
@@ -92,13 +53,6 @@ impl Lookupd {
         let reply = peer.identify(&identify_body(broadcast, http_port));
         assert!(reply.starts_with('{'), "IDENTIFY answered {reply}");
         peer
-    }
-}
-
-impl Drop for Lookupd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -181,7 +135,7 @@ pub struct HttpResponse {
 
 impl HttpResponse {
     pub fn header(&self, name: &str) -> Option<&str> {
-        protocol::http::header_in(&self.headers, name)
+        http1::header_in(&self.headers, name)
     }
 
     pub fn json(&self) -> Value {

@@ -5,7 +5,7 @@
 //! Its own test binary, because it installs a counting global allocator.
 
 use bytes::BytesMut;
-use protocol::http::{Decoded, Limits, RequestDecoder};
+use http1::{Decoded, Limits, RequestDecoder};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -13,17 +13,22 @@ struct Counting;
 
 static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
 
+// SAFETY: every call is passed on unchanged to the system allocator, which upholds
+// GlobalAlloc's contract; the counting touches only an atomic.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        System.alloc(layout)
+        // SAFETY: the caller's guarantees for this call are the ones System needs.
+        unsafe { System.alloc(layout) }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        System.dealloc(ptr, layout)
+        // SAFETY: the caller's guarantees for this call are the ones System needs.
+        unsafe { System.dealloc(ptr, layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        System.realloc(ptr, layout, new_size)
+        // SAFETY: the caller's guarantees for this call are the ones System needs.
+        unsafe { System.realloc(ptr, layout, new_size) }
     }
 }
 

@@ -1,12 +1,12 @@
-//! Property tests for reading an HTTP response ([`protocol::http::decode_response`]): any bytes
+//! Property tests for reading an HTTP response ([`http1::decode_response`]): any bytes
 //! give an answer and never a panic; a response that is written reads back the same, taking
 //! exactly its bytes; any cut short of its end asks for more bytes, or is truncated once the
 //! peer has closed.
 
+use http1::{decode_response, Limits, ReceivedResponse, ResponseError};
 use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::sample::Index;
-use protocol::http::{decode_response, Limits, ReceivedResponse, ResponseError};
 
 /// Small limits, so that the edges are reached often.
 const LIMITS: Limits = Limits {

@@ -1,0 +1,17 @@
+//! What the workspace's programs (broker, lookup, admin UI, client library, bench) share that is
+//! not the wire protocol:
+//!
+//! - [`hostname`]: this machine's name, as Go's `os.Hostname` gives it;
+//! - [`local_sync`]: single-threaded wake-ups (a [`local_sync::oneshot`] for replies and a
+//!   [`local_sync::Notify`]) that need no particular executor;
+//! - [`cli`] (feature `cli`): the binaries' command-line conventions, NSQ's Go programs' own
+//!   (single-dash long flags, nsqd's log level names, SIGTERM as a clean end).
+//!
+//! The version reported on the wire is the codec's: `protocol::NSQD_COMPAT_VERSION`.
+
+#[cfg(feature = "cli")]
+pub mod cli;
+mod host;
+pub mod local_sync;
+
+pub use host::hostname;

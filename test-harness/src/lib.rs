@@ -1,0 +1,268 @@
+//! For tests only (a dev-dependency): the workspace's binaries (`broker`, `lookup`) as processes
+//! a test starts on 127.0.0.1, with ephemeral ports and a scratch directory of their own.
+//!
+//! - [`binary`] finds a binary: `$BROKER_BIN` / `$LOOKUP_BIN` when set, else it runs
+//!   `cargo build --release -p <name>` once per test process (a no-op when the binary is fresh)
+//!   and takes `target/release/<name>`; so `cargo test` on a fresh clone builds what it needs.
+//!   A build that fails fails the test, saying what to build: a test that cannot run must not
+//!   pass.
+//! - [`free_port`] and [`scratch_dir`] give every process its own ports and files, so tests run
+//!   side by side.
+//! - [`start_broker`] and [`start_lookup`] start one on two free ports (and, for a broker, a
+//!   data directory of its own), with the test's flags after the addresses.
+//! - [`Proc`] is a running binary: started with its output in a log file, waited for until it
+//!   listens on every given address (or fails with its log if it exits first), killed and its
+//!   directory removed when dropped (also when the test panics). Any binary can be started so:
+//!   a crate's own tests give `env!("CARGO_BIN_EXE_<name>")`, which cargo builds for them.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// Longest wait for a process to listen.
+pub const START_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The workspace's root directory.
+fn workspace_root() -> PathBuf {
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    here.parent().unwrap_or(here).to_path_buf()
+}
+
+/// The path of the release binary `name` (`broker`, `lookup`): `$<NAME>_BIN` when set, else
+/// built with `cargo build --release -p <name>` (once per test process) in the workspace.
+pub fn binary(name: &str) -> PathBuf {
+    let var = format!("{}_BIN", name.to_ascii_uppercase());
+    if let Some(path) = std::env::var_os(&var) {
+        let path = PathBuf::from(path);
+        assert!(path.is_file(), "${var} is {}, not a file", path.display());
+        return path;
+    }
+    static BUILT: OnceLock<Mutex<HashMap<String, PathBuf>>> = OnceLock::new();
+    let mut built = BUILT
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if let Some(path) = built.get(name) {
+        return path.clone();
+    }
+    let root = workspace_root();
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let status = Command::new(&cargo)
+        .args(["build", "--release", "-p", name])
+        .current_dir(&root)
+        .stdin(Stdio::null())
+        .status();
+    let path = target.join("release").join(name);
+    match status {
+        Ok(s) if s.success() && path.is_file() => {}
+        Ok(s) => panic!(
+            "`cargo build --release -p {name}` in {} ended with {s} and left no {}: build it \
+             by hand, or point ${var} at a {name} binary",
+            root.display(),
+            path.display()
+        ),
+        Err(e) => panic!(
+            "cannot run {cargo:?} to build {name} ({e}): run `cargo build --release -p {name}`, \
+             or point ${var} at a {name} binary"
+        ),
+    }
+    built.insert(name.to_owned(), path.clone());
+    path
+}
+
+/// A TCP port free on 127.0.0.1 a moment ago.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("an ephemeral port on 127.0.0.1")
+}
+
+/// A new empty directory under the system's temp dir, unique to this process and call.
+pub fn scratch_dir(prefix: &str) -> PathBuf {
+    static SEQ: AtomicUsize = AtomicUsize::new(0);
+    let n = SEQ.fetch_add(1, Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!(
+        "{prefix}-{}-{n}-{}",
+        std::process::id(),
+        free_port()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("a scratch directory");
+    dir
+}
+
+/// A running binary; killed (SIGKILL) and its directory removed when dropped.
+pub struct Proc {
+    name: String,
+    child: Option<Child>,
+    dir: PathBuf,
+    log: PathBuf,
+}
+
+impl Proc {
+    /// Starts `cmd` (the binary with its arguments and environment) in `dir`, which the process
+    /// owns from now on, with its stdout and stderr in `dir/<name>.log`, and returns once it
+    /// accepts TCP connections on every address of `listens`.
+    pub fn start(name: &str, mut cmd: Command, dir: PathBuf, listens: &[&str]) -> Proc {
+        let log = dir.join(format!("{name}.log"));
+        let logfile = std::fs::File::create(&log).expect("a log file");
+        let child = cmd
+            .current_dir(&dir)
+            .stdin(Stdio::null())
+            .stdout(logfile.try_clone().expect("a log file"))
+            .stderr(logfile)
+            .spawn()
+            .unwrap_or_else(|e| panic!("{name} ({:?}) does not start: {e}", cmd.get_program()));
+        let mut proc = Proc {
+            name: name.to_owned(),
+            child: Some(child),
+            dir,
+            log,
+        };
+        proc.wait_listening(listens);
+        proc
+    }
+
+    /// How it ended, if it has (`None` while it runs, and after [`Proc::kill`]).
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
+    }
+
+    fn wait_listening(&mut self, addrs: &[&str]) {
+        let deadline = Instant::now() + START_TIMEOUT;
+        for addr in addrs {
+            while std::net::TcpStream::connect(addr).is_err() {
+                if let Some(status) = self.exited() {
+                    panic!(
+                        "{} exited ({status}) before listening on {addr}:\n{}",
+                        self.name,
+                        self.log()
+                    );
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "{} never listened on {addr}:\n{}",
+                    self.name,
+                    self.log()
+                );
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    }
+
+    /// The directory the process owns.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Its process ID, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// What it wrote so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Kills it now (SIGKILL, as a crash) and reaps it.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A started `broker` or `lookup`: the process, and its `127.0.0.1:port` addresses.
+pub struct Started {
+    pub proc: Proc,
+    /// The TCP side (protocol V2 for a broker, V1 for a lookup).
+    pub tcp: String,
+    /// The HTTP API.
+    pub http: String,
+}
+
+/// Starts the broker `bin` on two free ports with its data in a new scratch directory
+/// (`<prefix>-...`), with `flags` after the addresses; returns once both sides listen.
+pub fn start_broker(bin: &Path, prefix: &str, flags: &[&str]) -> Started {
+    let dir = scratch_dir(prefix);
+    let data = dir.join("data");
+    std::fs::create_dir_all(&data).expect("a data directory");
+    let (tcp, http) = two_addresses();
+    let mut cmd = Command::new(bin);
+    cmd.arg(format!("--tcp-address={tcp}"))
+        .arg(format!("--http-address={http}"))
+        .arg(format!("--data-path={}", data.display()))
+        .args(flags);
+    let proc = Proc::start("broker", cmd, dir, &[&tcp, &http]);
+    Started { proc, tcp, http }
+}
+
+/// Starts the lookup `bin` on two free ports, with `flags` after the addresses; returns once
+/// both sides listen.
+pub fn start_lookup(bin: &Path, prefix: &str, flags: &[&str]) -> Started {
+    let (tcp, http) = two_addresses();
+    let mut cmd = Command::new(bin);
+    cmd.arg(format!("--tcp-address={tcp}"))
+        .arg(format!("--http-address={http}"))
+        .args(flags);
+    let proc = Proc::start("lookup", cmd, scratch_dir(prefix), &[&tcp, &http]);
+    Started { proc, tcp, http }
+}
+
+fn two_addresses() -> (String, String) {
+    (
+        format!("127.0.0.1:{}", free_port()),
+        format!("127.0.0.1:{}", free_port()),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scratch_dirs_are_distinct_and_ports_bindable() {
+        let (a, b) = (scratch_dir("harness"), scratch_dir("harness"));
+        assert_ne!(a, b);
+        assert!(a.is_dir() && b.is_dir());
+        let port = free_port();
+        assert!(std::net::TcpListener::bind(("127.0.0.1", port)).is_ok());
+        let _ = std::fs::remove_dir_all(a);
+        let _ = std::fs::remove_dir_all(b);
+    }
+
+    #[test]
+    fn a_process_that_exits_before_listening_fails_with_its_log() {
+        let dir = scratch_dir("harness");
+        let port = free_port();
+        let result = std::panic::catch_unwind(|| {
+            let mut sh = Command::new("/bin/sh");
+            sh.args(["-c", "echo cannot start; exit 3"]);
+            Proc::start("sh", sh, dir, &[&format!("127.0.0.1:{port}")])
+        });
+        let err = result.err().expect("a panic");
+        let text = err.downcast_ref::<String>().cloned().unwrap_or_default();
+        assert!(
+            text.contains("exited") && text.contains("cannot start"),
+            "{text}"
+        );
+    }
+}
