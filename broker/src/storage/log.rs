@@ -1908,7 +1908,15 @@ mod tests {
     /// Opens the log in `dir` (as at start-up) and reads it all from disk, checking every
     /// message delivered against what was stored: the seqs delivered.
     fn recover_and_read(dir: &Path, seed: u64) -> Vec<u64> {
-        let log = TopicLog::open("t", dir.to_path_buf(), 0, 64 << 20).unwrap();
+        read_blocking_all(
+            &TopicLog::open("t", dir.to_path_buf(), 0, 64 << 20).unwrap(),
+            seed,
+        )
+    }
+
+    /// Reads all of `log` from disk, checking every message delivered against what was
+    /// stored: the seqs delivered.
+    fn read_blocking_all(log: &TopicLog, seed: u64) -> Vec<u64> {
         let mut delivered = Vec::new();
         let mut seq = 0;
         loop {
@@ -1931,10 +1939,11 @@ mod tests {
     /// Random damage as a disk does it, over many seeds: one byte anywhere in one segment
     /// (header, frame, length, checksums, body, padding) in most runs, several bytes or a
     /// burst in the others, in data directories mixing version-1 and version-2 segments, the
-    /// newest ending with or without direct-write padding. Recovery and reading (a start, and
-    /// a second start after it) must deliver every record no damaged byte touches, each
-    /// exactly as stored: messages lost <= records damaged, no garbled body, and start-up
-    /// deletes no undamaged record.
+    /// newest ending with or without direct-write padding. Reading in a log opened before the
+    /// damage (damage while running), recovery and reading (a start), and a second start
+    /// after it must each deliver every record no damaged byte touches, each exactly as
+    /// stored: messages lost <= records damaged, no garbled body, and start-up deletes no
+    /// undamaged record.
     #[test]
     fn random_damage_loses_only_the_damaged_records() {
         let base =
@@ -1962,6 +1971,10 @@ mod tests {
                 files.push((dir.join(format!("{next:020}.seg")), bytes, records, format));
                 next += n;
             }
+            for (path, bytes, ..) in &files {
+                std::fs::write(path, bytes).unwrap();
+            }
+            let running = TopicLog::open("t", dir.clone(), 0, 64 << 20).unwrap();
             // The damage: bytes changed, and the records they touch.
             let hits: Vec<(usize, usize)> = match rng.below(10) {
                 0..=6 => vec![(rng.below(3) as usize, 1)],
@@ -1996,6 +2009,13 @@ mod tests {
             for (path, bytes, ..) in &files {
                 std::fs::write(path, bytes).unwrap();
             }
+            let while_running = read_blocking_all(&running, seed);
+            drop(running);
+            let lost_running: Vec<u64> = (0..next).filter(|s| !while_running.contains(s)).collect();
+            assert!(
+                lost_running.iter().all(|s| damaged.contains(s)),
+                "seed {seed}: lost {lost_running:?} while running, damaged {damaged:?}"
+            );
             let first = recover_and_read(&dir, seed);
             let lost: Vec<u64> = (0..next).filter(|s| !first.contains(s)).collect();
             assert!(

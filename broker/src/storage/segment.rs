@@ -10,9 +10,10 @@
 //! ┌──────────────────────── frame, 24 bytes ────────────────────────┬──────────── payload ────────────────┐
 //! │ mark "\xD5NR2" │ len u32 │ seq u64 │ payload crc32 │ frame crc32 │ timestamp │ defer until │ id │ body │
 //! └─────────────────────────────────────────────────────────────────┴─────────────────────────────────────┘
-//!   len = payload length; the payload crc32 covers the payload, the frame crc32 the 20 frame
-//!   bytes before it (mark, len, seq, payload crc32); crc32 is IEEE (crc32fast); integers are
-//!   big endian; timestamp and defer until are i64 ns, id 16 bytes.
+//!   len = payload length; the payload crc32 covers the payload, the frame crc32 len and seq
+//!   (what a reader must trust before the payload: where the record ends, which message it
+//!   is); crc32 is IEEE (crc32fast); integers are big endian; timestamp and defer until are
+//!   i64 ns, id 16 bytes.
 //!   seq: the message's position in the topic, strictly increasing through the log.
 //!   defer until: wall-clock ns at which a DPUB message becomes deliverable, 0 if none.
 //!
@@ -111,7 +112,7 @@ impl Format {
         let (frame_len, fixed, len_at) = match self {
             Format::V1 => (V1_FRAME_LEN, V1_PAYLOAD_FIXED, 0),
             Format::V2 => {
-                if h[..4] != RECORD_MARK || crc32fast::hash(&h[..20]) != u32_at(20) {
+                if h[..4] != RECORD_MARK || crc32fast::hash(&h[4..16]) != u32_at(20) {
                     return None;
                 }
                 (FRAME_LEN, PAYLOAD_FIXED, 4)
@@ -274,7 +275,7 @@ pub fn encode_record(out: &mut Vec<u8>, s: &Stored) -> usize {
     out.put_slice(&s.msg.body);
     let crc = crc32fast::hash(&out[start + FRAME_LEN..]);
     out[start + 16..start + 20].copy_from_slice(&crc.to_be_bytes());
-    let frame_crc = crc32fast::hash(&out[start..start + 20]);
+    let frame_crc = crc32fast::hash(&out[start + 4..start + 16]);
     out[start + 20..start + 24].copy_from_slice(&frame_crc.to_be_bytes());
     FRAME_LEN + payload_len
 }
