@@ -1,0 +1,359 @@
+//! Launching the broker: parse nsqd's flags, check RLIMIT_MEMLOCK, claim the listen
+//! addresses and lock the data path, start one pinned executor per shard plus the control
+//! thread, all joined by the mailbox mesh, watch them start (`crate::startup`), then wait for
+//! them to finish (after SIGTERM/SIGINT) and give the exit status. See ARCHITECTURE.md.
+
+use crate::admin;
+use crate::config::Config;
+use crate::{control, listen, rlimit, shard, startup};
+use glommio::channels::channel_mesh::MeshBuilder;
+use glommio::{LocalExecutorBuilder, Placement};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tracing::{error, info};
+
+/// Batches a mailbox ring holds before its sender waits.
+const MAILBOX_CAPACITY: usize = 1024;
+/// After a shard failed to start, the longest the others may take to stop before the process
+/// exits anyway.
+const START_FAILURE_STOP_LIMIT: Duration = Duration::from_secs(30);
+
+/// Runs the broker with the process's command line until it stops; the exit status.
+pub fn run() -> ExitCode {
+    let mut config = match Config::from_env() {
+        Ok(c) => c,
+        Err(e) => {
+            eprint!("{e}");
+            if !e.ends_with('\n') {
+                eprintln!();
+            }
+            // (--help and --version exit 0 from the parser, on stdout.)
+            return ExitCode::from(2);
+        }
+    };
+    init_logging(&config.log_level);
+    exit_on_panic();
+    if let Err(e) = rlimit::ensure_memlock(config.shards) {
+        error!("{e}");
+        return ExitCode::from(1);
+    }
+    // Held until exit: port-0 reservations and address claims (see claim_ports).
+    let _reserved_ports = match claim_ports(&mut config) {
+        Ok(r) => r,
+        Err(e) => {
+            error!("{e}");
+            return ExitCode::from(1);
+        }
+    };
+    // Held until exit: the lock on --data-path (see lock_data_path).
+    let _data_lock = match lock_data_path(&config.data_path) {
+        Ok(l) => l,
+        Err(e) => {
+            error!("{e}");
+            return ExitCode::from(1);
+        }
+    };
+    let signals = match control::install_signals() {
+        Ok(s) => s,
+        Err(e) => {
+            error!("cannot install signal handlers: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let config = Arc::new(config);
+    let shards = config.shards;
+    info!(
+        tcp = %config.tcp_address,
+        shards,
+        cpus = ?config.cpus,
+        data_path = %config.data_path.display(),
+        version = env!("CARGO_PKG_VERSION"),
+        "broker starting"
+    );
+
+    let shard_cpus: Vec<usize> = (0..shards)
+        .map(|i| config.cpus[i % config.cpus.len()])
+        .collect();
+    let (listeners, steered) = match listen::open(
+        config.tcp_address,
+        config.http_address,
+        &shard_cpus,
+        config.connection_steering,
+    ) {
+        Ok(l) => l,
+        Err(e) => {
+            error!("{e}");
+            return ExitCode::from(1);
+        }
+    };
+    let mut listeners = listeners.into_iter();
+
+    // Shards are peers 0..shards; the control thread is the last peer.
+    let mesh = MeshBuilder::full(shards + 1, MAILBOX_CAPACITY);
+    // Each shard says whether it got as far as serving (its topics loaded, accepting).
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<bool>();
+    // Shards that ended with an error: the control thread's shutdown does not wait for them.
+    let failed_shards = Arc::new(AtomicUsize::new(0));
+    // Who has reached which start-up step, for the watchdog below.
+    let progress = Arc::new(startup::StartProgress::new(shards));
+    let mut handles = Vec::new();
+    for i in 0..shards {
+        let cpu = config.cpus[i % config.cpus.len()];
+        let cfg = config.clone();
+        let mesh = mesh.clone();
+        let listeners = listeners.next();
+        let ready = ready_tx.clone();
+        let failed = failed_shards.clone();
+        let steps = progress.clone();
+        let mut builder =
+            LocalExecutorBuilder::new(Placement::Fixed(cpu)).name(&format!("shard-{i}"));
+        if !config.spin_before_park.is_zero() {
+            builder = builder.spin_before_park(config.spin_before_park);
+        }
+        let spawned = builder
+            .io_memory(rlimit::IO_MEMORY_PER_SHARD)
+            .spawn(move || async move {
+                let result = shard::run(i, cfg, mesh, shards, listeners, &ready, &steps).await;
+                if let Err(e) = &result {
+                    error!("{e}");
+                    steps.set(i, startup::Step::Failed);
+                    failed.fetch_add(1, Ordering::SeqCst);
+                    let _ = ready.send(false);
+                }
+                result
+            });
+        match spawned {
+            Ok(h) => handles.push(h),
+            Err(e) => {
+                error!("cannot start shard {i} on cpu {cpu}: {e}");
+                return ExitCode::from(1);
+            }
+        }
+    }
+    let control_config = config.clone();
+    let control_failed = failed_shards.clone();
+    let control_steps = progress.clone();
+    let control = LocalExecutorBuilder::new(Placement::Unbound)
+        .name("control")
+        .io_memory(rlimit::IO_MEMORY_PER_SHARD)
+        .spawn(move || async move {
+            control::run(
+                control_config,
+                mesh,
+                shards,
+                signals,
+                control_failed,
+                &control_steps,
+            )
+            .await
+        });
+    let control = match control {
+        Ok(h) => h,
+        Err(e) => {
+            error!("cannot start the control thread: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    drop(ready_tx);
+    // "Listening" once every shard serves: the sockets take connections from the start, but a
+    // shard answers them only after loading its topics (and clearing a stop's leftovers). The
+    // watchdog names whoever is slow, and ends a start stuck where no work can take long.
+    let serving = progress.watch(&ready_rx, shards);
+    if serving {
+        info!(tcp = %config.tcp_address, shards, steering = if steered { "cpu" } else { "hash" }, "TCP: listening");
+        info!(http = %config.http_address, shards, "HTTP: listening");
+    } else if failed_shards.load(Ordering::SeqCst) < shards {
+        // Some shards serve, but the topics of the failed ones cannot be reached: stop the
+        // others the clean way (what they accepted meanwhile is handed over to storage).
+        stop_after_start_failure();
+    }
+
+    let mut failed = false;
+    for (i, h) in handles.into_iter().enumerate() {
+        match h.join() {
+            Ok(Ok(())) => {}
+            // Logged by the shard's thread as it ended.
+            Ok(Err(_)) => failed = true,
+            Err(e) => {
+                error!("shard {i} failed: {e}");
+                failed = true;
+            }
+        }
+    }
+    if failed {
+        // Every shard has ended, some with an error (a start-up failure such as an unusable
+        // --data-path, or a shutdown that lost data): exit with it. The control thread may
+        // still wait for shards that never reached the mesh; returning ends it.
+        return ExitCode::from(1);
+    }
+    let _ = control.join();
+    info!("broker stopped");
+    ExitCode::SUCCESS
+}
+
+/// Starts the normal shutdown (as SIGTERM does) after a shard failed to start, with a bound: a
+/// shard that failed before joining the mailbox mesh leaves the others waiting in their join,
+/// where they have served nothing, so exiting then loses nothing.
+fn stop_after_start_failure() {
+    error!("a shard failed to start; stopping the others");
+    // SAFETY: kill(2) on our own pid with a signal whose handler signal-hook installed.
+    unsafe {
+        libc::kill(std::process::id() as libc::pid_t, libc::SIGTERM);
+    }
+    let _ = std::thread::Builder::new()
+        .name("start-failure".into())
+        .spawn(|| {
+            std::thread::sleep(START_FAILURE_STOP_LIMIT);
+            error!("the shards did not stop within {START_FAILURE_STOP_LIMIT:?} of a start-up failure; exiting");
+            std::process::exit(1);
+        });
+}
+
+/// Checks the TCP and HTTP addresses are free, and resolves port 0 to one real port every
+/// shard then shares (each shard binds it with SO_REUSEPORT). Returns what the process must
+/// hold until it exits.
+///
+/// An explicit port is probed with a bound socket (SO_REUSEADDR, no SO_REUSEPORT, never
+/// listening), which fails if anything listens on the port, then released for the shards.
+/// Between the probe and the shards' binds a second broker started at the same moment could
+/// pass its own probe and join the same SO_REUSEPORT group (each would then answer half of
+/// the connections), so the address is also claimed by name: an abstract unix socket
+/// `nsq-broker-listen-<addr>`, which only one process can bind and the kernel releases when
+/// the process ends, however it ends.
+///
+/// A port-0 address is resolved by a bound, never-listening SO_REUSEPORT socket that the
+/// process keeps: the kernel then hands that port to no other `bind(0)`, and the shards join
+/// it.
+fn claim_ports(config: &mut Config) -> Result<Vec<std::os::fd::OwnedFd>, String> {
+    let mut held = Vec::new();
+    let tcp = claim_port("--tcp-address", config.tcp_address, &mut held)?;
+    let http = claim_port("--http-address", config.http_address, &mut held)?;
+    config.tcp_address = tcp;
+    config.http_address = http;
+    Ok(held)
+}
+
+fn claim_port(
+    flag: &str,
+    addr: std::net::SocketAddr,
+    held: &mut Vec<std::os::fd::OwnedFd>,
+) -> Result<std::net::SocketAddr, String> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let fail = |e: std::io::Error| format!("cannot listen on {flag} {addr}: {e}");
+    let sock =
+        Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP)).map_err(fail)?;
+    if addr.port() != 0 {
+        // SO_REUSEADDR, as nsqd's Go listeners have it: without it, the connections of the
+        // broker's previous run still in TIME_WAIT or FIN_WAIT on the port (a restart right
+        // after a stop with clients connected) would refuse the bind for up to a minute. A
+        // socket listening on the port still refuses it.
+        sock.set_reuse_address(true).map_err(fail)?;
+        // Bound, never listening: fails if anything listens on the port, and no client can
+        // connect to the probe and take it for the broker before the shards listen.
+        sock.bind(&addr.into()).map_err(fail)?;
+        held.push(claim_by_name(flag, addr)?);
+        drop(sock);
+        return Ok(addr);
+    }
+    sock.set_reuse_port(true).map_err(fail)?;
+    sock.bind(&addr.into()).map_err(fail)?;
+    let actual = sock
+        .local_addr()
+        .ok()
+        .and_then(|a| a.as_socket())
+        .ok_or_else(|| format!("{flag} {addr}: no local address"))?;
+    held.push(sock.into());
+    Ok(actual)
+}
+
+/// Binds the abstract unix socket that names `addr` as this broker's (see [`claim_ports`]).
+fn claim_by_name(flag: &str, addr: std::net::SocketAddr) -> Result<std::os::fd::OwnedFd, String> {
+    use std::os::linux::net::SocketAddrExt;
+    let name = format!("nsq-broker-listen-{addr}");
+    let claim = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())
+        .and_then(|a| std::os::unix::net::UnixListener::bind_addr(&a));
+    match claim {
+        Ok(listener) => Ok(listener.into()),
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Err(format!(
+            "cannot listen on {flag} {addr}: another broker on this host is starting, running \
+             or stopping on it (it holds the abstract unix socket @nsq-broker-listen-{addr}; \
+             `ss -xlp` shows which process)"
+        )),
+        Err(e) => Err(format!(
+            "cannot listen on {flag} {addr}: cannot claim it: {e}"
+        )),
+    }
+}
+
+/// Takes an exclusive lock (`flock`) on the data directory, created if missing, for the life
+/// of the process, as nsqd does: two brokers writing one directory would overwrite each
+/// other's segments and metadata (each believes it owns every topic there), and acknowledged
+/// messages of one are lost at the next start. The kernel drops the lock when the process
+/// ends, however it ends.
+fn lock_data_path(path: &std::path::Path) -> Result<std::fs::File, String> {
+    use std::os::fd::AsRawFd;
+    std::fs::create_dir_all(path)
+        .map_err(|e| format!("cannot create --data-path {}: {e}", path.display()))?;
+    let dir = std::fs::File::open(path)
+        .map_err(|e| format!("cannot open --data-path {}: {e}", path.display()))?;
+    // SAFETY: flock on a descriptor this function owns; no memory is passed.
+    let rc = unsafe { libc::flock(dir.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            format!(
+                "cannot lock --data-path {}: in use by another broker (each needs its own)",
+                path.display()
+            )
+        } else {
+            format!("cannot lock --data-path {}: {e}", path.display())
+        });
+    }
+    Ok(dir)
+}
+
+/// A panic is a bug, and a shard thread that dies of one leaves its connections hanging and its
+/// topics unowned while the process still looks alive (seen while developing: a RefCell borrow
+/// in the flusher stopped every publish, with the process up at 0% CPU). So a panic anywhere
+/// ends the whole process, as one ends nsqd: after the usual message and backtrace, an error
+/// log and exit code 101, and the supervisor (`deploy/broker.service`, `Restart=on-failure`)
+/// starts it again, to recover as after a kill -9.
+fn exit_on_panic() {
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        report(info);
+        let current = std::thread::current();
+        let thread = current.name().unwrap_or("unnamed");
+        error!(thread, "panic: {info}; the broker exits");
+        std::process::exit(101);
+    }));
+}
+
+fn init_logging(level: &str) {
+    let level = match level {
+        "fatal" => "error",
+        l => l,
+    };
+    use tracing_subscriber::prelude::*;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    // Behind a reload layer, so that PUT /config/log_level takes effect.
+    let (filter, reload) = tracing_subscriber::reload::Layer::new(filter);
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+                .with_target(false),
+        )
+        .init();
+    admin::set_log_level_setter(Box::new(move |l: &str| {
+        let l = if l == "fatal" { "error" } else { l };
+        reload
+            .modify(|f| *f = tracing_subscriber::EnvFilter::new(l))
+            .map_err(|e| e.to_string())
+    }));
+}
