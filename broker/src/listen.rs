@@ -83,7 +83,7 @@ fn open_group(flag: &str, addr: SocketAddr, order: &[usize]) -> Result<Vec<Socke
             let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
                 .map_err(fail)?;
             // SO_REUSEADDR: a restart binds over the previous run's lingering connections
-            // (see `claim_port` in main.rs).
+            // (see `claim_port` in launch.rs).
             s.set_reuse_address(true).map_err(fail)?;
             s.set_reuse_port(true).map_err(fail)?;
             s.bind(&addr.into()).map_err(fail)?;
