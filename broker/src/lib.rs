@@ -29,5 +29,6 @@ mod stats;
 mod storage;
 mod timer;
 mod topic;
+mod work_set;
 
 pub use launch::run;

@@ -29,6 +29,7 @@ use crate::startup::{with_wake_ticks, StartProgress, Step};
 use crate::storage::{self, log::TopicLog};
 use crate::timer::{TimerEntry, TimerQueue};
 use crate::topic::{ChannelRef, Topic};
+use crate::work_set::WorkSet;
 use bytes::{Bytes, BytesMut};
 use glommio::channels::channel_mesh::{Full, MeshBuilder, Senders};
 use glommio::net::TcpListener;
@@ -97,17 +98,17 @@ pub struct Shard {
     /// Health and runtime options for the HTTP API (see [`crate::admin`]).
     pub(crate) admin: crate::admin::AdminState,
     /// Topics with writes for the flusher, and its wake-up.
-    pub(crate) flush_queue: RefCell<Vec<Rc<RefCell<Topic>>>>,
+    pub(crate) flush_queue: WorkSet<Rc<RefCell<Topic>>>,
     pub(crate) wake_flusher: Notify,
     /// Ends the flusher's coalescing wait: a topic has [`WRITE_EARLY`] bytes unwritten.
     write_now: Notify,
     /// Topics whose readers wait for segment blocks, and the fetcher's wake-up.
-    fetch_queue: RefCell<Vec<Rc<RefCell<Topic>>>>,
+    fetch_queue: WorkSet<Rc<RefCell<Topic>>>,
     wake_fetcher: Notify,
     /// Topics whose logs hold cached blocks, aged by the trimmer while it runs.
-    cached_topics: RefCell<Vec<Rc<RefCell<Topic>>>>,
+    cached_topics: WorkSet<Rc<RefCell<Topic>>>,
     /// Topics the next checkpoint looks at; untouched topics cost it nothing.
-    checkpoint_list: RefCell<Vec<Rc<RefCell<Topic>>>>,
+    checkpoint_list: WorkSet<Rc<RefCell<Topic>>>,
     /// True while the flusher is inside a round (it holds chunks taken from logs).
     flusher_busy: Cell<bool>,
     flusher_idle: Notify,
@@ -120,7 +121,7 @@ pub struct Shard {
     pub(crate) pending_topics: RefCell<HashMap<String, PendingTopic>>,
     /// Channels whose consumers freed room (FIN, REQ, RDY...): dispatched once per batch of
     /// mail or commands rather than once per operation ([`Shard::dispatch_soon`]).
-    pending_dispatch: RefCell<Vec<ChannelRef>>,
+    pending_dispatch: WorkSet<ChannelRef>,
     wake_dispatcher: Notify,
     /// Per peer: its last publish answer said its storage is failing (no early OKs for it).
     owner_failing: RefCell<Vec<bool>>,
@@ -202,19 +203,19 @@ impl Shard {
             exit: Notify::new(),
             conns_changed: Notify::new(),
             admin: crate::admin::AdminState::default(),
-            flush_queue: RefCell::new(Vec::new()),
+            flush_queue: WorkSet::default(),
             wake_flusher: Notify::new(),
             write_now: Notify::new(),
-            fetch_queue: RefCell::new(Vec::new()),
+            fetch_queue: WorkSet::default(),
             wake_fetcher: Notify::new(),
-            cached_topics: RefCell::new(Vec::new()),
-            checkpoint_list: RefCell::new(Vec::new()),
+            cached_topics: WorkSet::default(),
+            checkpoint_list: WorkSet::default(),
             flusher_busy: Cell::new(false),
             flusher_idle: Notify::new(),
             flusher_stop: Cell::new(false),
             disk_acks: RefCell::new(Vec::new()),
             pending_topics: RefCell::new(HashMap::new()),
-            pending_dispatch: RefCell::new(Vec::new()),
+            pending_dispatch: WorkSet::default(),
             wake_dispatcher: Notify::new(),
             owner_failing: RefCell::new(vec![false; peers]),
             known_topics: RefCell::new(std::collections::HashSet::new()),
@@ -790,19 +791,13 @@ impl Shard {
 
     /// Lists `t` for the next checkpoint (its channels' floors or structure may have moved).
     fn queue_checkpoint(&self, t: &Rc<RefCell<Topic>>) {
-        let mut tb = t.borrow_mut();
-        if !tb.checkpoint_queued {
-            tb.checkpoint_queued = true;
-            let first = {
-                let mut list = self.checkpoint_list.borrow_mut();
-                list.push(t.clone());
-                list.len() == 1
-            };
-            if first {
-                // A flusher asleep with nothing to write must still checkpoint within
-                // CHECKPOINT_EVERY: FINs alone move floors, and passed segments must go.
-                self.wake_flusher.notify();
-            }
+        let added = self
+            .checkpoint_list
+            .add(t, &mut t.borrow_mut().checkpoint_queued);
+        if added == Some(true) {
+            // A flusher asleep with nothing to write must still checkpoint within
+            // CHECKPOINT_EVERY: FINs alone move floors, and passed segments must go.
+            self.wake_flusher.notify();
         }
     }
 
@@ -820,12 +815,7 @@ impl Shard {
 
     fn queue_flush(&self, t: &Rc<RefCell<Topic>>) {
         self.queue_checkpoint(t);
-        let mut tb = t.borrow_mut();
-        if !tb.flush_queued {
-            tb.flush_queued = true;
-            self.flush_queue.borrow_mut().push(t.clone());
-        }
-        drop(tb);
+        self.flush_queue.add(t, &mut t.borrow_mut().flush_queued);
         self.wake_flusher.notify();
     }
 
@@ -941,24 +931,18 @@ impl Shard {
     /// [`Shard::flush_dispatches`] when they finish a batch; the dispatcher task covers every
     /// other path as soon as the current task yields.
     pub(crate) fn dispatch_soon(&self, ch: &ChannelRef) {
-        {
-            let mut c = ch.borrow_mut();
-            if c.dispatch_queued {
-                return;
-            }
-            c.dispatch_queued = true;
-        }
-        let mut list = self.pending_dispatch.borrow_mut();
-        if list.is_empty() {
+        let added = self
+            .pending_dispatch
+            .add(ch, &mut ch.borrow_mut().dispatch_queued);
+        if added == Some(true) {
             self.wake_dispatcher.notify();
         }
-        list.push(ch.clone());
     }
 
     /// Dispatches every channel [`Shard::dispatch_soon`] listed.
     pub(crate) fn flush_dispatches(&self) {
         loop {
-            let list = std::mem::take(&mut *self.pending_dispatch.borrow_mut());
+            let list = self.pending_dispatch.take();
             if list.is_empty() {
                 return;
             }
@@ -1030,29 +1014,19 @@ impl Shard {
 
     /// Bytes of segment blocks the shard's logs hold (for /metrics).
     pub(crate) fn read_cache_bytes(&self) -> u64 {
-        self.cached_topics
-            .borrow()
-            .iter()
-            .map(|t| t.borrow().log.borrow().cached_bytes())
-            .sum()
+        self.cached_topics.with_items(|topics| {
+            topics
+                .iter()
+                .map(|t| t.borrow().log.borrow().cached_bytes())
+                .sum()
+        })
     }
 
     /// Lists a topic whose log now holds cached blocks, and starts the trimmer if it sleeps.
     fn list_cached(self: &Rc<Self>, t: &Rc<RefCell<Topic>>) {
-        {
-            let mut tb = t.borrow_mut();
-            if tb.blocks_listed {
-                return;
-            }
-            tb.blocks_listed = true;
-        }
         // The trimmer runs exactly while the list is not empty (only it removes entries).
-        let first = {
-            let mut listed = self.cached_topics.borrow_mut();
-            listed.push(t.clone());
-            listed.len() == 1
-        };
-        if first {
+        let added = self.cached_topics.add(t, &mut t.borrow_mut().blocks_listed);
+        if added == Some(true) {
             glommio::spawn_local(self.clone().trimmer()).detach();
         }
     }
@@ -1062,24 +1036,25 @@ impl Shard {
     async fn trimmer(self: Rc<Self>) {
         loop {
             glommio::timer::sleep(BLOCK_IDLE).await;
-            self.cached_topics.borrow_mut().retain(|t| {
+            self.cached_topics.retain(|t| {
                 let left = t.borrow().log.borrow().age_blocks();
                 if !left {
                     t.borrow_mut().blocks_listed = false;
                 }
                 left
             });
-            if self.cached_topics.borrow().is_empty() {
+            if self.cached_topics.is_empty() {
                 return;
             }
         }
     }
 
     fn queue_fetch(&self, t: &Rc<RefCell<Topic>>) {
-        let mut tb = t.borrow_mut();
-        if !tb.fetch_queued {
-            tb.fetch_queued = true;
-            self.fetch_queue.borrow_mut().push(t.clone());
+        if self
+            .fetch_queue
+            .add(t, &mut t.borrow_mut().fetch_queued)
+            .is_some()
+        {
             self.wake_fetcher.notify();
         }
     }
@@ -1088,7 +1063,7 @@ impl Shard {
     /// topics' channels deliver again. Sleeps while nobody waits.
     async fn fetcher(self: Rc<Self>) {
         loop {
-            let queued = std::mem::take(&mut *self.fetch_queue.borrow_mut());
+            let queued = self.fetch_queue.take();
             if queued.is_empty() {
                 self.wake_fetcher.notified().await;
                 continue;
@@ -1318,7 +1293,7 @@ impl Shard {
             self.flusher_busy.set(true);
             // Publishers waiting for the disk get no coalescing delay: the writes of everything
             // published while the previous round ran are one round (group commit).
-            if !self.config.acks_wait_for_disk() && !self.flush_queue.borrow().is_empty() {
+            if !self.config.acks_wait_for_disk() && !self.flush_queue.is_empty() {
                 futures_lite::future::or(
                     self.write_now.notified(),
                     glommio::timer::sleep(WRITE_COALESCE),
@@ -1333,8 +1308,7 @@ impl Shard {
             }
             // This round writes everything appended so far.
             self.write_now.reset();
-            let queued: Vec<Rc<RefCell<Topic>>> =
-                std::mem::take(&mut *self.flush_queue.borrow_mut());
+            let queued: Vec<Rc<RefCell<Topic>>> = self.flush_queue.take();
             let mut failed = false;
             for t in &queued {
                 t.borrow_mut().flush_queued = false;
@@ -1389,7 +1363,7 @@ impl Shard {
     /// nothing is unsynced and no topic waits for a checkpoint.
     fn next_wake(&self, last_checkpoint: Instant) -> Option<Duration> {
         let sync = self.next_sync_wait();
-        if self.checkpoint_list.borrow().is_empty() {
+        if self.checkpoint_list.is_empty() {
             return sync;
         }
         let checkpoint = CHECKPOINT_EVERY.saturating_sub(last_checkpoint.elapsed());
@@ -1398,7 +1372,7 @@ impl Shard {
 
     /// How long the flusher may sleep before a sync is due; `None` when nothing is unsynced.
     fn next_sync_wait(&self) -> Option<Duration> {
-        if !self.flush_queue.borrow().is_empty() {
+        if !self.flush_queue.is_empty() {
             return Some(Duration::ZERO);
         }
         let topics = self.topics.borrow();
@@ -1454,8 +1428,7 @@ impl Shard {
     /// (see `storage::meta`), never for a deleted topic. Then answers the actions that waited
     /// for it.
     async fn checkpoint(&self) {
-        let topics: Vec<Rc<RefCell<Topic>>> =
-            std::mem::take(&mut *self.checkpoint_list.borrow_mut());
+        let topics: Vec<Rc<RefCell<Topic>>> = self.checkpoint_list.take();
         let mut failed = Vec::new();
         for t in topics {
             t.borrow_mut().checkpoint_queued = false;
