@@ -18,7 +18,7 @@
 //! the mailboxes, timers, disk completions) only when no task is runnable or its preempt
 //! timer (100 ms) fires. So a shard counts its eager reads, and after [`RUN_LIMIT`] of them
 //! the next reader waits for one turn of the reactor before it reads. (A shorter preempt timer
-//! is not the remedy: it makes the mailbox mesh hang at start-up.)
+//! is not the remedy: it can make the mailbox mesh hang at start-up.)
 
 use std::cell::Cell;
 use std::io;
