@@ -6,7 +6,7 @@
 //! wakes it, and by the time that `send` returns to the shard the next request is usually in
 //! the socket. Waiting for it through glommio costs more than the request's own work: a poll
 //! armed on the ring, then a turn of the executor, which cancels and re-arms its preemption
-//! timers each time (four `io_uring_enter` calls per round trip, measured with `perf trace`).
+//! timers each time (several `io_uring_enter` calls per round trip).
 //! So once a connection's answer is on its way out, its reader tries one non-blocking `recv`
 //! itself and falls back to the reactor's wait only when nothing is there.
 //!
@@ -17,8 +17,8 @@
 //! A connection served this way never waits, and glommio looks at its rings (other sockets,
 //! the mailboxes, timers, disk completions) only when no task is runnable or its preempt
 //! timer (100 ms) fires. So a shard counts its eager reads, and after [`RUN_LIMIT`] of them
-//! the next reader waits for one turn of the reactor before it reads. (Shortening the preempt
-//! timer instead made the mailbox mesh hang at start-up, 5 starts in 31.)
+//! the next reader waits for one turn of the reactor before it reads. (A shorter preempt timer
+//! is not the remedy: it can make the mailbox mesh hang at start-up.)
 
 use std::cell::Cell;
 use std::io;

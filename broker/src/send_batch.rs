@@ -3,8 +3,8 @@
 //! Every `send` wakes its client, and a client on the shard's CPU preempts the shard as that
 //! `send` returns to user space. A shard answering sixteen keep-alive HTTP connections one
 //! `send` at a time is therefore switched out once per answer, and its client handles one
-//! answer per wake-up: two context switches a request, which on a PVM guest cost more than
-//! the request itself. Queued here instead, the answers of one turn of the shard leave in one
+//! answer per wake-up: two context switches a request, which on a virtual machine cost more
+//! than the request itself. Queued here instead, the answers of one turn of the shard leave in one
 //! io_uring submission, a SEND per connection: the client is woken by the first and runs once
 //! all of them are sent, and finds all its answers.
 //!
@@ -18,11 +18,10 @@
 //! queued takes the send out of the queue before its socket closes, so a queued send never
 //! names a descriptor that was closed (and perhaps reused). The submission and its completions
 //! happen within one call of the sender, never across an await. A shard whose ring cannot be
-//! set up (an old kernel, a locked-memory limit) sends as before.
+//! set up (an old kernel, a locked-memory limit) sends one answer at a time.
 //!
-//! Only HTTP uses it. The TCP writers were tried on it too: pub + sub and the fixed-rate e2e
-//! rows came out the same within this machine's noise, and one-at-a-time PUB, where there is
-//! nothing to batch, paid the extra turn (61-63k against 63-65k msg/s), so they send directly.
+//! Only HTTP uses it. The TCP writers send directly: streams of deliveries gain nothing from
+//! it, and a one-at-a-time PUB, where there is nothing to batch, would pay the extra turn.
 
 use bytes::BytesMut;
 use futures_lite::AsyncWriteExt;

@@ -3,8 +3,7 @@
 //!
 //! Reading a segment through a memory mapping would fault each page in synchronously (the
 //! shard stalls on the disk) and fill freshly allocated page cache, which on a virtual machine
-//! costs more than the read itself (measured: cold buffered reads 370 MB/s, direct reads
-//! 970 MB/s, on the 2-vCPU test VM). So channels read from here instead:
+//! costs more than the read itself. So channels read from here instead:
 //!
 //! - [`Blocks::with_bytes`] hands out contiguous bytes of a segment when every block covering
 //!   them is cached (copying only when a record straddles two blocks); otherwise it names the
