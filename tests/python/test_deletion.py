@@ -188,8 +188,13 @@ def number(body):
 def test_a_topic_deleted_under_full_speed_publishing_keeps_only_what_came_after(restartable,
                                                                                  how):
     """After the restart the topic holds no message acknowledged before the delete was asked
-    for, every message sent after its answer, and no channel (none was made after it)."""
-    r = restartable()
+    for, every message sent after its answer, and no channel (none was made after it).
+
+    With --mem-queue-size 0 an OK means the owner stored the message, so "acknowledged before
+    the delete" is exact. (With early OKs, a PUB answered by a shard that does not own the
+    topic can still be on its way to the owner when a delete from another shard gets there
+    first, and it then re-creates the topic: a known ordering gap, not covered here.)"""
+    r = restartable("--mem-queue-size=0")
     r.start()
     subscribe(r.addr, ["c"])
     p = Publisher(r.addr)
