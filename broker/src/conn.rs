@@ -154,20 +154,12 @@ impl Conn {
             return;
         }
         self.written_unreported.set(0);
-        if let Some((owner, topic, channel)) = self.consumes.borrow().as_ref() {
-            shard.route(
-                *owner,
-                Mail::Channel {
-                    topic: topic.clone(),
-                    channel: channel.clone(),
-                    key: ConsumerKey {
-                        shard: shard.id,
-                        conn: self.id,
-                    },
-                    op: ChannelOp::Written(total),
-                },
-            );
-        }
+        route_channel_op(
+            shard,
+            self.id,
+            self.consumes.borrow().as_ref(),
+            ChannelOp::Written(total),
+        );
     }
 
     /// Whether the client waits for an answer from us: a publish not answered yet, or a
@@ -741,7 +733,12 @@ async fn reply_loop(shard: Rc<Shard>, conn: Rc<Conn>) {
 }
 
 fn channel_op(shard: &Shard, conn: &Conn, session: &Session, op: ChannelOp) {
-    if let Some((owner, topic, channel)) = &session.sub {
+    route_channel_op(shard, conn.id, session.sub.as_ref(), op);
+}
+
+/// Sends `op` of connection `conn` to the owner of the channel it consumes (nothing before SUB).
+fn route_channel_op(shard: &Shard, conn: u64, sub: Option<&Subscription>, op: ChannelOp) {
+    if let Some((owner, topic, channel)) = sub {
         shard.route(
             *owner,
             Mail::Channel {
@@ -749,7 +746,7 @@ fn channel_op(shard: &Shard, conn: &Conn, session: &Session, op: ChannelOp) {
                 channel: channel.clone(),
                 key: ConsumerKey {
                     shard: shard.id,
-                    conn: conn.id,
+                    conn,
                 },
                 op,
             },

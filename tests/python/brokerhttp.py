@@ -1,11 +1,23 @@
-"""HTTP helpers the wire tests share: reading the broker's /metrics, and publishing over one
-keep-alive connection a request at a time.
+"""HTTP helpers the wire tests share: one request to the broker's API, reading its /metrics, and
+publishing over one keep-alive connection a request at a time.
 
 Every request is bounded by a timeout; nothing here can block forever.
 """
 
 import re
+import urllib.error
 import urllib.request
+
+
+def http(broker, method, target, data=None, timeout=10):
+    """(status, body) of one request to the broker's HTTP API; an error status is an answer."""
+    req = urllib.request.Request("http://127.0.0.1:%d%s" % (broker.http_port, target),
+                                 data=data, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
 
 
 def metrics_text(broker):

@@ -1,12 +1,12 @@
 """Connections against the process's limits: one file descriptor per connection, clean
 refusal at the descriptor limit, and memory that closed connections give back for reuse."""
 
-import os
 import resource
 import socket
 import struct
 import time
 
+from procstat import fd_count, rss_kib
 from nsqwire import MAGIC_V2, Conn, cmd_bytes
 
 TOPIC = "conn_limits"
@@ -14,16 +14,8 @@ PUB = MAGIC_V2 + cmd_bytes("PUB %s" % TOPIC, b"hello")
 OK_FRAME = struct.pack(">II", 6, 0) + b"OK"
 
 
-def fd_count(pid):
-    return len(os.listdir("/proc/%d/fd" % pid))
 
 
-def rss_kib(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise AssertionError("no VmRSS for %d" % pid)
 
 
 def try_publish(addr, timeout=5.0):

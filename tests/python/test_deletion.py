@@ -10,25 +10,16 @@ import json
 import os
 import threading
 import time
-import urllib.error
-import urllib.request
 
 import pytest
 
+from brokerhttp import http
 from nsqwire import Conn, FRAME_MESSAGE, Message
 from test_storage import restartable, workdir  # noqa: F401 (fixtures)
 
 TOPIC = "doomed"
 
 
-def http(broker, method, target):
-    req = urllib.request.Request("http://127.0.0.1:%d%s" % (broker.http_port, target),
-                                 method=method)
-    try:
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            return resp.status, resp.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
 
 
 def delete(broker, what, query):

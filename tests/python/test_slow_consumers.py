@@ -10,17 +10,12 @@ import socket
 import struct
 import time
 
+from procstat import rss_kib
 from nsqwire import MAGIC_V2, Conn, cmd_bytes
 
 BODY = 64 * 1024
 
 
-def rss_kib(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise AssertionError("no VmRSS for %d" % pid)
 
 
 def publish(broker, topic, count, tag):

@@ -20,12 +20,10 @@ shard than the one the test's connections land on.
 import json
 import re
 import time
-import urllib.error
-import urllib.request
 
 import pytest
 
-from brokerhttp import metrics_text
+from brokerhttp import http, metrics_text
 from nsqwire import Conn
 from test_storage import restartable, workdir  # noqa: F401 (fixtures)
 
@@ -33,14 +31,6 @@ TOPICS = ["figures-%d" % i for i in range(4)]
 LONG = 60_000  # ms: a deferral that does not come due during the test
 
 
-def http(broker, method, target):
-    req = urllib.request.Request("http://127.0.0.1:%d%s" % (broker.http_port, target),
-                                 method=method)
-    try:
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            return resp.status, resp.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
 
 
 def post_ok(broker, target):
