@@ -1,0 +1,262 @@
+//! A shard's life: joining the mailbox mesh, loading its topics, starting its tasks (inbox
+//! loops, outbox pumps, flusher, fetcher, dispatcher, timers, confirmer) and servers, and the
+//! clean stop (no new connections, connections drained, then the hand-over to storage).
+
+use super::Shard;
+use crate::config::Config;
+use crate::conn::{self, Conn};
+use crate::lookup_reg::RegistryOp;
+use crate::mailbox::{Batch, Mail};
+use crate::startup::{with_wake_ticks, StartProgress, Step};
+use crate::storage::{self, log::TopicLog};
+use crate::topic::Topic;
+use glommio::channels::channel_mesh::{Full, MeshBuilder, Senders};
+use glommio::net::TcpListener;
+use std::cell::RefCell;
+use std::os::fd::{FromRawFd, IntoRawFd};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tracing::{debug, error, info, warn};
+
+impl Shard {
+    /// Loads the topics this shard owns from `--data-path` (blocking: before serving).
+    fn load_topics(&self) -> Result<(), String> {
+        let data = &self.config.data_path;
+        std::fs::create_dir_all(data)
+            .map_err(|e| format!("cannot create --data-path {}: {e}", data.display()))?;
+        for name in storage::stored_topics(data) {
+            if self.config.owner_of(&name) != self.id {
+                continue;
+            }
+            let dir = storage::topic_dir(data, &name);
+            let log = TopicLog::open(
+                &name,
+                dir.clone(),
+                self.config.mem_queue_size,
+                self.config.max_bytes_per_file,
+            )
+            .map_err(|e| {
+                format!(
+                    "topic {name}: cannot open its log in {}: {e}",
+                    dir.display()
+                )
+            })?;
+            let mut topic = Topic::new(&name, log, self.config.mem_queue_size, self.id);
+            let meta = match storage::meta::read(&dir) {
+                Ok(m) => m,
+                Err(e) => {
+                    warn!(topic = %name, "unreadable metadata ({e}); channels will be recreated by their consumers");
+                    None
+                }
+            };
+            let owed = meta
+                .as_ref()
+                .map(|m| topic.restore(m, Instant::now(), &self.timers))
+                .unwrap_or(0);
+            let head = topic.log.borrow().head();
+            info!(
+                topic = %name,
+                shard = self.id,
+                messages = head - topic.log.borrow().start(),
+                channels = topic.channel_count(),
+                owed,
+                clean = meta.as_ref().is_some_and(|m| m.clean),
+                "topic restored"
+            );
+            self.report(RegistryOp::Register, &name, None);
+            for ch in topic.channels() {
+                let ch = ch.borrow().name.clone();
+                self.report(RegistryOp::Register, &name, Some(&ch));
+            }
+            let topic = Rc::new(RefCell::new(topic));
+            self.topics.borrow_mut().insert(name, topic.clone());
+        }
+        Ok(())
+    }
+
+    pub(super) fn begin_shutdown(&self) {
+        if self.stopping.replace(true) {
+            return;
+        }
+        info!(
+            shard = self.id,
+            "shutting down: no new connections, no new deliveries"
+        );
+        self.stop_accepting.notify();
+        self.http_stop.notify();
+        let conns: Vec<Rc<Conn>> = self.conns.borrow().values().cloned().collect();
+        for c in conns {
+            c.request_stop();
+        }
+        self.conns_changed.notify();
+    }
+
+    /// Waits (bounded) until every connection of this shard has finished, then tells control.
+    async fn report_when_quiet(self: Rc<Self>) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !self.conns.borrow().is_empty() && Instant::now() < deadline {
+            futures_lite::future::or(
+                self.conns_changed.notified(),
+                glommio::timer::sleep(Duration::from_millis(100)),
+            )
+            .await;
+        }
+        // HTTP publishes in progress, and those answered early: their owners must have them
+        // before this shard says done.
+        let http_deadline = Instant::now() + Duration::from_secs(5);
+        while (self.http_unconfirmed() > 0 || self.http_publishing.get() > 0)
+            && Instant::now() < http_deadline
+        {
+            glommio::timer::sleep(Duration::from_millis(1)).await;
+        }
+        if self.http_unconfirmed() > 0 {
+            error!(
+                shard = self.id,
+                unconfirmed = self.http_unconfirmed(),
+                "HTTP publishes answered OK were not confirmed by their owners at shutdown"
+            );
+        }
+        let left = self.conns.borrow().len();
+        if left > 0 {
+            warn!(
+                shard = self.id,
+                left, "connections still open at shutdown; closing them"
+            );
+            let conns: Vec<Rc<Conn>> = self.conns.borrow().values().cloned().collect();
+            for c in conns {
+                c.close();
+            }
+        }
+        self.route(self.control, Mail::ShutdownDone { shard: self.id });
+    }
+}
+
+/// Runs shard `id` until the control thread says exit.
+pub async fn run(
+    id: usize,
+    config: Arc<Config>,
+    mesh: MeshBuilder<Batch, Full>,
+    control: usize,
+    listeners: Option<crate::listen::ShardListeners>,
+    ready: &std::sync::mpsc::Sender<bool>,
+    progress: &StartProgress,
+) -> Result<(), String> {
+    // Joins before anything can fail: a shard that left without joining would keep every
+    // other participant waiting in its join.
+    progress.set(id, Step::JoiningMesh);
+    let (senders, mut receivers) = with_wake_ticks(mesh.join())
+        .await
+        .map_err(|_| format!("shard {id}: could not join the mailbox mesh"))?;
+    let listeners =
+        listeners.ok_or_else(|| format!("shard {id}: no listening sockets were opened for it"))?;
+    let peers = senders.nr_consumers();
+    let shard = Rc::new(Shard::new(id, config.clone(), peers, control));
+    progress.set(id, Step::LoadingTopics);
+    shard.load_topics()?;
+    progress.set(id, Step::ProbingDataPath);
+    crate::startup::stall_if_asked(id, Step::ProbingDataPath).await;
+    storage::file::probe(&config.data_path, id).await;
+    progress.set(id, Step::StartingServers);
+    // Blocks read at start-up (messages owed at the last stop) age like any others.
+    let loaded: Vec<Rc<RefCell<Topic>>> = shard.topics.borrow().values().cloned().collect();
+    for t in &loaded {
+        if t.borrow().log.borrow().cached_bytes() > 0 {
+            shard.list_cached(t);
+        }
+    }
+    glommio::spawn_local(shard.clone().flusher()).detach();
+    glommio::spawn_local(shard.clone().fetcher()).detach();
+    if shard.sends.available() {
+        let sender = shard.clone();
+        glommio::spawn_local(async move { sender.sends.run().await }).detach();
+    }
+    let senders = Rc::new(senders);
+
+    for (peer, rx) in receivers.streams() {
+        let shard = shard.clone();
+        glommio::spawn_local(async move {
+            while let Some(batch) = rx.recv().await {
+                for mail in batch {
+                    shard.handle(mail);
+                }
+                shard.flush_dispatches();
+                glommio::yield_if_needed().await;
+            }
+            debug!(shard = shard.id, peer, "inbox closed");
+        })
+        .detach();
+    }
+    spawn_pumps(&shard, &senders, peers);
+    glommio::spawn_local(shard.clone().confirm_http_publishes()).detach();
+    let dispatcher = shard.clone();
+    glommio::spawn_local(async move {
+        loop {
+            dispatcher.wake_dispatcher.notified().await;
+            dispatcher.flush_dispatches();
+        }
+    })
+    .detach();
+
+    let timers_shard = shard.clone();
+    glommio::spawn_local(async move {
+        let s = timers_shard.clone();
+        timers_shard.timers.run(move |due| s.on_timers(due)).await;
+    })
+    .detach();
+
+    // SAFETY: the fd is a bound, listening TCP socket this shard now owns alone.
+    let listener = unsafe { TcpListener::from_raw_fd(listeners.tcp.into_raw_fd()) };
+    crate::http::start(&shard, listeners.http)?;
+    let accept_shard = shard.clone();
+    let acceptor = glommio::spawn_local(async move { accept_loop(accept_shard, listener).await });
+    // Its topics are loaded and it accepts: main logs "listening" once every shard has said so.
+    progress.set(id, Step::Serving);
+    let _ = ready.send(true);
+
+    // Wait for shutdown, then for the connections to finish, then for the word to exit.
+    shard.exit.notified().await;
+    drop(acceptor);
+    let lost = shard.hand_over_to_storage().await;
+    debug!(shard = id, "exited");
+    if lost > 0 {
+        return Err(format!(
+            "shard {id}: {lost} bytes of acknowledged messages could not be written at shutdown (see the errors above); they are lost"
+        ));
+    }
+    Ok(())
+}
+
+fn spawn_pumps(shard: &Rc<Shard>, senders: &Rc<Senders<Batch>>, peers: usize) {
+    for peer in 0..peers {
+        if peer == shard.id {
+            continue;
+        }
+        let shard = shard.clone();
+        let senders = senders.clone();
+        glommio::spawn_local(async move {
+            shard.outboxes[peer].pump(&senders, peer).await;
+        })
+        .detach();
+    }
+}
+
+async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
+    let mut limit = crate::accept_limit::AcceptLimit::new(shard.id, "TCP");
+    loop {
+        let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
+            shard.stop_accepting.notified().await;
+            None
+        })
+        .await;
+        match accepted {
+            None => break,
+            Some(Ok(stream)) => {
+                glommio::spawn_local(conn::serve(shard.clone(), stream)).detach();
+            }
+            Some(Err(e)) => limit.on_error(&listener, e).await,
+        }
+    }
+    info!(shard = shard.id, "stopped accepting");
+    glommio::spawn_local(shard.clone().report_when_quiet()).detach();
+}

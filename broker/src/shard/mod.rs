@@ -1,0 +1,350 @@
+//! One shard: a glommio executor pinned to a CPU, the topics it owns, the connections the kernel
+//! gave it, its timers and its mailboxes.
+//!
+//! Every piece of state here is touched only by this shard's thread (`Rc`, `RefCell`, no
+//! locks). Work for another shard leaves through [`Shard::route`]: mail for this shard is
+//! handled on the spot, mail for a peer goes to that peer's outbox. Owner-side operations
+//! ([`Shard::handle`]) are synchronous: they never wait, so handling mail cannot deadlock.
+//!
+//! The path of a PUB: a connection on any shard decodes it and sends `Mail::Publish` to the
+//! topic's owner (`Config::owner_of`), then waits for `Mail::Reply`. The owner stamps IDs,
+//! gives every channel a reference, dispatches to ready consumers and routes each delivery to
+//! the consumer's shard (`Mail::Deliver`), where the connection writes the frame. FIN, REQ,
+//! TOUCH and RDY travel back as `Mail::Channel`.
+//!
+//! Lookups: the owner reports every topic and channel it creates or deletes to the control
+//! thread (`Mail::Registry`), which keeps the lookups told ([`crate::lookup_reg`]). When
+//! lookups are configured, a new (non-ephemeral) topic first asks the control thread for the
+//! channels the lookups know (`Mail::TopicChannels`); until the answer (at most about a
+//! second) publishes to it wait in [`PendingTopic`], then its channels are created and the
+//! waiting messages stored, so a channel that exists on another broker gets them too.
+//!
+//! The shard's jobs, one module each:
+//! - this module: the [`Shard`] state, routing mail ([`Shard::route`], [`Shard::request`]) and
+//!   handling it ([`Shard::handle`]), the registry of this shard's connections;
+//! - [`topics`]: topic creation (lookup-gated), loading, metadata changes;
+//! - [`publish`]: storing published messages and answering them (at once, or once on disk);
+//! - [`consumers`]: SUB, the consumers' channel operations, dispatch and delivery routing,
+//!   timers;
+//! - [`early_ack`]: publishes answered before their owner has them, and their confirmation;
+//! - [`flusher`]: the write path (write coalescing, fsync policy, checkpoints, the hand-over at
+//!   a clean stop); [`fetcher`]: the read path (segment blocks for readers, their ageing);
+//! - [`admin`], [`durable`]: the HTTP API's topic and channel actions, answered once durable;
+//!   [`stats`]: the shard's part of /stats and /metrics;
+//! - [`lifecycle`]: start-up, the shard's tasks, shutdown.
+
+mod admin;
+mod consumers;
+mod durable;
+mod early_ack;
+mod fetcher;
+mod flusher;
+mod lifecycle;
+mod publish;
+mod stats;
+mod topics;
+
+pub use early_ack::MAX_UNCONFIRMED;
+pub use lifecycle::run;
+use publish::DiskAck;
+use topics::PendingTopic;
+
+use crate::config::Config;
+use crate::conn::Conn;
+use crate::lookup_reg::RegistryOp;
+use crate::mailbox::{Mail, Outbox, Reply, ReplyTo};
+use crate::timer::TimerQueue;
+use crate::topic::{ChannelRef, Topic};
+use crate::work_set::WorkSet;
+use bytes::{Bytes, BytesMut};
+use nsq_common::local_sync::{oneshot, Notify, Receiver, Sender};
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+use tracing::{error, info};
+
+pub struct Shard {
+    pub id: usize,
+    pub config: Arc<Config>,
+    /// Mesh index of the control thread (signals, shutdown).
+    pub(crate) control: usize,
+    pub(crate) topics: RefCell<HashMap<String, Rc<RefCell<Topic>>>>,
+    pub(crate) conns: RefCell<HashMap<u64, Rc<Conn>>>,
+    pub(crate) outboxes: Vec<Outbox>,
+    pub(crate) timers: TimerQueue,
+    pub(crate) waiters: RefCell<HashMap<u64, Sender<Reply>>>,
+    pub(crate) next_token: Cell<u64>,
+    pub(crate) next_conn: Cell<u64>,
+    pub(crate) stopping: Cell<bool>,
+    pub(crate) stop_accepting: Notify,
+    /// Wakes the HTTP server's acceptor watcher at shutdown.
+    pub(crate) http_stop: Notify,
+    /// HTTP connections handed over by other shards, for the adopter task.
+    pub(crate) http_adopted: RefCell<Vec<std::os::fd::OwnedFd>>,
+    pub(crate) wake_adopter: Notify,
+    /// The HTTP connections' answers, sent in one submission per turn ([`crate::send_batch`]).
+    pub(crate) sends: crate::send_batch::SendBatch,
+    pub(crate) exit: Notify,
+    pub(crate) conns_changed: Notify,
+    /// Health and runtime options for the HTTP API (see [`crate::admin`]).
+    pub(crate) admin: crate::admin::AdminState,
+    /// Admin actions waiting for the disk.
+    durable: durable::DurableAnswers,
+    /// Topics with writes for the flusher, and its wake-up.
+    pub(crate) flush_queue: WorkSet<Rc<RefCell<Topic>>>,
+    pub(crate) wake_flusher: Notify,
+    /// Ends the flusher's coalescing wait: a topic has [`WRITE_EARLY`] bytes unwritten.
+    write_now: Notify,
+    /// Topics whose readers wait for segment blocks, and the fetcher's wake-up.
+    fetch_queue: WorkSet<Rc<RefCell<Topic>>>,
+    wake_fetcher: Notify,
+    /// Topics whose logs hold cached blocks, aged by the trimmer while it runs.
+    cached_topics: WorkSet<Rc<RefCell<Topic>>>,
+    /// Topics the next checkpoint looks at; untouched topics cost it nothing.
+    checkpoint_list: WorkSet<Rc<RefCell<Topic>>>,
+    /// True while the flusher is inside a round (it holds chunks taken from logs).
+    flusher_busy: Cell<bool>,
+    flusher_idle: Notify,
+    /// Set by the hand-over: the flusher stops before its next round.
+    flusher_stop: Cell<bool>,
+    /// Publishes whose answer waits for the disk: for the fsync (--durable), or for the write
+    /// (when a topic's unwritten records passed [`WRITE_BACKLOG_LIMIT`]).
+    disk_acks: RefCell<Vec<DiskAck>>,
+    /// New topics waiting for the lookups' channel list, by name.
+    pending_topics: RefCell<HashMap<String, PendingTopic>>,
+    /// Channels whose consumers freed room (FIN, REQ, RDY...): dispatched once per batch of
+    /// mail or commands rather than once per operation ([`Shard::dispatch_soon`]).
+    pending_dispatch: WorkSet<ChannelRef>,
+    wake_dispatcher: Notify,
+    /// Early answers: which owners and topics allow them, HTTP ones awaiting confirmation.
+    early: early_ack::EarlyAcks,
+    /// HTTP publish requests being handled (a clean stop waits for them).
+    pub(crate) http_publishing: Cell<usize>,
+}
+
+impl Shard {
+    fn new(id: usize, config: Arc<Config>, peers: usize, control: usize) -> Shard {
+        Shard {
+            id,
+            config,
+            control,
+            topics: RefCell::new(HashMap::new()),
+            conns: RefCell::new(HashMap::new()),
+            outboxes: (0..peers).map(|_| Outbox::default()).collect(),
+            timers: TimerQueue::default(),
+            waiters: RefCell::new(HashMap::new()),
+            next_token: Cell::new(0),
+            next_conn: Cell::new(0),
+            stopping: Cell::new(false),
+            stop_accepting: Notify::new(),
+            http_stop: Notify::new(),
+            http_adopted: RefCell::new(Vec::new()),
+            wake_adopter: Notify::new(),
+            sends: crate::send_batch::SendBatch::new(),
+            exit: Notify::new(),
+            conns_changed: Notify::new(),
+            admin: crate::admin::AdminState::default(),
+            durable: durable::DurableAnswers::default(),
+            flush_queue: WorkSet::default(),
+            wake_flusher: Notify::new(),
+            write_now: Notify::new(),
+            fetch_queue: WorkSet::default(),
+            wake_fetcher: Notify::new(),
+            cached_topics: WorkSet::default(),
+            checkpoint_list: WorkSet::default(),
+            flusher_busy: Cell::new(false),
+            flusher_idle: Notify::new(),
+            flusher_stop: Cell::new(false),
+            disk_acks: RefCell::new(Vec::new()),
+            pending_topics: RefCell::new(HashMap::new()),
+            pending_dispatch: WorkSet::default(),
+            wake_dispatcher: Notify::new(),
+            early: early_ack::EarlyAcks::new(peers),
+            http_publishing: Cell::new(0),
+        }
+    }
+
+    pub fn is_stopping(&self) -> bool {
+        self.stopping.get()
+    }
+
+    /// Sends `mail` to shard `to`: handled now if that is us, else queued for its pump.
+    pub fn route(&self, to: usize, mail: Mail) {
+        if to == self.id {
+            self.handle(mail);
+        } else if let Some(outbox) = self.outboxes.get(to) {
+            outbox.push(mail);
+        }
+    }
+
+    /// Sends a request built by `make` to shard `to` and returns the future of its reply.
+    pub fn request(&self, to: usize, make: impl FnOnce(ReplyTo) -> Mail) -> Receiver<Reply> {
+        let token = self.next_token.get().wrapping_add(1);
+        self.next_token.set(token);
+        let (tx, rx) = oneshot();
+        self.waiters.borrow_mut().insert(token, tx);
+        self.route(
+            to,
+            make(ReplyTo {
+                shard: self.id,
+                token,
+            }),
+        );
+        rx
+    }
+
+    /// Sends published messages to `topic`'s owner; the answer comes back on the receiver.
+    pub fn send_publish(
+        &self,
+        owner: usize,
+        topic: String,
+        bodies: Vec<Bytes>,
+        defer: Duration,
+        acked: bool,
+    ) -> Receiver<Reply> {
+        self.request(owner, |reply| Mail::Publish {
+            topic,
+            bodies,
+            defer,
+            acked,
+            reply,
+        })
+    }
+
+    /// True while the outbox towards `peer` is too full to take more from a reader.
+    pub fn is_congested(&self, peer: usize) -> bool {
+        peer != self.id && self.outboxes.get(peer).is_some_and(Outbox::is_congested)
+    }
+
+    pub fn register_conn(&self, conn: Rc<Conn>) {
+        self.conns.borrow_mut().insert(conn.id, conn);
+    }
+
+    pub fn unregister_conn(&self, id: u64) {
+        self.conns.borrow_mut().remove(&id);
+        self.conns_changed.notify();
+        crate::mem_trim::connection_closed();
+    }
+
+    pub fn next_conn_id(&self) -> u64 {
+        let id = self.next_conn.get() + 1;
+        self.next_conn.set(id);
+        id
+    }
+
+    /// Handles one piece of mail addressed to this shard.
+    pub fn handle(&self, mail: Mail) {
+        match mail {
+            Mail::Publish {
+                topic,
+                bodies,
+                defer,
+                acked,
+                reply,
+            } => {
+                if let Some(result) = self.publish_here(&topic, bodies, defer, acked, reply) {
+                    self.reply(reply, Reply::Publish(result));
+                }
+            }
+            Mail::Subscribe {
+                topic,
+                channel,
+                consumer,
+                reply,
+            } => {
+                let result = self.subscribe_here(&topic, &channel, consumer);
+                self.reply(reply, Reply::Subscribe(result));
+            }
+            Mail::Channel {
+                topic,
+                channel,
+                key,
+                op,
+            } => self.channel_op_here(&topic, &channel, key, op),
+            Mail::Deliver { conn, frames } => {
+                let c = self.conns.borrow().get(&conn).cloned();
+                // A connection that is gone has already sent Leave; its owner requeues these.
+                if let Some(c) = c {
+                    // The owner's buffer, unshared once it arrives: taken over, not copied.
+                    let frames = frames
+                        .try_into_mut()
+                        .unwrap_or_else(|shared| BytesMut::from(&shared[..]));
+                    c.deliver_frames(frames);
+                }
+            }
+            Mail::ConnError { conn, error } => {
+                let c = self.conns.borrow().get(&conn).cloned();
+                if let Some(c) = c {
+                    c.push_error(&error);
+                }
+            }
+            Mail::Reply {
+                token,
+                reply: Reply::TopicChannels(channels),
+            } => self.topic_channels_known(token, channels),
+            Mail::Reply { token, reply } => {
+                let waiter = self.waiters.borrow_mut().remove(&token);
+                if let Some(w) = waiter {
+                    w.send(reply);
+                }
+            }
+            Mail::Admin { op, reply } => {
+                if let Some(result) = self.handle_admin(op, reply) {
+                    self.reply(reply, Reply::Admin(result));
+                }
+            }
+            Mail::CloseConn { conn } => self.close_conn_here(conn),
+            Mail::HttpConn { fd } => crate::http::server::adopt(self, fd),
+            Mail::Shutdown => self.begin_shutdown(),
+            Mail::Exit => self.exit.notify(),
+            // For the control thread only.
+            Mail::ShutdownDone { .. }
+            | Mail::Registry { .. }
+            | Mail::LookupAddresses(_)
+            | Mail::TopicChannels { .. } => {}
+        }
+    }
+
+    pub(crate) fn reply(&self, to: ReplyTo, reply: Reply) {
+        self.route(
+            to.shard,
+            Mail::Reply {
+                token: to.token,
+                reply,
+            },
+        );
+    }
+
+    /// Tells the control thread (and so the lookups) that a topic or channel was created or
+    /// deleted.
+    pub(crate) fn report(&self, op: RegistryOp, topic: &str, channel: Option<&str>) {
+        self.route(
+            self.control,
+            Mail::Registry {
+                op,
+                topic: topic.to_owned(),
+                channel: channel.map(str::to_owned),
+            },
+        );
+    }
+
+    pub(crate) fn set_unhealthy(&self, reason: String) {
+        if self.admin.health().is_none() {
+            error!(shard = self.id, "storage failing: {reason}");
+        }
+        self.admin.set_unhealthy(reason);
+    }
+
+    fn set_healthy(&self) {
+        if self.admin.health().is_some() {
+            info!(shard = self.id, "storage recovered");
+            self.admin.set_healthy();
+        }
+    }
+
+    pub fn decode_limits(&self) -> protocol::Limits {
+        self.config.limits()
+    }
+}
