@@ -281,7 +281,7 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
             Duration::from_millis(heartbeat),
             shard.config.output_window(),
         ));
-        shard.register_conn(conn.clone());
+        shard.register_conn(conn.id, conn.clone());
         let writer = glommio::spawn_local(write_loop(shard.clone(), conn.clone(), writer_stream));
         let ticker = glommio::spawn_local(heartbeat_loop(conn.clone()));
         let replier = glommio::spawn_local(reply_loop(shard.clone(), conn.clone()));
@@ -829,4 +829,66 @@ async fn heartbeat_loop(conn: Rc<Conn>) {
             }
         }
     }
+}
+
+impl crate::shard::ConnHandle for Conn {
+    fn deliver_frames(&self, frames: BytesMut) {
+        Conn::deliver_frames(self, frames);
+    }
+
+    fn push_error(&self, error: &ProtocolError) {
+        Conn::push_error(self, error);
+    }
+
+    fn close(&self) {
+        Conn::close(self);
+    }
+
+    fn request_stop(&self) {
+        Conn::request_stop(self);
+    }
+
+    fn producer_stats(&self, topic: Option<&str>) -> Option<crate::stats::ClientStats> {
+        let counts = self.pub_counts.borrow();
+        if counts.is_empty() {
+            return None;
+        }
+        let state = if self.subscribed.get() {
+            crate::stats::STATE_SUBSCRIBED
+        } else {
+            crate::stats::STATE_INIT
+        };
+        let mut s = crate::stats::ClientStats::new(&self.info.borrow(), state);
+        s.pub_counts = counts
+            .iter()
+            .filter(|(name, _)| topic.is_none_or(|t| t == name))
+            .map(|(topic, count)| crate::stats::PubCount {
+                topic: topic.clone(),
+                count: *count,
+            })
+            .collect();
+        Some(s)
+    }
+}
+
+/// Accepts TCP connections until the shard stops accepting, serving each in its own task;
+/// then lets the shard report once its connections are done.
+pub async fn accept_loop(shard: Rc<Shard>, listener: glommio::net::TcpListener) {
+    let mut limit = crate::accept_limit::AcceptLimit::new(shard.id, "TCP");
+    loop {
+        let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
+            shard.stop_accepting.notified().await;
+            None
+        })
+        .await;
+        match accepted {
+            None => break,
+            Some(Ok(stream)) => {
+                glommio::spawn_local(serve(shard.clone(), stream)).detach();
+            }
+            Some(Err(e)) => limit.on_error(&listener, e).await,
+        }
+    }
+    info!(shard = shard.id, "stopped accepting");
+    shard.stopped_accepting();
 }

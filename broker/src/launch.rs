@@ -115,7 +115,17 @@ pub fn run() -> ExitCode {
         let spawned = builder
             .io_memory(rlimit::IO_MEMORY_PER_SHARD)
             .spawn(move || async move {
-                let result = shard::run(i, cfg, mesh, shards, listeners, &ready, &steps).await;
+                let result = shard::run(
+                    i,
+                    cfg,
+                    mesh,
+                    shards,
+                    listeners,
+                    start_front_ends,
+                    &ready,
+                    &steps,
+                )
+                .await;
                 if let Err(e) = &result {
                     error!("{e}");
                     steps.set(i, startup::Step::Failed);
@@ -356,4 +366,19 @@ fn init_logging(level: &str) {
             .modify(|f| *f = tracing_subscriber::EnvFilter::new(l))
             .map_err(|e| e.to_string())
     }));
+}
+
+/// Starts a shard's servers: the TCP acceptor (its task is returned) and the HTTP server.
+fn start_front_ends(
+    shard: &std::rc::Rc<shard::Shard>,
+    listeners: crate::listen::ShardListeners,
+) -> Result<glommio::Task<()>, String> {
+    use std::os::fd::{FromRawFd, IntoRawFd};
+    // SAFETY: the fd is a bound, listening TCP socket this shard now owns alone.
+    let listener = unsafe { glommio::net::TcpListener::from_raw_fd(listeners.tcp.into_raw_fd()) };
+    crate::http::start(shard, listeners.http)?;
+    let accept_shard = shard.clone();
+    Ok(glommio::spawn_local(async move {
+        crate::conn::accept_loop(accept_shard, listener).await
+    }))
 }

@@ -66,12 +66,7 @@ const HTTP_ANSWER_LIMITS: Limits = Limits {
     max_body: MAX_HTTP_ANSWER,
 };
 
-/// Register or unregister, as a shard reports a change.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RegistryOp {
-    Register,
-    Unregister,
-}
+pub use crate::mailbox::RegistryOp;
 
 /// Every topic and channel this broker has, as the lookups should know it.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]

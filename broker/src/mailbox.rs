@@ -49,6 +49,14 @@ pub enum ChannelOp {
     Written(u64),
 }
 
+/// Register or unregister, as a shard reports a change of its topics and channels to the
+/// control thread (`Mail::Registry`), which keeps the lookups told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RegistryOp {
+    Register,
+    Unregister,
+}
+
 /// The answer to a request.
 #[derive(Debug)]
 pub enum Reply {
@@ -109,7 +117,7 @@ pub enum Mail {
     /// From a topic's owner to the control thread: a topic (`channel: None`) or a channel was
     /// created (`Register`) or deleted (`Unregister`); the lookups are told.
     Registry {
-        op: crate::lookup_reg::RegistryOp,
+        op: RegistryOp,
         topic: String,
         channel: Option<String>,
     },

@@ -20,7 +20,7 @@ use bytes::BytesMut;
 use futures_lite::AsyncReadExt;
 use glommio::net::{TcpListener, TcpStream};
 use http1::{Decoded, HttpError, Limits, RequestDecoder, Version, CONTINUE_RESPONSE};
-use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 use tracing::{debug, info};
@@ -133,16 +133,6 @@ fn hand_over(shard: &Shard, stream: TcpStream, to: usize) {
     let moved = &shard.admin.http_handovers;
     moved.set(moved.get() + 1);
     shard.route(to, crate::mailbox::Mail::HttpConn { fd });
-}
-
-/// Takes a connection another shard handed over ([`crate::mailbox::Mail::HttpConn`]); the
-/// adopter task serves it. While stopping, it is closed instead.
-pub fn adopt(shard: &Shard, fd: OwnedFd) {
-    if shard.is_stopping() {
-        return;
-    }
-    shard.http_adopted.borrow_mut().push(fd);
-    shard.wake_adopter.notify();
 }
 
 /// Serves the connections handed over to this shard.

@@ -6,8 +6,7 @@
 use super::Shard;
 use crate::admin::{Action, AdminOp, AdminResult, OptionChange};
 use crate::channel::ConsumerKey;
-use crate::lookup_reg::RegistryOp;
-use crate::mailbox::{Mail, ReplyTo};
+use crate::mailbox::{Mail, RegistryOp, ReplyTo};
 use crate::topic::ChannelRef;
 use std::time::Instant;
 use tracing::info;

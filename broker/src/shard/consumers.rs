@@ -8,8 +8,7 @@
 
 use super::Shard;
 use crate::channel::{ConsumerKey, ConsumerSpec, Deliveries};
-use crate::lookup_reg::RegistryOp;
-use crate::mailbox::{ChannelOp, Mail};
+use crate::mailbox::{ChannelOp, Mail, RegistryOp};
 use crate::timer::TimerEntry;
 use crate::topic::{ChannelRef, Topic};
 use protocol::{ErrorCode, ProtocolError};

@@ -2,18 +2,14 @@
 //! loops, outbox pumps, flusher, fetcher, dispatcher, timers, confirmer) and servers, and the
 //! clean stop (no new connections, connections drained, then the hand-over to storage).
 
-use super::Shard;
+use super::{ConnHandle, Shard};
 use crate::config::Config;
-use crate::conn::{self, Conn};
-use crate::lookup_reg::RegistryOp;
-use crate::mailbox::{Batch, Mail};
+use crate::mailbox::{Batch, Mail, RegistryOp};
 use crate::startup::{with_wake_ticks, StartProgress, Step};
 use crate::storage::{self, log::TopicLog};
 use crate::topic::Topic;
 use glommio::channels::channel_mesh::{Full, MeshBuilder, Senders};
-use glommio::net::TcpListener;
 use std::cell::RefCell;
-use std::os::fd::{FromRawFd, IntoRawFd};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -85,11 +81,17 @@ impl Shard {
         );
         self.stop_accepting.notify();
         self.http_stop.notify();
-        let conns: Vec<Rc<Conn>> = self.conns.borrow().values().cloned().collect();
+        let conns: Vec<Rc<dyn ConnHandle>> = self.conns.borrow().values().cloned().collect();
         for c in conns {
             c.request_stop();
         }
         self.conns_changed.notify();
+    }
+
+    /// Called by the TCP acceptor once it stopped accepting (a clean stop): reports to the
+    /// control thread once the connections are done.
+    pub fn stopped_accepting(self: &Rc<Self>) {
+        glommio::spawn_local(self.clone().report_when_quiet()).detach();
     }
 
     /// Waits (bounded) until every connection of this shard has finished, then tells control.
@@ -123,7 +125,7 @@ impl Shard {
                 shard = self.id,
                 left, "connections still open at shutdown; closing them"
             );
-            let conns: Vec<Rc<Conn>> = self.conns.borrow().values().cloned().collect();
+            let conns: Vec<Rc<dyn ConnHandle>> = self.conns.borrow().values().cloned().collect();
             for c in conns {
                 c.close();
             }
@@ -132,6 +134,11 @@ impl Shard {
     }
 }
 
+/// Starts the servers of a shard (TCP connections and HTTP, layers above this one) on its
+/// listeners; returns the TCP acceptor's task, stopped at exit.
+pub type StartFrontEnds =
+    fn(&Rc<Shard>, crate::listen::ShardListeners) -> Result<glommio::Task<()>, String>;
+
 /// Runs shard `id` until the control thread says exit.
 pub async fn run(
     id: usize,
@@ -139,6 +146,7 @@ pub async fn run(
     mesh: MeshBuilder<Batch, Full>,
     control: usize,
     listeners: Option<crate::listen::ShardListeners>,
+    start_front_ends: StartFrontEnds,
     ready: &std::sync::mpsc::Sender<bool>,
     progress: &StartProgress,
 ) -> Result<(), String> {
@@ -205,11 +213,7 @@ pub async fn run(
     })
     .detach();
 
-    // SAFETY: the fd is a bound, listening TCP socket this shard now owns alone.
-    let listener = unsafe { TcpListener::from_raw_fd(listeners.tcp.into_raw_fd()) };
-    crate::http::start(&shard, listeners.http)?;
-    let accept_shard = shard.clone();
-    let acceptor = glommio::spawn_local(async move { accept_loop(accept_shard, listener).await });
+    let acceptor = start_front_ends(&shard, listeners)?;
     // Its topics are loaded and it accepts: main logs "listening" once every shard has said so.
     progress.set(id, Step::Serving);
     let _ = ready.send(true);
@@ -239,24 +243,4 @@ fn spawn_pumps(shard: &Rc<Shard>, senders: &Rc<Senders<Batch>>, peers: usize) {
         })
         .detach();
     }
-}
-
-async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
-    let mut limit = crate::accept_limit::AcceptLimit::new(shard.id, "TCP");
-    loop {
-        let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
-            shard.stop_accepting.notified().await;
-            None
-        })
-        .await;
-        match accepted {
-            None => break,
-            Some(Ok(stream)) => {
-                glommio::spawn_local(conn::serve(shard.clone(), stream)).detach();
-            }
-            Some(Err(e)) => limit.on_error(&listener, e).await,
-        }
-    }
-    info!(shard = shard.id, "stopped accepting");
-    glommio::spawn_local(shard.clone().report_when_quiet()).detach();
 }

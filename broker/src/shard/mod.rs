@@ -46,13 +46,11 @@ mod topics;
 
 pub use early_ack::MAX_UNCONFIRMED;
 pub use lifecycle::run;
-use publish::DiskAck;
+use publish::{Answer, DiskAck};
 use topics::PendingTopic;
 
 use crate::config::Config;
-use crate::conn::Conn;
-use crate::lookup_reg::RegistryOp;
-use crate::mailbox::{Mail, Outbox, Reply, ReplyTo};
+use crate::mailbox::{Mail, Outbox, RegistryOp, Reply, ReplyTo};
 use crate::timer::TimerQueue;
 use crate::topic::{ChannelRef, Topic};
 use crate::work_set::WorkSet;
@@ -65,13 +63,31 @@ use std::sync::Arc;
 use std::time::Duration;
 use tracing::{error, info};
 
+/// What a shard needs of a client connection it serves (a TCP connection, see `crate::conn`):
+/// the owner side hands it frames and errors and closes it through this, so the shard does not
+/// depend on the connection code above it.
+pub trait ConnHandle {
+    /// Appends delivered message frames (encoded by the channel's owner) to its output.
+    fn deliver_frames(&self, frames: BytesMut);
+    /// Writes an error frame (and closes the connection if the error is fatal).
+    fn push_error(&self, error: &protocol::ProtocolError);
+    /// Closes it now (its topic or channel was deleted, or a stop ran out of time).
+    fn close(&self);
+    /// Asks it to finish cleanly: a consumer gets no more messages, a producer's last
+    /// publishes are answered, then it closes (a clean stop).
+    fn request_stop(&self);
+    /// Its /stats entry as a producer (`topic`: only that topic's counts), `None` when it
+    /// never published.
+    fn producer_stats(&self, topic: Option<&str>) -> Option<crate::stats::ClientStats>;
+}
+
 pub struct Shard {
     pub id: usize,
     pub config: Arc<Config>,
     /// Mesh index of the control thread (signals, shutdown).
     pub(crate) control: usize,
     pub(crate) topics: RefCell<HashMap<String, Rc<RefCell<Topic>>>>,
-    pub(crate) conns: RefCell<HashMap<u64, Rc<Conn>>>,
+    pub(crate) conns: RefCell<HashMap<u64, Rc<dyn ConnHandle>>>,
     pub(crate) outboxes: Vec<Outbox>,
     pub(crate) timers: TimerQueue,
     pub(crate) waiters: RefCell<HashMap<u64, Sender<Reply>>>,
@@ -218,14 +234,24 @@ impl Shard {
         peer != self.id && self.outboxes.get(peer).is_some_and(Outbox::is_congested)
     }
 
-    pub fn register_conn(&self, conn: Rc<Conn>) {
-        self.conns.borrow_mut().insert(conn.id, conn);
+    pub fn register_conn(&self, id: u64, conn: Rc<dyn ConnHandle>) {
+        self.conns.borrow_mut().insert(id, conn);
     }
 
     pub fn unregister_conn(&self, id: u64) {
         self.conns.borrow_mut().remove(&id);
         self.conns_changed.notify();
         crate::mem_trim::connection_closed();
+    }
+
+    /// Takes an HTTP connection another shard handed over (`Mail::HttpConn`) for the HTTP
+    /// server's adopter task; while stopping, it is closed instead.
+    fn adopt_http_conn(&self, fd: std::os::fd::OwnedFd) {
+        if self.is_stopping() {
+            return;
+        }
+        self.http_adopted.borrow_mut().push(fd);
+        self.wake_adopter.notify();
     }
 
     pub fn next_conn_id(&self) -> u64 {
@@ -244,7 +270,8 @@ impl Shard {
                 acked,
                 reply,
             } => {
-                if let Some(result) = self.publish_here(&topic, bodies, defer, acked, reply) {
+                if let Answer::Now(result) = self.publish_here(&topic, bodies, defer, acked, reply)
+                {
                     self.reply(reply, Reply::Publish(result));
                 }
             }
@@ -296,7 +323,7 @@ impl Shard {
                 }
             }
             Mail::CloseConn { conn } => self.close_conn_here(conn),
-            Mail::HttpConn { fd } => crate::http::server::adopt(self, fd),
+            Mail::HttpConn { fd } => self.adopt_http_conn(fd),
             Mail::Shutdown => self.begin_shutdown(),
             Mail::Exit => self.exit.notify(),
             // For the control thread only.

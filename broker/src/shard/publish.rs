@@ -35,9 +35,35 @@ pub(super) struct DiskAck {
     reply: ReplyTo,
 }
 
+/// What a publish's answer is, as the owner handles it.
+#[derive(Debug)]
+pub(super) enum Answer {
+    /// Answer now with this.
+    Now(Result<(), ProtocolError>),
+    /// Answered later, by whoever holds its `ReplyTo`: the flusher once the records are on
+    /// disk ([`DiskAck`]), or the lookups' answer for a new topic it was parked behind.
+    Later,
+}
+
+impl Answer {
+    /// A refusal: nothing was stored.
+    pub(super) fn refused(reason: String) -> Answer {
+        Answer::Now(Err(ProtocolError::fatal(ErrorCode::PubFailed, reason)))
+    }
+
+    /// What a stored publish is answered while the owner's storage is failing (`unhealthy`):
+    /// it stays stored, but an answer given now is an error that stops the sender's early OKs.
+    pub(super) fn after_storing(self, unhealthy: Option<String>) -> Answer {
+        match (self, unhealthy) {
+            (Answer::Now(Ok(())), Some(reason)) => Answer::refused(reason),
+            (answer, _) => answer,
+        }
+    }
+}
+
 impl Shard {
     /// Stores published messages. When answers wait for the disk the reply waits for the write
-    /// or fsync covering them (`None` here means: answered later by the flusher).
+    /// or fsync covering them ([`Answer::Later`]).
     pub(super) fn publish_here(
         &self,
         topic: &str,
@@ -45,17 +71,16 @@ impl Shard {
         defer: Duration,
         acked: bool,
         reply: ReplyTo,
-    ) -> Option<Result<(), ProtocolError>> {
+    ) -> Answer {
         let unhealthy = self.admin.health();
         if let (Some(reason), false) = (&unhealthy, acked) {
-            return Some(Err(ProtocolError::fatal(
-                ErrorCode::PubFailed,
-                reason.clone(),
-            )));
+            return Answer::refused(reason.clone());
         }
         let t = match self.topic_or_create(topic) {
             Ok(t) => t,
-            Err(reason) => return Some(Err(publish_refused(topic, bodies.len(), acked, reason))),
+            Err(reason) => {
+                return Answer::Now(Err(publish_refused(topic, bodies.len(), acked, reason)))
+            }
         };
         if let Some(p) = self.pending_topics.borrow_mut().get_mut(topic) {
             p.publishes.push(ParkedPublish {
@@ -64,26 +89,23 @@ impl Shard {
                 acked,
                 reply,
             });
-            return None;
+            return Answer::Later;
         }
-        let stored = self.store_published(&t, bodies, defer, reply);
-        match (stored, unhealthy) {
-            // Kept (the client has its OK), but the sender must stop acknowledging early.
-            (Some(Ok(())), Some(reason)) => {
-                Some(Err(ProtocolError::fatal(ErrorCode::PubFailed, reason)))
-            }
-            (stored, _) => stored,
-        }
+        // Kept (the client may have its OK already), but the sender must stop acknowledging
+        // early while storage fails.
+        self.store_published(&t, bodies, defer, reply)
+            .after_storing(unhealthy)
     }
 
-    /// Stamps and stores published messages in `t`; `None` when the answer waits for an fsync.
+    /// Stamps and stores published messages in `t`; [`Answer::Later`] when the answer waits for
+    /// the disk.
     pub(super) fn store_published(
         &self,
         t: &Rc<RefCell<Topic>>,
         bodies: Vec<Bytes>,
         defer: Duration,
         reply: ReplyTo,
-    ) -> Option<Result<(), ProtocolError>> {
+    ) -> Answer {
         let timestamp = now_nanos();
         let msgs: Vec<Message> = {
             let ids = &mut t.borrow_mut().ids;
@@ -122,10 +144,10 @@ impl Shard {
                     synced: self.config.durable,
                     reply,
                 });
-                return None;
+                return Answer::Later;
             }
         }
-        Some(Ok(()))
+        Answer::Now(Ok(()))
     }
 
     /// Answers the publishes whose records the disk now holds (written, or fsynced for

@@ -3,7 +3,7 @@
 
 use super::Shard;
 use crate::admin::{ShardStats, StatsQuery};
-use crate::stats::{self, ChannelStats, ClientStats, PubCount, TopicStats};
+use crate::stats::{self, ChannelStats, ClientStats, TopicStats};
 use crate::topic::{ChannelRef, Topic};
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -57,29 +57,10 @@ impl Shard {
     /// (nsqd lists every producer, without `pub_counts` when it has none for the topic).
     fn producer_stats(&self, topic: Option<&str>) -> Vec<ClientStats> {
         let conns = self.conns.borrow();
-        let mut out = Vec::new();
-        for c in conns.values() {
-            let counts = c.pub_counts.borrow();
-            if counts.is_empty() {
-                continue;
-            }
-            let state = if c.subscribed.get() {
-                stats::STATE_SUBSCRIBED
-            } else {
-                stats::STATE_INIT
-            };
-            let mut s = ClientStats::new(&c.info.borrow(), state);
-            s.pub_counts = counts
-                .iter()
-                .filter(|(name, _)| topic.is_none_or(|t| t == name))
-                .map(|(topic, count)| PubCount {
-                    topic: topic.clone(),
-                    count: *count,
-                })
-                .collect();
-            out.push(s);
-        }
-        out
+        conns
+            .values()
+            .filter_map(|c| c.producer_stats(topic))
+            .collect()
     }
 }
 

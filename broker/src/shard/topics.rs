@@ -6,9 +6,9 @@
 //! for a topic that a stop would drop; publishes parked for a pending topic are stored (or
 //! refused) in the order they came.
 
+use super::publish::Answer;
 use super::Shard;
-use crate::lookup_reg::RegistryOp;
-use crate::mailbox::{Mail, Reply, ReplyTo};
+use crate::mailbox::{Mail, RegistryOp, Reply, ReplyTo};
 use crate::storage::{self, log::TopicLog};
 use crate::topic::Topic;
 use bytes::Bytes;
@@ -175,21 +175,13 @@ impl Shard {
         }
         debug!(topic = %name, channels = channels.len(), waiting = pending.publishes.len(), "lookups answered");
         for p in pending.publishes {
-            let result = match (self.admin.health(), p.acked) {
-                (Some(reason), false) => {
-                    Some(Err(ProtocolError::fatal(ErrorCode::PubFailed, reason)))
-                }
-                (Some(reason), true) => {
-                    match self.store_published(&t, p.bodies, p.defer, p.reply) {
-                        Some(Ok(())) => {
-                            Some(Err(ProtocolError::fatal(ErrorCode::PubFailed, reason)))
-                        }
-                        other => other,
-                    }
-                }
-                (None, _) => self.store_published(&t, p.bodies, p.defer, p.reply),
+            let answer = match (self.admin.health(), p.acked) {
+                (Some(reason), false) => Answer::refused(reason),
+                (unhealthy, _) => self
+                    .store_published(&t, p.bodies, p.defer, p.reply)
+                    .after_storing(unhealthy),
             };
-            if let Some(result) = result {
+            if let Answer::Now(result) = answer {
                 self.reply(p.reply, Reply::Publish(result));
             }
         }
