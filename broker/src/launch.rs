@@ -120,8 +120,10 @@ pub fn run() -> ExitCode {
                     cfg,
                     mesh,
                     shards,
-                    listeners,
-                    start_front_ends,
+                    shard::FrontEnds {
+                        listeners,
+                        start: start_front_ends,
+                    },
                     &ready,
                     &steps,
                 )

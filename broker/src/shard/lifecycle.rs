@@ -139,14 +139,19 @@ impl Shard {
 pub type StartFrontEnds =
     fn(&Rc<Shard>, crate::listen::ShardListeners) -> Result<glommio::Task<()>, String>;
 
+/// A shard's servers: its listening sockets and how to start serving on them.
+pub struct FrontEnds {
+    pub listeners: Option<crate::listen::ShardListeners>,
+    pub start: StartFrontEnds,
+}
+
 /// Runs shard `id` until the control thread says exit.
 pub async fn run(
     id: usize,
     config: Arc<Config>,
     mesh: MeshBuilder<Batch, Full>,
     control: usize,
-    listeners: Option<crate::listen::ShardListeners>,
-    start_front_ends: StartFrontEnds,
+    front_ends: FrontEnds,
     ready: &std::sync::mpsc::Sender<bool>,
     progress: &StartProgress,
 ) -> Result<(), String> {
@@ -156,8 +161,9 @@ pub async fn run(
     let (senders, mut receivers) = with_wake_ticks(mesh.join())
         .await
         .map_err(|_| format!("shard {id}: could not join the mailbox mesh"))?;
-    let listeners =
-        listeners.ok_or_else(|| format!("shard {id}: no listening sockets were opened for it"))?;
+    let listeners = front_ends
+        .listeners
+        .ok_or_else(|| format!("shard {id}: no listening sockets were opened for it"))?;
     let peers = senders.nr_consumers();
     let shard = Rc::new(Shard::new(id, config.clone(), peers, control));
     progress.set(id, Step::LoadingTopics);
@@ -213,7 +219,7 @@ pub async fn run(
     })
     .detach();
 
-    let acceptor = start_front_ends(&shard, listeners)?;
+    let acceptor = (front_ends.start)(&shard, listeners)?;
     // Its topics are loaded and it accepts: main logs "listening" once every shard has said so.
     progress.set(id, Step::Serving);
     let _ = ready.send(true);

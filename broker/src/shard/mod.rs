@@ -45,7 +45,7 @@ mod stats;
 mod topics;
 
 pub use early_ack::MAX_UNCONFIRMED;
-pub use lifecycle::run;
+pub use lifecycle::{run, FrontEnds};
 use publish::{Answer, DiskAck};
 use topics::PendingTopic;
 
