@@ -19,7 +19,7 @@
 //! second) publishes to it wait in [`PendingTopic`], then its channels are created and the
 //! waiting messages stored, so a channel that exists on another broker gets them too.
 
-use crate::channel::{ConsumerKey, ConsumerSpec, Deliveries};
+use crate::channel::{ConsumerKey, ConsumerSpec, Deliveries, TimerEntry, TimerQueue};
 use crate::config::Config;
 use crate::conn::{self, Conn};
 use crate::ids::now_nanos;
@@ -27,7 +27,6 @@ use crate::lookup_reg::RegistryOp;
 use crate::mailbox::{Batch, ChannelOp, Mail, Outbox, Reply, ReplyTo};
 use crate::startup::{with_wake_ticks, StartProgress, Step};
 use crate::storage::{self, log::TopicLog};
-use crate::timer::{TimerEntry, TimerQueue};
 use crate::topic::{ChannelRef, Topic};
 use crate::work_set::WorkSet;
 use bytes::{Bytes, BytesMut};
