@@ -14,6 +14,7 @@ mod eager_read;
 mod http;
 mod id_table;
 mod ids;
+mod latency;
 mod launch;
 mod listen;
 mod lookup_reg;

@@ -4,7 +4,7 @@
 //! straight through [`Topic`] and [`Channel`] as the owner shard drives them, with no I/O.
 //!
 //! A model of what every consumer holds is kept beside the real state, and after every step
-//! the simulation checks the invariants `channel.rs` states:
+//! the simulation checks the invariants `channel/mod.rs` states:
 //! - every message a channel got is in exactly one place: waiting in the log, requeued,
 //!   deferred, in flight to exactly one consumer, finished (or dropped by an empty);
 //! - a consumer is given a message only while `in_flight < RDY`, it has not sent CLS, and its
@@ -18,9 +18,9 @@
 //! Each run is reproducible from its seed; a failure names the seed and the step. `SIM_SEED`
 //! and `SIM_STEPS` in the environment run one chosen seed.
 
-use crate::channel::{ClientInfo, ConsumerKey, ConsumerSpec, Deliveries};
+use crate::channel::{ClientInfo, ConsumerKey, ConsumerSpec, Deliveries, TimerQueue};
 use crate::storage::log::TopicLog;
-use crate::timer::{TimerKind, TimerQueue};
+use crate::timer::TimerKind;
 use crate::topic::{ChannelRef, Topic};
 use bytes::Bytes;
 use protocol::{Message, MessageId};

@@ -7,8 +7,12 @@
 //! its own ordered deadlines (which FIN and REQ remove from), fires everything due when its
 //! entry comes up, and re-arms for its next earliest. So the heap stays small whatever the
 //! message rate, and a stale entry (its deadline moved) only costs a look.
+//!
+//! The queue is generic over what an entry points at (`T`, a channel in the broker:
+//! `crate::channel::TimerQueue` is this queue for channels), so this module sits below the
+//! channel and names no domain type (generic, so no dynamic dispatch). Entries hold a
+//! `Weak<T>`: whoever fires them skips an entry whose channel was dropped while it waited.
 
-use crate::channel::Channel;
 use nsq_common::local_sync::Notify;
 use std::cell::{Cell, RefCell};
 use std::cmp::{Ordering, Reverse};
@@ -24,43 +28,54 @@ pub enum TimerKind {
     Deferred,
 }
 
-pub struct TimerEntry {
+pub struct TimerEntry<T> {
     pub at: Instant,
     seq: u64,
-    pub channel: Weak<RefCell<Channel>>,
+    /// The channel to fire (whatever the queue is for).
+    pub channel: Weak<T>,
     pub kind: TimerKind,
 }
 
-impl PartialEq for TimerEntry {
+impl<T> PartialEq for TimerEntry<T> {
     fn eq(&self, other: &Self) -> bool {
         self.at == other.at && self.seq == other.seq
     }
 }
-impl Eq for TimerEntry {}
-impl PartialOrd for TimerEntry {
+impl<T> Eq for TimerEntry<T> {}
+impl<T> PartialOrd for TimerEntry<T> {
     fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
         Some(self.cmp(other))
     }
 }
-impl Ord for TimerEntry {
+impl<T> Ord for TimerEntry<T> {
     fn cmp(&self, other: &Self) -> Ordering {
         (self.at, self.seq).cmp(&(other.at, other.seq))
     }
 }
 
-#[derive(Default)]
-pub struct TimerQueue {
-    heap: RefCell<BinaryHeap<Reverse<TimerEntry>>>,
+pub struct TimerQueue<T> {
+    heap: RefCell<BinaryHeap<Reverse<TimerEntry<T>>>>,
     seq: Cell<u64>,
     /// Woken when a new entry becomes the earliest.
     changed: Notify,
 }
 
+// Not derived: a derived `Default` would ask `T: Default`, which no channel is.
+impl<T> Default for TimerQueue<T> {
+    fn default() -> Self {
+        TimerQueue {
+            heap: RefCell::default(),
+            seq: Cell::default(),
+            changed: Notify::default(),
+        }
+    }
+}
+
 /// Most entries handled in one wake-up, so one burst cannot hog the shard.
 const MAX_FIRED_PER_TURN: usize = 4096;
 
-impl TimerQueue {
-    pub fn schedule(&self, at: Instant, channel: Weak<RefCell<Channel>>, kind: TimerKind) {
+impl<T> TimerQueue<T> {
+    pub fn schedule(&self, at: Instant, channel: Weak<T>, kind: TimerKind) {
         let seq = self.seq.get().wrapping_add(1);
         self.seq.set(seq);
         let mut heap = self.heap.borrow_mut();
@@ -82,7 +97,7 @@ impl TimerQueue {
     }
 
     /// Entries due at `now`, earliest first (at most a bounded batch).
-    pub(crate) fn take_due(&self, now: Instant) -> Vec<TimerEntry> {
+    pub(crate) fn take_due(&self, now: Instant) -> Vec<TimerEntry<T>> {
         let mut heap = self.heap.borrow_mut();
         let mut due = Vec::new();
         while due.len() < MAX_FIRED_PER_TURN {
@@ -103,7 +118,7 @@ impl TimerQueue {
     }
 
     /// Runs forever, handing due entries to `fire`.
-    pub async fn run(&self, fire: impl Fn(Vec<TimerEntry>)) {
+    pub async fn run(&self, fire: impl Fn(Vec<TimerEntry<T>>)) {
         loop {
             match self.earliest() {
                 None => self.changed.notified().await,

@@ -9,11 +9,10 @@
 //! - While paused, `visible_end` stays where it was: channels see nothing published since, until
 //!   unpause ([`Topic::release_held`]).
 
-use crate::channel::Channel;
+use crate::channel::{Channel, TimerQueue};
 use crate::ids::IdGen;
 use crate::storage::log::TopicLog;
 use crate::storage::meta::{ChannelMeta, TopicMeta, META_VERSION};
-use crate::timer::TimerQueue;
 use protocol::Message;
 use std::cell::RefCell;
 use std::collections::BTreeMap;

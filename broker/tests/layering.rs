@@ -14,7 +14,13 @@ const LAYERS: &[(&str, &[&str])] = &[
     (
         "utilities and OS glue",
         &[
-            "sys", "config", "startup", "work_set", "ids", "id_table", "deadlines",
+            "sys",
+            "config",
+            "startup",
+            "work_set",
+            "ids",
+            "id_table",
+            "deadlines",
         ],
     ),
     ("storage", &["storage"]),
@@ -22,7 +28,10 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("mail", &["mailbox", "admin"]),
     ("owner", &["shard", "owner_sim"]),
     ("front-ends", &["tcp", "http"]),
-    ("control", &["control", "lookup_reg", "launch", "lib", "main"]),
+    (
+        "control",
+        &["control", "lookup_reg", "launch", "lib", "main"],
+    ),
 ];
 
 fn layer_of(module: &str) -> Option<usize> {
@@ -153,7 +162,9 @@ fn every_module_has_a_layer_and_names_only_its_layer_or_below() {
     let mut wrong = Vec::new();
     for (module, deps) in &graph {
         let Some(mine) = layer_of(module) else {
-            wrong.push(format!("{module}: in no layer (add it to LAYERS and ARCHITECTURE.md)"));
+            wrong.push(format!(
+                "{module}: in no layer (add it to LAYERS and ARCHITECTURE.md)"
+            ));
             continue;
         };
         for dep in deps {

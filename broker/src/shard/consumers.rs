@@ -7,9 +7,9 @@
 //! batch of mail or commands ends with one [`Shard::flush_dispatches`]. Nothing here waits.
 
 use super::Shard;
+use crate::channel::TimerEntry;
 use crate::channel::{ConsumerKey, ConsumerSpec, Deliveries};
 use crate::mailbox::{ChannelOp, Mail, RegistryOp};
-use crate::timer::TimerEntry;
 use crate::topic::{ChannelRef, Topic};
 use protocol::{ErrorCode, ProtocolError};
 use std::cell::RefCell;

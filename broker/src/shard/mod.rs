@@ -49,9 +49,9 @@ pub use lifecycle::{run, FrontEnds};
 use publish::{Answer, DiskAck};
 use topics::PendingTopic;
 
+use crate::channel::TimerQueue;
 use crate::config::Config;
 use crate::mailbox::{Mail, Outbox, RegistryOp, Reply, ReplyTo};
-use crate::timer::TimerQueue;
 use crate::topic::{ChannelRef, Topic};
 use crate::work_set::WorkSet;
 use bytes::{Bytes, BytesMut};

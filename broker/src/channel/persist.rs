@@ -1,0 +1,85 @@
+//! A channel's metadata in the topic's `meta.json`: what it saves ([`Channel::to_meta`]) and
+//! restores at start-up ([`Channel::restore`]). After a clean stop it saves its cursor and
+//! every message it owes (in-flight ones as requeued, deferred ones with the delay left), so a
+//! restart delivers them again with their attempts; otherwise its floor, from which the restart
+//! delivers everything again.
+
+use super::{Channel, Requeued, TimerQueue};
+use crate::storage::log::{DiskHint, Read, TopicLog};
+use crate::storage::meta::{ChannelMeta, PendingMeta};
+use std::time::{Duration, Instant};
+
+impl Channel {
+    /// What to persist. Clean: the cursor and every owed message (in flight ones as requeued,
+    /// deferred ones with the delay left). Otherwise a floor to restart from.
+    pub fn to_meta(&self, clean: bool, now: Instant) -> ChannelMeta {
+        if !clean {
+            return ChannelMeta {
+                name: self.name.to_string(),
+                paused: self.paused,
+                cursor: self.floor(),
+                pending: Vec::new(),
+            };
+        }
+        let mut pending: Vec<PendingMeta> = self
+            .requeued
+            .iter()
+            .map(|r| (&r.msg, 0))
+            .chain(self.in_flight.values().map(|f| (&f.msg, 0)))
+            .chain(self.deferred.values().map(|d| {
+                (
+                    &d.msg,
+                    d.at.saturating_duration_since(now).as_millis() as u64,
+                )
+            }))
+            .map(|(s, delay_ms)| PendingMeta {
+                seq: s.seq,
+                attempts: s.msg.attempts,
+                delay_ms,
+            })
+            .collect();
+        pending.sort_by_key(|p| p.seq);
+        ChannelMeta {
+            name: self.name.to_string(),
+            paused: self.paused,
+            cursor: self.cursor,
+            pending,
+        }
+    }
+
+    /// Restores from persisted metadata; returns how many owed messages came back.
+    pub fn restore(
+        &mut self,
+        meta: &ChannelMeta,
+        clean: bool,
+        log: &TopicLog,
+        now: Instant,
+        timers: &TimerQueue,
+    ) -> usize {
+        self.paused = meta.paused;
+        self.cursor = meta.cursor.clamp(log.start(), log.head());
+        self.hint = DiskHint::default();
+        if !clean {
+            return 0;
+        }
+        let mut restored = 0;
+        for p in &meta.pending {
+            let Read::Msg(mut s, _) = log.read_blocking(p.seq) else {
+                continue;
+            };
+            if s.seq != p.seq {
+                // The record was lost to corruption; nothing to deliver.
+                continue;
+            }
+            s.msg.attempts = p.attempts;
+            if p.delay_ms > 0 {
+                s.detach_body();
+                self.defer(s, now + Duration::from_millis(p.delay_ms), timers);
+            } else {
+                self.requeued.push_back(Requeued { after: 0, msg: s });
+            }
+            restored += 1;
+        }
+        restored
+    }
+}
