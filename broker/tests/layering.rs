@@ -24,7 +24,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         ],
     ),
     ("storage", &["storage"]),
-    ("domain", &["timer", "channel", "topic", "stats"]),
+    ("domain", &["timer", "latency", "channel", "topic", "stats"]),
     ("mail", &["mailbox", "admin"]),
     ("owner", &["shard", "owner_sim"]),
     ("front-ends", &["tcp", "http"]),
