@@ -136,7 +136,7 @@ pub struct Args {
     /// connection's packets and wake-ups on one core; needs a multi-queue NIC or loopback to
     /// spread), `hash` = the kernel's hash of the addresses
     #[arg(long, value_enum, default_value = "cpu")]
-    pub connection_steering: crate::listen::Steering,
+    pub connection_steering: crate::sys::listen::Steering,
     /// how long a shard that ran out of work keeps polling before it sleeps (default 0: sleep
     /// at once). 20-50us saves a wake-up per hop under load when the broker has its cores to
     /// itself; where clients share the cores it takes CPU from them
@@ -184,7 +184,7 @@ pub struct Config {
     /// CPUs the shards are pinned to, shard i on `cpus[i % cpus.len()]`.
     pub cpus: Vec<usize>,
     pub shards: usize,
-    pub connection_steering: crate::listen::Steering,
+    pub connection_steering: crate::sys::listen::Steering,
     pub spin_before_park: Duration,
 }
 

@@ -5,7 +5,8 @@
 
 use crate::admin;
 use crate::config::Config;
-use crate::{control, listen, rlimit, shard, startup};
+use crate::sys::{listen, rlimit};
+use crate::{control, shard, startup};
 use glommio::channels::channel_mesh::MeshBuilder;
 use glommio::{LocalExecutorBuilder, Placement};
 use std::process::ExitCode;

@@ -21,12 +21,12 @@
 
 use crate::channel::{ConsumerKey, ConsumerSpec, Deliveries};
 use crate::config::Config;
-use crate::conn::{self, Conn};
 use crate::ids::now_nanos;
 use crate::lookup_reg::RegistryOp;
 use crate::mailbox::{Batch, ChannelOp, Mail, Outbox, Reply, ReplyTo};
 use crate::startup::{with_wake_ticks, StartProgress, Step};
 use crate::storage::{self, log::TopicLog};
+use crate::tcp::Conn;
 use crate::timer::{TimerEntry, TimerQueue};
 use crate::topic::{ChannelRef, Topic};
 use crate::work_set::WorkSet;
@@ -91,8 +91,8 @@ pub struct Shard {
     /// HTTP connections handed over by other shards, for the adopter task.
     pub(crate) http_adopted: RefCell<Vec<std::os::fd::OwnedFd>>,
     pub(crate) wake_adopter: Notify,
-    /// The HTTP connections' answers, sent in one submission per turn ([`crate::send_batch`]).
-    pub(crate) sends: crate::send_batch::SendBatch,
+    /// The HTTP connections' answers, sent in one submission per turn ([`crate::sys::send_batch`]).
+    pub(crate) sends: crate::sys::send_batch::SendBatch,
     pub(crate) exit: Notify,
     pub(crate) conns_changed: Notify,
     /// Health and runtime options for the HTTP API (see [`crate::admin`]).
@@ -199,7 +199,7 @@ impl Shard {
             http_stop: Notify::new(),
             http_adopted: RefCell::new(Vec::new()),
             wake_adopter: Notify::new(),
-            sends: crate::send_batch::SendBatch::new(),
+            sends: crate::sys::send_batch::SendBatch::new(),
             exit: Notify::new(),
             conns_changed: Notify::new(),
             admin: crate::admin::AdminState::default(),
@@ -340,7 +340,7 @@ impl Shard {
     pub fn unregister_conn(&self, id: u64) {
         self.conns.borrow_mut().remove(&id);
         self.conns_changed.notify();
-        crate::mem_trim::connection_closed();
+        crate::sys::mem_trim::connection_closed();
     }
 
     pub fn next_conn_id(&self) -> u64 {
@@ -1156,7 +1156,7 @@ impl Shard {
     }
 
     /// Waits (bounded) until every connection of this shard has finished, then tells control.
-    async fn report_when_quiet(self: Rc<Self>) {
+    pub(crate) async fn report_when_quiet(self: Rc<Self>) {
         let deadline = Instant::now() + Duration::from_secs(10);
         while !self.conns.borrow().is_empty() && Instant::now() < deadline {
             futures_lite::future::or(
@@ -1508,7 +1508,7 @@ pub async fn run(
     config: Arc<Config>,
     mesh: MeshBuilder<Batch, Full>,
     control: usize,
-    listeners: Option<crate::listen::ShardListeners>,
+    listeners: Option<crate::sys::listen::ShardListeners>,
     ready: &std::sync::mpsc::Sender<bool>,
     progress: &StartProgress,
 ) -> Result<(), String> {
@@ -1579,7 +1579,8 @@ pub async fn run(
     let listener = unsafe { TcpListener::from_raw_fd(listeners.tcp.into_raw_fd()) };
     crate::http::start(&shard, listeners.http)?;
     let accept_shard = shard.clone();
-    let acceptor = glommio::spawn_local(async move { accept_loop(accept_shard, listener).await });
+    let acceptor =
+        glommio::spawn_local(async move { crate::tcp::accept_loop(accept_shard, listener).await });
     // Its topics are loaded and it accepts: main logs "listening" once every shard has said so.
     progress.set(id, Step::Serving);
     let _ = ready.send(true);
@@ -1609,24 +1610,4 @@ fn spawn_pumps(shard: &Rc<Shard>, senders: &Rc<Senders<Batch>>, peers: usize) {
         })
         .detach();
     }
-}
-
-async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
-    let mut limit = crate::accept_limit::AcceptLimit::new(shard.id, "TCP");
-    loop {
-        let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
-            shard.stop_accepting.notified().await;
-            None
-        })
-        .await;
-        match accepted {
-            None => break,
-            Some(Ok(stream)) => {
-                glommio::spawn_local(conn::serve(shard.clone(), stream)).detach();
-            }
-            Some(Err(e)) => limit.on_error(&listener, e).await,
-        }
-    }
-    info!(shard = shard.id, "stopped accepting");
-    glommio::spawn_local(shard.clone().report_when_quiet()).detach();
 }
