@@ -24,7 +24,7 @@ use crate::config::Config;
 use crate::ids::now_nanos;
 use crate::lookup_reg::RegistryOp;
 use crate::mailbox::{Batch, ChannelOp, Mail, Outbox, Reply, ReplyTo};
-use crate::startup::{with_wake_ticks, StartProgress, Step};
+use crate::startup::{with_wake_ticks, StartError, StartProgress, Step};
 use crate::storage::{self, log::TopicLog};
 use crate::tcp::Conn;
 use crate::timer::{TimerEntry, TimerQueue};
@@ -1511,15 +1511,14 @@ pub async fn run(
     listeners: Option<crate::sys::listen::ShardListeners>,
     ready: &std::sync::mpsc::Sender<bool>,
     progress: &StartProgress,
-) -> Result<(), String> {
+) -> Result<(), StartError> {
     // Joins before anything can fail: a shard that left without joining would keep every
     // other participant waiting in its join.
     progress.set(id, Step::JoiningMesh);
     let (senders, mut receivers) = with_wake_ticks(mesh.join())
         .await
-        .map_err(|_| format!("shard {id}: could not join the mailbox mesh"))?;
-    let listeners =
-        listeners.ok_or_else(|| format!("shard {id}: no listening sockets were opened for it"))?;
+        .map_err(|_| StartError::JoinMesh { shard: id })?;
+    let listeners = listeners.ok_or(StartError::NoListeners { shard: id })?;
     let peers = senders.nr_consumers();
     let shard = Rc::new(Shard::new(id, config.clone(), peers, control));
     progress.set(id, Step::LoadingTopics);
@@ -1591,9 +1590,10 @@ pub async fn run(
     let lost = shard.hand_over_to_storage().await;
     debug!(shard = id, "exited");
     if lost > 0 {
-        return Err(format!(
-            "shard {id}: {lost} bytes of acknowledged messages could not be written at shutdown (see the errors above); they are lost"
-        ));
+        return Err(StartError::LostAtStop {
+            shard: id,
+            bytes: lost,
+        });
     }
     Ok(())
 }
