@@ -95,7 +95,7 @@ pub struct ShardStats {
     pub timers: usize,
     /// Bytes of segment blocks cached for readers behind the in-memory window.
     pub read_cache_bytes: u64,
-    /// Eager reads ([`crate::eager_read`]) that found the next request, and that found none.
+    /// Eager reads ([`crate::sys::eager_read`]) that found the next request, and that found none.
     pub eager_reads: u64,
     pub eager_read_misses: u64,
 }

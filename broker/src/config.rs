@@ -136,7 +136,7 @@ pub struct Args {
     /// connection's packets and wake-ups on one core; needs a multi-queue NIC or loopback to
     /// spread), `hash` = the kernel's hash of the addresses
     #[arg(long, value_enum, default_value = "cpu")]
-    pub connection_steering: crate::listen::Steering,
+    pub connection_steering: crate::sys::listen::Steering,
     /// how long a shard that ran out of work keeps polling before it sleeps (default 0: sleep
     /// at once). 20-50us saves a wake-up per hop under load when the broker has its cores to
     /// itself; where clients share the cores it takes CPU from them
@@ -184,7 +184,7 @@ pub struct Config {
     /// CPUs the shards are pinned to, shard i on `cpus[i % cpus.len()]`.
     pub cpus: Vec<usize>,
     pub shards: usize,
-    pub connection_steering: crate::listen::Steering,
+    pub connection_steering: crate::sys::listen::Steering,
     pub spin_before_park: Duration,
 }
 
@@ -193,13 +193,41 @@ pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(30);
 /// The least [`Config::output_window`]: 4 MiB.
 pub const MIN_OUTPUT_WINDOW: u64 = 4 * 1024 * 1024;
 
+/// Why the command line is refused. Its text is what the operator reads (printed as is, before
+/// logging starts).
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The command line does not parse (an unknown flag, a malformed value): clap's text, with
+    /// the usage line.
+    #[error("{0}")]
+    Usage(clap::Error),
+    /// A flag's value is refused by the broker's own checks: the text names the flag and what
+    /// it accepts (or that the broker does not support it).
+    #[error("{0}")]
+    BadFlag(String),
+    /// An address flag whose host does not resolve.
+    #[error("{flag} {addr:?}: {source}")]
+    Unresolvable {
+        flag: &'static str,
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("{flag} {addr:?}: resolves to no address")]
+    NoAddress { flag: &'static str, addr: String },
+}
+
+/// [`ConfigError::BadFlag`].
+fn bad(message: impl Into<String>) -> ConfigError {
+    ConfigError::BadFlag(message.into())
+}
+
 impl Config {
     /// Parses the process arguments; `Err` holds the text to print (clap's, or ours).
-    pub fn from_env() -> Result<Config, String> {
+    pub fn from_env() -> Result<Config, ConfigError> {
         Config::parse_from(std::env::args())
     }
 
-    pub fn parse_from<I: IntoIterator<Item = String>>(argv: I) -> Result<Config, String> {
+    pub fn parse_from<I: IntoIterator<Item = String>>(argv: I) -> Result<Config, ConfigError> {
         let argv = nsq_common::cli::go_style_flags::<Args, _>(argv);
         let args = Args::try_parse_from(argv).map_err(|e| {
             if matches!(
@@ -209,86 +237,86 @@ impl Config {
                 // --help and --version: printed to stdout, exit 0.
                 e.exit()
             }
-            e.to_string()
+            ConfigError::Usage(e)
         })?;
         Config::from_args(args)
     }
 
-    fn from_args(a: Args) -> Result<Config, String> {
+    fn from_args(a: Args) -> Result<Config, ConfigError> {
         if !a.auth_http_addresses.is_empty() {
-            return Err(
+            return Err(bad(
                 "--auth-http-address: AUTH is not supported by this broker yet; \
-                        remove the flag (clients then get E_AUTH_DISABLED)"
-                    .into(),
-            );
+                        remove the flag (clients then get E_AUTH_DISABLED)",
+            ));
         }
         if !a.tls_cert.is_empty() || !a.tls_key.is_empty() || !a.https_address.is_empty() {
-            return Err(
+            return Err(bad(
                 "--tls-cert/--tls-key/--https-address: TLS is not supported by this \
-                        broker yet; remove these flags"
-                    .into(),
-            );
+                        broker yet; remove these flags",
+            ));
         }
         if a.max_msg_size == 0 || a.max_msg_size > u32::MAX as u64 / 2 {
-            return Err(format!(
+            return Err(bad(format!(
                 "--max-msg-size {} must be between 1 and {}",
                 a.max_msg_size,
                 u32::MAX / 2
-            ));
+            )));
         }
         // As in nsqd, the two limits are independent: --max-msg-size bounds one message (PUB,
         // DPUB, /pub, each message of an MPUB), --max-body-size a whole MPUB or /mpub body.
         if a.max_body_size == 0 || a.max_body_size > u32::MAX as u64 / 2 {
-            return Err(format!(
+            return Err(bad(format!(
                 "--max-body-size {} must be between 1 and {}",
                 a.max_body_size,
                 u32::MAX / 2
-            ));
+            )));
         }
         if a.node_id >= 1024 {
-            return Err(format!("--node-id {} must be in [0,1024)", a.node_id));
+            return Err(bad(format!("--node-id {} must be in [0,1024)", a.node_id)));
         }
         if a.max_rdy_count == 0 {
-            return Err("--max-rdy-count must be at least 1".into());
+            return Err(bad("--max-rdy-count must be at least 1"));
         }
         if a.msg_timeout < Duration::from_millis(1) || a.msg_timeout > a.max_msg_timeout {
-            return Err(format!(
+            return Err(bad(format!(
                 "--msg-timeout {:?} must be between 1ms and --max-msg-timeout ({:?})",
                 a.msg_timeout, a.max_msg_timeout
-            ));
+            )));
         }
         if a.max_heartbeat_interval < Duration::from_secs(1) {
-            return Err("--max-heartbeat-interval must be at least 1s".into());
+            return Err(bad("--max-heartbeat-interval must be at least 1s"));
         }
         if a.min_output_buffer_timeout > a.max_output_buffer_timeout {
-            return Err("--min-output-buffer-timeout exceeds --max-output-buffer-timeout".into());
+            return Err(bad(
+                "--min-output-buffer-timeout exceeds --max-output-buffer-timeout",
+            ));
         }
         for p in &a.e2e_processing_latency_percentiles {
             if !(*p > 0.0 && *p <= 1.0) {
-                return Err(format!(
+                return Err(bad(format!(
                     "--e2e-processing-latency-percentile {p} must be in (0, 1.0]"
-                ));
+                )));
             }
         }
         match a.log_level.to_ascii_lowercase().as_str() {
             "debug" | "info" | "warn" | "error" | "fatal" | "trace" => {}
             other => {
-                return Err(format!(
+                return Err(bad(format!(
                     "--log-level {other:?}: use debug, info, warn or error"
-                ))
+                )))
             }
         }
         let tcp_address = resolve("--tcp-address", &a.tcp_address)?;
         let http_address = resolve("--http-address", &a.http_address)?;
         if tcp_address.port() != 0 && tcp_address == http_address {
-            return Err(format!(
+            return Err(bad(format!(
                 "--tcp-address and --http-address are both {tcp_address}: they need two ports"
-            ));
+            )));
         }
         let cpus = allowed_cpus();
         let shards = a.shards.unwrap_or(cpus.len());
         if shards == 0 || shards > 256 {
-            return Err(format!("--shards {shards} must be between 1 and 256"));
+            return Err(bad(format!("--shards {shards} must be between 1 and 256")));
         }
         let broadcast_address = a.broadcast_address.unwrap_or_else(nsq_common::hostname);
         Ok(Config {
@@ -402,16 +430,23 @@ fn mix32(mut h: u32) -> u32 {
 }
 
 /// Resolves `host:port`; an empty host (`:4150`) means every interface, as in Go.
-fn resolve(flag: &str, addr: &str) -> Result<SocketAddr, String> {
+fn resolve(flag: &'static str, addr: &str) -> Result<SocketAddr, ConfigError> {
     let full = if addr.starts_with(':') {
         format!("0.0.0.0{addr}")
     } else {
         addr.to_string()
     };
     full.to_socket_addrs()
-        .map_err(|e| format!("{flag} {addr:?}: {e}"))?
+        .map_err(|source| ConfigError::Unresolvable {
+            flag,
+            addr: addr.to_string(),
+            source,
+        })?
         .next()
-        .ok_or_else(|| format!("{flag} {addr:?}: resolves to no address"))
+        .ok_or_else(|| ConfigError::NoAddress {
+            flag,
+            addr: addr.to_string(),
+        })
 }
 
 /// The CPUs this process may run on (its affinity mask), in order.
@@ -444,7 +479,7 @@ mod tests {
     fn parse(args: &[&str]) -> Result<Config, String> {
         let mut v = vec!["broker".to_string()];
         v.extend(args.iter().map(|s| s.to_string()));
-        Config::parse_from(v)
+        Config::parse_from(v).map_err(|e| e.to_string())
     }
 
     #[test]

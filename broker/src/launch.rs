@@ -5,7 +5,10 @@
 
 use crate::admin;
 use crate::config::Config;
-use crate::{control, listen, rlimit, shard, startup};
+use crate::startup::StartError;
+use crate::sys::listen::ListenError;
+use crate::sys::{listen, rlimit};
+use crate::{control, shard, startup};
 use glommio::channels::channel_mesh::MeshBuilder;
 use glommio::{LocalExecutorBuilder, Placement};
 use std::process::ExitCode;
@@ -25,42 +28,35 @@ pub fn run() -> ExitCode {
     let mut config = match Config::from_env() {
         Ok(c) => c,
         Err(e) => {
-            eprint!("{e}");
-            if !e.ends_with('\n') {
+            // Before logging starts: the text alone. (--help and --version exit 0 from the
+            // parser, on stdout.)
+            let e = StartError::from(e);
+            let text = e.to_string();
+            eprint!("{text}");
+            if !text.ends_with('\n') {
                 eprintln!();
             }
-            // (--help and --version exit 0 from the parser, on stdout.)
-            return ExitCode::from(2);
+            return ExitCode::from(e.exit_code());
         }
     };
     init_logging(&config.log_level);
     exit_on_panic();
     if let Err(e) = rlimit::ensure_memlock(config.shards) {
-        error!("{e}");
-        return ExitCode::from(1);
+        return start_failed(e.into());
     }
     // Held until exit: port-0 reservations and address claims (see claim_ports).
     let _reserved_ports = match claim_ports(&mut config) {
         Ok(r) => r,
-        Err(e) => {
-            error!("{e}");
-            return ExitCode::from(1);
-        }
+        Err(e) => return start_failed(e),
     };
     // Held until exit: the lock on --data-path (see lock_data_path).
     let _data_lock = match lock_data_path(&config.data_path) {
         Ok(l) => l,
-        Err(e) => {
-            error!("{e}");
-            return ExitCode::from(1);
-        }
+        Err(e) => return start_failed(e),
     };
     let signals = match control::install_signals() {
         Ok(s) => s,
-        Err(e) => {
-            error!("cannot install signal handlers: {e}");
-            return ExitCode::from(1);
-        }
+        Err(e) => return start_failed(StartError::Signals(e)),
     };
     let config = Arc::new(config);
     let shards = config.shards;
@@ -83,10 +79,7 @@ pub fn run() -> ExitCode {
         config.connection_steering,
     ) {
         Ok(l) => l,
-        Err(e) => {
-            error!("{e}");
-            return ExitCode::from(1);
-        }
+        Err(e) => return start_failed(e.into()),
     };
     let mut listeners = listeners.into_iter();
 
@@ -138,9 +131,12 @@ pub fn run() -> ExitCode {
             });
         match spawned {
             Ok(h) => handles.push(h),
-            Err(e) => {
-                error!("cannot start shard {i} on cpu {cpu}: {e}");
-                return ExitCode::from(1);
+            Err(source) => {
+                return start_failed(StartError::SpawnShard {
+                    shard: i,
+                    cpu,
+                    source,
+                })
             }
         }
     }
@@ -163,10 +159,7 @@ pub fn run() -> ExitCode {
         });
     let control = match control {
         Ok(h) => h,
-        Err(e) => {
-            error!("cannot start the control thread: {e}");
-            return ExitCode::from(1);
-        }
+        Err(e) => return start_failed(StartError::SpawnControl(e)),
     };
     drop(ready_tx);
     // "Listening" once every shard serves: the sockets take connections from the start, but a
@@ -205,6 +198,12 @@ pub fn run() -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// Logs why the broker does not start; the exit status to end with.
+fn start_failed(e: StartError) -> ExitCode {
+    error!("{e}");
+    ExitCode::from(e.exit_code())
+}
+
 /// Starts the normal shutdown (as SIGTERM does) after a shard failed to start, with a bound: a
 /// shard that failed before joining the mailbox mesh leaves the others waiting in their join,
 /// where they have served nothing, so exiting then loses nothing.
@@ -238,7 +237,7 @@ fn stop_after_start_failure() {
 /// A port-0 address is resolved by a bound, never-listening SO_REUSEPORT socket that the
 /// process keeps: the kernel then hands that port to no other `bind(0)`, and the shards join
 /// it.
-fn claim_ports(config: &mut Config) -> Result<Vec<std::os::fd::OwnedFd>, String> {
+fn claim_ports(config: &mut Config) -> Result<Vec<std::os::fd::OwnedFd>, StartError> {
     let mut held = Vec::new();
     let tcp = claim_port("--tcp-address", config.tcp_address, &mut held)?;
     let http = claim_port("--http-address", config.http_address, &mut held)?;
@@ -248,12 +247,12 @@ fn claim_ports(config: &mut Config) -> Result<Vec<std::os::fd::OwnedFd>, String>
 }
 
 fn claim_port(
-    flag: &str,
+    flag: &'static str,
     addr: std::net::SocketAddr,
     held: &mut Vec<std::os::fd::OwnedFd>,
-) -> Result<std::net::SocketAddr, String> {
+) -> Result<std::net::SocketAddr, StartError> {
     use socket2::{Domain, Protocol, Socket, Type};
-    let fail = |e: std::io::Error| format!("cannot listen on {flag} {addr}: {e}");
+    let fail = |e: std::io::Error| ListenError::new(flag, addr, e);
     let sock =
         Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP)).map_err(fail)?;
     if addr.port() != 0 {
@@ -275,27 +274,26 @@ fn claim_port(
         .local_addr()
         .ok()
         .and_then(|a| a.as_socket())
-        .ok_or_else(|| format!("{flag} {addr}: no local address"))?;
+        .ok_or(StartError::NoLocalAddress { flag, addr })?;
     held.push(sock.into());
     Ok(actual)
 }
 
 /// Binds the abstract unix socket that names `addr` as this broker's (see [`claim_ports`]).
-fn claim_by_name(flag: &str, addr: std::net::SocketAddr) -> Result<std::os::fd::OwnedFd, String> {
+fn claim_by_name(
+    flag: &'static str,
+    addr: std::net::SocketAddr,
+) -> Result<std::os::fd::OwnedFd, StartError> {
     use std::os::linux::net::SocketAddrExt;
     let name = format!("nsq-broker-listen-{addr}");
     let claim = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())
         .and_then(|a| std::os::unix::net::UnixListener::bind_addr(&a));
     match claim {
         Ok(listener) => Ok(listener.into()),
-        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Err(format!(
-            "cannot listen on {flag} {addr}: another broker on this host is starting, running \
-             or stopping on it (it holds the abstract unix socket @nsq-broker-listen-{addr}; \
-             `ss -xlp` shows which process)"
-        )),
-        Err(e) => Err(format!(
-            "cannot listen on {flag} {addr}: cannot claim it: {e}"
-        )),
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+            Err(StartError::AddressClaimed { flag, addr })
+        }
+        Err(source) => Err(StartError::ClaimFailed { flag, addr, source }),
     }
 }
 
@@ -304,23 +302,25 @@ fn claim_by_name(flag: &str, addr: std::net::SocketAddr) -> Result<std::os::fd::
 /// other's segments and metadata (each believes it owns every topic there), and acknowledged
 /// messages of one are lost at the next start. The kernel drops the lock when the process
 /// ends, however it ends.
-fn lock_data_path(path: &std::path::Path) -> Result<std::fs::File, String> {
+fn lock_data_path(path: &std::path::Path) -> Result<std::fs::File, StartError> {
     use std::os::fd::AsRawFd;
-    std::fs::create_dir_all(path)
-        .map_err(|e| format!("cannot create --data-path {}: {e}", path.display()))?;
-    let dir = std::fs::File::open(path)
-        .map_err(|e| format!("cannot open --data-path {}: {e}", path.display()))?;
+    std::fs::create_dir_all(path).map_err(|source| StartError::DataPathCreate {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let dir = std::fs::File::open(path).map_err(|source| StartError::DataPathOpen {
+        path: path.to_path_buf(),
+        source,
+    })?;
     // SAFETY: flock on a descriptor this function owns; no memory is passed.
     let rc = unsafe { libc::flock(dir.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
     if rc != 0 {
         let e = std::io::Error::last_os_error();
+        let path = path.to_path_buf();
         return Err(if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
-            format!(
-                "cannot lock --data-path {}: in use by another broker (each needs its own)",
-                path.display()
-            )
+            StartError::DataPathInUse { path }
         } else {
-            format!("cannot lock --data-path {}: {e}", path.display())
+            StartError::DataPathLock { path, source: e }
         });
     }
     Ok(dir)
@@ -373,14 +373,12 @@ fn init_logging(level: &str) {
 /// Starts a shard's servers: the TCP acceptor (its task is returned) and the HTTP server.
 fn start_front_ends(
     shard: &std::rc::Rc<shard::Shard>,
-    listeners: crate::listen::ShardListeners,
-) -> Result<glommio::Task<()>, String> {
+    listeners: crate::sys::listen::ShardListeners,
+) -> glommio::Task<()> {
     use std::os::fd::{FromRawFd, IntoRawFd};
     // SAFETY: the fd is a bound, listening TCP socket this shard now owns alone.
     let listener = unsafe { glommio::net::TcpListener::from_raw_fd(listeners.tcp.into_raw_fd()) };
-    crate::http::start(shard, listeners.http)?;
+    crate::http::start(shard, listeners.http);
     let accept_shard = shard.clone();
-    Ok(glommio::spawn_local(async move {
-        crate::conn::accept_loop(accept_shard, listener).await
-    }))
+    glommio::spawn_local(async move { crate::tcp::accept_loop(accept_shard, listener).await })
 }

@@ -66,6 +66,54 @@ const HTTP_ANSWER_LIMITS: Limits = Limits {
     max_body: MAX_HTTP_ANSWER,
 };
 
+/// Why a lookup session or query ended: logged, then the connection is made again after a
+/// backoff (a session) or the lookup is left out of the answer (a query).
+#[derive(Debug, thiserror::Error)]
+enum LookupError {
+    #[error("{addr} resolves to no address")]
+    NoAddress { addr: String },
+    #[error("cannot resolve {addr}: {source}")]
+    Resolve {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("connect {addr}: {source}")]
+    Connect {
+        addr: SocketAddr,
+        source: glommio::GlommioError<()>,
+    },
+    #[error("write: {0}")]
+    Write(std::io::Error),
+    #[error("write timed out")]
+    WriteTimeout,
+    #[error("read: {0}")]
+    Read(std::io::Error),
+    #[error("no reply in time")]
+    NoReply,
+    #[error("connection closed by the lookup")]
+    Closed,
+    #[error("{0} unexpected bytes from the lookup")]
+    UnexpectedBytes(usize),
+    #[error("{0}")]
+    BadReply(protocol::lookup::ReplyError),
+    #[error("IDENTIFY refused: {0}")]
+    IdentifyRefused(String),
+    /// A command of the session answered with an error.
+    #[error("{command} refused: {reason}")]
+    Refused { command: String, reason: String },
+    #[error("{command}: unexpected answer of {bytes} bytes")]
+    UnexpectedAnswer { command: String, bytes: usize },
+    /// `GET /channels` got no whole answer.
+    #[error("{0}")]
+    Exchange(http1::client::ExchangeError),
+    #[error("status {0}")]
+    Status(u16),
+    #[error("bad JSON: {0}")]
+    BadJson(serde_json::Error),
+    #[error("no channels list in the answer")]
+    NoChannelsList,
+}
+
 pub use crate::mailbox::RegistryOp;
 
 /// Every topic and channel this broker has, as the lookups should know it.
@@ -344,11 +392,11 @@ impl Registrar {
 
     /// Connects, identifies, registers everything, then sends changes and PINGs until an
     /// error or stop. `Ok` only when stopped.
-    async fn session(&self, peer: &Peer, backoff: &mut Backoff) -> Result<(), String> {
+    async fn session(&self, peer: &Peer, backoff: &mut Backoff) -> Result<(), LookupError> {
         let addr = resolve(&peer.addr).await?;
         let mut stream = TcpStream::connect_timeout(addr, CONNECT_TIMEOUT)
             .await
-            .map_err(|e| format!("connect {addr}: {e}"))?;
+            .map_err(|source| LookupError::Connect { addr, source })?;
         let mut out = BytesMut::new();
         out.put_slice(protocol::MAGIC_V1);
         LookupCommand::Identify(self.identity.clone()).encode(&mut out);
@@ -364,7 +412,7 @@ impl Registrar {
                 _ => warn!("IDENTIFY answer without an HTTP port; channels of new topics will not be asked here"),
             },
             LookupReply::Ok => {}
-            LookupReply::Error(e) => return Err(format!("IDENTIFY refused: {e}")),
+            LookupReply::Error(e) => return Err(LookupError::IdentifyRefused(e)),
         }
         if peer.stopped.get() {
             return Ok(());
@@ -416,11 +464,11 @@ impl Registrar {
             .await;
             match idle {
                 None => {}
-                Some(Ok(0)) => return Err("connection closed by the lookup".into()),
+                Some(Ok(0)) => return Err(LookupError::Closed),
                 Some(Ok(n)) => {
-                    return Err(format!("{n} unexpected bytes from the lookup"));
+                    return Err(LookupError::UnexpectedBytes(n));
                 }
-                Some(Err(e)) => return Err(format!("read: {e}")),
+                Some(Err(e)) => return Err(LookupError::Read(e)),
             }
         }
     }
@@ -431,7 +479,7 @@ async fn send(
     stream: &mut TcpStream,
     inbuf: &mut BytesMut,
     cmds: Vec<LookupCommand>,
-) -> Result<(), String> {
+) -> Result<(), LookupError> {
     for batch in cmds.chunks(BATCH) {
         let mut out = BytesMut::new();
         for c in batch {
@@ -441,13 +489,17 @@ async fn send(
         for c in batch {
             match read_reply(stream, inbuf).await? {
                 LookupReply::Ok => {}
-                LookupReply::Error(e) => return Err(format!("{} refused: {e}", describe(c))),
+                LookupReply::Error(reason) => {
+                    return Err(LookupError::Refused {
+                        command: describe(c),
+                        reason,
+                    })
+                }
                 LookupReply::Data(d) => {
-                    return Err(format!(
-                        "{}: unexpected answer of {} bytes",
-                        describe(c),
-                        d.len()
-                    ))
+                    return Err(LookupError::UnexpectedAnswer {
+                        command: describe(c),
+                        bytes: d.len(),
+                    })
                 }
             }
         }
@@ -468,27 +520,30 @@ fn describe(c: &LookupCommand) -> String {
     }
 }
 
-async fn write_all(stream: &mut TcpStream, data: &[u8]) -> Result<(), String> {
+async fn write_all(stream: &mut TcpStream, data: &[u8]) -> Result<(), LookupError> {
     match with_timeout(IO_TIMEOUT, stream.write_all(data)).await {
         Some(Ok(())) => Ok(()),
-        Some(Err(e)) => Err(format!("write: {e}")),
-        None => Err("write timed out".into()),
+        Some(Err(e)) => Err(LookupError::Write(e)),
+        None => Err(LookupError::WriteTimeout),
     }
 }
 
-async fn read_reply(stream: &mut TcpStream, inbuf: &mut BytesMut) -> Result<LookupReply, String> {
+async fn read_reply(
+    stream: &mut TcpStream,
+    inbuf: &mut BytesMut,
+) -> Result<LookupReply, LookupError> {
     let deadline = Instant::now() + IO_TIMEOUT;
     let mut scratch = [0u8; 4096];
     loop {
-        if let Some(r) = decode_reply(inbuf, MAX_REPLY).map_err(|e| e.to_string())? {
+        if let Some(r) = decode_reply(inbuf, MAX_REPLY).map_err(LookupError::BadReply)? {
             return Ok(r);
         }
         let left = deadline.saturating_duration_since(Instant::now());
         match with_timeout(left, stream.read(&mut scratch)).await {
-            Some(Ok(0)) => return Err("connection closed by the lookup".into()),
+            Some(Ok(0)) => return Err(LookupError::Closed),
             Some(Ok(n)) => inbuf.extend_from_slice(&scratch[..n]),
-            Some(Err(e)) => return Err(format!("read: {e}")),
-            None => return Err("no reply in time".into()),
+            Some(Err(e)) => return Err(LookupError::Read(e)),
+            None => return Err(LookupError::NoReply),
         }
     }
 }
@@ -503,7 +558,7 @@ async fn with_timeout<T>(d: Duration, fut: impl Future<Output = T>) -> Option<T>
 }
 
 /// Resolves `host:port` off the executor's thread (DNS may block).
-async fn resolve(addr: &str) -> Result<SocketAddr, String> {
+async fn resolve(addr: &str) -> Result<SocketAddr, LookupError> {
     if let Ok(a) = addr.parse::<SocketAddr>() {
         return Ok(a);
     }
@@ -516,8 +571,13 @@ async fn resolve(addr: &str) -> Result<SocketAddr, String> {
         .await;
     match resolved {
         Ok(Some(a)) => Ok(a),
-        Ok(None) => Err(format!("{addr} resolves to no address")),
-        Err(e) => Err(format!("cannot resolve {addr}: {e}")),
+        Ok(None) => Err(LookupError::NoAddress {
+            addr: addr.to_owned(),
+        }),
+        Err(source) => Err(LookupError::Resolve {
+            addr: addr.to_owned(),
+            source,
+        }),
     }
 }
 
@@ -540,11 +600,11 @@ pub fn join_host_port(host: &str, port: u16) -> String {
 }
 
 /// `GET /channels?topic=` on one lookup's HTTP API.
-async fn fetch_channels(http_addr: &str, topic: &str) -> Result<Vec<String>, String> {
+async fn fetch_channels(http_addr: &str, topic: &str) -> Result<Vec<String>, LookupError> {
     let addr = resolve(http_addr).await?;
     let mut stream = TcpStream::connect_timeout(addr, QUERY_TIMEOUT)
         .await
-        .map_err(|e| format!("connect {addr}: {e}"))?;
+        .map_err(|source| LookupError::Connect { addr, source })?;
     let target = format!("/channels?topic={}", http1::percent_encode(topic));
     let user_agent = format!("nsqd/{}", protocol::NSQD_COMPAT_VERSION);
     let request = request_bytes(
@@ -556,18 +616,18 @@ async fn fetch_channels(http_addr: &str, topic: &str) -> Result<Vec<String>, Str
     );
     let response = exchange(&mut stream, &request, &HTTP_ANSWER_LIMITS)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(LookupError::Exchange)?;
     channels_of(&response)
 }
 
 /// The channel names in an answer to `GET /channels`: status 200 and `{"channels":[..]}` (or
 /// nsqlookupd's old `{"data":{"channels":[..]}}`).
-fn channels_of(response: &ReceivedResponse) -> Result<Vec<String>, String> {
+fn channels_of(response: &ReceivedResponse) -> Result<Vec<String>, LookupError> {
     if response.status != 200 {
-        return Err(format!("status {}", response.status));
+        return Err(LookupError::Status(response.status));
     }
     let value: serde_json::Value =
-        serde_json::from_slice(&response.body).map_err(|e| format!("bad JSON: {e}"))?;
+        serde_json::from_slice(&response.body).map_err(LookupError::BadJson)?;
     let channels = value
         .get("channels")
         .or_else(|| value.get("data").and_then(|d| d.get("channels")));
@@ -577,7 +637,7 @@ fn channels_of(response: &ReceivedResponse) -> Result<Vec<String>, String> {
             .filter_map(|v| v.as_str().map(str::to_owned))
             .collect()),
         Some(serde_json::Value::Null) => Ok(Vec::new()),
-        _ => Err("no channels list in the answer".into()),
+        _ => Err(LookupError::NoChannelsList),
     }
 }
 
@@ -704,7 +764,7 @@ mod tests {
     /// The channel names in a whole answer, as received up to the lookup's close.
     fn parse_channels_answer(raw: &[u8]) -> Result<Vec<String>, String> {
         let response = decode_answer(raw, true)?.ok_or("incomplete answer")?;
-        channels_of(&response)
+        channels_of(&response).map_err(|e| e.to_string())
     }
 
     #[test]

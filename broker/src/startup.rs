@@ -1,6 +1,7 @@
 //! Start-up progress: which step each shard (and the control thread) has reached, a watchdog
 //! that names whoever has not finished a step after [`REPORT_AFTER`], and the wake-up ticks
-//! that keep a start-up wait from depending on a cross-thread wake-up alone.
+//! that keep a start-up wait from depending on a cross-thread wake-up alone. Also
+//! [`StartError`]: every reason the broker does not start, each saying what to fix.
 //!
 //! Invariants:
 //! - Every participant moves through [`Step`] in order and ends at [`Step::Serving`] or
@@ -11,6 +12,11 @@
 //!   so that a supervisor restarts the broker instead of leaving it up and deaf. Loading topics
 //!   (recovery reads every segment) is reported, never cut short.
 
+use crate::config::ConfigError;
+use crate::sys::listen::ListenError;
+use crate::sys::rlimit::MemlockError;
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
@@ -25,6 +31,110 @@ pub const STEP_LIMIT: Duration = Duration::from_secs(60);
 /// While a start-up step waits on another thread, its executor wakes up this often to look
 /// again: a lost cross-thread wake-up then costs a tick instead of the start.
 pub const WAKE_TICK: Duration = Duration::from_millis(20);
+
+/// Why the broker did not start, or (only [`StartError::LostAtStop`]) why a shard's run ended
+/// badly. The text is the operator's message: what failed, with the figures, and what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The command line is refused: a bad flag or flag value.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// RLIMIT_MEMLOCK is below what the shards' io_uring needs (the text gives the figures and
+    /// the settings that raise it).
+    #[error(transparent)]
+    Memlock(#[from] MemlockError),
+    /// A listening socket could not be opened: the address is in use, or another socket error.
+    #[error(transparent)]
+    Listen(#[from] ListenError),
+    /// Another broker on this host holds the claim on the address (see `launch::claim_ports`).
+    #[error(
+        "cannot listen on {flag} {addr}: another broker on this host is starting, running or \
+         stopping on it (it holds the abstract unix socket @nsq-broker-listen-{addr}; `ss -xlp` \
+         shows which process)"
+    )]
+    AddressClaimed {
+        flag: &'static str,
+        addr: SocketAddr,
+    },
+    #[error("cannot listen on {flag} {addr}: cannot claim it: {source}")]
+    ClaimFailed {
+        flag: &'static str,
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    /// A port-0 address whose socket reports no address once bound.
+    #[error("{flag} {addr}: no local address")]
+    NoLocalAddress {
+        flag: &'static str,
+        addr: SocketAddr,
+    },
+    /// `--data-path` cannot be created (a missing parent, no permission, a file in the way).
+    #[error(
+        "cannot create --data-path {}: {source}; it must name a directory this user can \
+         create and write",
+        path.display()
+    )]
+    DataPathCreate {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot open --data-path {}: {source}", path.display())]
+    DataPathOpen {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// Another broker holds the lock on `--data-path`.
+    #[error(
+        "cannot lock --data-path {}: in use by another broker (each needs its own)",
+        path.display()
+    )]
+    DataPathInUse { path: PathBuf },
+    #[error("cannot lock --data-path {}: {source}", path.display())]
+    DataPathLock {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot install signal handlers: {0}")]
+    Signals(std::io::Error),
+    #[error("cannot start shard {shard} on cpu {cpu}: {source}")]
+    SpawnShard {
+        shard: usize,
+        cpu: usize,
+        source: glommio::GlommioError<()>,
+    },
+    #[error("cannot start the control thread: {0}")]
+    SpawnControl(glommio::GlommioError<()>),
+    /// A shard could not join the mailbox mesh (the other participants then wait for it).
+    #[error("shard {shard}: could not join the mailbox mesh")]
+    JoinMesh { shard: usize },
+    #[error("shard {shard}: no listening sockets were opened for it")]
+    NoListeners { shard: usize },
+    /// A stored topic's log cannot be opened (recovery failed: a segment cannot be read, a
+    /// directory cannot be listed).
+    #[error("topic {topic}: cannot open its log in {}: {reason}", dir.display())]
+    TopicLoad {
+        topic: String,
+        dir: PathBuf,
+        reason: String,
+    },
+    /// At the end of a shard's run: acknowledged messages it could not write at shutdown.
+    #[error(
+        "shard {shard}: {bytes} bytes of acknowledged messages could not be written at shutdown \
+         (see the errors above); they are lost"
+    )]
+    LostAtStop { shard: usize, bytes: usize },
+}
+
+impl StartError {
+    /// The process's exit status for this error: 2 for a refused command line (as for a usage
+    /// error), 1 otherwise.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            StartError::Config(_) => 2,
+            _ => 1,
+        }
+    }
+}
 
 /// A participant's step, in the order they happen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

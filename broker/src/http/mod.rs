@@ -27,6 +27,6 @@ use crate::shard::Shard;
 use std::rc::Rc;
 
 /// Starts this shard's HTTP listener and its accept loop.
-pub fn start(shard: &Rc<Shard>, listener: std::os::fd::OwnedFd) -> Result<(), String> {
-    server::start(shard, listener)
+pub fn start(shard: &Rc<Shard>, listener: std::os::fd::OwnedFd) {
+    server::start(shard, listener);
 }

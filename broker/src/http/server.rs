@@ -3,7 +3,7 @@
 //! A connection reads into a reused buffer, cuts every complete request off it
 //! (`http1::RequestDecoder`), answers them in order into one output buffer, and writes
 //! that buffer once per read: pipelined requests cost one write. After writing answers it reads
-//! the socket once itself before waiting through the reactor ([`crate::eager_read`]). HTTP/1.1
+//! the socket once itself before waiting through the reactor ([`crate::sys::eager_read`]). HTTP/1.1
 //! connections stay open unless the client says `Connection: close`; once the broker is
 //! shutting down every answer says `Connection: close`.
 //!
@@ -12,10 +12,10 @@
 //! first, so that it gets the answer rather than a reset.
 
 use super::routes::{self, Answer};
-use crate::eager_read::EagerRead;
-use crate::listen::Steering;
-use crate::send_batch;
 use crate::shard::Shard;
+use crate::sys::eager_read::EagerRead;
+use crate::sys::listen::Steering;
+use crate::sys::send_batch;
 use bytes::BytesMut;
 use futures_lite::AsyncReadExt;
 use glommio::net::{TcpListener, TcpStream};
@@ -37,9 +37,9 @@ const CPU_CHECK_EVERY: u64 = 64;
 const DRAIN_TIME: Duration = Duration::from_millis(500);
 const DRAIN_BYTES: usize = 16 * 1024 * 1024;
 
-/// Takes this shard's HTTP listener (bound and listening, see [`crate::listen`]) and spawns its
+/// Takes this shard's HTTP listener (bound and listening, see [`crate::sys::listen`]) and spawns its
 /// accept loop.
-pub fn start(shard: &Rc<Shard>, listener: std::os::fd::OwnedFd) -> Result<(), String> {
+pub fn start(shard: &Rc<Shard>, listener: std::os::fd::OwnedFd) {
     let config = &shard.config;
     crate::stats::start_time();
     crate::stats::configure_e2e(
@@ -59,11 +59,10 @@ pub fn start(shard: &Rc<Shard>, listener: std::os::fd::OwnedFd) -> Result<(), St
         info!(shard = watcher.id, "HTTP: stopped accepting");
     })
     .detach();
-    Ok(())
 }
 
 async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
-    let mut limit = crate::accept_limit::AcceptLimit::new(shard.id, "HTTP");
+    let mut limit = crate::sys::accept_limit::AcceptLimit::new(shard.id, "HTTP");
     loop {
         match listener.accept().await {
             Ok(stream) => {
@@ -101,7 +100,7 @@ async fn serve(shard: Rc<Shard>, mut stream: TcpStream) {
     }
     let _ = stream.shutdown(std::net::Shutdown::Both).await;
     counter.set(counter.get().saturating_sub(1));
-    crate::mem_trim::connection_closed();
+    crate::sys::mem_trim::connection_closed();
 }
 
 enum End {
@@ -117,7 +116,7 @@ enum End {
 /// this shard's stream is dropped (closing only this shard's descriptor). On failure the
 /// connection simply closes, as an idle keep-alive connection may.
 fn hand_over(shard: &Shard, stream: TcpStream, to: usize) {
-    let fd = crate::listen::dup_socket(stream.as_raw_fd());
+    let fd = crate::sys::listen::dup_socket(stream.as_raw_fd());
     drop(stream);
     let fd = match fd {
         Ok(fd) => fd,

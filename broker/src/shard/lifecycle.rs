@@ -5,7 +5,7 @@
 use super::{ConnHandle, Shard};
 use crate::config::Config;
 use crate::mailbox::{Batch, Mail, RegistryOp};
-use crate::startup::{with_wake_ticks, StartProgress, Step};
+use crate::startup::{with_wake_ticks, StartError, StartProgress, Step};
 use crate::storage::{self, log::TopicLog};
 use crate::topic::Topic;
 use glommio::channels::channel_mesh::{Full, MeshBuilder, Senders};
@@ -17,10 +17,12 @@ use tracing::{debug, error, info, warn};
 
 impl Shard {
     /// Loads the topics this shard owns from `--data-path` (blocking: before serving).
-    fn load_topics(&self) -> Result<(), String> {
+    fn load_topics(&self) -> Result<(), StartError> {
         let data = &self.config.data_path;
-        std::fs::create_dir_all(data)
-            .map_err(|e| format!("cannot create --data-path {}: {e}", data.display()))?;
+        std::fs::create_dir_all(data).map_err(|source| StartError::DataPathCreate {
+            path: data.clone(),
+            source,
+        })?;
         for name in storage::stored_topics(data) {
             if self.config.owner_of(&name) != self.id {
                 continue;
@@ -32,11 +34,10 @@ impl Shard {
                 self.config.mem_queue_size,
                 self.config.max_bytes_per_file,
             )
-            .map_err(|e| {
-                format!(
-                    "topic {name}: cannot open its log in {}: {e}",
-                    dir.display()
-                )
+            .map_err(|e| StartError::TopicLoad {
+                topic: name.clone(),
+                dir: dir.clone(),
+                reason: e.to_string(),
             })?;
             let mut topic = Topic::new(&name, log, self.config.mem_queue_size, self.id);
             let meta = match storage::meta::read(&dir) {
@@ -136,12 +137,11 @@ impl Shard {
 
 /// Starts the servers of a shard (TCP connections and HTTP, layers above this one) on its
 /// listeners; returns the TCP acceptor's task, stopped at exit.
-pub type StartFrontEnds =
-    fn(&Rc<Shard>, crate::listen::ShardListeners) -> Result<glommio::Task<()>, String>;
+pub type StartFrontEnds = fn(&Rc<Shard>, crate::sys::listen::ShardListeners) -> glommio::Task<()>;
 
 /// A shard's servers: its listening sockets and how to start serving on them.
 pub struct FrontEnds {
-    pub listeners: Option<crate::listen::ShardListeners>,
+    pub listeners: Option<crate::sys::listen::ShardListeners>,
     pub start: StartFrontEnds,
 }
 
@@ -154,16 +154,16 @@ pub async fn run(
     front_ends: FrontEnds,
     ready: &std::sync::mpsc::Sender<bool>,
     progress: &StartProgress,
-) -> Result<(), String> {
+) -> Result<(), StartError> {
     // Joins before anything can fail: a shard that left without joining would keep every
     // other participant waiting in its join.
     progress.set(id, Step::JoiningMesh);
     let (senders, mut receivers) = with_wake_ticks(mesh.join())
         .await
-        .map_err(|_| format!("shard {id}: could not join the mailbox mesh"))?;
+        .map_err(|_| StartError::JoinMesh { shard: id })?;
     let listeners = front_ends
         .listeners
-        .ok_or_else(|| format!("shard {id}: no listening sockets were opened for it"))?;
+        .ok_or(StartError::NoListeners { shard: id })?;
     let peers = senders.nr_consumers();
     let shard = Rc::new(Shard::new(id, config.clone(), peers, control));
     progress.set(id, Step::LoadingTopics);
@@ -219,7 +219,7 @@ pub async fn run(
     })
     .detach();
 
-    let acceptor = (front_ends.start)(&shard, listeners)?;
+    let acceptor = (front_ends.start)(&shard, listeners);
     // Its topics are loaded and it accepts: main logs "listening" once every shard has said so.
     progress.set(id, Step::Serving);
     let _ = ready.send(true);
@@ -230,9 +230,10 @@ pub async fn run(
     let lost = shard.hand_over_to_storage().await;
     debug!(shard = id, "exited");
     if lost > 0 {
-        return Err(format!(
-            "shard {id}: {lost} bytes of acknowledged messages could not be written at shutdown (see the errors above); they are lost"
-        ));
+        return Err(StartError::LostAtStop {
+            shard: id,
+            bytes: lost,
+        });
     }
     Ok(())
 }

@@ -100,8 +100,8 @@ pub struct Shard {
     /// HTTP connections handed over by other shards, for the adopter task.
     pub(crate) http_adopted: RefCell<Vec<std::os::fd::OwnedFd>>,
     pub(crate) wake_adopter: Notify,
-    /// The HTTP connections' answers, sent in one submission per turn ([`crate::send_batch`]).
-    pub(crate) sends: crate::send_batch::SendBatch,
+    /// The HTTP connections' answers, sent in one submission per turn ([`crate::sys::send_batch`]).
+    pub(crate) sends: crate::sys::send_batch::SendBatch,
     pub(crate) exit: Notify,
     pub(crate) conns_changed: Notify,
     /// Health and runtime options for the HTTP API (see [`crate::admin`]).
@@ -158,7 +158,7 @@ impl Shard {
             http_stop: Notify::new(),
             http_adopted: RefCell::new(Vec::new()),
             wake_adopter: Notify::new(),
-            sends: crate::send_batch::SendBatch::new(),
+            sends: crate::sys::send_batch::SendBatch::new(),
             exit: Notify::new(),
             conns_changed: Notify::new(),
             admin: crate::admin::AdminState::default(),
@@ -241,7 +241,7 @@ impl Shard {
     pub fn unregister_conn(&self, id: u64) {
         self.conns.borrow_mut().remove(&id);
         self.conns_changed.notify();
-        crate::mem_trim::connection_closed();
+        crate::sys::mem_trim::connection_closed();
     }
 
     /// Takes an HTTP connection another shard handed over (`Mail::HttpConn`) for the HTTP

@@ -31,7 +31,7 @@ impl Shard {
                 topic_stats(&t, q, &mut held)
             })
             .collect();
-        let eager = crate::eager_read::counts();
+        let eager = crate::sys::eager_read::counts();
         ShardStats {
             shard: self.id,
             health: self.admin.health(),

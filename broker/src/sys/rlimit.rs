@@ -7,8 +7,28 @@ pub const IO_MEMORY_PER_SHARD: usize = 512 * 1024;
 /// Slack for the rings themselves on kernels that still charge them to RLIMIT_MEMLOCK.
 const RING_SLACK: u64 = 256 * 1024;
 
-/// Makes sure the soft RLIMIT_MEMLOCK covers `shards`; `Err` holds the operator's message.
-pub fn ensure_memlock(shards: usize) -> Result<(), String> {
+/// Why the locked memory the shards need is not available.
+#[derive(Debug, thiserror::Error)]
+pub enum MemlockError {
+    #[error("cannot read RLIMIT_MEMLOCK: {0}")]
+    Unreadable(std::io::Error),
+    /// The soft limit is below what the shards need and the hard limit forbids raising it.
+    #[error(
+        "RLIMIT_MEMLOCK is {soft_kib} KiB (hard {hard_kib} KiB) but {shards} shards need \
+         {need_kib} KiB of locked memory for io_uring. Raise it: `ulimit -l {need_kib}` in the \
+         shell, LimitMEMLOCK=infinity in the systemd unit (deploy/ has one), or run with fewer \
+         --shards."
+    )]
+    TooLow {
+        soft_kib: u64,
+        hard_kib: u64,
+        shards: usize,
+        need_kib: u64,
+    },
+}
+
+/// Makes sure the soft RLIMIT_MEMLOCK covers `shards`; `Err` says what to set.
+pub fn ensure_memlock(shards: usize) -> Result<(), MemlockError> {
     let need = shards as u64 * (IO_MEMORY_PER_SHARD as u64 + RING_SLACK) + RING_SLACK;
     let mut lim = libc::rlimit {
         rlim_cur: 0,
@@ -16,7 +36,7 @@ pub fn ensure_memlock(shards: usize) -> Result<(), String> {
     };
     // SAFETY: getrlimit writes into the struct we pass.
     if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut lim) } != 0 {
-        return Err("cannot read RLIMIT_MEMLOCK".into());
+        return Err(MemlockError::Unreadable(std::io::Error::last_os_error()));
     }
     if lim.rlim_cur == libc::RLIM_INFINITY || lim.rlim_cur >= need {
         return Ok(());
@@ -36,18 +56,14 @@ pub fn ensure_memlock(shards: usize) -> Result<(), String> {
             return Ok(());
         }
     }
-    Err(format!(
-        "RLIMIT_MEMLOCK is {} KiB (hard {} KiB) but {} shards need {} KiB of locked memory for \
-         io_uring. Raise it: `ulimit -l {}` in the shell, LimitMEMLOCK=infinity in the systemd \
-         unit (deploy/ has one), or run with fewer --shards.",
-        lim.rlim_cur / 1024,
-        if lim.rlim_max == libc::RLIM_INFINITY {
+    Err(MemlockError::TooLow {
+        soft_kib: lim.rlim_cur / 1024,
+        hard_kib: if lim.rlim_max == libc::RLIM_INFINITY {
             u64::MAX / 1024
         } else {
             lim.rlim_max / 1024
         },
         shards,
-        need.div_ceil(1024),
-        need.div_ceil(1024),
-    ))
+        need_kib: need.div_ceil(1024),
+    })
 }

@@ -37,6 +37,39 @@ pub struct ShardListeners {
     pub http: OwnedFd,
 }
 
+/// Why a listening socket could not be opened on `addr`, named by its flag (`--tcp-address`,
+/// `--http-address`).
+#[derive(Debug, thiserror::Error)]
+pub enum ListenError {
+    /// Something else holds the address: a process listening on the port, most often.
+    #[error(
+        "cannot listen on {flag} {addr}: {source}; another process holds the port (`ss -tlnp` \
+         lists the listening ones), or choose another address"
+    )]
+    InUse {
+        flag: &'static str,
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cannot listen on {flag} {addr}: {source}")]
+    Failed {
+        flag: &'static str,
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+}
+
+impl ListenError {
+    /// `source`, met opening a socket on `flag`'s `addr`.
+    pub fn new(flag: &'static str, addr: SocketAddr, source: std::io::Error) -> ListenError {
+        if source.kind() == std::io::ErrorKind::AddrInUse {
+            ListenError::InUse { flag, addr, source }
+        } else {
+            ListenError::Failed { flag, addr, source }
+        }
+    }
+}
+
 /// Opens `cpus.len()` TCP and HTTP listeners (shard i pinned to `cpus[i]`) and installs the
 /// steering program. Returns them indexed by shard, and whether steering by CPU took effect.
 pub fn open(
@@ -44,7 +77,7 @@ pub fn open(
     http: SocketAddr,
     cpus: &[usize],
     steering: Steering,
-) -> Result<(Vec<ShardListeners>, bool), String> {
+) -> Result<(Vec<ShardListeners>, bool), ListenError> {
     // Group order: shards sorted by CPU, so that one CPU's shards sit side by side.
     let mut order: Vec<usize> = (0..cpus.len()).collect();
     order.sort_by_key(|&i| (cpus[i], i));
@@ -57,8 +90,7 @@ pub fn open(
         let http_ok = attach(&http_socks[0], &program);
         match (&tcp_ok, &http_ok) {
             (Ok(()), Ok(())) => steered = true,
-            _ => {
-                let e = tcp_ok.err().or(http_ok.err()).unwrap_or_default();
+            (Err(e), _) | (_, Err(e)) => {
                 tracing::warn!("connection steering by CPU unavailable, hashing instead: {e}");
             }
         }
@@ -75,8 +107,12 @@ pub fn open(
 }
 
 /// One listener per shard on `addr`, listening in group order.
-fn open_group(flag: &str, addr: SocketAddr, order: &[usize]) -> Result<Vec<Socket>, String> {
-    let fail = |e: std::io::Error| format!("cannot listen on {flag} {addr}: {e}");
+fn open_group(
+    flag: &'static str,
+    addr: SocketAddr,
+    order: &[usize],
+) -> Result<Vec<Socket>, ListenError> {
+    let fail = |e: std::io::Error| ListenError::new(flag, addr, e);
     order
         .iter()
         .map(|_| {
@@ -133,8 +169,13 @@ fn cpu_program(group_cpus: &[usize]) -> Vec<libc::sock_filter> {
     prog
 }
 
-fn attach(sock: &Socket, prog: &[libc::sock_filter]) -> Result<(), String> {
-    let len = u16::try_from(prog.len()).map_err(|_| "steering program too long".to_string())?;
+fn attach(sock: &Socket, prog: &[libc::sock_filter]) -> std::io::Result<()> {
+    let len = u16::try_from(prog.len()).map_err(|_| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "steering program too long",
+        )
+    })?;
     let fprog = libc::sock_fprog {
         len,
         filter: prog.as_ptr() as *mut libc::sock_filter,
@@ -152,7 +193,7 @@ fn attach(sock: &Socket, prog: &[libc::sock_filter]) -> Result<(), String> {
     if rc == 0 {
         Ok(())
     } else {
-        Err(std::io::Error::last_os_error().to_string())
+        Err(std::io::Error::last_os_error())
     }
 }
 

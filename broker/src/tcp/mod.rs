@@ -1,0 +1,302 @@
+//! The TCP front-end: a shard's TCP accept loop and the client connections it accepts, each
+//! served by the shard the kernel gave it for its whole life.
+//!
+//! Three tasks share a [`Conn`]: the reader (decodes and executes commands in order), the writer
+//! (flushes the output buffer whenever there is something in it: once per turn of the shard,
+//! so pipelined responses and deliveries go out in one write), and the heartbeat ticker. Reader
+//! and writer share the socket's one descriptor ([`crate::sys::conn_socket`]).
+//!
+//! Flow control of deliveries: the connection counts the bytes of message frames it was
+//! handed and, as its writer gets them into the socket, reports them written to the channel's
+//! owner (`ChannelOp::Written`, once a quarter of the window has gathered). The owner stops
+//! delivering to a consumer with a window's worth unreported (`Config::output_window`), so a
+//! client that does not read holds at most about a window of frames here. A write that makes
+//! no progress for a heartbeat interval (nsqd's write deadline; [`writer::WRITE_TIMEOUT`] with
+//! heartbeats off) closes the connection, and its in-flight messages go back to the channel.
+//!
+//! Responses keep the order of commands. Publishes pipeline: the reader sends PUB/MPUB/DPUB to
+//! the topic's owner and goes on decoding (up to [`publish::MAX_PIPELINED`] outstanding), while
+//! a fourth task, the replier, writes their answers in command order as they come back. A
+//! command that answers anything else (IDENTIFY, SUB, CLS, ...) first waits until every
+//! outstanding publish has been answered, so the client sees responses exactly in the order of
+//! its commands. A fatal protocol error sends its error frame, then closes; a non-fatal one
+//! (FIN of an unknown ID, ...) only sends the frame.
+//!
+//! Here: [`accept_loop`], [`serve`] (a connection's tasks, from accept to close) and [`Conn`]
+//! (the state those tasks share). The jobs of a connection:
+//! - [`reader`]: the V2 magic and the command loop (SUB, RDY, FIN, REQ, TOUCH, CLS);
+//! - [`identify`]: IDENTIFY and its negotiation;
+//! - [`publish`]: PUB, MPUB and DPUB, early answers, the replier;
+//! - [`writer`]: the output buffer, the writer task, heartbeats.
+
+mod identify;
+mod publish;
+mod reader;
+mod writer;
+
+use crate::channel::{ClientInfo, ConsumerKey};
+use crate::mailbox::{ChannelOp, Mail};
+use crate::shard::Shard;
+use bytes::BytesMut;
+use glommio::net::{TcpListener, TcpStream};
+use nsq_common::local_sync::Notify;
+use publish::{reply_loop, PendingPublish};
+use reader::{flush_fins, read_loop};
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+use tracing::{debug, info, warn, Instrument};
+use writer::{heartbeat_loop, write_loop};
+
+/// How long a stopping connection waits for its outstanding publishes to be answered.
+const REPLY_GRACE: Duration = Duration::from_secs(5);
+
+/// The owner shard, topic and channel of a subscription.
+type Subscription = (usize, Arc<str>, Arc<str>);
+
+/// The part of a connection that other tasks of the shard can reach.
+pub struct Conn {
+    pub id: u64,
+    out: RefCell<BytesMut>,
+    wake_writer: Notify,
+    wake_reader: Notify,
+    heartbeat_changed: Notify,
+    heartbeat: Cell<Option<Duration>>,
+    closed: Cell<bool>,
+    stop_requested: Cell<bool>,
+    /// Who the client says it is (after IDENTIFY), for /stats.
+    pub(crate) info: RefCell<ClientInfo>,
+    /// Messages published per topic on this connection, for /stats `pub_counts`.
+    pub(crate) pub_counts: RefCell<Vec<(String, u64)>>,
+    /// Set once SUB succeeded: the connection is then listed under its channel, not producers.
+    pub(crate) subscribed: Cell<bool>,
+    /// Publishes sent to their owners, in command order, and how many are not answered yet.
+    pending: RefCell<std::collections::VecDeque<PendingPublish>>,
+    outstanding: Cell<usize>,
+    /// Pending publishes whose answer the client still waits for (not acknowledged early).
+    unanswered: Cell<usize>,
+    wake_replier: Notify,
+    replies_done: Notify,
+    /// After SUB: the channel's owner, topic and channel, where written bytes are reported.
+    consumes: RefCell<Option<Subscription>>,
+    /// Bytes of message frames in `out`, not yet taken by the writer.
+    unsent_deliveries: Cell<u64>,
+    /// Bytes of message frames written and not yet reported to the owner.
+    written_unreported: Cell<u64>,
+    /// Report written bytes once this many have gathered (a quarter of the owner's window).
+    report_every: u64,
+}
+
+impl Conn {
+    fn new(id: u64, heartbeat: Duration, output_window: u64) -> Conn {
+        Conn {
+            id,
+            out: RefCell::new(BytesMut::new()),
+            wake_writer: Notify::new(),
+            wake_reader: Notify::new(),
+            heartbeat_changed: Notify::new(),
+            heartbeat: Cell::new(Some(heartbeat)),
+            closed: Cell::new(false),
+            stop_requested: Cell::new(false),
+            info: RefCell::new(ClientInfo::default()),
+            pub_counts: RefCell::new(Vec::new()),
+            subscribed: Cell::new(false),
+            pending: RefCell::new(std::collections::VecDeque::new()),
+            outstanding: Cell::new(0),
+            unanswered: Cell::new(0),
+            wake_replier: Notify::new(),
+            replies_done: Notify::new(),
+            consumes: RefCell::new(None),
+            unsent_deliveries: Cell::new(0),
+            written_unreported: Cell::new(0),
+            report_every: (output_window / 4).max(1),
+        }
+    }
+
+    /// Whether the client waits for an answer from us: a publish not answered yet, or a
+    /// response not written. Not asked of a consumer: what it sends (FIN, RDY) answers no
+    /// request of ours, and reading it as it trickles in would only cut its batches small.
+    fn answer_pending(&self) -> bool {
+        !self.subscribed.get() && (self.unanswered.get() > 0 || !self.out.borrow().is_empty())
+    }
+
+    /// Waits until at most `limit` publishes are outstanding (0: all answered).
+    async fn wait_outstanding(&self, limit: usize) {
+        while self.outstanding.get() > limit && !self.closed.get() {
+            self.replies_done.notified().await;
+        }
+    }
+
+    /// Shutdown: finish the command in progress, answer it, then close.
+    pub fn request_stop(&self) {
+        self.stop_requested.set(true);
+        self.wake_reader.notify();
+    }
+
+    /// Close now; the writer flushes what is already buffered, then shuts the socket.
+    pub fn close(&self) {
+        self.closed.set(true);
+        self.wake_reader.notify();
+        self.wake_writer.notify();
+        self.heartbeat_changed.notify();
+        self.wake_replier.notify();
+    }
+}
+
+/// Accepts connections on this shard's TCP listener until the shard stops accepting, and
+/// serves each on this shard.
+pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
+    let mut limit = crate::sys::accept_limit::AcceptLimit::new(shard.id, "TCP");
+    loop {
+        let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
+            shard.stop_accepting.notified().await;
+            None
+        })
+        .await;
+        match accepted {
+            None => break,
+            Some(Ok(stream)) => {
+                glommio::spawn_local(serve(shard.clone(), stream)).detach();
+            }
+            Some(Err(e)) => limit.on_error(&listener, e).await,
+        }
+    }
+    info!(shard = shard.id, "stopped accepting");
+    shard.stopped_accepting();
+}
+
+/// Serves one accepted connection until it closes.
+pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
+    let id = shard.next_conn_id();
+    let remote = stream
+        .peer_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_else(|_| "unknown".into());
+    // A debug span: at the default level it is disabled and costs nothing, where an enabled
+    // one is recorded by the subscriber for every connection. The few events above debug
+    // name the connection themselves.
+    let span = tracing::debug_span!("client", shard = shard.id, conn = id, remote = %remote);
+    async move {
+        debug!("connected");
+        let _ = stream.set_nodelay(true);
+        let (stream, writer_stream) = crate::sys::conn_socket::split(stream);
+        let heartbeat = shard.config.identify_limits().default_heartbeat_ms;
+        let conn = Rc::new(Conn::new(
+            id,
+            Duration::from_millis(heartbeat),
+            shard.config.output_window(),
+        ));
+        shard.register_conn(conn.id, conn.clone());
+        let writer = glommio::spawn_local(write_loop(shard.clone(), conn.clone(), writer_stream));
+        let ticker = glommio::spawn_local(heartbeat_loop(conn.clone()));
+        let replier = glommio::spawn_local(reply_loop(shard.clone(), conn.clone()));
+
+        let mut session = read_loop(&shard, &conn, stream, remote).await;
+        if let Some(s) = session.as_mut() {
+            flush_fins(&shard, &conn, s);
+        }
+        // Answer what is in progress (a stop, or EOF after pipelined publishes), bounded.
+        let _ = glommio::timer::timeout(REPLY_GRACE, async {
+            conn.wait_outstanding(0).await;
+            Ok(())
+        })
+        .await;
+        if conn.outstanding.get() > 0 {
+            warn!(
+                shard = shard.id,
+                conn = id,
+                outstanding = conn.outstanding.get(),
+                "publishes still unconfirmed by their owner when the connection closed"
+            );
+        }
+
+        if let Some((owner, topic, channel)) = session.and_then(|s| s.sub) {
+            shard.route(
+                owner,
+                Mail::Channel {
+                    topic,
+                    channel,
+                    key: ConsumerKey {
+                        shard: shard.id,
+                        conn: id,
+                    },
+                    op: ChannelOp::Leave,
+                },
+            );
+        }
+        shard.unregister_conn(id);
+        conn.close();
+        writer.await;
+        // close() woke them: they see the connection closed and end by themselves. (A task
+        // ended with glommio's `cancel` kept its allocation for good: 240 bytes a connection.)
+        ticker.await;
+        if conn.outstanding.get() == 0 {
+            replier.await;
+        } else {
+            // Answers that did not come within the grace: never waited for again.
+            replier.cancel().await;
+        }
+        debug!("closed");
+    }
+    .instrument(span)
+    .await
+}
+
+/// Sends `op` of connection `conn` to the owner of the channel it consumes (nothing before SUB).
+fn route_channel_op(shard: &Shard, conn: u64, sub: Option<&Subscription>, op: ChannelOp) {
+    if let Some((owner, topic, channel)) = sub {
+        shard.route(
+            *owner,
+            Mail::Channel {
+                topic: topic.clone(),
+                channel: channel.clone(),
+                key: ConsumerKey {
+                    shard: shard.id,
+                    conn,
+                },
+                op,
+            },
+        );
+    }
+}
+
+impl crate::shard::ConnHandle for Conn {
+    fn deliver_frames(&self, frames: BytesMut) {
+        Conn::deliver_frames(self, frames);
+    }
+
+    fn push_error(&self, error: &protocol::ProtocolError) {
+        Conn::push_error(self, error);
+    }
+
+    fn close(&self) {
+        Conn::close(self);
+    }
+
+    fn request_stop(&self) {
+        Conn::request_stop(self);
+    }
+
+    fn producer_stats(&self, topic: Option<&str>) -> Option<crate::stats::ClientStats> {
+        let counts = self.pub_counts.borrow();
+        if counts.is_empty() {
+            return None;
+        }
+        let state = if self.subscribed.get() {
+            crate::stats::STATE_SUBSCRIBED
+        } else {
+            crate::stats::STATE_INIT
+        };
+        let mut s = crate::stats::ClientStats::new(&self.info.borrow(), state);
+        s.pub_counts = counts
+            .iter()
+            .filter(|(name, _)| topic.is_none_or(|t| t == name))
+            .map(|(topic, count)| crate::stats::PubCount {
+                topic: topic.clone(),
+                count: *count,
+            })
+            .collect();
+        Some(s)
+    }
+}

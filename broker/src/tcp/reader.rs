@@ -1,0 +1,356 @@
+//! The reader of a connection: the V2 magic, then decoding and executing its commands in
+//! order until the connection ends ([`read_loop`]); SUB and the channel operations (RDY, FIN,
+//! REQ, TOUCH, CLS) are executed here.
+//!
+//! Invariants: the FINs of one read travel together, and before any other command runs
+//! ([`flush_fins`]), so a connection's channel operations reach the owner in command order. A
+//! command other than a publish first waits until every outstanding publish is answered; a
+//! publish waits while [`MAX_PIPELINED`] are outstanding. After each read the shard's marked
+//! channels are dispatched once, and a consumer whose outbox to the channel's owner is
+//! congested reads no more until it drains. Once an answer is on its way out, the next read
+//! may be an eager one ([`crate::sys::eager_read`]).
+
+use super::identify::identify;
+use super::publish::{publish, MAX_PIPELINED};
+use super::{route_channel_op, Conn, Subscription};
+use crate::channel::{ClientInfo, ConsumerKey, ConsumerSpec};
+use crate::mailbox::{ChannelOp, Mail, Reply};
+use crate::shard::Shard;
+use crate::sys::conn_socket::ReadHalf;
+use crate::sys::eager_read::EagerRead;
+use bytes::BytesMut;
+use futures_lite::AsyncReadExt;
+use protocol::command::ConnPhase;
+use protocol::{
+    decode_command_resuming, Command, DecodeContext, DecodeProgress, ErrorCode, FrameType,
+    ProtocolError,
+};
+use std::os::fd::AsRawFd;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+use tracing::debug;
+
+/// Smallest and largest read buffer; it doubles while reads fill it and halves after
+/// [`SHRINK_AFTER`] reads in a row that filled less than an eighth of it, so a connection that
+/// quietens down holds a small one (and one that alternates does not reallocate every read).
+const READ_MIN: usize = 1024;
+const SHRINK_AFTER: u8 = 4;
+const READ_MAX: usize = 256 * 1024;
+/// Turns of the shard a reader gives its answer to go out before it reads eagerly
+/// ([`crate::sys::eager_read`]): the replier, then the writer.
+const EAGER_YIELDS: usize = 3;
+
+/// What the reader knows of its connection.
+pub(super) struct Session {
+    phase: ConnPhase,
+    pub(super) heartbeats: bool,
+    pub(super) msg_timeout: Duration,
+    pub(super) info: ClientInfo,
+    /// The owner shard and the channel this connection consumes, after SUB.
+    pub(super) sub: Option<Subscription>,
+    /// FINs decoded from the current read, sent together (see [`flush_fins`]).
+    fins: Vec<protocol::MessageId>,
+}
+
+/// Most FINs gathered into one mail.
+const FIN_BATCH: usize = 512;
+
+/// Sends the gathered FINs to the channel's owner as one operation. Called before any other
+/// command runs (so operations keep their order) and when the read buffer is used up.
+pub(super) fn flush_fins(shard: &Shard, conn: &Conn, session: &mut Session) {
+    if session.fins.is_empty() {
+        return;
+    }
+    let op = ChannelOp::Fin(std::mem::take(&mut session.fins));
+    channel_op(shard, conn, session, op);
+}
+
+/// Reads and executes commands until the connection ends; returns the session (for cleanup).
+pub(super) async fn read_loop(
+    shard: &Rc<Shard>,
+    conn: &Rc<Conn>,
+    mut stream: ReadHalf,
+    remote: String,
+) -> Option<Session> {
+    let heartbeat = conn.heartbeat.get().unwrap_or(Duration::from_secs(30));
+    stream.set_read_timeout(Some(heartbeat * 2));
+    let mut magic = [0u8; 4];
+    let got =
+        futures_lite::future::or(async { Some(stream.read_exact(&mut magic).await) }, async {
+            conn.wake_reader.notified().await;
+            None
+        })
+        .await;
+    match got {
+        Some(Ok(())) if &magic == protocol::MAGIC_V2 => {}
+        Some(Ok(())) => {
+            conn.push_frame(FrameType::Error, b"E_BAD_PROTOCOL");
+            debug!("bad protocol magic {:?}", magic);
+            return None;
+        }
+        _ => return None,
+    }
+
+    let mut session = Session {
+        phase: ConnPhase::Init,
+        heartbeats: true,
+        msg_timeout: shard.config.msg_timeout,
+        info: ClientInfo {
+            remote_address: remote,
+            connect_ts: crate::ids::now_nanos() / 1_000_000_000,
+            ..ClientInfo::default()
+        },
+        sub: None,
+        fins: Vec::new(),
+    };
+    *conn.info.borrow_mut() = session.info.clone();
+    let limits = shard.decode_limits();
+    let mut rbuf = BytesMut::new();
+    let mut progress = DecodeProgress::default();
+    let mut scratch = vec![0u8; READ_MIN];
+    let mut small_reads = 0u8;
+    let mut eager = EagerRead::default();
+    loop {
+        loop {
+            if conn.closed.get() {
+                return Some(session);
+            }
+            let ctx = DecodeContext {
+                phase: session.phase,
+                heartbeats_enabled: session.heartbeats,
+                limits,
+            };
+            match decode_command_resuming(&mut rbuf, &ctx, &mut progress) {
+                Ok(Some(Command::Fin(id))) if session.sub.is_some() => {
+                    session.fins.push(id);
+                    if session.fins.len() >= FIN_BATCH {
+                        flush_fins(shard, conn, &mut session);
+                    }
+                }
+                Ok(Some(cmd)) => {
+                    flush_fins(shard, conn, &mut session);
+                    let publishes = matches!(
+                        cmd,
+                        Command::Pub { .. } | Command::Mpub { .. } | Command::Dpub { .. }
+                    );
+                    let limit = if publishes { MAX_PIPELINED - 1 } else { 0 };
+                    conn.wait_outstanding(limit).await;
+                    if conn.closed.get() {
+                        return Some(session);
+                    }
+                    if let Err(e) = execute(shard, conn, &mut stream, &mut session, cmd).await {
+                        debug!(error = %e, "command failed");
+                        conn.push_error(&e);
+                        if e.fatal {
+                            return Some(session);
+                        }
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    flush_fins(shard, conn, &mut session);
+                    debug!(error = %e, "protocol error");
+                    // After the answers of the publishes before it, as on the wire.
+                    conn.wait_outstanding(0).await;
+                    conn.push_error(&e);
+                    return Some(session);
+                }
+            }
+        }
+        if conn.stop_requested.get() {
+            return Some(session);
+        }
+        flush_fins(shard, conn, &mut session);
+        // FINs/RDYs of this read for this shard's own channels: dispatch once, now.
+        shard.flush_dispatches();
+        if let Some((owner, _, _)) = &session.sub {
+            wait_while_congested(shard, *owner).await;
+        }
+        let mut read = None;
+        if conn.answer_pending() && eager.wanted() {
+            // Let the replier and the writer send the answer; a client on this CPU runs as
+            // that send wakes it, and its next command is then already here.
+            for _ in 0..EAGER_YIELDS {
+                futures_lite::future::yield_now().await;
+                if !conn.answer_pending() {
+                    read = eager.read(stream.as_raw_fd(), &mut scratch).await;
+                    break;
+                }
+            }
+        }
+        if read.is_none() {
+            read =
+                futures_lite::future::or(async { Some(stream.read(&mut scratch).await) }, async {
+                    conn.wake_reader.notified().await;
+                    None
+                })
+                .await;
+        }
+        match read {
+            None => {
+                if conn.stop_requested.get() || conn.closed.get() {
+                    return Some(session);
+                }
+            }
+            Some(Ok(0)) => return Some(session),
+            Some(Ok(n)) => {
+                rbuf.extend_from_slice(&scratch[..n]);
+                if n < scratch.len() / 8 {
+                    small_reads = small_reads.saturating_add(1);
+                } else {
+                    small_reads = 0;
+                }
+                if n == scratch.len() && scratch.len() < READ_MAX {
+                    scratch.resize(scratch.len() * 2, 0);
+                } else if small_reads >= SHRINK_AFTER && scratch.len() > READ_MIN {
+                    scratch.truncate(scratch.len() / 2);
+                    scratch.shrink_to_fit();
+                    small_reads = 0;
+                }
+            }
+            Some(Err(e)) => {
+                debug!("read ended: {e}");
+                return Some(session);
+            }
+        }
+    }
+}
+
+async fn wait_while_congested(shard: &Shard, peer: usize) {
+    while shard.is_congested(peer) {
+        glommio::timer::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// Executes one decoded command.
+async fn execute(
+    shard: &Rc<Shard>,
+    conn: &Rc<Conn>,
+    stream: &mut ReadHalf,
+    session: &mut Session,
+    cmd: Command,
+) -> Result<(), ProtocolError> {
+    match cmd {
+        Command::Identify(body) => identify(shard, conn, stream, session, &body),
+        Command::Auth(_) => Err(ProtocolError::fatal(
+            ErrorCode::AuthDisabled,
+            "AUTH disabled",
+        )),
+        Command::Sub { topic, channel } => subscribe(shard, conn, session, topic, channel).await,
+        Command::Pub { topic, body } => {
+            publish(
+                shard,
+                conn,
+                topic,
+                vec![body],
+                Duration::ZERO,
+                ErrorCode::PubFailed,
+                "PUB",
+            )
+            .await
+        }
+        Command::Mpub { topic, bodies } => {
+            publish(
+                shard,
+                conn,
+                topic,
+                bodies,
+                Duration::ZERO,
+                ErrorCode::MpubFailed,
+                "MPUB",
+            )
+            .await
+        }
+        Command::Dpub {
+            topic,
+            defer_ms,
+            body,
+        } => {
+            let defer = Duration::from_millis(defer_ms);
+            publish(
+                shard,
+                conn,
+                topic,
+                vec![body],
+                defer,
+                ErrorCode::DpubFailed,
+                "DPUB",
+            )
+            .await
+        }
+        Command::Rdy(n) => {
+            channel_op(shard, conn, session, ChannelOp::Rdy(n));
+            Ok(())
+        }
+        Command::Fin(id) => {
+            channel_op(shard, conn, session, ChannelOp::Fin(vec![id]));
+            Ok(())
+        }
+        Command::Req { id, delay_ms } => {
+            let max = shard.config.max_req_timeout;
+            let delay = Duration::from_millis(delay_ms).min(max);
+            channel_op(shard, conn, session, ChannelOp::Req(id, delay));
+            Ok(())
+        }
+        Command::Touch(id) => {
+            channel_op(shard, conn, session, ChannelOp::Touch(id));
+            Ok(())
+        }
+        Command::Cls => {
+            channel_op(shard, conn, session, ChannelOp::Close);
+            session.phase = ConnPhase::Closing;
+            conn.push_response(protocol::CLOSE_WAIT);
+            Ok(())
+        }
+        Command::Nop => Ok(()),
+    }
+}
+
+async fn subscribe(
+    shard: &Rc<Shard>,
+    conn: &Conn,
+    session: &mut Session,
+    topic: String,
+    channel: String,
+) -> Result<(), ProtocolError> {
+    let owner = shard.config.owner_of(&topic);
+    let spec = ConsumerSpec {
+        key: ConsumerKey {
+            shard: shard.id,
+            conn: conn.id,
+        },
+        msg_timeout: session.msg_timeout,
+        info: Arc::new(session.info.clone()),
+        output_window: shard.config.output_window(),
+    };
+    let (t, c): (Arc<str>, Arc<str>) = (Arc::from(topic.as_str()), Arc::from(channel.as_str()));
+    let reply = shard
+        .request(owner, |reply| Mail::Subscribe {
+            topic,
+            channel,
+            consumer: spec,
+            reply,
+        })
+        .await;
+    match reply {
+        Some(Reply::Subscribe(Ok(()))) => {
+            session.phase = ConnPhase::Subscribed;
+            session.sub = Some((owner, t.clone(), c.clone()));
+            *conn.consumes.borrow_mut() = Some((owner, t.clone(), c.clone()));
+            conn.subscribed.set(true);
+            debug!(topic = %t, channel = %c, owner, "subscribed");
+            conn.push_response(protocol::OK);
+            Ok(())
+        }
+        Some(Reply::Subscribe(Err(e))) => Err(e),
+        _ => Err(ProtocolError::fatal(
+            ErrorCode::SubFailed,
+            "SUB failed broker shutting down",
+        )),
+    }
+}
+
+fn channel_op(shard: &Shard, conn: &Conn, session: &Session, op: ChannelOp) {
+    route_channel_op(shard, conn.id, session.sub.as_ref(), op);
+}
