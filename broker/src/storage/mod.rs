@@ -1,9 +1,11 @@
 //! Segment storage: each shard owns the logs of its topics under `--data-path`.
 //!
-//! - [`segment`]: the record and file format (lengths, checksums, versioned headers).
+//! - [`segment`]: the on-disk format, defined there: segment files, their header and records
+//!   (lengths, checksums, versions), scanning and resynchronisation.
 //! - [`blocks`]: the direct-I/O read cache channels read segments through.
 //! - [`mod@file`]: a segment file on the io_uring (direct I/O, or buffered where unavailable).
-//! - [`log`]: a topic's log: append, the in-memory window, reads, flush and fsync.
+//! - [`log`]: a topic's log: append, the in-memory window, write planning, flush and fsync,
+//!   reads, fetching blocks, recovery at start-up, retention (one file each under `log/`).
 //! - [`meta`]: a topic's metadata (channels, cursors, pending messages at a clean stop).
 //!
 //! Files are laid out by topic name, not by shard, so a restart with another `--shards` finds
