@@ -354,7 +354,7 @@ impl Shard {
                 // The control thread unregisters its channels, then the topic.
                 self.report(RegistryOp::Unregister, name, None);
                 if let Err(reason) = destroyed {
-                    return Some(AdminResult::Failed(reason));
+                    return Some(AdminResult::Failed(reason.to_string()));
                 }
                 if persistent {
                     self.admin.data_path_waiters.borrow_mut().push(reply);

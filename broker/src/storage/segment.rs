@@ -52,7 +52,6 @@
 
 use bytes::{BufMut, Bytes};
 use protocol::{Message, MessageId};
-use std::fmt;
 
 pub const MAGIC: &[u8; 8] = b"NSQSHSEG";
 /// The version this build writes.
@@ -215,26 +214,20 @@ pub struct Header {
     pub base: u64,
 }
 
-/// Why a segment header is not one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Why a segment header is not one. Not an error of storage's operations: recovery reads a
+/// segment whose header is damaged by its file name, and logs this.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum HeaderDamage {
+    #[error("header too short ({0} bytes)")]
     Short(usize),
+    #[error("bad magic")]
     Magic,
+    #[error("unknown segment version {0}")]
     Version(u32),
+    #[error("header length {0} does not fit its version")]
     Length(u32),
+    #[error("header checksum mismatch")]
     Checksum,
-}
-
-impl fmt::Display for HeaderDamage {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            HeaderDamage::Short(n) => write!(f, "header too short ({n} bytes)"),
-            HeaderDamage::Magic => write!(f, "bad magic"),
-            HeaderDamage::Version(v) => write!(f, "unknown segment version {v}"),
-            HeaderDamage::Length(n) => write!(f, "header length {n} does not fit its version"),
-            HeaderDamage::Checksum => write!(f, "header checksum mismatch"),
-        }
-    }
 }
 
 /// Checks a segment header (either version).

@@ -9,6 +9,7 @@
 use super::{DiskHint, Read, TopicLog};
 use crate::storage::blocks::{self, BlockKey, BLOCK};
 use crate::storage::file::SegFile;
+use crate::storage::StorageError;
 use bytes::Bytes;
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -72,7 +73,7 @@ pub async fn fetch(log: &RefCell<TopicLog>) -> (usize, usize) {
 }
 
 /// The file to read segment `base` from: the newest segment's open file, else its own.
-async fn read_file(log: &RefCell<TopicLog>, base: u64) -> Result<Rc<SegFile>, String> {
+async fn read_file(log: &RefCell<TopicLog>, base: u64) -> Result<Rc<SegFile>, StorageError> {
     let path = {
         let l = log.borrow();
         let seg = l.live_segment(base)?;

@@ -59,6 +59,7 @@ use self::plan::MIN_CHUNK;
 use super::blocks::Blocks;
 use super::file::SegFile;
 use super::segment::{Format, Stored, HEADER_LEN};
+use super::StorageError;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -281,9 +282,12 @@ impl TopicLog {
     }
 
     /// [`TopicLog::segment`] for a write or read that needs it: gone is an error.
-    fn live_segment(&self, base: u64) -> Result<&Segment, String> {
+    fn live_segment(&self, base: u64) -> Result<&Segment, StorageError> {
         self.segment(base)
-            .ok_or_else(|| format!("segment {base} vanished"))
+            .ok_or_else(|| StorageError::SegmentVanished {
+                topic: self.name.clone(),
+                base,
+            })
     }
 
     /// Bytes of segment blocks cached for readers.

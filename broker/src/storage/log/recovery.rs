@@ -9,6 +9,7 @@
 
 use super::{Segment, Skip, TopicLog};
 use crate::storage::segment::{self, Format, HEADER_LEN};
+use crate::storage::StorageError;
 use bytes::Bytes;
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};
@@ -24,9 +25,12 @@ impl TopicLog {
         dir: PathBuf,
         mem_limit: u64,
         max_bytes_per_file: u64,
-    ) -> std::io::Result<TopicLog> {
+    ) -> Result<TopicLog, StorageError> {
         if !dir.is_dir() {
-            std::fs::create_dir_all(&dir)?;
+            std::fs::create_dir_all(&dir).map_err(|source| StorageError::Create {
+                path: dir.clone(),
+                source,
+            })?;
             // The new directory's name, so a power loss cannot take the topic's files with it.
             if let Some(parent) = dir.parent() {
                 crate::storage::sync_dir(parent)?;
@@ -34,7 +38,11 @@ impl TopicLog {
         }
         let mut log = TopicLog::new(name, Some(dir.clone()), mem_limit, max_bytes_per_file);
         let mut files: Vec<(u64, PathBuf)> = Vec::new();
-        for entry in std::fs::read_dir(&dir)?.filter_map(|e| e.ok()) {
+        let entries = std::fs::read_dir(&dir).map_err(|source| StorageError::Read {
+            path: dir.clone(),
+            source,
+        })?;
+        for entry in entries.filter_map(|e| e.ok()) {
             let p = entry.path();
             if crate::storage::is_trash(&p) {
                 // Released before a stop or crash, not deleted yet.
@@ -96,20 +104,31 @@ fn recover_segment(
     base: u64,
     path: &Path,
     last: bool,
-) -> std::io::Result<Option<Recovered>> {
+) -> Result<Option<Recovered>, StorageError> {
     let file = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
-        .open(path)?;
-    let len = file.metadata()?.len();
+        .open(path)
+        .map_err(|source| StorageError::Open {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    let read_failed = |source| StorageError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    let len = file.metadata().map_err(read_failed)?.len();
     if len < Format::V1.header_len().min(HEADER_LEN) as u64 {
         warn!(topic, segment = %path.display(), len, "segment shorter than its header; removed");
         drop(file);
-        std::fs::remove_file(path)?;
+        std::fs::remove_file(path).map_err(|source| StorageError::Remove {
+            path: path.to_path_buf(),
+            source,
+        })?;
         return Ok(None);
     }
     // SAFETY: nothing else writes the file during recovery.
-    let mmap = unsafe { memmap2::Mmap::map(&file) }?;
+    let mmap = unsafe { memmap2::Mmap::map(&file) }.map_err(read_failed)?;
     let data = Bytes::from_owner(mmap);
     let segment::Recovered { header, report } = segment::recover(&data);
     match header {
@@ -131,15 +150,13 @@ fn recover_segment(
         debug!(topic, segment = %path.display(), offset = report.valid_end, bytes = report.torn_tail, "write padding cut");
         drop(data);
         if last {
-            file.set_len(valid)?;
-            file.sync_all()?;
+            cut(&file, path, valid)?;
         }
     } else if report.torn_tail > 0 {
         if last {
             warn!(topic, segment = %path.display(), offset = report.valid_end, bytes = report.torn_tail, "torn tail cut");
             drop(data);
-            file.set_len(valid)?;
-            file.sync_all()?;
+            cut(&file, path, valid)?;
         } else {
             warn!(topic, segment = %path.display(), offset = report.valid_end, bytes = report.torn_tail, "corrupt tail ignored");
         }
@@ -150,7 +167,10 @@ fn recover_segment(
         // New records go to a segment of the current format, which would take this name.
         info!(topic, segment = %path.display(), "empty segment of an older format removed");
         drop(file);
-        std::fs::remove_file(path)?;
+        std::fs::remove_file(path).map_err(|source| StorageError::Remove {
+            path: path.to_path_buf(),
+            source,
+        })?;
         return Ok(None);
     }
     let end = report.last_seq.map(|s| s + 1).unwrap_or(base);
@@ -179,4 +199,16 @@ fn recover_segment(
         max_id: report.max_id,
         deferred: report.deferred,
     }))
+}
+
+/// Cuts segment file `file` (at `path`) to `len` bytes, durably.
+fn cut(file: &std::fs::File, path: &Path, len: u64) -> Result<(), StorageError> {
+    file.set_len(len).map_err(|source| StorageError::Truncate {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    file.sync_all().map_err(|source| StorageError::Fsync {
+        path: path.to_path_buf(),
+        source,
+    })
 }

@@ -8,6 +8,7 @@
 //! or not passed; nothing is unlinked on the shard's thread.
 
 use super::TopicLog;
+use crate::storage::StorageError;
 use std::path::PathBuf;
 use tracing::{info, warn};
 
@@ -46,9 +47,9 @@ impl TopicLog {
 
     /// Drops everything (topic deleted). The directory is renamed at once (a topic of the same
     /// name may be created right after) and goes to the trash with its files; the rename is
-    /// durable once the data path is fsynced. Fails (the reason) when the directory cannot be
-    /// renamed: it would come back at the next start.
-    pub fn destroy(&mut self) -> Result<(), String> {
+    /// durable once the data path is fsynced. Fails when the directory cannot be renamed: it
+    /// would come back at the next start.
+    pub fn destroy(&mut self) -> Result<(), StorageError> {
         self.pending.clear();
         self.planned_end = self.head;
         self.unplanned_bytes = 0;
@@ -67,10 +68,14 @@ impl TopicLog {
                 Ok(())
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => {
-                let reason = format!("cannot remove {}: {e}", dir.display());
-                warn!(topic = %self.name, "{reason}");
-                Err(reason)
+            Err(source) => {
+                let e = StorageError::Rename {
+                    from: dir.clone(),
+                    to: doomed,
+                    source,
+                };
+                warn!(topic = %self.name, "cannot remove the topic's files: {e}");
+                Err(e)
             }
         }
     }

@@ -11,6 +11,7 @@
 use super::plan::{next_chunk_capacity, MAX_WRITE};
 use super::{Chunk, TopicLog};
 use crate::storage::file::SegFile;
+use crate::storage::StorageError;
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::rc::Rc;
@@ -24,7 +25,7 @@ use std::time::Instant;
 /// cache. Each write covers whole aligned blocks: the partial block at the end of the file
 /// (`Segment::tail`) is written again, with the same bytes, in front of the new records, and
 /// the last block is padded with zeros (recovery knows such a tail; a clean stop trims it).
-pub async fn flush(log: &RefCell<TopicLog>) -> Result<(), String> {
+pub async fn flush(log: &RefCell<TopicLog>) -> Result<(), StorageError> {
     let result = flush_pending(log).await;
     let mut l = log.borrow_mut();
     if l.destroyed {
@@ -36,7 +37,7 @@ pub async fn flush(log: &RefCell<TopicLog>) -> Result<(), String> {
     result
 }
 
-async fn flush_pending(log: &RefCell<TopicLog>) -> Result<(), String> {
+async fn flush_pending(log: &RefCell<TopicLog>) -> Result<(), StorageError> {
     let chunks = {
         let mut l = log.borrow_mut();
         // What the shard did not plan with its channels' floor: nothing below the start is
@@ -97,7 +98,7 @@ async fn write_piece(
     base: u64,
     at: u64,
     data: &[u8],
-) -> Result<usize, String> {
+) -> Result<usize, StorageError> {
     let align = file.alignment();
     let take = data.len().min(MAX_WRITE);
     let (start, tail, size) = {
@@ -106,10 +107,11 @@ async fn write_piece(
         let tail = match &seg.tail {
             Some(t) if seg.written_len == at => t,
             _ => {
-                return Err(format!(
-                    "write at {at} of segment {base} does not follow its end {}",
-                    seg.written_len
-                ))
+                return Err(StorageError::WriteNotAtEnd {
+                    path: seg.path.clone(),
+                    at,
+                    end: seg.written_len,
+                })
             }
         };
         let start = at - tail.len() as u64;
@@ -130,21 +132,21 @@ async fn write_piece(
         b[tail.len()..tail.len() + take].copy_from_slice(&data[..take]);
         b[tail.len() + take..].fill(0);
     };
-    let n = file
-        .write_with(size, start, fill)
-        .await
-        .map_err(|e| e.to_string())?;
+    let n = file.write_with(size, start, fill).await?;
     let reached = (start + n.min(size) as u64).min(data_end);
     if reached <= at {
-        return Err("write wrote nothing (disk full?)".into());
+        return Err(StorageError::NothingWritten {
+            path: file.path().to_path_buf(),
+        });
     }
     if reached < data_end {
         // A short write (rare): it ends on a block boundary, so no partial block is left.
         new_tail.clear();
         if !reached.is_multiple_of(align) {
-            return Err(format!(
-                "short write ending off a block boundary at {reached}"
-            ));
+            return Err(StorageError::ShortWrite {
+                path: file.path().to_path_buf(),
+                reached,
+            });
         }
     }
     let mut l = log.borrow_mut();
@@ -156,15 +158,15 @@ async fn write_piece(
 }
 
 /// Puts unwritten chunks back in front of anything appended meanwhile, and records the error.
-fn restore(log: &RefCell<TopicLog>, chunks: VecDeque<Chunk>, e: String) -> String {
+fn restore(log: &RefCell<TopicLog>, chunks: VecDeque<Chunk>, e: StorageError) -> StorageError {
     let mut l = log.borrow_mut();
     let newer = std::mem::take(&mut l.pending);
     l.pending = chunks.into_iter().chain(newer).collect();
-    l.failed = Some(e.clone());
+    l.failed = Some(e.to_string());
     e
 }
 
-async fn segment_file(log: &RefCell<TopicLog>, base: u64) -> Result<Rc<SegFile>, String> {
+async fn segment_file(log: &RefCell<TopicLog>, base: u64) -> Result<Rc<SegFile>, StorageError> {
     let path = {
         let l = log.borrow();
         let seg = l.live_segment(base)?;
@@ -191,7 +193,10 @@ async fn segment_file(log: &RefCell<TopicLog>, base: u64) -> Result<Rc<SegFile>,
             let mut tail = vec![0u8; (seg.written_len - from) as usize];
             std::fs::File::open(&seg.path)
                 .and_then(|f| std::os::unix::fs::FileExt::read_exact_at(&f, &mut tail, from))
-                .map_err(|e| format!("read the end of {}: {e}", path.display()))?;
+                .map_err(|source| StorageError::Read {
+                    path: path.clone(),
+                    source,
+                })?;
             seg.tail = Some(tail);
         }
         seg.file = Some(file.clone());
@@ -205,7 +210,7 @@ fn align_down(v: u64, align: u64) -> u64 {
 
 /// Cuts the zero padding of the last direct write off the newest segment (a clean stop), so
 /// that the file ends with its last record.
-pub async fn trim_padding(log: &RefCell<TopicLog>) -> Result<(), String> {
+pub async fn trim_padding(log: &RefCell<TopicLog>) -> Result<(), StorageError> {
     let (file, len) = {
         let l = log.borrow();
         let Some(seg) = l.segments.last() else {
@@ -216,11 +221,11 @@ pub async fn trim_padding(log: &RefCell<TopicLog>) -> Result<(), String> {
         };
         (file, seg.written_len)
     };
-    file.truncate(len).await.map_err(|e| e.to_string())
+    file.truncate(len).await
 }
 
 /// fsyncs every file written since the last sync; on success everything written is durable.
-pub async fn sync(log: &RefCell<TopicLog>) -> Result<(), String> {
+pub async fn sync(log: &RefCell<TopicLog>) -> Result<(), StorageError> {
     let (files, end) = {
         let mut l = log.borrow_mut();
         (std::mem::take(&mut l.dirty), l.written_end)
@@ -230,7 +235,7 @@ pub async fn sync(log: &RefCell<TopicLog>) -> Result<(), String> {
             let mut l = log.borrow_mut();
             l.dirty.extend(files.iter().cloned());
             l.failed = Some(e.to_string());
-            return Err(e.to_string());
+            return Err(e);
         }
     }
     let mut l = log.borrow_mut();
