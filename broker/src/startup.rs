@@ -111,11 +111,11 @@ pub enum StartError {
     NoListeners { shard: usize },
     /// A stored topic's log cannot be opened (recovery failed: a segment cannot be read, a
     /// directory cannot be listed).
-    #[error("topic {topic}: cannot open its log in {}: {reason}", dir.display())]
+    #[error("topic {topic}: cannot open its log in {}: {source}", dir.display())]
     TopicLoad {
         topic: String,
         dir: PathBuf,
-        reason: String,
+        source: crate::storage::StorageError,
     },
     /// At the end of a shard's run: acknowledged messages it could not write at shutdown.
     #[error(

@@ -96,7 +96,7 @@ impl Shard {
                 // The control thread unregisters its channels, then the topic.
                 self.report(RegistryOp::Unregister, name, None);
                 if let Err(reason) = destroyed {
-                    return Some(AdminResult::Failed(reason));
+                    return Some(AdminResult::Failed(reason.to_string()));
                 }
                 if persistent {
                     self.answer_when_data_path_synced(reply);

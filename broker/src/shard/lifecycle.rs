@@ -34,10 +34,10 @@ impl Shard {
                 self.config.mem_queue_size,
                 self.config.max_bytes_per_file,
             )
-            .map_err(|e| StartError::TopicLoad {
+            .map_err(|source| StartError::TopicLoad {
                 topic: name.clone(),
                 dir: dir.clone(),
-                reason: e.to_string(),
+                source,
             })?;
             let mut topic = Topic::new(&name, log, self.config.mem_queue_size, self.id);
             let meta = match storage::meta::read(&dir) {

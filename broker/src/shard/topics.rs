@@ -105,7 +105,7 @@ impl Shard {
             ) {
                 Ok(log) => log,
                 Err(e) => {
-                    let reason = format!("topic {name}: cannot create {}: {e}", dir.display());
+                    let reason = format!("topic {name}: cannot create its log: {e}");
                     warn!("{reason}");
                     return Err(reason);
                 }

@@ -4,8 +4,10 @@
 //! Each shard probes its data path once at start ([`probe`]); a file system that refuses
 //! `O_DIRECT` (some FUSE or network file systems) gets buffered segment files, with a warning,
 //! instead of a broker that cannot write. Callers see one interface: whole-block writes filled
-//! in place, block reads returned as `Bytes`, fdatasync and truncate.
+//! in place, block reads returned as `Bytes`, fdatasync and truncate, each failing with a
+//! [`StorageError`] that names the file.
 
+use super::StorageError;
 use bytes::Bytes;
 use glommio::io::{BufferedFile, DmaFile, OpenOptions};
 use std::cell::Cell;
@@ -24,39 +26,47 @@ thread_local! {
 /// rewritten tail never straddles a 4 KiB physical sector.
 const DIRECT_ALIGN: u64 = 4096;
 
-pub enum SegFile {
+/// An open segment file, and its path (for errors).
+pub struct SegFile {
+    io: Io,
+    path: PathBuf,
+}
+
+enum Io {
     Direct(DmaFile),
     Buffered(BufferedFile),
 }
 
 impl SegFile {
     /// Opens `path` for reading, and for writing (created if missing) when `write`.
-    pub async fn open(path: &Path, write: bool) -> Result<SegFile, String> {
+    pub async fn open(path: &Path, write: bool) -> Result<SegFile, StorageError> {
         let created = write && !path.exists();
-        let file = SegFile::open_file(path, write).await?;
+        let io = SegFile::open_file(path, write)
+            .await
+            .map_err(|source| StorageError::Open {
+                path: path.to_path_buf(),
+                source,
+            })?;
         if created {
             // The new segment's name: an fsync of the file alone does not cover it, and a
             // power loss would lose the whole segment however often its data was fsynced.
             if let Some(dir) = path.parent().map(Path::to_path_buf) {
                 glommio::executor()
                     .spawn_blocking(move || super::sync_dir(&dir))
-                    .await
-                    .map_err(|e| format!("fsync the directory of {}: {e}", path.display()))?;
+                    .await?;
             }
         }
-        Ok(file)
+        Ok(SegFile {
+            io,
+            path: path.to_path_buf(),
+        })
     }
 
-    async fn open_file(path: &Path, write: bool) -> Result<SegFile, String> {
-        let failed = |e: &dyn std::fmt::Display| format!("open {}: {e}", path.display());
+    async fn open_file(path: &Path, write: bool) -> std::io::Result<Io> {
         if !DIRECT.with(Cell::get) {
             let mut opts = OpenOptions::new();
             opts.read(true).write(write).create(write);
-            return opts
-                .buffered_open(path)
-                .await
-                .map(SegFile::Buffered)
-                .map_err(|e| failed(&e));
+            return Ok(Io::Buffered(opts.buffered_open(path).await?));
         }
         // glommio's direct open calls statfs on the path after its openat and panics if that
         // fails: a topic deleted in between (its directory removed) would take the shard
@@ -67,8 +77,7 @@ impl SegFile {
             .write(write)
             .create(write)
             .truncate(false)
-            .open(path)
-            .map_err(|e| failed(&e))?;
+            .open(path)?;
         let via = PathBuf::from(format!("/proc/self/fd/{}", held.as_raw_fd()));
         let target = if via.exists() {
             via
@@ -79,19 +88,23 @@ impl SegFile {
             .read(true)
             .write(write)
             .dma_open(&target)
-            .await
-            .map_err(|e| failed(&e))?;
+            .await?;
         drop(held);
-        Ok(SegFile::Direct(file))
+        Ok(Io::Direct(file))
+    }
+
+    /// The path the file was opened at.
+    pub fn path(&self) -> &Path {
+        &self.path
     }
 
     /// The boundary writes and reads keep to: whole blocks for direct I/O (the tail of the
     /// file is written again and padded, see `storage::log::flush`), none for buffered files,
     /// which are written exactly and never padded.
     pub fn alignment(&self) -> u64 {
-        match self {
-            SegFile::Direct(f) => f.alignment().max(DIRECT_ALIGN),
-            SegFile::Buffered(_) => 1,
+        match &self.io {
+            Io::Direct(f) => f.alignment().max(DIRECT_ALIGN),
+            Io::Buffered(_) => 1,
         }
     }
 
@@ -102,43 +115,59 @@ impl SegFile {
         size: usize,
         pos: u64,
         fill: impl FnOnce(&mut [u8]),
-    ) -> std::io::Result<usize> {
-        match self {
-            SegFile::Direct(f) => {
+    ) -> Result<usize, StorageError> {
+        let written = match &self.io {
+            Io::Direct(f) => {
                 let mut buf = f.alloc_dma_buffer(size);
                 fill(buf.as_bytes_mut());
-                Ok(f.write_rc_at(Rc::new(buf), pos).await?)
+                f.write_rc_at(Rc::new(buf), pos).await
             }
-            SegFile::Buffered(f) => {
+            Io::Buffered(f) => {
                 let mut buf = vec![0u8; size];
                 fill(&mut buf);
-                Ok(f.write_at(buf, pos).await?)
+                f.write_at(buf, pos).await
             }
-        }
+        };
+        written.map_err(|e| StorageError::Write {
+            path: self.path.clone(),
+            source: e.into(),
+        })
     }
 
     /// Reads `size` bytes at `pos` (aligned for direct I/O), fewer at the end of the file.
     /// The result is a copy, so the I/O buffer returns to its pool at once.
-    pub async fn read(&self, pos: u64, size: usize) -> std::io::Result<Bytes> {
-        let data = match self {
-            SegFile::Direct(f) => f.read_at_aligned(pos, size).await?,
-            SegFile::Buffered(f) => f.read_at(pos, size).await?,
+    pub async fn read(&self, pos: u64, size: usize) -> Result<Bytes, StorageError> {
+        let failed = |e: glommio::GlommioError<()>| StorageError::Read {
+            path: self.path.clone(),
+            source: e.into(),
+        };
+        let data = match &self.io {
+            Io::Direct(f) => f.read_at_aligned(pos, size).await.map_err(failed)?,
+            Io::Buffered(f) => f.read_at(pos, size).await.map_err(failed)?,
         };
         Ok(Bytes::copy_from_slice(&data))
     }
 
-    pub async fn fdatasync(&self) -> std::io::Result<()> {
-        match self {
-            SegFile::Direct(f) => Ok(f.fdatasync().await?),
-            SegFile::Buffered(f) => Ok(f.fdatasync().await?),
-        }
+    pub async fn fdatasync(&self) -> Result<(), StorageError> {
+        let synced = match &self.io {
+            Io::Direct(f) => f.fdatasync().await,
+            Io::Buffered(f) => f.fdatasync().await,
+        };
+        synced.map_err(|e| StorageError::Fsync {
+            path: self.path.clone(),
+            source: e.into(),
+        })
     }
 
-    pub async fn truncate(&self, len: u64) -> std::io::Result<()> {
-        match self {
-            SegFile::Direct(f) => Ok(f.truncate(len).await?),
-            SegFile::Buffered(f) => Ok(f.truncate(len).await?),
-        }
+    pub async fn truncate(&self, len: u64) -> Result<(), StorageError> {
+        let truncated = match &self.io {
+            Io::Direct(f) => f.truncate(len).await,
+            Io::Buffered(f) => f.truncate(len).await,
+        };
+        truncated.map_err(|e| StorageError::Truncate {
+            path: self.path.clone(),
+            source: e.into(),
+        })
     }
 }
 

@@ -7,18 +7,21 @@
 //! `cursor` is a floor below which everything was finished, and a restart redelivers from it
 //! (at-least-once).
 //!
-//! A write goes into the directory that [`open_dir`] opened, never by path: a write running
+//! A write goes into the directory that [`open_dir`] opened, never by path (the path it was
+//! opened at only names it in errors): a write running
 //! off the shard's thread while its topic is deleted lands in the renamed directory (the
 //! trash) and goes with it, instead of creating the topic's directory again (the topic would
 //! come back at the next start) or writing into a topic of the same name created meanwhile.
 //! A write never creates the directory.
 
+use super::StorageError;
 use serde::{Deserialize, Serialize};
-use std::ffi::CStr;
+use std::ffi::{CStr, OsStr};
 use std::fs::File;
 use std::io::Write;
 use std::os::fd::{AsRawFd, FromRawFd};
-use std::path::Path;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
 
 pub const META_FILE: &str = "meta.json";
 pub const META_VERSION: u32 = 1;
@@ -56,37 +59,73 @@ pub struct PendingMeta {
     pub delay_ms: u64,
 }
 
-pub fn read(dir: &Path) -> Result<Option<TopicMeta>, String> {
+pub fn read(dir: &Path) -> Result<Option<TopicMeta>, StorageError> {
     let path = dir.join(META_FILE);
     match std::fs::read(&path) {
         Ok(bytes) => serde_json::from_slice(&bytes)
             .map(Some)
-            .map_err(|e| format!("{}: {e}", path.display())),
+            .map_err(|source| StorageError::Metadata { path, source }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(format!("{}: {e}", path.display())),
+        Err(source) => Err(StorageError::Read { path, source }),
     }
+}
+
+/// A topic's directory opened for [`write`], and the path it was opened at.
+pub struct MetaDir {
+    file: File,
+    path: PathBuf,
 }
 
 /// Opens a topic's directory for [`write`]. Quick (no I/O beyond the lookup), so it is done on
 /// the shard's thread, where nothing can delete the topic between the check that it is alive
 /// and the open.
-pub fn open_dir(dir: &Path) -> std::io::Result<File> {
-    File::open(dir)
+pub fn open_dir(dir: &Path) -> Result<MetaDir, StorageError> {
+    match File::open(dir) {
+        Ok(file) => Ok(MetaDir {
+            file,
+            path: dir.to_path_buf(),
+        }),
+        Err(source) => Err(StorageError::Open {
+            path: dir.to_path_buf(),
+            source,
+        }),
+    }
 }
 
 /// Writes `meta` atomically into `dir` (from [`open_dir`]). Blocking, but small and rare (a
 /// channel created or deleted, a checkpoint, a clean stop).
-pub fn write(dir: &File, meta: &TopicMeta) -> std::io::Result<()> {
+pub fn write(dir: &MetaDir, meta: &TopicMeta) -> Result<(), StorageError> {
     const TMP: &CStr = c"meta.json.tmp";
     const FINAL: &CStr = c"meta.json";
-    let bytes = serde_json::to_vec_pretty(meta).map_err(std::io::Error::other)?;
+    // A file of the directory, by the path the directory was opened at (for errors).
+    let at = |name: &CStr| dir.path.join(OsStr::from_bytes(name.to_bytes()));
+    let bytes = serde_json::to_vec_pretty(meta).map_err(|source| StorageError::Metadata {
+        path: at(FINAL),
+        source,
+    })?;
     {
-        let mut f = create_in(dir, TMP)?;
-        f.write_all(&bytes)?;
-        f.sync_data()?;
+        let mut f = create_in(&dir.file, TMP).map_err(|source| StorageError::Create {
+            path: at(TMP),
+            source,
+        })?;
+        f.write_all(&bytes).map_err(|source| StorageError::Write {
+            path: at(TMP),
+            source,
+        })?;
+        f.sync_data().map_err(|source| StorageError::Fsync {
+            path: at(TMP),
+            source,
+        })?;
     }
-    rename_in(dir, TMP, FINAL)?;
-    dir.sync_all()
+    rename_in(&dir.file, TMP, FINAL).map_err(|source| StorageError::Rename {
+        from: at(TMP),
+        to: at(FINAL),
+        source,
+    })?;
+    dir.file.sync_all().map_err(|source| StorageError::SyncDir {
+        path: dir.path.clone(),
+        source,
+    })
 }
 
 /// Creates (or truncates) file `name` in `dir`, for writing.

@@ -1,19 +1,26 @@
 //! Segment storage: each shard owns the logs of its topics under `--data-path`.
 //!
-//! - [`segment`]: the record and file format (lengths, checksums, versioned headers).
+//! - [`segment`]: the on-disk format, defined there: segment files, their header and records
+//!   (lengths, checksums, versions), scanning and resynchronisation.
 //! - [`blocks`]: the direct-I/O read cache channels read segments through.
 //! - [`mod@file`]: a segment file on the io_uring (direct I/O, or buffered where unavailable).
-//! - [`log`]: a topic's log: append, the in-memory window, reads, flush and fsync.
+//! - [`log`]: a topic's log: append, the in-memory window, write planning, flush and fsync,
+//!   reads, fetching blocks, recovery at start-up, retention (one file each under `log/`).
 //! - [`meta`]: a topic's metadata (channels, cursors, pending messages at a clean stop).
+//! - [`StorageError`]: what storage's operations fail with (the operation, the path, the
+//!   reason).
 //!
 //! Files are laid out by topic name, not by shard, so a restart with another `--shards` finds
 //! everything: each shard loads the topics it owns under the new count.
 
 pub mod blocks;
+mod error;
 pub mod file;
 pub mod log;
 pub mod meta;
 pub mod segment;
+
+pub use error::StorageError;
 
 use std::path::{Path, PathBuf};
 
@@ -50,8 +57,13 @@ const TRASH_SUFFIX: &str = "~deleted";
 
 /// fsyncs the directory `dir`, so that entries just made in it (a topic's directory, a new
 /// segment file) survive a power loss: an fsync of the file alone does not cover its name.
-pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
-    std::fs::File::open(dir)?.sync_all()
+pub fn sync_dir(dir: &Path) -> Result<(), StorageError> {
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|source| StorageError::SyncDir {
+            path: dir.to_path_buf(),
+            source,
+        })
 }
 
 pub fn is_trash(path: &Path) -> bool {

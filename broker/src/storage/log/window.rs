@@ -1,0 +1,82 @@
+//! The in-memory window of a topic's log: [`TopicLog::append`] gives each message the next
+//! seq and keeps it at the back; eviction drops from the front what is written and older than
+//! the newest `mem_limit` messages (an ephemeral log, which writes nothing, drops what falls
+//! out). Also the list of DPUB records (seq, due time) from the log's start on, from which
+//! /stats counts a channel's deferred messages ([`TopicLog::deferred_between`]).
+//!
+//! Invariants: appending never waits and does no I/O; a persistent log evicts nothing that is
+//! not written; the DPUB list is in seq order and holds nothing below the log's start.
+
+use super::plan::record_len;
+use super::TopicLog;
+use crate::storage::segment::Stored;
+use protocol::Message;
+
+impl TopicLog {
+    /// Appends messages; returns the seq after the last one.
+    pub fn append(&mut self, msgs: Vec<Message>, defer_until: i64) -> u64 {
+        for msg in msgs {
+            let mut stored = Stored {
+                seq: self.head,
+                msg,
+                defer_until,
+            };
+            if defer_until != 0 {
+                // Channels keep a deferred message for its whole delay: its body gets its own
+                // allocation here, once, instead of keeping a connection's read buffer alive.
+                stored.detach_body();
+                self.deferred.push_back((stored.seq, defer_until));
+            }
+            self.head += 1;
+            if self.dir.is_some() {
+                self.unplanned_bytes += record_len(&stored) as usize;
+            }
+            self.window.push_back(stored);
+        }
+        self.evict();
+        self.head
+    }
+
+    /// Drops from memory what is written and older than the newest `mem_limit`.
+    pub(super) fn evict(&mut self) {
+        while self.window.len() > self.mem_limit {
+            let Some(front) = self.window.front() else {
+                break;
+            };
+            if self.dir.is_some() && front.seq >= self.written_end {
+                break;
+            }
+            self.window.pop_front();
+        }
+        if self.dir.is_none() {
+            self.start = self.start.max(self.window_start());
+            self.forget_deferred_below_start();
+        }
+    }
+
+    /// How many records in `[from, to)` were published with a deferral that has not come at
+    /// `now_ns` (wall-clock nanoseconds, as `defer_until`). For /stats: linear in the
+    /// deferred records of the range.
+    pub fn deferred_between(&self, from: u64, to: u64, now_ns: i64) -> u64 {
+        if from >= to {
+            return 0;
+        }
+        let lo = self.deferred.partition_point(|&(seq, _)| seq < from);
+        let hi = self.deferred.partition_point(|&(seq, _)| seq < to);
+        self.deferred
+            .range(lo..hi)
+            .filter(|&&(_, due)| due > now_ns)
+            .count() as u64
+    }
+
+    /// Forgets the deferral of records below the start (nobody reads them any more).
+    pub(super) fn forget_deferred_below_start(&mut self) {
+        while self
+            .deferred
+            .front()
+            .is_some_and(|&(seq, _)| seq < self.start)
+        {
+            self.deferred.pop_front();
+        }
+    }
+}

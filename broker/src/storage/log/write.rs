@@ -1,0 +1,246 @@
+//! Writing a topic's log: [`flush`] writes the pending chunks with direct I/O through the
+//! shard's io_uring, [`sync`] fdatasyncs the files written since the last sync, and
+//! [`trim_padding`] cuts the zero padding of the last write at a clean stop.
+//!
+//! Invariants: a write starts at its segment's written length, with the partial block before
+//! it (`Segment::tail`) written again in front, and covers whole aligned blocks; a failed
+//! write or fsync loses nothing (the unwritten chunks and the unsynced files stay for the next
+//! try, and `TopicLog::failed` holds the error until one succeeds); a destroyed log writes
+//! nothing.
+
+use super::plan::{next_chunk_capacity, MAX_WRITE};
+use super::{Chunk, TopicLog};
+use crate::storage::file::SegFile;
+use crate::storage::StorageError;
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::rc::Rc;
+use std::time::Instant;
+
+/// Writes every pending chunk of `log`. On failure the unwritten part stays pending (written
+/// again on the next flush) and the error is returned, so a failure never loses a chunk.
+///
+/// Segments are written with direct I/O (`O_DIRECT` through the shard's io_uring): the bytes
+/// go from a reused, registered buffer to the device, not through freshly allocated page
+/// cache. Each write covers whole aligned blocks: the partial block at the end of the file
+/// (`Segment::tail`) is written again, with the same bytes, in front of the new records, and
+/// the last block is padded with zeros (recovery knows such a tail; a clean stop trims it).
+pub async fn flush(log: &RefCell<TopicLog>) -> Result<(), StorageError> {
+    let result = flush_pending(log).await;
+    let mut l = log.borrow_mut();
+    if l.destroyed {
+        // Deleted meanwhile: nothing left to write to, and nothing to retry.
+        l.pending.clear();
+        l.failed = None;
+        return Ok(());
+    }
+    result
+}
+
+async fn flush_pending(log: &RefCell<TopicLog>) -> Result<(), StorageError> {
+    let chunks = {
+        let mut l = log.borrow_mut();
+        // What the shard did not plan with its channels' floor: nothing below the start is
+        // wanted.
+        let start = l.start;
+        l.plan(start);
+        let chunks = std::mem::take(&mut l.pending);
+        l.chunk_cap = next_chunk_capacity(chunks.iter().map(|c| c.bytes.len()).sum());
+        chunks
+    };
+    let mut chunks = VecDeque::from(chunks);
+    while let Some(mut chunk) = chunks.pop_front() {
+        let file = match segment_file(log, chunk.base).await {
+            Ok(f) => f,
+            Err(e) => {
+                chunks.push_front(chunk);
+                return Err(restore(log, chunks, e));
+            }
+        };
+        if log.borrow().destroyed {
+            // Deleted while its file was being opened (by path: the open may have reached a
+            // directory of the same name made since). Nothing of it may be written.
+            return Ok(());
+        }
+        let len = chunk.bytes.len();
+        let mut written = 0usize;
+        while written < len {
+            let at = chunk.offset + written as u64;
+            match write_piece(log, &file, chunk.base, at, &chunk.bytes[written..]).await {
+                Ok(n) => written += n,
+                Err(e) => {
+                    chunk.bytes.drain(..written);
+                    chunk.offset += written as u64;
+                    chunks.push_front(chunk);
+                    return Err(restore(log, chunks, e));
+                }
+            }
+        }
+        let mut l = log.borrow_mut();
+        l.bytes_written += len as u64;
+        l.written_end = l.written_end.max(chunk.end_seq);
+        l.unsynced += 1;
+        if !l.dirty.iter().any(|f| Rc::ptr_eq(f, &file)) {
+            l.dirty.push(file);
+        }
+    }
+    let mut l = log.borrow_mut();
+    l.failed = None;
+    l.evict();
+    Ok(())
+}
+
+/// Writes the start of `data` (at most [`MAX_WRITE`] bytes) at `at`, which must be the
+/// segment's written length; returns how many bytes of `data` are now in the file.
+async fn write_piece(
+    log: &RefCell<TopicLog>,
+    file: &Rc<SegFile>,
+    base: u64,
+    at: u64,
+    data: &[u8],
+) -> Result<usize, StorageError> {
+    let align = file.alignment();
+    let take = data.len().min(MAX_WRITE);
+    let (start, tail, size) = {
+        let l = log.borrow();
+        let seg = l.live_segment(base)?;
+        let tail = match &seg.tail {
+            Some(t) if seg.written_len == at => t,
+            _ => {
+                return Err(StorageError::WriteNotAtEnd {
+                    path: seg.path.clone(),
+                    at,
+                    end: seg.written_len,
+                })
+            }
+        };
+        let start = at - tail.len() as u64;
+        let total = tail.len() + take;
+        let size = total.div_ceil(align as usize) * align as usize;
+        (start, tail.clone(), size)
+    };
+    let data_end = at + take as u64;
+    // The new tail: the bytes of the last, partial block.
+    let tail_from = align_down(data_end, align).max(start);
+    let mut new_tail = Vec::with_capacity((data_end - tail_from) as usize);
+    if tail_from < at {
+        new_tail.extend_from_slice(&tail[(tail_from - start) as usize..]);
+    }
+    new_tail.extend_from_slice(&data[(tail_from.max(at) - at) as usize..take]);
+    let fill = |b: &mut [u8]| {
+        b[..tail.len()].copy_from_slice(&tail);
+        b[tail.len()..tail.len() + take].copy_from_slice(&data[..take]);
+        b[tail.len() + take..].fill(0);
+    };
+    let n = file.write_with(size, start, fill).await?;
+    let reached = (start + n.min(size) as u64).min(data_end);
+    if reached <= at {
+        return Err(StorageError::NothingWritten {
+            path: file.path().to_path_buf(),
+        });
+    }
+    if reached < data_end {
+        // A short write (rare): it ends on a block boundary, so no partial block is left.
+        new_tail.clear();
+        if !reached.is_multiple_of(align) {
+            return Err(StorageError::ShortWrite {
+                path: file.path().to_path_buf(),
+                reached,
+            });
+        }
+    }
+    let mut l = log.borrow_mut();
+    if let Some(seg) = l.segment_mut(base) {
+        seg.written_len = reached;
+        seg.tail = Some(new_tail);
+    }
+    Ok((reached - at) as usize)
+}
+
+/// Puts unwritten chunks back in front of anything appended meanwhile, and records the error.
+fn restore(log: &RefCell<TopicLog>, chunks: VecDeque<Chunk>, e: StorageError) -> StorageError {
+    let mut l = log.borrow_mut();
+    let newer = std::mem::take(&mut l.pending);
+    l.pending = chunks.into_iter().chain(newer).collect();
+    l.failed = Some(e.to_string());
+    e
+}
+
+async fn segment_file(log: &RefCell<TopicLog>, base: u64) -> Result<Rc<SegFile>, StorageError> {
+    let path = {
+        let l = log.borrow();
+        let seg = l.live_segment(base)?;
+        if let Some(f) = &seg.file {
+            return Ok(f.clone());
+        }
+        seg.path.clone()
+    };
+    let file = SegFile::open(&path, true).await?;
+    let align = file.alignment();
+    let file = Rc::new(file);
+    let mut l = log.borrow_mut();
+    // Only the newest segment keeps its file open; older ones are read through mappings.
+    for seg in l.segments.iter_mut() {
+        if seg.base != base {
+            seg.file = None;
+        }
+    }
+    if let Some(seg) = l.segment_mut(base) {
+        if seg.tail.is_none() {
+            // A segment from before a restart: its last partial block, read once (at most one
+            // block, from the page cache recovery just filled).
+            let from = align_down(seg.written_len, align);
+            let mut tail = vec![0u8; (seg.written_len - from) as usize];
+            std::fs::File::open(&seg.path)
+                .and_then(|f| std::os::unix::fs::FileExt::read_exact_at(&f, &mut tail, from))
+                .map_err(|source| StorageError::Read {
+                    path: path.clone(),
+                    source,
+                })?;
+            seg.tail = Some(tail);
+        }
+        seg.file = Some(file.clone());
+    }
+    Ok(file)
+}
+
+fn align_down(v: u64, align: u64) -> u64 {
+    v - v % align
+}
+
+/// Cuts the zero padding of the last direct write off the newest segment (a clean stop), so
+/// that the file ends with its last record.
+pub async fn trim_padding(log: &RefCell<TopicLog>) -> Result<(), StorageError> {
+    let (file, len) = {
+        let l = log.borrow();
+        let Some(seg) = l.segments.last() else {
+            return Ok(());
+        };
+        let Some(file) = seg.file.clone() else {
+            return Ok(());
+        };
+        (file, seg.written_len)
+    };
+    file.truncate(len).await
+}
+
+/// fsyncs every file written since the last sync; on success everything written is durable.
+pub async fn sync(log: &RefCell<TopicLog>) -> Result<(), StorageError> {
+    let (files, end) = {
+        let mut l = log.borrow_mut();
+        (std::mem::take(&mut l.dirty), l.written_end)
+    };
+    for f in &files {
+        if let Err(e) = f.fdatasync().await {
+            let mut l = log.borrow_mut();
+            l.dirty.extend(files.iter().cloned());
+            l.failed = Some(e.to_string());
+            return Err(e);
+        }
+    }
+    let mut l = log.borrow_mut();
+    l.synced_end = l.synced_end.max(end);
+    l.unsynced = 0;
+    l.last_sync = Instant::now();
+    Ok(())
+}
