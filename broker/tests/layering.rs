@@ -13,19 +13,11 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[(&str, &[&str])] = &[
     (
         "utilities and OS glue",
-        &[
-            "sys",
-            "config",
-            "startup",
-            "work_set",
-            "ids",
-            "id_table",
-            "deadlines",
-        ],
+        &["sys", "config", "work_set", "ids", "id_table", "deadlines"],
     ),
     ("storage", &["storage"]),
     ("domain", &["timer", "latency", "channel", "topic", "stats"]),
-    ("mail", &["mailbox", "admin"]),
+    ("mail and start-up", &["mailbox", "admin", "startup"]),
     ("owner", &["shard", "owner_sim"]),
     ("front-ends", &["tcp", "http"]),
     (
