@@ -5,12 +5,17 @@
 //! - [`mod@file`]: a segment file on the io_uring (direct I/O, or buffered where unavailable).
 //! - [`log`]: a topic's log: append, the in-memory window, reads, flush and fsync.
 //! - [`meta`]: a topic's metadata (channels, cursors, pending messages at a clean stop).
+//! - [`flusher`]: the write path's task (coalescing, fsync policy, checkpoints, segment
+//!   deletion, the hand-over at a clean stop), generic over the topic and its owner.
+//! - [`fetcher`]: the read path's tasks (segment blocks for waiting readers, their ageing).
 //!
 //! Files are laid out by topic name, not by shard, so a restart with another `--shards` finds
 //! everything: each shard loads the topics it owns under the new count.
 
 pub mod blocks;
+pub mod fetcher;
 pub mod file;
+pub mod flusher;
 pub mod log;
 pub mod meta;
 pub mod segment;
