@@ -95,7 +95,7 @@ impl Shard {
     /// Answers `reply` once the data path is fsynced (a topic deletion).
     pub(super) fn answer_when_data_path_synced(&self, reply: ReplyTo) {
         self.durable.data_path_waiters.borrow_mut().push(reply);
-        self.wake_flusher.notify();
+        self.flusher.wake();
     }
 
     /// Answer `reply` once `t`'s metadata as it is now is written (at once for a topic
@@ -114,7 +114,7 @@ impl Shard {
             gen,
             reply,
         });
-        self.wake_flusher.notify();
+        self.flusher.wake();
         None
     }
 }

@@ -179,8 +179,8 @@ pub async fn run(
             shard.list_cached(t);
         }
     }
-    glommio::spawn_local(shard.clone().flusher()).detach();
-    glommio::spawn_local(shard.clone().fetcher()).detach();
+    glommio::spawn_local(storage::flusher::Flusher::run(shard.clone())).detach();
+    glommio::spawn_local(storage::fetcher::Fetcher::run(shard.clone())).detach();
     if shard.sends.available() {
         let sender = shard.clone();
         glommio::spawn_local(async move { sender.sends.run().await }).detach();

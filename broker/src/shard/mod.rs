@@ -27,8 +27,8 @@
 //! - [`consumers`]: SUB, the consumers' channel operations, dispatch and delivery routing,
 //!   timers;
 //! - [`early_ack`]: publishes answered before their owner has them, and their confirmation;
-//! - [`flusher`]: the write path (write coalescing, fsync policy, checkpoints, the hand-over at
-//!   a clean stop); [`fetcher`]: the read path (segment blocks for readers, their ageing);
+//! - [`flusher`], [`fetcher`]: the shard's side of the write path and the read path, whose
+//!   tasks live in [`crate::storage::flusher`] and [`crate::storage::fetcher`];
 //! - [`admin`], [`durable`]: the HTTP API's topic and channel actions, answered once durable;
 //!   [`stats`]: the shard's part of /stats and /metrics;
 //! - [`lifecycle`]: start-up, the shard's tasks, shutdown.
@@ -52,6 +52,8 @@ use topics::PendingTopic;
 use crate::channel::TimerQueue;
 use crate::config::Config;
 use crate::mailbox::{Mail, Outbox, RegistryOp, Reply, ReplyTo};
+use crate::storage::fetcher::Fetcher;
+use crate::storage::flusher::Flusher;
 use crate::topic::{ChannelRef, Topic};
 use crate::work_set::WorkSet;
 use bytes::{Bytes, BytesMut};
@@ -108,23 +110,12 @@ pub struct Shard {
     pub(crate) admin: crate::admin::AdminState,
     /// Admin actions waiting for the disk.
     durable: durable::DurableAnswers,
-    /// Topics with writes for the flusher, and its wake-up.
-    pub(crate) flush_queue: WorkSet<Rc<RefCell<Topic>>>,
-    pub(crate) wake_flusher: Notify,
-    /// Ends the flusher's coalescing wait: a topic has [`WRITE_EARLY`] bytes unwritten.
-    write_now: Notify,
-    /// Topics whose readers wait for segment blocks, and the fetcher's wake-up.
-    fetch_queue: WorkSet<Rc<RefCell<Topic>>>,
-    wake_fetcher: Notify,
-    /// Topics whose logs hold cached blocks, aged by the trimmer while it runs.
-    cached_topics: WorkSet<Rc<RefCell<Topic>>>,
-    /// Topics the next checkpoint looks at; untouched topics cost it nothing.
-    checkpoint_list: WorkSet<Rc<RefCell<Topic>>>,
-    /// True while the flusher is inside a round (it holds chunks taken from logs).
-    flusher_busy: Cell<bool>,
-    flusher_idle: Notify,
-    /// Set by the hand-over: the flusher stops before its next round.
-    flusher_stop: Cell<bool>,
+    /// The write path: topics with writes, the next checkpoint's topics, the flusher's
+    /// wake-ups and its hand-over handshake ([`crate::storage::flusher`]).
+    flusher: Flusher<Topic>,
+    /// The read path: topics whose readers wait for segment blocks, topics with cached blocks
+    /// ([`crate::storage::fetcher`]).
+    fetcher: Fetcher<Topic>,
     /// Publishes whose answer waits for the disk: for the fsync (--durable), or for the write
     /// (when a topic's unwritten records passed [`WRITE_BACKLOG_LIMIT`]).
     disk_acks: RefCell<Vec<DiskAck>>,
@@ -142,6 +133,7 @@ pub struct Shard {
 
 impl Shard {
     fn new(id: usize, config: Arc<Config>, peers: usize, control: usize) -> Shard {
+        let flusher = Flusher::new(flusher::sync_policy(&config));
         Shard {
             id,
             config,
@@ -163,16 +155,8 @@ impl Shard {
             conns_changed: Notify::new(),
             admin: crate::admin::AdminState::default(),
             durable: durable::DurableAnswers::default(),
-            flush_queue: WorkSet::default(),
-            wake_flusher: Notify::new(),
-            write_now: Notify::new(),
-            fetch_queue: WorkSet::default(),
-            wake_fetcher: Notify::new(),
-            cached_topics: WorkSet::default(),
-            checkpoint_list: WorkSet::default(),
-            flusher_busy: Cell::new(false),
-            flusher_idle: Notify::new(),
-            flusher_stop: Cell::new(false),
+            flusher,
+            fetcher: Fetcher::default(),
             disk_acks: RefCell::new(Vec::new()),
             pending_topics: RefCell::new(HashMap::new()),
             pending_dispatch: WorkSet::default(),

@@ -135,7 +135,7 @@ impl Shard {
         if persistent {
             let unwritten = t.borrow().log.borrow().unwritten_bytes();
             if unwritten >= WRITE_EARLY {
-                self.write_now.notify();
+                self.flusher.write_now();
             }
             if self.config.acks_wait_for_disk() || unwritten > WRITE_BACKLOG_LIMIT {
                 self.disk_acks.borrow_mut().push(DiskAck {

@@ -9,13 +9,18 @@
 //! - [`meta`]: a topic's metadata (channels, cursors, pending messages at a clean stop).
 //! - [`StorageError`]: what storage's operations fail with (the operation, the path, the
 //!   reason).
+//! - [`flusher`]: the write path's task (coalescing, fsync policy, checkpoints, segment
+//!   deletion, the hand-over at a clean stop), generic over the topic and its owner.
+//! - [`fetcher`]: the read path's tasks (segment blocks for waiting readers, their ageing).
 //!
 //! Files are laid out by topic name, not by shard, so a restart with another `--shards` finds
 //! everything: each shard loads the topics it owns under the new count.
 
 pub mod blocks;
 mod error;
+pub mod fetcher;
 pub mod file;
+pub mod flusher;
 pub mod log;
 pub mod meta;
 pub mod segment;
