@@ -137,7 +137,12 @@ impl AdminState {
 }
 
 /// The process-wide hook that changes the log filter (set by main at start-up).
-pub type LogLevelSetter = Box<dyn Fn(&str) -> Result<(), String> + Send + Sync>;
+pub type LogLevelSetter = Box<dyn Fn(&str) -> Result<(), LogLevelError> + Send + Sync>;
+
+/// A log level the running logger refused (the logger's reason).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot set the log level: {0}")]
+pub struct LogLevelError(pub String);
 static LOG_LEVEL_SETTER: std::sync::OnceLock<LogLevelSetter> = std::sync::OnceLock::new();
 
 /// Installs how `PUT /config/log_level` changes the running log filter.
@@ -146,6 +151,6 @@ pub fn set_log_level_setter(f: LogLevelSetter) {
 }
 
 /// Changes the running log filter, if a setter was installed.
-pub fn set_log_level(level: &str) -> Result<(), String> {
+pub fn set_log_level(level: &str) -> Result<(), LogLevelError> {
     LOG_LEVEL_SETTER.get().map_or(Ok(()), |set| set(level))
 }

@@ -366,7 +366,7 @@ fn init_logging(level: &str) {
         let l = if l == "fatal" { "error" } else { l };
         reload
             .modify(|f| *f = tracing_subscriber::EnvFilter::new(l))
-            .map_err(|e| e.to_string())
+            .map_err(|e| admin::LogLevelError(e.to_string()))
     }));
 }
 

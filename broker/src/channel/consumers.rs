@@ -62,13 +62,24 @@ impl Consumer {
     }
 }
 
+/// A SUB refused by the channel: it has `--max-channel-consumers` consumers already (the
+/// text is nsqd's).
+#[derive(Debug, thiserror::Error)]
+#[error("consumers for {topic}:{channel} exceeds limit of {limit}")]
+pub struct TooManyConsumers {
+    pub topic: String,
+    pub channel: String,
+    pub limit: u64,
+}
+
 impl Channel {
-    pub fn add_consumer(&mut self, spec: ConsumerSpec, max: u64) -> Result<(), String> {
+    pub fn add_consumer(&mut self, spec: ConsumerSpec, max: u64) -> Result<(), TooManyConsumers> {
         if max > 0 && self.consumers.len() as u64 >= max {
-            return Err(format!(
-                "consumers for {}:{} exceeds limit of {}",
-                self.topic, self.name, max
-            ));
+            return Err(TooManyConsumers {
+                topic: self.topic.to_string(),
+                channel: self.name.to_string(),
+                limit: max,
+            });
         }
         self.consumers.push(Consumer {
             spec,

@@ -398,7 +398,7 @@ fn max_consumers_and_ephemeral_bound() {
     assert!(c.ephemeral);
     c.add_consumer(spec(1), 1).unwrap();
     assert_eq!(
-        c.add_consumer(spec(2), 1).unwrap_err(),
+        c.add_consumer(spec(2), 1).unwrap_err().to_string(),
         "consumers for t:c#ephemeral exceeds limit of 1"
     );
     c.visible_end = log.append((0..5).map(msg).collect(), 0);

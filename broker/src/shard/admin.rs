@@ -70,7 +70,7 @@ impl Shard {
         if action == Action::Create {
             return Some(match self.topic_or_create(name) {
                 Ok(_) => AdminResult::Done,
-                Err(reason) => AdminResult::Failed(reason),
+                Err(refused) => AdminResult::Failed(refused.to_string()),
             });
         }
         let Some(t) = self.topics.borrow().get(name).cloned() else {

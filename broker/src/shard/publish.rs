@@ -79,7 +79,7 @@ impl Shard {
         let t = match self.topic_or_create(topic) {
             Ok(t) => t,
             Err(reason) => {
-                return Answer::Now(Err(publish_refused(topic, bodies.len(), acked, reason)))
+                return Answer::Now(Err(publish_refused(topic, bodies.len(), acked, &reason)))
             }
         };
         if let Some(p) = self.pending_topics.borrow_mut().get_mut(topic) {

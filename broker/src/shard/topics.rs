@@ -18,6 +18,15 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 use tracing::{debug, error, info, warn};
 
+/// A topic that cannot be created because its log (its directory) cannot be made; what
+/// asked for it is refused, and the next attempt tries again.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("topic {topic}: cannot create its log: {reason}")]
+pub(crate) struct TopicRefused {
+    topic: String,
+    reason: Rc<crate::storage::StorageError>,
+}
+
 /// A new topic whose channels were asked from the lookups: publishes wait here, in order,
 /// until the answer (`Reply::TopicChannels` for `token`).
 pub(super) struct PendingTopic {
@@ -39,19 +48,19 @@ pub(super) fn publish_refused(
     topic: &str,
     messages: usize,
     acked: bool,
-    reason: String,
+    reason: &TopicRefused,
 ) -> ProtocolError {
     if acked {
         error!(topic, messages, "acknowledged messages lost: {reason}");
     }
-    ProtocolError::fatal(ErrorCode::PubFailed, reason)
+    ProtocolError::fatal(ErrorCode::PubFailed, reason.to_string())
 }
 
 impl Shard {
     /// The topic `name`, created if missing. A topic created while lookups are configured
     /// asks them for its channels: publishes wait in `pending_topics` until the answer.
     /// Fails (the reason) when the topic's directory cannot be made; the next call tries again.
-    pub(crate) fn topic_or_create(&self, name: &str) -> Result<Rc<RefCell<Topic>>, String> {
+    pub(crate) fn topic_or_create(&self, name: &str) -> Result<Rc<RefCell<Topic>>, TopicRefused> {
         if let Some(t) = self.topics.borrow().get(name) {
             return Ok(t.clone());
         }
@@ -92,7 +101,7 @@ impl Shard {
     /// memory would acknowledge messages that a stop then drops without a word. The caller
     /// refuses what asked for it, and the next publish or SUB tries again, so the topic comes
     /// once the directory can be made.
-    fn create_topic(&self, name: &str) -> Result<Rc<RefCell<Topic>>, String> {
+    fn create_topic(&self, name: &str) -> Result<Rc<RefCell<Topic>>, TopicRefused> {
         let log = if protocol::names::is_ephemeral(name) {
             TopicLog::in_memory(name, self.config.mem_queue_size)
         } else {
@@ -105,9 +114,12 @@ impl Shard {
             ) {
                 Ok(log) => log,
                 Err(e) => {
-                    let reason = format!("topic {name}: cannot create its log: {e}");
-                    warn!("{reason}");
-                    return Err(reason);
+                    let refused = TopicRefused {
+                        topic: name.to_string(),
+                        reason: Rc::new(e),
+                    };
+                    warn!("{refused}");
+                    return Err(refused);
                 }
             }
         };
@@ -146,7 +158,7 @@ impl Shard {
                 Ok(t) => t,
                 Err(reason) => {
                     for p in pending.publishes {
-                        let e = publish_refused(&name, p.bodies.len(), p.acked, reason.clone());
+                        let e = publish_refused(&name, p.bodies.len(), p.acked, &reason);
                         self.reply(p.reply, Reply::Publish(Err(e)));
                     }
                     return;
