@@ -121,10 +121,7 @@ fn recover_segment(
     if len < Format::V1.header_len().min(HEADER_LEN) as u64 {
         warn!(topic, segment = %path.display(), len, "segment shorter than its header; removed");
         drop(file);
-        std::fs::remove_file(path).map_err(|source| StorageError::Remove {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        remove(path)?;
         return Ok(None);
     }
     // SAFETY: nothing else writes the file during recovery.
@@ -167,10 +164,7 @@ fn recover_segment(
         // New records go to a segment of the current format, which would take this name.
         info!(topic, segment = %path.display(), "empty segment of an older format removed");
         drop(file);
-        std::fs::remove_file(path).map_err(|source| StorageError::Remove {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        remove(path)?;
         return Ok(None);
     }
     let end = report.last_seq.map(|s| s + 1).unwrap_or(base);
@@ -208,6 +202,14 @@ fn cut(file: &std::fs::File, path: &Path, len: u64) -> Result<(), StorageError> 
         source,
     })?;
     file.sync_all().map_err(|source| StorageError::Fsync {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Removes a segment file recovery found of no use.
+fn remove(path: &Path) -> Result<(), StorageError> {
+    std::fs::remove_file(path).map_err(|source| StorageError::Remove {
         path: path.to_path_buf(),
         source,
     })
