@@ -114,6 +114,24 @@ pub struct Args {
     /// calculate end to end latency quantiles for this duration of time
     #[arg(long, default_value = "10m", value_parser = parse_flag_duration)]
     pub e2e_processing_latency_window_time: Duration,
+    /// UDP <addr>:<port> of a statsd daemon for pushing stats
+    #[arg(long, default_value = "")]
+    pub statsd_address: String,
+    /// prefix used for keys sent to statsd (%s for host replacement)
+    #[arg(long, default_value = "nsq.%s")]
+    pub statsd_prefix: String,
+    /// duration between pushing to statsd
+    #[arg(long, default_value = "60s", value_parser = parse_flag_duration)]
+    pub statsd_interval: Duration,
+    /// toggle sending memory stats to statsd (nsqd's mem.* names; see README)
+    #[arg(long, default_value_t = true, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub statsd_mem_stats: bool,
+    /// the size in bytes of statsd UDP packets
+    #[arg(long, default_value_t = 508)]
+    pub statsd_udp_packet_size: usize,
+    /// skip ephemeral topics and channels when sending stats to statsd
+    #[arg(long, default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub statsd_exclude_ephemeral: bool,
     /// unique part for message IDs, (int) in range [0,1024) (kept for nsqd compatibility)
     #[arg(long, default_value_t = 0)]
     pub node_id: u64,
@@ -181,11 +199,44 @@ pub struct Config {
     /// IDENTIFY's refusal of a client asking for both follows them).
     pub deflate: bool,
     pub snappy: bool,
+    /// Where and how to push metrics to statsd (`--statsd-*`); `None` without an address.
+    pub statsd: Option<StatsdConfig>,
     /// CPUs the shards are pinned to, shard i on `cpus[i % cpus.len()]`.
     pub cpus: Vec<usize>,
     pub shards: usize,
     pub connection_steering: crate::sys::listen::Steering,
     pub spin_before_park: Duration,
+}
+
+/// nsqd's `--statsd-*` flags, checked.
+#[derive(Debug, Clone)]
+pub struct StatsdConfig {
+    /// `--statsd-address`, resolved at every push (as nsqd dials it at every push).
+    pub address: String,
+    /// `--statsd-prefix` as given (`%s` is replaced by the host key, see
+    /// [`StatsdConfig::prefix_for`]).
+    pub prefix: String,
+    pub interval: Duration,
+    pub mem_stats: bool,
+    pub udp_packet_size: usize,
+    pub exclude_ephemeral: bool,
+}
+
+impl StatsdConfig {
+    /// The prefix of every metric name, as nsqd makes it: `%s` replaced by
+    /// `<broadcast-address>_<broadcast-http-port>` with `.` and `:` turned into `_`, and a `.`
+    /// appended when missing; empty stays empty.
+    pub fn prefix_for(&self, broadcast_address: &str, http_port: u16) -> String {
+        if self.prefix.is_empty() {
+            return String::new();
+        }
+        let host = format!("{broadcast_address}:{http_port}").replace(['.', ':'], "_");
+        let mut prefix = self.prefix.replace("%s", &host);
+        if !prefix.ends_with('.') {
+            prefix.push('.');
+        }
+        prefix
+    }
 }
 
 /// Heartbeat interval used when a client does not ask for one (nsqd: client timeout / 2).
@@ -319,6 +370,23 @@ impl Config {
             return Err(bad(format!("--shards {shards} must be between 1 and 256")));
         }
         let broadcast_address = a.broadcast_address.unwrap_or_else(nsq_common::hostname);
+        if a.statsd_interval.is_zero() {
+            return Err(bad("--statsd-interval must be more than 0s"));
+        }
+        if a.statsd_udp_packet_size < 64 || a.statsd_udp_packet_size > 65_507 {
+            return Err(bad(format!(
+                "--statsd-udp-packet-size {} must be between 64 and 65507",
+                a.statsd_udp_packet_size
+            )));
+        }
+        let statsd = (!a.statsd_address.is_empty()).then(|| StatsdConfig {
+            address: a.statsd_address.clone(),
+            prefix: a.statsd_prefix.clone(),
+            interval: a.statsd_interval,
+            mem_stats: a.statsd_mem_stats,
+            udp_packet_size: a.statsd_udp_packet_size,
+            exclude_ephemeral: a.statsd_exclude_ephemeral,
+        });
         Ok(Config {
             tcp_address,
             http_address,
@@ -351,6 +419,7 @@ impl Config {
             node_id: a.node_id,
             deflate: a.deflate,
             snappy: a.snappy,
+            statsd,
             cpus,
             shards,
             connection_steering: a.connection_steering,

@@ -19,6 +19,7 @@ mod owner_sim;
 mod shard;
 mod startup;
 mod stats;
+mod statsd;
 mod storage;
 mod sys;
 mod tcp;

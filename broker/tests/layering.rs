@@ -16,7 +16,10 @@ const LAYERS: &[(&str, &[&str])] = &[
         &["sys", "config", "work_set", "ids", "id_table", "deadlines"],
     ),
     ("storage", &["storage"]),
-    ("domain", &["timer", "latency", "channel", "topic", "stats"]),
+    (
+        "domain",
+        &["timer", "latency", "channel", "topic", "stats", "statsd"],
+    ),
     ("mail and start-up", &["mailbox", "admin", "startup"]),
     ("owner", &["shard", "owner_sim"]),
     ("front-ends", &["tcp", "http"]),

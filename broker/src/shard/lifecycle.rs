@@ -181,6 +181,7 @@ pub async fn run(
     }
     glommio::spawn_local(storage::flusher::Flusher::run(shard.clone())).detach();
     glommio::spawn_local(storage::fetcher::Fetcher::run(shard.clone())).detach();
+    shard.start_statsd();
     if shard.sends.available() {
         let sender = shard.clone();
         glommio::spawn_local(async move { sender.sends.run().await }).detach();

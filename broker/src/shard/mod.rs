@@ -30,7 +30,7 @@
 //! - [`flusher`], [`fetcher`]: the shard's side of the write path and the read path, whose
 //!   tasks live in [`crate::storage::flusher`] and [`crate::storage::fetcher`];
 //! - [`admin`], [`durable`]: the HTTP API's topic and channel actions, answered once durable;
-//!   [`stats`]: the shard's part of /stats and /metrics;
+//!   [`stats`]: the shard's part of /stats and /metrics; [`statsd`]: pushing them to statsd;
 //! - [`lifecycle`]: start-up, the shard's tasks, shutdown.
 
 mod admin;
@@ -42,6 +42,7 @@ mod flusher;
 mod lifecycle;
 mod publish;
 mod stats;
+mod statsd;
 mod topics;
 
 pub use early_ack::MAX_UNCONFIRMED;
