@@ -17,7 +17,8 @@ use std::time::Duration;
 #[derive(Parser, Debug, Clone)]
 #[command(
     name = "broker",
-    version,
+    // Scripts that parse nsqd's `nsqd v1.3.0 (built w/go...)` find `nsqd v1.3.0` here too.
+    version = concat!(env!("CARGO_PKG_VERSION"), " (nsqd v1.3.0-compatible)"),
     about = "NSQ-compatible message broker (a drop-in nsqd), one shard per core on io_uring",
     // As Go's flag package: a flag given twice takes its last value (an operator's extra
     // flags can override a unit file's); list flags still add up.
@@ -160,6 +161,82 @@ pub struct Args {
     /// itself; where clients share the cores it takes CPU from them
     #[arg(long, default_value = "0s", value_parser = parse_flag_duration)]
     pub spin_before_park: Duration,
+    /// path to config file (nsqd's TOML keys; flags given here win over the file)
+    #[arg(long)]
+    pub config: Option<String>,
+    /// log message prefix (accepted for nsqd compatibility; log lines carry no prefix)
+    #[arg(long, default_value = "[nsqd] ")]
+    pub log_prefix: String,
+    /// [deprecated] has no effect, use --log-level
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set, default_value_t = false)]
+    pub verbose: bool,
+    /// [deprecated] use --node-id (accepted; no effect)
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set, default_value_t = false)]
+    pub worker_id: bool,
+    /// nsqd's timeout scan (no effect here: every channel's timers are exact, see ARCHITECTURE.md)
+    #[arg(long, default_value_t = 4)]
+    pub queue_scan_worker_pool_max: u64,
+    /// nsqd's timeout scan (no effect here: every channel's timers are exact)
+    #[arg(long, default_value_t = 20)]
+    pub queue_scan_selection_count: u64,
+    /// nsqd 1.3's topology-aware delivery region (accepted; no effect yet)
+    #[arg(long, default_value = "")]
+    pub topology_region: String,
+    /// nsqd 1.3's topology-aware delivery zone (accepted; no effect yet)
+    #[arg(long, default_value = "")]
+    pub topology_zone: String,
+    /// nsqd 1.3's experiments (`topology-aware-consumption`; accepted, no effect yet)
+    #[arg(long = "enable-experiment")]
+    pub enable_experiments: Vec<String>,
+}
+
+/// The config file keys nsqd names differently from its flags (nsqd's `cfg` tags).
+pub const RENAMED_KEYS: &[(&str, &str)] = &[
+    ("id", "node-id"),
+    ("nsqlookupd_tcp_addresses", "lookupd-tcp-address"),
+    ("auth_http_addresses", "auth-http-address"),
+    (
+        "e2e_processing_latency_percentiles",
+        "e2e-processing-latency-percentile",
+    ),
+    ("enable_experiment", "enable-experiment"),
+];
+
+impl Args {
+    /// The flags given that have no effect here, each with why (logged once at start-up).
+    pub fn without_effect(&self) -> Vec<String> {
+        let mut notes = Vec::new();
+        let mut note = |given: bool, text: &str| {
+            if given {
+                notes.push(text.to_string());
+            }
+        };
+        note(
+            self.log_prefix != "[nsqd] ",
+            "--log-prefix: log lines carry no prefix",
+        );
+        note(
+            self.verbose,
+            "--verbose: deprecated in nsqd, use --log-level",
+        );
+        note(
+            self.worker_id,
+            "--worker-id: deprecated in nsqd, use --node-id",
+        );
+        note(
+            self.queue_scan_worker_pool_max != 4 || self.queue_scan_selection_count != 20,
+            "--queue-scan-*: timeouts are exact per channel, there is no scan",
+        );
+        note(
+            !self.topology_region.is_empty() || !self.topology_zone.is_empty(),
+            "--topology-region/--topology-zone: topology-aware delivery is not built",
+        );
+        note(
+            !self.enable_experiments.is_empty(),
+            "--enable-experiment: no experiments are built",
+        );
+        notes
+    }
 }
 
 /// The validated configuration every shard reads. Immutable after start-up.
@@ -199,6 +276,8 @@ pub struct Config {
     /// IDENTIFY's refusal of a client asking for both follows them).
     pub deflate: bool,
     pub snappy: bool,
+    /// nsqd flags given that have no effect here, each with why (logged once at start-up).
+    pub without_effect: Vec<String>,
     /// Where and how to push metrics to statsd (`--statsd-*`); `None` without an address.
     pub statsd: Option<StatsdConfig>,
     /// CPUs the shards are pinned to, shard i on `cpus[i % cpus.len()]`.
@@ -280,6 +359,8 @@ impl Config {
 
     pub fn parse_from<I: IntoIterator<Item = String>>(argv: I) -> Result<Config, ConfigError> {
         let argv = nsq_common::cli::go_style_flags::<Args, _>(argv);
+        let argv = nsq_common::config_file::with_config_file::<Args>(argv, RENAMED_KEYS)
+            .map_err(|e| ConfigError::BadFlag(e.to_string()))?;
         let args = Args::try_parse_from(argv).map_err(|e| {
             if matches!(
                 e.kind(),
@@ -369,6 +450,7 @@ impl Config {
         if shards == 0 || shards > 256 {
             return Err(bad(format!("--shards {shards} must be between 1 and 256")));
         }
+        let without_effect = a.without_effect();
         let broadcast_address = a.broadcast_address.unwrap_or_else(nsq_common::hostname);
         if a.statsd_interval.is_zero() {
             return Err(bad("--statsd-interval must be more than 0s"));
@@ -419,6 +501,7 @@ impl Config {
             node_id: a.node_id,
             deflate: a.deflate,
             snappy: a.snappy,
+            without_effect,
             statsd,
             cpus,
             shards,
@@ -644,5 +727,17 @@ mod tests {
         for n in per_shard {
             assert!((900..=1100).contains(&n), "{per_shard:?}");
         }
+    }
+
+    #[test]
+    fn version_names_the_nsqd_it_stands_for() {
+        let version = <Args as clap::CommandFactory>::command()
+            .get_version()
+            .unwrap_or_default()
+            .to_string();
+        assert!(
+            version.contains(&format!("nsqd v{}", protocol::NSQD_COMPAT_VERSION)),
+            "{version}"
+        );
     }
 }

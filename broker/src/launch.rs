@@ -15,7 +15,7 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tracing::{error, info};
+use tracing::{error, info, warn};
 
 /// Batches a mailbox ring holds before its sender waits.
 const MAILBOX_CAPACITY: usize = 1024;
@@ -41,6 +41,9 @@ pub fn run() -> ExitCode {
     };
     init_logging(&config.log_level);
     exit_on_panic();
+    for note in &config.without_effect {
+        warn!("flag accepted without effect: {note}");
+    }
     if let Err(e) = rlimit::ensure_memlock(config.shards) {
         return start_failed(e.into());
     }

@@ -14,7 +14,7 @@ use std::time::Duration;
 #[derive(Debug, Parser)]
 #[command(
     name = "lookup",
-    version,
+    version = concat!(env!("CARGO_PKG_VERSION"), " (nsqlookupd v1.3.0-compatible)"),
     about = "NSQ-compatible lookup (nsqlookupd replacement)"
 )]
 struct Flags {
@@ -41,6 +41,18 @@ struct Flags {
     /// log level: debug, info, warn, error or fatal
     #[arg(long, default_value = "info", value_parser = nsq_common::cli::parse_log_level)]
     log_level: tracing::Level,
+
+    /// path to config file (nsqlookupd's TOML keys; flags given here win over the file)
+    #[arg(long)]
+    config: Option<String>,
+
+    /// log message prefix (accepted for nsqlookupd compatibility; log lines carry no prefix)
+    #[arg(long, default_value = "[nsqlookupd] ")]
+    log_prefix: String,
+
+    /// [deprecated] has no effect, use --log-level
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set, default_value_t = false)]
+    verbose: bool,
 }
 
 /// The lookup's settings, checked and ready to use.
@@ -55,6 +67,8 @@ pub struct Config {
     pub inactive_producer_timeout: Duration,
     pub tombstone_lifetime: Duration,
     pub log_level: tracing::Level,
+    /// nsqlookupd flags given that have no effect here, each with why (logged at start-up).
+    pub without_effect: Vec<String>,
 }
 
 impl Config {
@@ -64,7 +78,11 @@ impl Config {
     where
         I: IntoIterator<Item = String>,
     {
-        let flags = Flags::try_parse_from(nsq_common::cli::go_style_flags::<Flags, _>(args))?;
+        let args = nsq_common::cli::go_style_flags::<Flags, _>(args);
+        let args = nsq_common::config_file::with_config_file::<Flags>(args, &[]).map_err(|e| {
+            Flags::command().error(clap::error::ErrorKind::InvalidValue, e.to_string())
+        })?;
+        let flags = Flags::try_parse_from(args)?;
         if flags.tcp_address.port() != 0 && flags.tcp_address == flags.http_address {
             return Err(Flags::command().error(
                 clap::error::ErrorKind::ArgumentConflict,
@@ -75,6 +93,13 @@ impl Config {
             ));
         }
         let hostname = nsq_common::hostname();
+        let mut without_effect = Vec::new();
+        if flags.log_prefix != "[nsqlookupd] " {
+            without_effect.push("--log-prefix: log lines carry no prefix".to_string());
+        }
+        if flags.verbose {
+            without_effect.push("--verbose: deprecated in nsqlookupd, use --log-level".to_string());
+        }
         Ok(Config {
             tcp_address: flags.tcp_address,
             http_address: flags.http_address,
@@ -83,6 +108,7 @@ impl Config {
             inactive_producer_timeout: flags.inactive_producer_timeout,
             tombstone_lifetime: flags.tombstone_lifetime,
             log_level: flags.log_level,
+            without_effect,
         })
     }
 }

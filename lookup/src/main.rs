@@ -29,6 +29,9 @@ fn main() -> ExitCode {
         }
     };
     init_logging(config.log_level);
+    for note in &config.without_effect {
+        tracing::warn!("flag accepted without effect: {note}");
+    }
     if let Err(e) = nsq_common::cli::exit_on_signals() {
         eprintln!("lookup: cannot handle SIGTERM/SIGINT: {e}");
         return ExitCode::FAILURE;

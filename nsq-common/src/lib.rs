@@ -4,6 +4,7 @@
 //! - [`hostname`]: this machine's name, as Go's `os.Hostname` gives it;
 //! - [`local_sync`]: single-threaded wake-ups (a [`local_sync::oneshot`] for replies and a
 //!   [`local_sync::Notify`]) that need no particular executor;
+//! - [`config_file`] (feature `cli`): `--config FILE`, NSQ's TOML config files as flags.
 //! - [`cli`] (feature `cli`): the binaries' command-line conventions, NSQ's Go programs' own
 //!   (single-dash long flags, nsqd's log level names, SIGTERM as a clean end).
 //!
@@ -11,6 +12,8 @@
 
 #[cfg(feature = "cli")]
 pub mod cli;
+#[cfg(feature = "cli")]
+pub mod config_file;
 mod host;
 pub mod local_sync;
 
