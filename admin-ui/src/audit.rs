@@ -5,7 +5,7 @@
 //! slow endpoint never holds up the operator).
 
 use crate::api::Action;
-use crate::upstream;
+use crate::upstream::Upstream;
 use http1::RequestHead;
 use serde_json::json;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -48,6 +48,7 @@ pub struct Audit {
     pub notify: Option<Endpoint>,
     /// This machine's name, sent as `via`.
     pub hostname: String,
+    pub upstream: std::sync::Arc<Upstream>,
 }
 
 impl Audit {
@@ -90,10 +91,11 @@ impl Audit {
             "via": self.hostname,
         })
         .to_string();
+        let upstream = self.upstream.clone();
         let spawned = std::thread::Builder::new()
             .name("admin-notify".into())
             .spawn(move || {
-                let sent = upstream::post_body(
+                let sent = upstream.post_body(
                     &endpoint.addr,
                     &endpoint.path,
                     "application/json",
