@@ -72,7 +72,11 @@ def stats_fixture(start_time):
 # ---- certificates ---------------------------------------------------------------------------
 
 def _openssl(args, cwd):
-    r = subprocess.run(["openssl"] + args, cwd=cwd, capture_output=True, timeout=30)
+    try:
+        r = subprocess.run(["openssl"] + args, cwd=cwd, capture_output=True, timeout=30)
+    except FileNotFoundError:
+        raise RuntimeError("the admin-ui TLS tests need the openssl command (Debian package "
+                           "openssl; tests/run.sh installs it)")
     if r.returncode != 0:
         raise RuntimeError("openssl %s failed: %s" % (" ".join(args),
                                                       r.stderr.decode(errors="replace")))

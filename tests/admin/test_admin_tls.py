@@ -9,13 +9,20 @@ actions) and shows each client's tls / tls_version / tls_cipher_suite / snappy /
 authed / auth_identity / auth_identity_url; a certificate it does not trust, a client
 certificate it lacks, a handshake that never ends are each a warning saying why, answered
 without hanging; --http-client-tls-insecure-skip-verify and --http-client-tls-cert/-key do what
-nsqadmin's do; bad flags stop admin-ui at start-up with nsqadmin's words.
+nsqadmin's do; bad flags stop admin-ui at start-up with nsqadmin's words. One test runs the
+real broker with --tls-required and a TLS consumer (skipped, saying why, while the broker does
+not take --tls-required / --https-address).
 """
 
+import json
+import ssl
 import subprocess
 
+import pytest
+
 import adminlib
-from adminlib import q
+from adminlib import Broker, eventually, q
+from nsqwire import Conn
 from fakebroker import CHANNEL, CLIENTS, TOPIC, FakeLookup, FakeTlsBroker, StalledTlsBroker
 
 
@@ -170,3 +177,52 @@ def test_bad_tls_flags_stop_admin_ui_at_start_up(certs, tmp_path):
     err = _start_fails(["--http-client-tls-cert=" + certs.path("client.pem"),
                         "--http-client-tls-key=" + certs.path("server.key")])
     assert "failed to LoadX509KeyPair" in err, err
+
+
+def test_real_broker_requiring_tls(certs, start_admin):
+    """The broker itself with --tls-required: admin-ui reads it over HTTPS and shows a TLS
+    consumer's state from its /stats. Skipped while the broker refuses --tls-required or
+    --https-address (its HTTPS side is issue 25's broker part, written alongside)."""
+    b = Broker(["--tls-cert=" + certs.path("server.pem"), "--tls-key=" + certs.path("server.key"),
+                "--https-address=127.0.0.1:0", "--tls-required=true"])
+    try:
+        b.start()
+    except RuntimeError as e:
+        b.cleanup()
+        text = str(e)
+        if "not supported" in text or "unexpected argument '--tls-required'" in text:
+            why = [line for line in text.splitlines() if "error" in line.lower()][-1:]
+            pytest.skip("this broker does not serve its HTTP API over HTTPS yet: %s"
+                        % "".join(why).strip())
+        raise
+    conn = None
+    try:
+        r = adminlib.request("GET", b.url("/stats?format=json"))
+        assert r.status == 403 and r.json()["message"] == "TLS_REQUIRED", r
+        assert r.json()["https_port"] > 0, r
+        conn = Conn(("127.0.0.1", b.tcp_port))
+        answer = json.loads(conn.identify(feature_negotiation=True, tls_v1=True,
+                                          client_id="real-tls-consumer", hostname="tls-host",
+                                          user_agent="admin-tests/1.0"))
+        assert answer["tls_v1"] is True, answer
+        conn.sock = ssl.create_default_context(cafile=certs.ca).wrap_socket(
+            conn.sock, server_hostname="127.0.0.1")
+        conn.expect_ok("OK after the TLS upgrade")
+        conn.sub("real_tls", "c")
+        admin = start_admin(nsqds=[b.node], extra=["--http-client-tls-root-ca-file=" + certs.ca])
+
+        def check():
+            ch = admin.get("/api/topics/real_tls/c")
+            assert ch["warnings"] == [], ch["warnings"]
+            [client] = ch["clients"]
+            assert client["client_id"] == "real-tls-consumer" and client["tls"] is True, client
+            assert client["tls_version"] in ("TLS1.2", "TLS1.3"), client
+            assert client["tls_cipher_suite"], client
+            assert client["snappy"] is False and client["deflate"] is False, client
+        eventually(check)
+    finally:
+        if conn is not None:
+            conn.close()
+        crashed = b.stop()
+        b.cleanup()
+        assert not crashed, "the broker died during the test"
