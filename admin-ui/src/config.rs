@@ -3,9 +3,11 @@
 use crate::audit::Endpoint;
 use crate::cluster::dedup;
 use crate::tls::TlsFlags;
+use crate::upstream::Timeouts;
 use clap::{CommandFactory, Parser};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
+use std::time::Duration;
 
 /// The flags as clap reads them.
 #[derive(Debug, Parser)]
@@ -44,6 +46,14 @@ struct Flags {
     #[arg(long, default_value = "info", value_parser = nsq_common::cli::parse_log_level)]
     log_level: tracing::Level,
 
+    /// timeout for HTTP connect (to lookups and brokers)
+    #[arg(long, default_value = "2s", value_parser = positive_duration)]
+    http_client_connect_timeout: Duration,
+
+    /// timeout for HTTP request: for any one read or write (a whole answer gets 3 times this)
+    #[arg(long, default_value = "5s", value_parser = positive_duration)]
+    http_client_request_timeout: Duration,
+
     /// configure the HTTP client to skip verification of TLS certificates
     #[arg(long, num_args = 0..=1, require_equals = true, default_value = "false",
           default_missing_value = "true", value_parser = go_bool, action = clap::ArgAction::Set)]
@@ -76,6 +86,7 @@ pub struct Config {
     pub log_level: tracing::Level,
     /// How to talk to brokers that serve HTTPS only.
     pub tls: TlsFlags,
+    pub timeouts: Timeouts,
 }
 
 impl Config {
@@ -119,6 +130,10 @@ impl Config {
                 root_ca_file: flags.http_client_tls_root_ca_file,
                 cert_and_key,
             },
+            timeouts: Timeouts {
+                connect: flags.http_client_connect_timeout,
+                request: flags.http_client_request_timeout,
+            },
         })
     }
 }
@@ -126,6 +141,15 @@ impl Config {
 /// A usage error saying what is missing.
 fn missing(what: &str) -> clap::Error {
     Flags::command().error(clap::error::ErrorKind::MissingRequiredArgument, what)
+}
+
+/// A Go duration (`2s`, `500ms`) more than zero.
+fn positive_duration(s: &str) -> Result<Duration, String> {
+    let d = protocol::duration::parse_flag_duration(s)?;
+    if d.is_zero() {
+        return Err(format!("{s:?}: must be more than 0"));
+    }
+    Ok(d)
 }
 
 /// A boolean as Go's flag package reads it (`strconv.ParseBool`).
@@ -208,6 +232,27 @@ mod tests {
         assert_eq!(c.lookups, ["l:4161"]);
         assert_eq!(c.log_level, tracing::Level::ERROR);
         assert!(Config::from_args(args(&["-nsqd-http-address=h:1", "--log-level=loud"])).is_err());
+    }
+
+    #[test]
+    fn http_client_timeouts() {
+        let c = Config::from_args(args(&["--nsqd-http-address=h:1"])).unwrap();
+        assert_eq!(c.timeouts, Timeouts::default());
+        let c = Config::from_args(args(&[
+            "--nsqd-http-address=h:1",
+            "-http-client-connect-timeout=250ms",
+            "--http-client-request-timeout=1m",
+        ]))
+        .unwrap();
+        assert_eq!(c.timeouts.connect, Duration::from_millis(250));
+        assert_eq!(c.timeouts.request, Duration::from_secs(60));
+        for bad in ["=0", "=0s", "=5", "=soon"] {
+            let a = format!("--http-client-request-timeout{bad}");
+            assert!(
+                Config::from_args(args(&["--nsqd-http-address=h:1", &a])).is_err(),
+                "{a}"
+            );
+        }
     }
 
     #[test]

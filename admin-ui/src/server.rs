@@ -23,7 +23,10 @@ const IDLE: Duration = Duration::from_secs(60);
 
 /// Listens on `--http-address` and serves until the process is stopped.
 pub fn run(config: Config) -> Result<(), String> {
-    let upstream = Arc::new(Upstream::new(crate::tls::client_config(&config.tls)?));
+    let upstream = Arc::new(Upstream::new(
+        crate::tls::client_config(&config.tls)?,
+        config.timeouts,
+    ));
     let listener = TcpListener::bind(config.http_address).map_err(|e| {
         format!(
             "cannot listen on --http-address {}: {e}",

@@ -8,8 +8,9 @@
 //! `https://host:N` with the TLS settings of [`crate::tls`]. Nothing is remembered between
 //! requests, so a broker that changes its mind is followed at once.
 //!
-//! Invariants: a request never waits longer than its connect timeout, its read and write
-//! timeouts, and [`DEADLINE`] for the whole answer, TLS handshake included; an answer is never
+//! Invariants: a request never waits longer than the connect timeout to connect, the request
+//! timeout for any one read or write (TLS handshake included), and [`DEADLINE_FACTOR`] request
+//! timeouts for the whole answer; an answer is never
 //! larger than [`MAX_ANSWER`]; a failed handshake (a certificate not trusted, a client
 //! certificate refused) is an error saying so, never a hang nor a plaintext retry.
 
@@ -23,12 +24,9 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// How long connecting may take.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-/// How long one read or write may block.
-const IO_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long a whole request may take, however its bytes trickle in.
-const DEADLINE: Duration = Duration::from_secs(15);
+/// How many request timeouts a whole answer may take, however its bytes trickle in (15 s at
+/// nsqadmin's default 5 s: a busy broker's `/stats` is large).
+const DEADLINE_FACTOR: u32 = 3;
 /// The largest answer read (a busy broker's `/stats` with every client is large).
 const MAX_ANSWER: usize = 64 << 20;
 /// Who asks.
@@ -42,16 +40,39 @@ pub struct Answer {
     pub body: bytes::Bytes,
 }
 
+/// How long a request may wait (nsqadmin's `--http-client-connect-timeout` and
+/// `--http-client-request-timeout`, both more than zero).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// To connect.
+    pub connect: Duration,
+    /// For any one read or write, the TLS handshake's included.
+    pub request: Duration,
+}
+
+impl Default for Timeouts {
+    /// nsqadmin's defaults: 2 s to connect, 5 s per request.
+    fn default() -> Timeouts {
+        Timeouts {
+            connect: Duration::from_secs(2),
+            request: Duration::from_secs(5),
+        }
+    }
+}
+
 /// Sends requests to lookups and brokers, with the TLS settings for those that want HTTPS.
 pub struct Upstream {
     tls: Arc<ClientConfig>,
+    timeouts: Timeouts,
 }
 
 /// A blocking socket whose reads fail once the request's deadline has passed, so that an
-/// answer trickling in byte by byte cannot hold a request longer than [`DEADLINE`].
+/// answer trickling in byte by byte cannot hold a request longer than that; its timeouts are
+/// said in words.
 struct Deadlined {
     sock: TcpStream,
     until: Instant,
+    timeouts: Timeouts,
 }
 
 impl Read for Deadlined {
@@ -59,27 +80,32 @@ impl Read for Deadlined {
         if Instant::now() > self.until {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::TimedOut,
-                format!("no whole answer within {DEADLINE:?}"),
+                format!(
+                    "no whole answer within {:?}",
+                    self.timeouts.request * DEADLINE_FACTOR
+                ),
             ));
         }
-        self.sock.read(buf).map_err(timed_out)
+        self.sock.read(buf).map_err(|e| self.timed_out(e))
     }
 }
 
-/// A socket timeout (which Linux reports as `WouldBlock`) said in words.
-fn timed_out(e: std::io::Error) -> std::io::Error {
-    match e.kind() {
-        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => std::io::Error::new(
-            std::io::ErrorKind::TimedOut,
-            format!("timed out: nothing for {IO_TIMEOUT:?}"),
-        ),
-        _ => e,
+impl Deadlined {
+    /// A socket timeout (which Linux reports as `WouldBlock`) said in words.
+    fn timed_out(&self, e: std::io::Error) -> std::io::Error {
+        match e.kind() {
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("timed out: nothing for {:?}", self.timeouts.request),
+            ),
+            _ => e,
+        }
     }
 }
 
 impl Write for Deadlined {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.sock.write(buf).map_err(timed_out)
+        self.sock.write(buf).map_err(|e| self.timed_out(e))
     }
     fn flush(&mut self) -> std::io::Result<()> {
         self.sock.flush()
@@ -156,8 +182,8 @@ fn tls_hint(e: &std::io::Error) -> &'static str {
 }
 
 impl Upstream {
-    pub fn new(tls: Arc<ClientConfig>) -> Upstream {
-        Upstream { tls }
+    pub fn new(tls: Arc<ClientConfig>, timeouts: Timeouts) -> Upstream {
+        Upstream { tls, timeouts }
     }
 
     /// Sends `method path` (with its query) to `addr` (`host:port`) and reads the answer;
@@ -193,7 +219,8 @@ impl Upstream {
         path: &str,
         body: Option<(&str, &[u8])>,
     ) -> Result<Answer, String> {
-        let until = Instant::now() + DEADLINE;
+        let timeouts = self.timeouts;
+        let until = Instant::now() + timeouts.request * DEADLINE_FACTOR;
         let scheme = if tls { "https" } else { "http" };
         let fail = |what: &str| format!("{method} {scheme}://{addr}{path}: {what}");
         let target = addr
@@ -201,13 +228,17 @@ impl Upstream {
             .map_err(|e| fail(&e.to_string()))?
             .next()
             .ok_or_else(|| fail("resolves to nothing"))?;
-        let sock = TcpStream::connect_timeout(&target, CONNECT_TIMEOUT)
+        let sock = TcpStream::connect_timeout(&target, timeouts.connect)
             .map_err(|e| fail(&format!("cannot connect: {e}")))?;
         let _ = sock.set_nodelay(true);
-        sock.set_read_timeout(Some(IO_TIMEOUT))
-            .and_then(|()| sock.set_write_timeout(Some(IO_TIMEOUT)))
+        sock.set_read_timeout(Some(timeouts.request))
+            .and_then(|()| sock.set_write_timeout(Some(timeouts.request)))
             .map_err(|e| fail(&e.to_string()))?;
-        let sock = Deadlined { sock, until };
+        let sock = Deadlined {
+            sock,
+            until,
+            timeouts,
+        };
         let conn = if tls {
             let host = split_addr(addr)
                 .0
@@ -366,7 +397,7 @@ mod tests {
             .into_bytes(),
         );
         let tls = crate::tls::client_config(&crate::tls::TlsFlags::default()).unwrap();
-        let up = Upstream::new(tls);
+        let up = Upstream::new(tls, Timeouts::default());
         let e = up
             .get_json(&format!("127.0.0.1:{plain}"), "/stats?format=json")
             .expect_err("a plain answer on the HTTPS port is an error");

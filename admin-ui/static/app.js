@@ -261,7 +261,8 @@ function attributesCell(c) {
   const identity = c.auth_identity || c.auth_identity_url || '';
   return el('td', { class: 'attributes' },
     c.sample_rate ? attr('sampled', null, `Sampled ${c.sample_rate}%`) : null,
-    c.tls ? attr('tls', `${tlsDetail.join(' ')} mutual:${Boolean(c.tls_negotiated_protocol_is_mutual)}`,
+    c.tls ? attr('tls', c.tls_version
+      ? `${tlsDetail.join(' ')} mutual:${Boolean(c.tls_negotiated_protocol_is_mutual)}` : null,
       'TLS', tlsDetail.length ? el('small', { class: 'tls-detail' }, ` ${tlsDetail.join(' ')}`) : null) : null,
     c.deflate ? attr('deflate', null, 'Deflate') : null,
     c.snappy ? attr('snappy', null, 'Snappy') : null,

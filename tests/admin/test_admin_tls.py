@@ -147,12 +147,16 @@ def test_client_certificate_for_a_broker_that_requires_one(certs, fakes, start_a
 
 def test_stalled_handshake_is_a_warning_not_a_hang(fakes, start_admin):
     b = fakes(StalledTlsBroker)
-    admin = start_admin(nsqds=[b.node])
+    admin = start_admin(nsqds=[b.node], extra=["--http-client-request-timeout=500ms"])
     r = admin.call("GET", "/api/topics")
     assert r.status == 200, r
     [warning] = r.json()["warnings"]
-    assert warning.startswith("GET https://127.0.0.1:%d/info: TLS handshake failed: timed out"
-                              % b.https_port), warning
+    assert warning == ("GET https://127.0.0.1:%d/info: TLS handshake failed: timed out: "
+                       "nothing for 500ms" % b.https_port), warning
+    # nsqadmin's default, 5s, when not given
+    admin = start_admin(nsqds=[b.node])
+    [warning] = admin.get("/api/topics")["warnings"]
+    assert warning.endswith("TLS handshake failed: timed out: nothing for 5s"), warning
 
 
 def _start_fails(args):
