@@ -38,7 +38,7 @@ struct Flags {
     #[arg(long, default_value = "X-Forwarded-User")]
     acl_http_header: String,
 
-    /// http://host:port/path to POST a JSON notification of each action to
+    /// http(s)://host:port/path to POST a JSON notification of each action to
     #[arg(long, value_parser = Endpoint::parse)]
     notification_http_endpoint: Option<Endpoint>,
 

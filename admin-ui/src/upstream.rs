@@ -306,15 +306,22 @@ impl Upstream {
         check_posted(path, self.request(addr, "POST", path)?)
     }
 
-    /// POSTs `body` to `path` of `addr`; as [`Upstream::post`].
+    /// POSTs `body` to `path` of `addr`, over HTTPS when `tls` (a notification endpoint's
+    /// scheme is known beforehand: no `TLS_REQUIRED` round); as [`Upstream::post`].
     pub fn post_body(
         &self,
+        tls: bool,
         addr: &str,
         path: &str,
         content_type: &str,
         body: &[u8],
     ) -> Result<(), String> {
-        let answer = self.request_with(addr, "POST", path, Some((content_type, body)))?;
+        let body = Some((content_type, body));
+        let answer = if tls {
+            self.send(true, addr, "POST", path, body)?
+        } else {
+            self.request_with(addr, "POST", path, body)?
+        };
         check_posted(path, answer)
     }
 }

@@ -13,6 +13,7 @@ certificates it needs.
 - `StalledTlsBroker`: the same 403, pointing at a port that accepts connections and never says
   a word (a handshake that does not finish).
 - `FakeLookup`: a plain-HTTP lookup whose /nodes lists given producers.
+- `TlsHook`: an HTTPS notification endpoint that keeps the JSON bodies POSTed to it.
 
 Everything listens on 127.0.0.1 with ephemeral ports; `close()` stops it.
 """
@@ -327,6 +328,40 @@ class FakeLookup:
         self.server = _Quiet(("127.0.0.1", 0), _LookupHandler)
         self.server.owner = self
         self.http_address = "127.0.0.1:%d" % self.server.server_address[1]
+        _serve(self.server)
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class _HookHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        self.server.owner.received.append((self.path, json.loads(self.rfile.read(n))))
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+class TlsHook:
+    """`--notification-http-endpoint=https://...`: the server certificate from the test CA."""
+
+    def __init__(self, certs):
+        self.received = []
+        self.errors = []
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(certs.path("server.pem"), certs.path("server.key"))
+        self.server = _Quiet(("127.0.0.1", 0), _HookHandler)
+        self.server.owner = self
+        self.server.socket = ctx.wrap_socket(self.server.socket, server_side=True,
+                                             do_handshake_on_connect=False)
+        self.url = "https://127.0.0.1:%d/hook?from=admin" % self.server.server_address[1]
         _serve(self.server)
 
     def close(self):

@@ -23,7 +23,8 @@ import pytest
 import adminlib
 from adminlib import Broker, eventually, q
 from nsqwire import Conn
-from fakebroker import CHANNEL, CLIENTS, TOPIC, FakeLookup, FakeTlsBroker, StalledTlsBroker
+from fakebroker import (CHANNEL, CLIENTS, TOPIC, FakeLookup, FakeTlsBroker, StalledTlsBroker,
+                        TlsHook)
 
 
 def by_id(clients):
@@ -86,6 +87,23 @@ def test_actions_reach_an_https_only_broker(certs, fakes, start_admin):
     posts = [p for m, p, _ in b.requests if m == "POST"]
     assert posts == ["/topic/pause?topic=%s" % TOPIC,
                      "/channel/empty?topic=%s&channel=%s" % (TOPIC, CHANNEL)], b.requests
+
+
+def test_https_notification_endpoint(certs, fakes, start_admin):
+    """An https:// --notification-http-endpoint is sent over TLS with the same settings; the
+    notification's url says https when a proxy in front says so in X-Scheme (as nsqadmin)."""
+    b = fakes(FakeTlsBroker, certs)
+    hook = fakes(TlsHook, certs)
+    admin = start_admin(nsqds=[b.node], extra=["--http-client-tls-root-ca-file=" + certs.ca,
+                                               "--notification-http-endpoint=" + hook.url])
+    r = admin.call("POST", "/api/topics/" + TOPIC, {"action": "pause"},
+                   headers={"X-Scheme": "https", "Host": "admin.example:443"})
+    assert r.status == 200, r
+    adminlib.wait_until(lambda: hook.received, "the notification at the https endpoint")
+    [(path, body)] = hook.received
+    assert path == "/hook?from=admin", path
+    assert (body["action"], body["topic"]) == ("pause_topic", TOPIC), body
+    assert body["url"] == "https://admin.example:443/api/topics/" + TOPIC, body
 
 
 def test_untrusted_certificate_is_a_clear_warning(certs, fakes, start_admin):
