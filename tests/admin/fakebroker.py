@@ -23,6 +23,7 @@ import os
 import socket
 import ssl
 import subprocess
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -132,7 +133,7 @@ class _Quiet(ThreadingHTTPServer):
 
     def handle_error(self, request, client_address):
         # A refused handshake (admin-ui without the client certificate, say) is expected.
-        self.owner.errors.append(repr(__import__("sys").exc_info()[1]))
+        self.owner.errors.append(repr(sys.exc_info()[1]))
 
 
 def _serve(server):
