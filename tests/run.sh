@@ -78,17 +78,18 @@ if [ "${SKIP_CARGO_TEST:-0}" != "1" ]; then
 fi
 
 # ---- browser for the admin-ui tests ----------------------------------------------------------
-# tests/admin drives a headless Chromium through chromedriver (Debian packages).
+# tests/admin drives a headless Chromium through chromedriver (Debian packages), and its TLS
+# tests make certificates with the openssl CLI.
 if [ "${SKIP_ADMIN:-0}" != "1" ] && { ! command -v chromium >/dev/null 2>&1 ||
-     ! command -v chromedriver >/dev/null 2>&1; }; then
-  step "apt-get install chromium chromium-driver"
+     ! command -v chromedriver >/dev/null 2>&1 || ! command -v openssl >/dev/null 2>&1; }; then
+  step "apt-get install chromium chromium-driver openssl"
   SUDO=""
   if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then SUDO="sudo"; fi
-  # A failed install does not stop the run: the admin-ui browser tests then fail, saying so.
+  # A failed install does not stop the run: the admin-ui tests then fail, saying so.
   if ! { $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -q &&
          $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
-           --no-install-recommends chromium chromium-driver; }; then
-    echo "run.sh: could not install chromium/chromium-driver" >&2
+           --no-install-recommends chromium chromium-driver openssl; }; then
+    echo "run.sh: could not install chromium/chromium-driver/openssl" >&2
   fi
 fi
 

@@ -5,25 +5,29 @@
 //! slow endpoint never holds up the operator).
 
 use crate::api::Action;
-use crate::upstream;
+use crate::upstream::Upstream;
 use http1::RequestHead;
 use serde_json::json;
 use std::time::{SystemTime, UNIX_EPOCH};
 use tracing::warn;
 
-/// Where notifications go: `host:port` and the path (with its query).
+/// Where notifications go: `host:port`, the path (with its query), and whether over HTTPS.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Endpoint {
     pub addr: String,
     pub path: String,
+    /// `https://`: sent over TLS with the `--http-client-tls-*` settings.
+    pub tls: bool,
 }
 
 impl Endpoint {
-    /// Reads `http://host:port/path`.
+    /// Reads `http://host:port/path` or `https://host:port/path`.
     pub fn parse(url: &str) -> Result<Endpoint, String> {
-        let rest = url
-            .strip_prefix("http://")
-            .ok_or_else(|| format!("{url:?}: only http:// endpoints are supported"))?;
+        let (tls, rest) = match (url.strip_prefix("http://"), url.strip_prefix("https://")) {
+            (Some(rest), _) => (false, rest),
+            (None, Some(rest)) => (true, rest),
+            (None, None) => return Err(format!("{url:?}: an http:// or https:// URL is needed")),
+        };
         let (addr, path) = match rest.find('/') {
             Some(i) => (&rest[..i], &rest[i..]),
             None => (rest, "/"),
@@ -35,6 +39,7 @@ impl Endpoint {
         Ok(Endpoint {
             addr: addr.to_owned(),
             path: path.to_owned(),
+            tls,
         })
     }
 }
@@ -48,6 +53,7 @@ pub struct Audit {
     pub notify: Option<Endpoint>,
     /// This machine's name, sent as `via`.
     pub hostname: String,
+    pub upstream: std::sync::Arc<Upstream>,
 }
 
 impl Audit {
@@ -77,6 +83,11 @@ impl Audit {
             .map(|d| d.as_secs())
             .unwrap_or(0);
         let host = head.header("Host").unwrap_or_default().into_owned();
+        // As nsqadmin: a TLS-terminating proxy in front says so in X-Scheme.
+        let scheme = match head.header("X-Scheme") {
+            Some(s) if s.eq_ignore_ascii_case("https") => "https",
+            _ => "http",
+        };
         let body = json!({
             "action": action.name(),
             "topic": topic,
@@ -86,14 +97,16 @@ impl Audit {
             "user": user.unwrap_or_default(),
             "remote_ip": peer.rsplit_once(':').map_or(peer, |(ip, _)| ip),
             "user_agent": head.header("User-Agent").unwrap_or_default(),
-            "url": format!("http://{host}{}", head.path()),
+            "url": format!("{scheme}://{host}{}", head.path()),
             "via": self.hostname,
         })
         .to_string();
+        let upstream = self.upstream.clone();
         let spawned = std::thread::Builder::new()
             .name("admin-notify".into())
             .spawn(move || {
-                let sent = upstream::post_body(
+                let sent = upstream.post_body(
+                    endpoint.tls,
                     &endpoint.addr,
                     &endpoint.path,
                     "application/json",
@@ -119,11 +132,14 @@ mod tests {
             Endpoint::parse("http://h:80/hook?x=1").unwrap(),
             Endpoint {
                 addr: "h:80".into(),
-                path: "/hook?x=1".into()
+                path: "/hook?x=1".into(),
+                tls: false,
             }
         );
         assert_eq!(Endpoint::parse("http://h:80").unwrap().path, "/");
-        assert!(Endpoint::parse("https://h:443/").is_err());
+        let secure = Endpoint::parse("https://h:443/hook").unwrap();
+        assert!(secure.tls && secure.addr == "h:443" && secure.path == "/hook");
+        assert!(Endpoint::parse("ftp://h:21/").is_err());
         assert!(Endpoint::parse("http://h/").is_err());
     }
 }

@@ -7,7 +7,7 @@
 //! figures and named in the answer's warnings; an action that fails anywhere is an error that
 //! says where.
 
-use crate::upstream;
+use crate::upstream::Upstream;
 use http1::percent_encode;
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, BTreeSet};
@@ -88,10 +88,11 @@ impl Node {
     }
 }
 
-/// The lookups and brokers admin-ui was given.
+/// The lookups and brokers admin-ui was given, and how to ask them.
 pub struct Cluster {
     pub lookups: Vec<String>,
     pub brokers: Vec<String>,
+    pub upstream: std::sync::Arc<Upstream>,
 }
 
 /// Counters a topic, a channel or a node row adds up.
@@ -115,11 +116,46 @@ fn text<'a>(v: &'a Value, key: &str) -> &'a str {
     v.get(key).and_then(Value::as_str).unwrap_or_default()
 }
 
+fn flag(v: &Value, key: &str) -> bool {
+    v.get(key).and_then(Value::as_bool).unwrap_or(false)
+}
+
 fn list<'a>(v: &'a Value, key: &str) -> &'a [Value] {
     v.get(key)
         .and_then(Value::as_array)
         .map(Vec::as_slice)
         .unwrap_or_default()
+}
+
+/// A client of a channel on `node`, as the channel and node pages show it: nsqd's `/stats`
+/// fields, its TLS, compression and auth state included (absent fields read as empty/false,
+/// as nsqd leaves `authed` and the identity out when there is none).
+fn client_row(node: &str, c: &Value) -> Value {
+    json!({
+        "node": node,
+        "client_id": text(c, "client_id"),
+        "hostname": text(c, "hostname"),
+        "remote_address": text(c, "remote_address"),
+        "user_agent": text(c, "user_agent"),
+        "version": text(c, "version"),
+        "ready_count": num(c, "ready_count"),
+        "in_flight_count": num(c, "in_flight_count"),
+        "message_count": num(c, "message_count"),
+        "finish_count": num(c, "finish_count"),
+        "requeue_count": num(c, "requeue_count"),
+        "connect_ts": num(c, "connect_ts"),
+        "sample_rate": num(c, "sample_rate"),
+        "tls": flag(c, "tls"),
+        "tls_version": text(c, "tls_version"),
+        "tls_cipher_suite": text(c, "tls_cipher_suite"),
+        "tls_negotiated_protocol": text(c, "tls_negotiated_protocol"),
+        "tls_negotiated_protocol_is_mutual": flag(c, "tls_negotiated_protocol_is_mutual"),
+        "snappy": flag(c, "snappy"),
+        "deflate": flag(c, "deflate"),
+        "authed": flag(c, "authed"),
+        "auth_identity": text(c, "auth_identity"),
+        "auth_identity_url": text(c, "auth_identity_url"),
+    })
 }
 
 /// The listed counters of `from`, with `memory_depth` (depth not on disk) and `paused`.
@@ -167,7 +203,7 @@ impl Cluster {
 
     /// The producers every lookup lists (their topics as the lookups know them).
     fn producers(&self) -> (Vec<Node>, Vec<String>) {
-        let g = gather(&self.lookups, |l| upstream::get_json(l, "/nodes"));
+        let g = gather(&self.lookups, |l| self.upstream.get_json(l, "/nodes"));
         let mut nodes = Vec::new();
         for (_, answer) in &g.answers {
             for p in list(answer, "producers") {
@@ -196,7 +232,7 @@ impl Cluster {
             Some(t) => format!("/stats?format=json&topic={}", percent_encode(t)),
             None => "/stats?format=json".to_owned(),
         };
-        let mut g = gather(&names, |n| upstream::get_json(n, &path));
+        let mut g = gather(&names, |n| self.upstream.get_json(n, &path));
         g.warnings.splice(0..0, warnings);
         g
     }
@@ -219,7 +255,7 @@ impl Cluster {
 
     /// `GET /api/topics`.
     pub fn topics(&self) -> Value {
-        let from_lookups = gather(&self.lookups, |l| upstream::get_json(l, "/topics"));
+        let from_lookups = gather(&self.lookups, |l| self.upstream.get_json(l, "/topics"));
         let mut topics = BTreeSet::new();
         for (_, answer) in &from_lookups.answers {
             for t in list(answer, "topics") {
@@ -292,22 +328,7 @@ impl Cluster {
             let mut row = c;
             row.insert("node".into(), node.clone().into());
             nodes.push(Value::Object(row));
-            for client in list(ch, "clients") {
-                clients.push(json!({
-                    "node": node,
-                    "client_id": text(client, "client_id"),
-                    "hostname": text(client, "hostname"),
-                    "remote_address": text(client, "remote_address"),
-                    "user_agent": text(client, "user_agent"),
-                    "version": text(client, "version"),
-                    "ready_count": num(client, "ready_count"),
-                    "in_flight_count": num(client, "in_flight_count"),
-                    "message_count": num(client, "message_count"),
-                    "finish_count": num(client, "finish_count"),
-                    "requeue_count": num(client, "requeue_count"),
-                    "connect_ts": num(client, "connect_ts"),
-                }));
-            }
+            clients.extend(list(ch, "clients").iter().map(|c| client_row(node, c)));
         }
         if nodes.is_empty() {
             return Err(Failure::NotFound("CHANNEL_NOT_FOUND"));
@@ -326,8 +347,8 @@ impl Cluster {
     fn nodes_list(&self) -> (Vec<Node>, Vec<String>) {
         let (producers, mut warnings) = self.producers();
         let configured = gather(&self.brokers, |b| {
-            let info = upstream::get_json(b, "/info")?;
-            let stats = upstream::get_json(b, "/stats?format=json")?;
+            let info = self.upstream.get_json(b, "/info")?;
+            let stats = self.upstream.get_json(b, "/stats?format=json")?;
             Ok(Node {
                 node: b.to_owned(),
                 hostname: text(&info, "hostname").into(),
@@ -370,7 +391,7 @@ impl Cluster {
         if !names.iter().any(|n| n == node) {
             return Err(Failure::NotFound("NODE_NOT_FOUND"));
         }
-        let stats = match upstream::get_json(node, "/stats?format=json") {
+        let stats = match self.upstream.get_json(node, "/stats?format=json") {
             Ok(s) => s,
             Err(e) => {
                 warnings.push(e);
@@ -389,6 +410,11 @@ impl Cluster {
                         total_clients += num(c, "client_count");
                         let mut row = counts(c, CHANNEL_COUNTS);
                         row.insert("channel_name".into(), text(c, "channel_name").into());
+                        let clients: Vec<Value> = list(c, "clients")
+                            .iter()
+                            .map(|cl| client_row(node, cl))
+                            .collect();
+                        row.insert("clients".into(), clients.into());
                         Value::Object(row)
                     })
                     .collect();
@@ -432,11 +458,12 @@ impl Cluster {
     /// `GET /api/lookups`.
     pub fn lookups(&self) -> Value {
         let g = gather(&self.lookups, |l| {
-            let topics = upstream::get_json(l, "/topics")?;
+            let topics = self.upstream.get_json(l, "/topics")?;
             let mut out = Vec::new();
             for t in list(&topics, "topics").iter().filter_map(Value::as_str) {
-                let channels =
-                    upstream::get_json(l, &format!("/channels?topic={}", percent_encode(t)))?;
+                let channels = self
+                    .upstream
+                    .get_json(l, &format!("/channels?topic={}", percent_encode(t)))?;
                 out.push(json!({"topic_name": t, "channels": list(&channels, "channels")}));
             }
             Ok(out)
@@ -465,11 +492,13 @@ impl Cluster {
             &self.lookups
         };
         everywhere(
+            &self.upstream,
             targets,
             &format!("/topic/create?topic={}", percent_encode(topic)),
         )?;
         if let Some(c) = channel {
             everywhere(
+                &self.upstream,
                 targets,
                 &format!(
                     "/channel/create?topic={}&channel={}",
@@ -489,6 +518,7 @@ impl Cluster {
         }
         let nodes: Vec<String> = on_nodes.into_iter().map(|(n, _)| n).collect();
         everywhere(
+            &self.upstream,
             &nodes,
             &format!("/topic/{action}?topic={}", percent_encode(topic)),
         )
@@ -498,9 +528,9 @@ impl Cluster {
     pub fn delete_topic(&self, topic: &str) -> Result<(), Failure> {
         let (on_nodes, _) = self.topic_on_nodes(topic);
         let path = format!("/topic/delete?topic={}", percent_encode(topic));
-        everywhere(&self.lookups, &path)?;
+        everywhere(&self.upstream, &self.lookups, &path)?;
         let nodes: Vec<String> = on_nodes.into_iter().map(|(n, _)| n).collect();
-        everywhere(&nodes, &path)
+        everywhere(&self.upstream, &nodes, &path)
     }
 
     /// Brokers whose `topic` has `channel`.
@@ -524,6 +554,7 @@ impl Cluster {
             return Err(Failure::NotFound("CHANNEL_NOT_FOUND"));
         }
         everywhere(
+            &self.upstream,
             &nodes,
             &format!(
                 "/channel/{action}?topic={}&channel={}",
@@ -542,8 +573,8 @@ impl Cluster {
             percent_encode(topic),
             percent_encode(channel)
         );
-        everywhere(&self.lookups, &path)?;
-        everywhere(&nodes, &path)
+        everywhere(&self.upstream, &self.lookups, &path)?;
+        everywhere(&self.upstream, &nodes, &path)
     }
 
     /// `DELETE /api/nodes/{node}`: the node's registration of `topic` tombstoned at every
@@ -558,6 +589,7 @@ impl Cluster {
             return Err(Failure::NotFound("NODE_NOT_FOUND"));
         }
         everywhere(
+            &self.upstream,
             &self.lookups,
             &format!(
                 "/topic/tombstone?topic={}&node={}",
@@ -569,8 +601,8 @@ impl Cluster {
 }
 
 /// POSTs `path` to every address; an error names each that failed.
-fn everywhere(addrs: &[String], path: &str) -> Result<(), Failure> {
-    let g = gather(addrs, |a| upstream::post(a, path));
+fn everywhere(upstream: &Upstream, addrs: &[String], path: &str) -> Result<(), Failure> {
+    let g = gather(addrs, |a| upstream.post(a, path));
     if g.warnings.is_empty() {
         Ok(())
     } else {
@@ -620,5 +652,36 @@ mod tests {
         });
         assert_eq!(g.answers, vec![("a".to_string(), 1), ("c".to_string(), 1)]);
         assert_eq!(g.warnings, ["b down"]);
+    }
+
+    #[test]
+    fn client_rows_carry_tls_compression_and_auth_state() {
+        let from_stats = json!({
+            "client_id": "c", "hostname": "h", "remote_address": "127.0.0.1:5", "version": "V2",
+            "user_agent": "pynsq/0.9.1", "ready_count": 3, "sample_rate": 0,
+            "tls": true, "tls_version": "TLS1.3", "tls_cipher_suite": "TLS_AES_128_GCM_SHA256",
+            "tls_negotiated_protocol": "", "tls_negotiated_protocol_is_mutual": false,
+            "snappy": false, "deflate": true,
+            "authed": true, "auth_identity": "alice", "auth_identity_url": "https://id/alice",
+        });
+        let row = client_row("n:1", &from_stats);
+        assert_eq!(row["node"], "n:1");
+        assert_eq!(row["ready_count"], 3);
+        assert_eq!(row["tls"], true);
+        assert_eq!(row["tls_version"], "TLS1.3");
+        assert_eq!(row["tls_cipher_suite"], "TLS_AES_128_GCM_SHA256");
+        assert_eq!(
+            (row["snappy"].clone(), row["deflate"].clone()),
+            (json!(false), json!(true))
+        );
+        assert_eq!(row["authed"], true);
+        assert_eq!(row["auth_identity"], "alice");
+        assert_eq!(row["auth_identity_url"], "https://id/alice");
+        // nsqd leaves authed and the identity out when the client has none
+        let plain = client_row("n:1", &json!({"client_id": "p", "tls": false}));
+        assert_eq!(plain["authed"], false);
+        assert_eq!(plain["auth_identity"], "");
+        assert_eq!(plain["auth_identity_url"], "");
+        assert_eq!(plain["tls_version"], "");
     }
 }

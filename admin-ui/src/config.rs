@@ -2,8 +2,12 @@
 
 use crate::audit::Endpoint;
 use crate::cluster::dedup;
+use crate::tls::TlsFlags;
+use crate::upstream::Timeouts;
 use clap::{CommandFactory, Parser};
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+use std::time::Duration;
 
 /// The flags as clap reads them.
 #[derive(Debug, Parser)]
@@ -34,13 +38,38 @@ struct Flags {
     #[arg(long, default_value = "X-Forwarded-User")]
     acl_http_header: String,
 
-    /// http://host:port/path to POST a JSON notification of each action to
+    /// http(s)://host:port/path to POST a JSON notification of each action to
     #[arg(long, value_parser = Endpoint::parse)]
     notification_http_endpoint: Option<Endpoint>,
 
     /// log level: debug, info, warn, error or fatal
     #[arg(long, default_value = "info", value_parser = nsq_common::cli::parse_log_level)]
     log_level: tracing::Level,
+
+    /// timeout for HTTP connect (to lookups and brokers)
+    #[arg(long, default_value = "2s", value_parser = positive_duration)]
+    http_client_connect_timeout: Duration,
+
+    /// timeout for HTTP request: for any one read or write (a whole answer gets 3 times this)
+    #[arg(long, default_value = "5s", value_parser = positive_duration)]
+    http_client_request_timeout: Duration,
+
+    /// configure the HTTP client to skip verification of TLS certificates
+    #[arg(long, num_args = 0..=1, require_equals = true, default_value = "false",
+          default_missing_value = "true", value_parser = go_bool, action = clap::ArgAction::Set)]
+    http_client_tls_insecure_skip_verify: bool,
+
+    /// path to CA file for the HTTP client
+    #[arg(long)]
+    http_client_tls_root_ca_file: Option<PathBuf>,
+
+    /// path to certificate file for the HTTP client
+    #[arg(long)]
+    http_client_tls_cert: Option<PathBuf>,
+
+    /// path to key file for the HTTP client
+    #[arg(long)]
+    http_client_tls_key: Option<PathBuf>,
 }
 
 /// The settings, checked.
@@ -55,6 +84,9 @@ pub struct Config {
     pub acl_http_header: String,
     pub notification_http_endpoint: Option<Endpoint>,
     pub log_level: tracing::Level,
+    /// How to talk to brokers that serve HTTPS only.
+    pub tls: TlsFlags,
+    pub timeouts: Timeouts,
 }
 
 impl Config {
@@ -67,11 +99,24 @@ impl Config {
     {
         let flags = Flags::try_parse_from(nsq_common::cli::go_style_flags::<Flags, _>(args))?;
         if flags.lookupd_http_addresses.is_empty() && flags.nsqd_http_addresses.is_empty() {
-            return Err(Flags::command().error(
-                clap::error::ErrorKind::MissingRequiredArgument,
+            return Err(missing(
                 "give at least one --lookupd-http-address or --nsqd-http-address",
             ));
         }
+        let cert_and_key = match (flags.http_client_tls_cert, flags.http_client_tls_key) {
+            (Some(cert), Some(key)) => Some((cert, key)),
+            (None, None) => None,
+            (Some(_), None) => {
+                return Err(missing(
+                    "--http-client-tls-key must be specified with --http-client-tls-cert",
+                ))
+            }
+            (None, Some(_)) => {
+                return Err(missing(
+                    "--http-client-tls-cert must be specified with --http-client-tls-key",
+                ))
+            }
+        };
         Ok(Config {
             http_address: flags.http_address,
             lookups: dedup(flags.lookupd_http_addresses),
@@ -80,7 +125,39 @@ impl Config {
             acl_http_header: flags.acl_http_header,
             notification_http_endpoint: flags.notification_http_endpoint,
             log_level: flags.log_level,
+            tls: TlsFlags {
+                insecure_skip_verify: flags.http_client_tls_insecure_skip_verify,
+                root_ca_file: flags.http_client_tls_root_ca_file,
+                cert_and_key,
+            },
+            timeouts: Timeouts {
+                connect: flags.http_client_connect_timeout,
+                request: flags.http_client_request_timeout,
+            },
         })
+    }
+}
+
+/// A usage error saying what is missing.
+fn missing(what: &str) -> clap::Error {
+    Flags::command().error(clap::error::ErrorKind::MissingRequiredArgument, what)
+}
+
+/// A Go duration (`2s`, `500ms`) more than zero.
+fn positive_duration(s: &str) -> Result<Duration, String> {
+    let d = protocol::duration::parse_flag_duration(s)?;
+    if d.is_zero() {
+        return Err(format!("{s:?}: must be more than 0"));
+    }
+    Ok(d)
+}
+
+/// A boolean as Go's flag package reads it (`strconv.ParseBool`).
+fn go_bool(s: &str) -> Result<bool, String> {
+    match s {
+        "1" | "t" | "T" | "true" | "TRUE" | "True" => Ok(true),
+        "0" | "f" | "F" | "false" | "FALSE" | "False" => Ok(false),
+        _ => Err(format!("invalid boolean value {s:?}")),
     }
 }
 
@@ -155,5 +232,80 @@ mod tests {
         assert_eq!(c.lookups, ["l:4161"]);
         assert_eq!(c.log_level, tracing::Level::ERROR);
         assert!(Config::from_args(args(&["-nsqd-http-address=h:1", "--log-level=loud"])).is_err());
+    }
+
+    #[test]
+    fn http_client_timeouts() {
+        let c = Config::from_args(args(&["--nsqd-http-address=h:1"])).unwrap();
+        assert_eq!(c.timeouts, Timeouts::default());
+        let c = Config::from_args(args(&[
+            "--nsqd-http-address=h:1",
+            "-http-client-connect-timeout=250ms",
+            "--http-client-request-timeout=1m",
+        ]))
+        .unwrap();
+        assert_eq!(c.timeouts.connect, Duration::from_millis(250));
+        assert_eq!(c.timeouts.request, Duration::from_secs(60));
+        for bad in ["=0", "=0s", "=5", "=soon"] {
+            let a = format!("--http-client-request-timeout{bad}");
+            assert!(
+                Config::from_args(args(&["--nsqd-http-address=h:1", &a])).is_err(),
+                "{a}"
+            );
+        }
+    }
+
+    #[test]
+    fn tls_client_flags_as_nsqadmin() {
+        let c = Config::from_args(args(&["--nsqd-http-address=h:1"])).unwrap();
+        assert!(!c.tls.insecure_skip_verify);
+        assert!(c.tls.root_ca_file.is_none() && c.tls.cert_and_key.is_none());
+        let c = Config::from_args(args(&[
+            "--nsqd-http-address=h:1",
+            "-http-client-tls-insecure-skip-verify",
+            "-http-client-tls-root-ca-file=/ca.pem",
+            "--http-client-tls-cert",
+            "/c.pem",
+            "--http-client-tls-key=/k.pem",
+        ]))
+        .unwrap();
+        assert!(c.tls.insecure_skip_verify);
+        assert_eq!(c.tls.root_ca_file, Some(PathBuf::from("/ca.pem")));
+        assert_eq!(
+            c.tls.cert_and_key,
+            Some((PathBuf::from("/c.pem"), PathBuf::from("/k.pem")))
+        );
+        for (flag, want) in [
+            ("=false", false),
+            ("=true", true),
+            ("=1", true),
+            ("=F", false),
+        ] {
+            let a = format!("--http-client-tls-insecure-skip-verify{flag}");
+            let c = Config::from_args(args(&["--nsqd-http-address=h:1", &a])).unwrap();
+            assert_eq!(c.tls.insecure_skip_verify, want, "{a}");
+        }
+        let bad = "--http-client-tls-insecure-skip-verify=maybe";
+        assert!(Config::from_args(args(&["--nsqd-http-address=h:1", bad])).is_err());
+        let e = Config::from_args(args(&[
+            "--nsqd-http-address=h:1",
+            "--http-client-tls-cert=/c",
+        ]))
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("--http-client-tls-key must be specified"),
+            "{e}"
+        );
+        let e = Config::from_args(args(&[
+            "--nsqd-http-address=h:1",
+            "--http-client-tls-key=/k",
+        ]))
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("--http-client-tls-cert must be specified"),
+            "{e}"
+        );
     }
 }

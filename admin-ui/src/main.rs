@@ -11,13 +11,16 @@
 //! - [`audit`]: who may take actions, and the notification of each one;
 //! - [`cluster`]: what the cluster looks like, gathered from lookups and brokers, and the
 //!   actions fanned out to them;
-//! - [`upstream`]: one HTTP request to a lookup or a broker.
+//! - [`upstream`]: one HTTP request to a lookup or a broker, over HTTPS when a broker
+//!   requires TLS;
+//! - [`tls`]: the TLS client settings (`--http-client-tls-*`).
 
 mod api;
 mod audit;
 mod cluster;
 mod config;
 mod server;
+mod tls;
 mod upstream;
 
 use std::process::ExitCode;

@@ -6,6 +6,7 @@ use crate::api;
 use crate::audit::Audit;
 use crate::cluster::Cluster;
 use crate::config::Config;
+use crate::upstream::Upstream;
 use bytes::BytesMut;
 use http1::{Decoded, Limits, RequestDecoder, CONTINUE_RESPONSE};
 use std::io::{Read, Write};
@@ -22,6 +23,10 @@ const IDLE: Duration = Duration::from_secs(60);
 
 /// Listens on `--http-address` and serves until the process is stopped.
 pub fn run(config: Config) -> Result<(), String> {
+    let upstream = Arc::new(Upstream::new(
+        crate::tls::client_config(&config.tls)?,
+        config.timeouts,
+    ));
     let listener = TcpListener::bind(config.http_address).map_err(|e| {
         format!(
             "cannot listen on --http-address {}: {e}",
@@ -36,12 +41,14 @@ pub fn run(config: Config) -> Result<(), String> {
     let cluster = Arc::new(Cluster {
         lookups: config.lookups,
         brokers: config.brokers,
+        upstream: upstream.clone(),
     });
     let audit = Arc::new(Audit {
         admin_users: config.admin_users,
         acl_http_header: config.acl_http_header,
         notify: config.notification_http_endpoint,
         hostname: nsq_common::hostname(),
+        upstream,
     });
     let open = Arc::new(AtomicUsize::new(0));
     for conn in listener.incoming() {

@@ -1,36 +1,78 @@
 //! One HTTP request to a lookup or a broker: a fresh connection (`Connection: close`), bounded
-//! in time, sent and read by `http1::client` over the blocking socket. Failures come back as
-//! text that names the address and the path, ready to show an operator.
+//! in time, sent and read by `http1::client` over the blocking socket, in the clear or over
+//! TLS. Failures come back as text that names the URL asked, ready to show an operator.
+//!
+//! The scheme follows nsqadmin: every request goes to `http://host:port` first; a broker that
+//! serves its API over HTTPS only (nsqd's `--tls-required`) answers `403` with
+//! `{"message": "TLS_REQUIRED", "https_port": N}`, and the request is sent again, once, to
+//! `https://host:N` with the TLS settings of [`crate::tls`]. Nothing is remembered between
+//! requests, so a broker that changes its mind is followed at once.
+//!
+//! Invariants: a request never waits longer than the connect timeout to connect, the request
+//! timeout for any one read or write (TLS handshake included), and [`DEADLINE_FACTOR`] request
+//! timeouts for the whole answer; an answer is never
+//! larger than [`MAX_ANSWER`]; a failed handshake (a certificate not trusted, a client
+//! certificate refused) is an error saying so, never a hang nor a plaintext retry.
 
 use futures_lite::io::AssertAsync;
-use http1::client::{exchange, request_bytes};
+use http1::client::{exchange, request_bytes, ExchangeError};
 use http1::Limits;
+use rustls::pki_types::ServerName;
+use rustls::{ClientConfig, ClientConnection, StreamOwned};
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// How long connecting may take.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-/// How long one read or write may block.
-const IO_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long a whole request may take, however its bytes trickle in.
-const DEADLINE: Duration = Duration::from_secs(15);
+/// How many request timeouts a whole answer may take, however its bytes trickle in (15 s at
+/// nsqadmin's default 5 s: a busy broker's `/stats` is large).
+const DEADLINE_FACTOR: u32 = 3;
 /// The largest answer read (a busy broker's `/stats` with every client is large).
 const MAX_ANSWER: usize = 64 << 20;
 /// Who asks.
 const USER_AGENT: &str = concat!("admin-ui/", env!("CARGO_PKG_VERSION"));
 
-/// An answer: its status and body.
+/// An answer: where it came from (`http://host:port` or `https://host:port`), its status and
+/// body.
 pub struct Answer {
+    pub origin: String,
     pub status: u16,
     pub body: bytes::Bytes,
 }
 
+/// How long a request may wait (nsqadmin's `--http-client-connect-timeout` and
+/// `--http-client-request-timeout`, both more than zero).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// To connect.
+    pub connect: Duration,
+    /// For any one read or write, the TLS handshake's included.
+    pub request: Duration,
+}
+
+impl Default for Timeouts {
+    /// nsqadmin's defaults: 2 s to connect, 5 s per request.
+    fn default() -> Timeouts {
+        Timeouts {
+            connect: Duration::from_secs(2),
+            request: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Sends requests to lookups and brokers, with the TLS settings for those that want HTTPS.
+pub struct Upstream {
+    tls: Arc<ClientConfig>,
+    timeouts: Timeouts,
+}
+
 /// A blocking socket whose reads fail once the request's deadline has passed, so that an
-/// answer trickling in byte by byte cannot hold a request longer than [`DEADLINE`].
+/// answer trickling in byte by byte cannot hold a request longer than that; its timeouts are
+/// said in words.
 struct Deadlined {
     sock: TcpStream,
     until: Instant,
+    timeouts: Timeouts,
 }
 
 impl Read for Deadlined {
@@ -38,93 +80,253 @@ impl Read for Deadlined {
         if Instant::now() > self.until {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::TimedOut,
-                format!("no whole answer within {DEADLINE:?}"),
+                format!(
+                    "no whole answer within {:?}",
+                    self.timeouts.request * DEADLINE_FACTOR
+                ),
             ));
         }
-        self.sock.read(buf)
+        self.sock.read(buf).map_err(|e| self.timed_out(e))
+    }
+}
+
+impl Deadlined {
+    /// A socket timeout (which Linux reports as `WouldBlock`) said in words.
+    fn timed_out(&self, e: std::io::Error) -> std::io::Error {
+        match e.kind() {
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("timed out: nothing for {:?}", self.timeouts.request),
+            ),
+            _ => e,
+        }
     }
 }
 
 impl Write for Deadlined {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.sock.write(buf)
+        self.sock.write(buf).map_err(|e| self.timed_out(e))
     }
     fn flush(&mut self) -> std::io::Result<()> {
         self.sock.flush()
     }
 }
 
-/// Sends `method path` (with its query) to `addr` (`host:port`) and reads the answer.
-pub fn request(addr: &str, method: &str, path: &str) -> Result<Answer, String> {
-    request_with(addr, method, path, None)
+/// The connection a request travels on.
+enum Conn {
+    Plain(Deadlined),
+    Tls(Box<StreamOwned<ClientConnection, Deadlined>>),
 }
 
-/// [`request`] with a body: its content type and bytes.
-fn request_with(
-    addr: &str,
-    method: &str,
-    path: &str,
-    body: Option<(&str, &[u8])>,
-) -> Result<Answer, String> {
-    let until = Instant::now() + DEADLINE;
-    let fail = |what: &str| format!("{method} http://{addr}{path}: {what}");
-    let target = addr
-        .to_socket_addrs()
-        .map_err(|e| fail(&e.to_string()))?
-        .next()
-        .ok_or_else(|| fail("resolves to nothing"))?;
-    let sock = TcpStream::connect_timeout(&target, CONNECT_TIMEOUT)
-        .map_err(|e| fail(&format!("cannot connect: {e}")))?;
-    let _ = sock.set_nodelay(true);
-    sock.set_read_timeout(Some(IO_TIMEOUT))
-        .and_then(|()| sock.set_write_timeout(Some(IO_TIMEOUT)))
-        .map_err(|e| fail(&e.to_string()))?;
-    let (content_type, body) = body.unwrap_or(("", &[]));
-    let mut headers = vec![("Accept", "application/json"), ("User-Agent", USER_AGENT)];
-    if !content_type.is_empty() {
-        headers.push(("Content-Type", content_type));
+impl Read for Conn {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Conn::Plain(s) => s.read(buf),
+            // A server that closes without TLS's close_notify (Go's and Python's servers
+            // after `Connection: close`) ends the stream; the HTTP decoder still refuses an
+            // answer cut short of its length.
+            Conn::Tls(s) => match s.read(buf) {
+                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(0),
+                other => other,
+            },
+        }
     }
-    let request = request_bytes(method, addr, path, &headers, body);
-    let limits = Limits {
-        max_body: MAX_ANSWER,
-        ..Limits::default()
-    };
-    let mut stream = AssertAsync::new(Deadlined { sock, until });
-    let resp = futures_lite::future::block_on(exchange(&mut stream, &request, &limits))
-        .map_err(|e| fail(&e.to_string()))?;
-    Ok(Answer {
-        status: resp.status,
-        body: resp.body,
-    })
 }
 
-/// GETs `path` from `addr` and reads its JSON body; anything but a 200 is an error.
-pub fn get_json(addr: &str, path: &str) -> Result<serde_json::Value, String> {
-    let answer = request(addr, "GET", path)?;
-    if answer.status != 200 {
-        return Err(format!(
-            "GET http://{addr}{path}: HTTP {}: {}",
-            answer.status,
-            String::from_utf8_lossy(&answer.body).trim()
-        ));
+impl Write for Conn {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Conn::Plain(s) => s.write(buf),
+            Conn::Tls(s) => s.write(buf),
+        }
     }
-    serde_json::from_slice(&answer.body)
-        .map_err(|e| format!("GET http://{addr}{path}: not JSON: {e}"))
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Conn::Plain(s) => s.flush(),
+            Conn::Tls(s) => s.flush(),
+        }
+    }
 }
 
-/// POSTs `path` (an action: its arguments in the query) to `addr`; anything but a 2xx is an
-/// error carrying the body's `message` when there is one.
-pub fn post(addr: &str, path: &str) -> Result<(), String> {
-    check_posted(addr, path, request(addr, "POST", path)?)
+/// `host:port` split at its last colon, the brackets of an IPv6 host kept.
+fn split_addr(addr: &str) -> (&str, &str) {
+    addr.rsplit_once(':').unwrap_or((addr, ""))
 }
 
-/// POSTs `body` to `path` of `addr`; as [`post`].
-pub fn post_body(addr: &str, path: &str, content_type: &str, body: &[u8]) -> Result<(), String> {
-    let answer = request_with(addr, "POST", path, Some((content_type, body)))?;
-    check_posted(addr, path, answer)
+/// The HTTPS port of a `403` that says TLS is required (nsqd's `TLS_REQUIRED` answer).
+fn tls_required_port(answer: &Answer) -> Option<u16> {
+    if answer.status != 403 {
+        return None;
+    }
+    let body: serde_json::Value = serde_json::from_slice(&answer.body).ok()?;
+    let port = body.get("https_port")?.as_u64()?;
+    u16::try_from(port).ok().filter(|p| *p != 0)
 }
 
-fn check_posted(addr: &str, path: &str, answer: Answer) -> Result<(), String> {
+/// The flag that would help with a TLS error `e`, if any (empty otherwise).
+fn tls_hint(e: &std::io::Error) -> &'static str {
+    match e
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+    {
+        Some(rustls::Error::InvalidCertificate(_)) => {
+            " (the broker's certificate is not trusted: see --http-client-tls-root-ca-file \
+             and --http-client-tls-insecure-skip-verify)"
+        }
+        Some(rustls::Error::AlertReceived(_)) => {
+            " (the broker refused the TLS session: does it want a client certificate, \
+             --http-client-tls-cert and --http-client-tls-key?)"
+        }
+        _ => "",
+    }
+}
+
+impl Upstream {
+    pub fn new(tls: Arc<ClientConfig>, timeouts: Timeouts) -> Upstream {
+        Upstream { tls, timeouts }
+    }
+
+    /// Sends `method path` (with its query) to `addr` (`host:port`) and reads the answer;
+    /// again over HTTPS when the broker answers that it requires TLS.
+    pub fn request(&self, addr: &str, method: &str, path: &str) -> Result<Answer, String> {
+        self.request_with(addr, method, path, None)
+    }
+
+    /// [`Upstream::request`] with a body: its content type and bytes.
+    fn request_with(
+        &self,
+        addr: &str,
+        method: &str,
+        path: &str,
+        body: Option<(&str, &[u8])>,
+    ) -> Result<Answer, String> {
+        let answer = self.send(false, addr, method, path, body)?;
+        match tls_required_port(&answer) {
+            Some(port) => {
+                let secure = format!("{}:{port}", split_addr(addr).0);
+                self.send(true, &secure, method, path, body)
+            }
+            None => Ok(answer),
+        }
+    }
+
+    /// One request on a fresh connection to `addr`, over TLS when `tls`.
+    fn send(
+        &self,
+        tls: bool,
+        addr: &str,
+        method: &str,
+        path: &str,
+        body: Option<(&str, &[u8])>,
+    ) -> Result<Answer, String> {
+        let timeouts = self.timeouts;
+        let until = Instant::now() + timeouts.request * DEADLINE_FACTOR;
+        let scheme = if tls { "https" } else { "http" };
+        let fail = |what: &str| format!("{method} {scheme}://{addr}{path}: {what}");
+        let target = addr
+            .to_socket_addrs()
+            .map_err(|e| fail(&e.to_string()))?
+            .next()
+            .ok_or_else(|| fail("resolves to nothing"))?;
+        let sock = TcpStream::connect_timeout(&target, timeouts.connect)
+            .map_err(|e| fail(&format!("cannot connect: {e}")))?;
+        let _ = sock.set_nodelay(true);
+        sock.set_read_timeout(Some(timeouts.request))
+            .and_then(|()| sock.set_write_timeout(Some(timeouts.request)))
+            .map_err(|e| fail(&e.to_string()))?;
+        let sock = Deadlined {
+            sock,
+            until,
+            timeouts,
+        };
+        let conn = if tls {
+            let host = split_addr(addr)
+                .0
+                .trim_start_matches('[')
+                .trim_end_matches(']');
+            let name = ServerName::try_from(host.to_owned())
+                .map_err(|e| fail(&format!("not a TLS server name: {e}")))?;
+            let tls_conn = ClientConnection::new(self.tls.clone(), name)
+                .map_err(|e| fail(&format!("TLS: {e}")))?;
+            let mut stream = StreamOwned::new(tls_conn, sock);
+            while stream.conn.is_handshaking() {
+                stream
+                    .conn
+                    .complete_io(&mut stream.sock)
+                    .map_err(|e| fail(&format!("TLS handshake failed: {e}{}", tls_hint(&e))))?;
+            }
+            Conn::Tls(Box::new(stream))
+        } else {
+            Conn::Plain(sock)
+        };
+        let (content_type, body) = body.unwrap_or(("", &[]));
+        let mut headers = vec![("Accept", "application/json"), ("User-Agent", USER_AGENT)];
+        if !content_type.is_empty() {
+            headers.push(("Content-Type", content_type));
+        }
+        let request = request_bytes(method, addr, path, &headers, body);
+        let limits = Limits {
+            max_body: MAX_ANSWER,
+            ..Limits::default()
+        };
+        let mut stream = AssertAsync::new(conn);
+        let resp = futures_lite::future::block_on(exchange(&mut stream, &request, &limits))
+            .map_err(|e| {
+                let hint = match &e {
+                    ExchangeError::Send(io) | ExchangeError::Receive(io) => tls_hint(io),
+                    ExchangeError::Response(_) => "",
+                };
+                fail(&format!("{e}{hint}"))
+            })?;
+        Ok(Answer {
+            origin: format!("{scheme}://{addr}"),
+            status: resp.status,
+            body: resp.body,
+        })
+    }
+
+    /// GETs `path` from `addr` and reads its JSON body; anything but a 200 is an error.
+    pub fn get_json(&self, addr: &str, path: &str) -> Result<serde_json::Value, String> {
+        let answer = self.request(addr, "GET", path)?;
+        if answer.status != 200 {
+            return Err(format!(
+                "GET {}{path}: HTTP {}: {}",
+                answer.origin,
+                answer.status,
+                String::from_utf8_lossy(&answer.body).trim()
+            ));
+        }
+        serde_json::from_slice(&answer.body)
+            .map_err(|e| format!("GET {}{path}: not JSON: {e}", answer.origin))
+    }
+
+    /// POSTs `path` (an action: its arguments in the query) to `addr`; anything but a 2xx is
+    /// an error carrying the body's `message` when there is one.
+    pub fn post(&self, addr: &str, path: &str) -> Result<(), String> {
+        check_posted(path, self.request(addr, "POST", path)?)
+    }
+
+    /// POSTs `body` to `path` of `addr`, over HTTPS when `tls` (a notification endpoint's
+    /// scheme is known beforehand: no `TLS_REQUIRED` round); as [`Upstream::post`].
+    pub fn post_body(
+        &self,
+        tls: bool,
+        addr: &str,
+        path: &str,
+        content_type: &str,
+        body: &[u8],
+    ) -> Result<(), String> {
+        let body = Some((content_type, body));
+        let answer = if tls {
+            self.send(true, addr, "POST", path, body)?
+        } else {
+            self.request_with(addr, "POST", path, body)?
+        };
+        check_posted(path, answer)
+    }
+}
+
+fn check_posted(path: &str, answer: Answer) -> Result<(), String> {
     if (200..300).contains(&answer.status) {
         return Ok(());
     }
@@ -133,7 +335,88 @@ fn check_posted(addr: &str, path: &str, answer: Answer) -> Result<(), String> {
         .and_then(|v| v.get("message").and_then(|m| m.as_str()).map(String::from))
         .unwrap_or_else(|| String::from_utf8_lossy(&answer.body).trim().to_owned());
     Err(format!(
-        "POST http://{addr}{path}: HTTP {}: {text}",
-        answer.status
+        "POST {}{path}: HTTP {}: {text}",
+        answer.origin, answer.status
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    fn answer(status: u16, body: &str) -> Answer {
+        Answer {
+            origin: "http://h:1".into(),
+            status,
+            body: bytes::Bytes::copy_from_slice(body.as_bytes()),
+        }
+    }
+
+    #[test]
+    fn only_nsqds_tls_required_answer_switches_to_https() {
+        let required = r#"{"message": "TLS_REQUIRED", "https_port": 4152}"#;
+        assert_eq!(tls_required_port(&answer(403, required)), Some(4152));
+        assert_eq!(tls_required_port(&answer(200, required)), None);
+        assert_eq!(
+            tls_required_port(&answer(403, r#"{"message": "FORBIDDEN"}"#)),
+            None
+        );
+        assert_eq!(
+            tls_required_port(&answer(403, r#"{"https_port": 0}"#)),
+            None
+        );
+        assert_eq!(
+            tls_required_port(&answer(403, r#"{"https_port": 70000}"#)),
+            None
+        );
+        assert_eq!(tls_required_port(&answer(403, "not json")), None);
+        assert_eq!(split_addr("[::1]:4151"), ("[::1]", "4151"));
+    }
+
+    /// A listener that answers every connection with `reply` (after reading the request's
+    /// first bytes) and closes it.
+    fn serve(reply: Vec<u8>) -> u16 {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            for conn in l.incoming().flatten() {
+                let mut conn = conn;
+                let mut buf = [0u8; 1024];
+                let _ = conn.read(&mut buf);
+                let _ = conn.write_all(&reply);
+            }
+        });
+        port
+    }
+
+    #[test]
+    fn tls_required_is_followed_to_https_and_a_failed_handshake_says_so() {
+        // The "HTTPS" port speaks plain HTTP: the handshake fails at once, with the URL.
+        let https = serve(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}".to_vec());
+        let body = format!(r#"{{"message": "TLS_REQUIRED", "https_port": {https}}}"#);
+        let plain = serve(
+            format!(
+                "HTTP/1.1 403 Forbidden\r\nContent-Type: application/json\r\n\
+                 Content-Length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .into_bytes(),
+        );
+        let tls = crate::tls::client_config(&crate::tls::TlsFlags::default()).unwrap();
+        let up = Upstream::new(tls, Timeouts::default());
+        let e = up
+            .get_json(&format!("127.0.0.1:{plain}"), "/stats?format=json")
+            .expect_err("a plain answer on the HTTPS port is an error");
+        assert!(
+            e.starts_with(&format!(
+                "GET https://127.0.0.1:{https}/stats?format=json: TLS handshake failed"
+            )),
+            "{e}"
+        );
+        // A plain broker is asked once, in the clear.
+        let ok = serve(b"HTTP/1.1 200 OK\r\nContent-Length: 11\r\n\r\n{\"a\": true}".to_vec());
+        let v = up.get_json(&format!("127.0.0.1:{ok}"), "/info").unwrap();
+        assert_eq!(v, serde_json::json!({"a": true}));
+    }
 }

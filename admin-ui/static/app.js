@@ -237,6 +237,57 @@ function entityActions(id, path, paused, what, afterDelete) {
     })));
 }
 
+/* ---------- clients' attributes ---------- */
+
+/* `url` when it is an absolute http(s) URL (fit for a link), else null: an identity URL comes
+ * from an auth server, and a javascript: or data: URL must never become a link. */
+function webUrl(url) {
+  if (!url) return null;
+  try {
+    const u = new URL(url);
+    return u.protocol === 'http:' || u.protocol === 'https:' ? u.href : null;
+  } catch {
+    return null;
+  }
+}
+
+/* A client's connection state as nsqd's /stats reports it: sampling, TLS (version, cipher
+ * suite, negotiated protocol), snappy / deflate, and auth (identity, linked to its URL). */
+function attributesCell(c) {
+  const attr = (name, title, ...children) =>
+    el('span', { class: `attr attr-${name}`, 'data-attr': name, title }, children);
+  const tlsDetail = [c.tls_version, c.tls_cipher_suite, c.tls_negotiated_protocol].filter(Boolean);
+  const identityUrl = webUrl(c.auth_identity_url);
+  const identity = c.auth_identity || c.auth_identity_url || '';
+  return el('td', { class: 'attributes' },
+    c.sample_rate ? attr('sampled', null, `Sampled ${c.sample_rate}%`) : null,
+    c.tls ? attr('tls', c.tls_version
+      ? `${tlsDetail.join(' ')} mutual:${Boolean(c.tls_negotiated_protocol_is_mutual)}` : null,
+      'TLS', tlsDetail.length ? el('small', { class: 'tls-detail' }, ` ${tlsDetail.join(' ')}`) : null) : null,
+    c.deflate ? attr('deflate', null, 'Deflate') : null,
+    c.snappy ? attr('snappy', null, 'Snappy') : null,
+    c.authed ? attr('authed', `Authed${identity ? ` Identity:${identity}` : ''}`, 'Authed',
+      identity ? ' ' : null,
+      identity && identityUrl
+        ? el('a', { href: identityUrl, 'data-attr': 'auth-identity', rel: 'noopener noreferrer', target: '_blank' }, identity)
+        : (identity ? el('span', { 'data-attr': 'auth-identity' }, identity) : null)) : null);
+}
+
+/* The clients of a node's channels, one row each. */
+function nodeClients(topics) {
+  const rows = topics.flatMap((t) => t.channels.flatMap((ch) => (ch.clients ?? []).map((c) =>
+    el('tr', { 'data-client-id': c.client_id, 'data-topic': t.topic_name, 'data-channel': ch.channel_name },
+      el('td', {}, link(`#/topics/${enc(t.topic_name)}/${enc(ch.channel_name)}`,
+        `${t.topic_name} / ${ch.channel_name}`)),
+      [c.client_id, c.hostname, c.remote_address, c.user_agent].map((text) => el('td', {}, text ?? '')),
+      attributesCell(c),
+      [c.ready_count, c.in_flight_count, c.message_count, c.finish_count, c.requeue_count].map(numCell),
+      el('td', {}, time(c.connect_ts))))));
+  return table('node-clients', ['Topic / channel', 'Client id', 'Hostname', 'Remote address',
+    'User agent', 'Attributes', 'Ready', 'In flight', 'Messages', 'Finished', 'Requeued',
+    'Connected since'], rows, 'No clients on this node.');
+}
+
 /* ---------- pages ---------- */
 
 function renderTopics(data) {
@@ -289,6 +340,7 @@ function renderChannel(data, topic, channel) {
   const clientRows = data.clients.map((c) => el('tr', { 'data-client-id': c.client_id },
     [c.node, c.client_id, c.hostname, c.remote_address, c.user_agent, c.version]
       .map((text) => el('td', {}, text ?? '')),
+    attributesCell(c),
     [c.ready_count, c.in_flight_count, c.message_count, c.finish_count, c.requeue_count].map(numCell),
     el('td', {}, time(c.connect_ts))));
   return [
@@ -309,7 +361,7 @@ function renderChannel(data, topic, channel) {
       'Requeued', 'Timed out', 'Messages', 'Clients', 'State'], nodeRows, 'No node has this channel.'),
     el('h2', {}, 'Clients'),
     table('clients', ['Node', 'Client id', 'Hostname', 'Remote address', 'User agent', 'Version',
-      'Ready', 'In flight', 'Messages', 'Finished', 'Requeued', 'Connected since'],
+      'Attributes', 'Ready', 'In flight', 'Messages', 'Finished', 'Requeued', 'Connected since'],
     clientRows, 'No clients.'),
   ];
 }
@@ -359,6 +411,8 @@ function renderNode(data, node) {
     el('h2', {}, 'Topics and channels'),
     table('node-topics', ['Topic / channel', 'Depth', 'Memory / backend', 'In flight', 'Deferred',
       'Messages', 'Clients', 'State'], rows, 'No topics on this node.'),
+    el('h2', {}, 'Clients'),
+    nodeClients(data.topics),
   ];
 }
 

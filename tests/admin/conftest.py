@@ -5,6 +5,9 @@
   --nsqd-http-address (`cluster.admin_nsqd`). Tests share it and use their own topic names.
 - `fresh_cluster` (one per test): the same, for tests that need exact cluster-wide figures.
 - `start_admin`: factory for extra admin-ui processes (stopped at the end of the test).
+- `certs` (one per module): a test CA, server and client certificates, and an untrusted CA's
+  server certificate (fakebroker.Certs, made with the openssl CLI).
+- `fakes`: factory for fakebroker's HTTPS-only brokers and lookups (closed at the end).
 
 A process that dies on its own fails the test at teardown; the stderr of every process still
 running is attached to the report of a failed test.
@@ -20,6 +23,7 @@ sys.path.insert(0, HERE)
 
 import adminlib  # noqa: E402
 from adminlib import AdminUI, Cluster  # noqa: E402
+from fakebroker import Certs  # noqa: E402
 
 
 def pytest_report_header(config):
@@ -73,3 +77,23 @@ def start_admin():
         a.cleanup()
     if report:
         pytest.fail(report)
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory):
+    return Certs(str(tmp_path_factory.mktemp("admin-tls-certs")))
+
+
+@pytest.fixture
+def fakes():
+    """Factory: fakes(FakeTlsBroker, certs, ...) -> a running fake, closed after the test."""
+    made = []
+
+    def make(cls, *args, **kw):
+        f = cls(*args, **kw)
+        made.append(f)
+        return f
+
+    yield make
+    for f in made:
+        f.close()

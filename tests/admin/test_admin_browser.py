@@ -9,6 +9,10 @@ depth to 0 on the brokers; delete of a channel / topic navigates back; the looku
 form creates a topic + channel at the lookup and shows a failed action's message in `#error`;
 the counter page shows the published count and a rate; the nodes page lists both brokers and a
 node's page lists its topics and channels; `#error` and `#warnings` show API errors and warnings.
+With a broker that serves HTTPS only (fakebroker.FakeTlsBroker): the channel and node pages show
+each client's TLS version and cipher suite, snappy / deflate and auth identity (linked to its
+URL only when that is http(s)); a broker certificate admin-ui does not trust is named in
+`#warnings` with the reason.
 
 Every wait is on a DOM condition (`#app[data-loaded="true"][data-page=...]` and the like) or
 the brokers' / lookup's own HTTP APIs, with a deadline. Chromium and chromedriver are Debian
@@ -23,6 +27,7 @@ import shutil
 import pytest
 
 from adminlib import closed_port, q, wait_registered, wait_until
+from fakebroker import CHANNEL, TOPIC, FakeTlsBroker
 
 CHROMIUM = os.environ.get("CHROMIUM_BIN", "/usr/bin/chromium")
 CHROMEDRIVER = os.environ.get("CHROMEDRIVER_BIN", "/usr/bin/chromedriver")
@@ -419,3 +424,62 @@ def test_no_error_on_a_healthy_page(cluster, page):
 
 def _assert_empty(text):
     assert not (text or "").strip(), "#error shows %r" % text
+
+
+# ---- brokers serving HTTPS only: clients' TLS, compression and auth state ----------------------
+
+def _attr(row, page, name):
+    return row.find_elements(page.By.CSS_SELECTOR, '[data-attr="%s"]' % name)
+
+
+def _check_client_attributes(page, table):
+    row = page.one('#%s tr[data-client-id="tls-deflate-authed"]' % table)
+    [tls] = _attr(row, page, "tls")
+    assert "TLS1.3" in tls.text and "TLS_AES_128_GCM_SHA256" in tls.text, tls.text
+    assert "TLS1.3 TLS_AES_128_GCM_SHA256" in tls.get_attribute("title"), tls.get_attribute("title")
+    assert _attr(row, page, "deflate") and not _attr(row, page, "snappy"), row.text
+    [link] = row.find_elements(page.By.CSS_SELECTOR,
+                               '[data-attr="authed"] a[data-attr="auth-identity"]')
+    assert link.get_attribute("href") == "https://auth.example/users/alice", (
+        link.get_attribute("outerHTML"))
+    assert link.text.strip() == "alice"
+    plain = page.one('#%s tr[data-client-id="snappy-plain"]' % table)
+    assert _attr(plain, page, "snappy"), plain.text
+    assert not (_attr(plain, page, "tls") or _attr(plain, page, "authed")
+                or _attr(plain, page, "deflate")), plain.get_attribute("outerHTML")
+    odd = page.one('#%s tr[data-client-id="authed-bad-url"]' % table)
+    assert "TLS1.2" in _attr(odd, page, "tls")[0].text
+    [identity] = odd.find_elements(page.By.CSS_SELECTOR, '[data-attr="auth-identity"]')
+    assert identity.text.strip() == "mallory"
+    # an auth server's javascript: URL never becomes a link
+    assert identity.tag_name != "a" and not odd.find_elements(page.By.CSS_SELECTOR,
+                                                              "td.attributes a"), (
+        odd.get_attribute("outerHTML"))
+
+
+def test_client_tls_compression_and_auth_on_channel_and_node_pages(driver, certs, fakes,
+                                                                   start_admin):
+    b = fakes(FakeTlsBroker, certs)
+    admin = start_admin(nsqds=[b.node], extra=["--http-client-tls-root-ca-file=" + certs.ca])
+    page = Page(driver, admin)
+    page.open("/topics/%s/%s" % (TOPIC, CHANNEL), "channel")
+    _check_client_attributes(page, "clients")
+    _assert_empty(page.error_text())
+    assert page.all("#warnings li") == []
+    page.open("/nodes/" + q(b.node), "node")
+    _check_client_attributes(page, "node-clients")
+    row = page.one('#node-clients tr[data-client-id="snappy-plain"]')
+    assert row.get_attribute("data-channel") == CHANNEL, row.get_attribute("outerHTML")
+    assert row.find_elements(page.By.CSS_SELECTOR,
+                             'a[href="#/topics/%s/%s"]' % (TOPIC, CHANNEL)), row.text
+
+
+def test_untrusted_broker_certificate_is_shown_in_warnings(driver, certs, fakes, start_admin):
+    b = fakes(FakeTlsBroker, certs, cert="untrusted")
+    admin = start_admin(nsqds=[b.node], extra=["--http-client-tls-root-ca-file=" + certs.ca])
+    page = Page(driver, admin)
+    for route, name in (("/topics", "topics"), ("/nodes/" + q(b.node), "node")):
+        page.open(route, name)
+        items = [li.text for li in page.all("#warnings li")]
+        assert any("https://127.0.0.1:%d" % b.https_port in t and "invalid peer certificate" in t
+                   for t in items), (route, items)
