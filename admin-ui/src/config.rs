@@ -70,7 +70,18 @@ struct Flags {
     /// path to key file for the HTTP client
     #[arg(long)]
     http_client_tls_key: Option<PathBuf>,
+
+    /// path to config file (nsqadmin's TOML keys; flags given here win over the file)
+    #[arg(long)]
+    config: Option<String>,
 }
+
+/// The config file keys nsqadmin names differently from its flags (nsqadmin's `cfg` tags).
+const RENAMED_KEYS: &[(&str, &str)] = &[
+    ("nsqlookupd_http_addresses", "lookupd-http-address"),
+    ("nsqd_http_addresses", "nsqd-http-address"),
+    ("admin_users", "admin-user"),
+];
 
 /// The settings, checked.
 #[derive(Debug, Clone)]
@@ -97,7 +108,11 @@ impl Config {
     where
         I: IntoIterator<Item = String>,
     {
-        let flags = Flags::try_parse_from(nsq_common::cli::go_style_flags::<Flags, _>(args))?;
+        let args = nsq_common::cli::go_style_flags::<Flags, _>(args);
+        let args = nsq_common::config_file::with_config_file::<Flags>(args, RENAMED_KEYS).map_err(
+            |e| Flags::command().error(clap::error::ErrorKind::InvalidValue, e.to_string()),
+        )?;
+        let flags = Flags::try_parse_from(args)?;
         if flags.lookupd_http_addresses.is_empty() && flags.nsqd_http_addresses.is_empty() {
             return Err(missing(
                 "give at least one --lookupd-http-address or --nsqd-http-address",
@@ -193,6 +208,29 @@ mod tests {
             .chain(a.iter().copied())
             .map(String::from)
             .collect()
+    }
+
+    #[test]
+    fn nsqadmin_config_file_with_its_renamed_keys() {
+        let dir = std::env::temp_dir().join(format!("admin-ui-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).ok();
+        let path = dir.join("nsqadmin.cfg");
+        std::fs::write(
+            &path,
+            "nsqlookupd_http_addresses = [\"127.0.0.1:4161\", \"127.0.0.1:4162\"]\nadmin_users = [\"ops\"]\n",
+        )
+        .ok();
+        let c = Config::from_args(args(&[&format!("--config={}", path.display())]))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.lookups, ["127.0.0.1:4161", "127.0.0.1:4162"]);
+        assert_eq!(c.admin_users, ["ops"]);
+        std::fs::write(&path, "graphite_thing = 1\n").ok();
+        let e = Config::from_args(args(&[&format!("--config={}", path.display())]))
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(e.contains("line 1: unknown key `graphite_thing`"), "{e}");
+        std::fs::remove_dir_all(&dir).ok();
     }
 
     #[test]
