@@ -10,7 +10,7 @@ use crate::sys::listen::ListenError;
 use crate::sys::{listen, rlimit};
 use crate::{control, shard, startup};
 use glommio::channels::channel_mesh::MeshBuilder;
-use glommio::{LocalExecutorBuilder, Placement};
+use glommio::{LocalExecutorBuilder, Placement, PoolPlacement};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -148,6 +148,13 @@ pub fn run() -> ExitCode {
     let control_steps = progress.clone();
     let control = LocalExecutorBuilder::new(Placement::Unbound)
         .name("control")
+        // Two blocking threads: `control::run` keeps one for the whole run, waiting for the
+        // first signal; with a single one (glommio's default) every later `spawn_blocking` of
+        // the control thread queued behind it for ever: resolving a lookup given by name
+        // (`lookup-1.internal:4160`, as deploy/broker.env has it) when reconnecting to it, or
+        // to ask it for a new topic's channels. The broker then never reconnected to a lookup
+        // that had restarted or been unreachable, and held every new topic's first PUB 1 s.
+        .blocking_thread_pool_placement(PoolPlacement::Unbound(2))
         .io_memory(rlimit::IO_MEMORY_PER_SHARD)
         .spawn(move || async move {
             control::run(

@@ -280,6 +280,29 @@ def test_broker_reregisters_after_its_lookup_restarts(start_lookup, start_broker
     assert time.monotonic() - restarted < REREGISTER_WITHIN
 
 
+def test_broker_given_its_lookup_by_name_reregisters_after_it_restarts(start_lookup,
+                                                                        start_broker):
+    """`--lookupd-tcp-address=localhost:PORT`: a name, as deploy/broker.env has them. The name
+    is resolved again for each reconnection (and for the lookup's /channels when a topic is
+    made); that once queued for ever behind the control thread's signal wait, so the broker
+    never came back to a lookup that had restarted (found by tests/cluster)."""
+    import socket
+    first = socket.getaddrinfo("localhost", 1, type=socket.SOCK_STREAM)[0][4][0]
+    if first != "127.0.0.1":
+        pytest.skip("localhost resolves to %s first here, not 127.0.0.1" % first)
+    lk = start_lookup()
+    a = start_broker("--broadcast-address=127.0.0.1",
+                     "--lookupd-tcp-address=localhost:%d" % lk.tcp_port)
+    topic = "lk_by_name"
+    broker_http(a, "POST", "/topic/create?topic=" + topic)
+    wait_registered(lk, a, topic)
+    lk.stop()
+    time.sleep(1.0)
+    lk.start()
+    broker_http(a, "POST", "/channel/create?topic=%s&channel=ch" % topic)
+    wait_registered(lk, a, topic, "ch", timeout=REREGISTER_WITHIN)
+
+
 def test_stopped_broker_disappears_from_the_lookup(start_lookup, start_broker):
     lk = start_lookup()
     a = registered_broker(start_broker, lk)
