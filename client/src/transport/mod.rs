@@ -28,7 +28,7 @@ use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
 /// How much a compressed stream reads from the layer below at once.
-const COMPRESSED_READ: usize = 16 * 1024;
+const COMPRESSED_READ: usize = 64 * 1024;
 
 /// The protocol version and cipher suite of a TLS session, as rustls names them.
 pub(crate) fn session_of(tls: &rustls::ClientConnection) -> (String, String) {

@@ -208,6 +208,9 @@ fn next_command(
 
 fn serve(tcp: TcpStream, settings: &Settings, log: &Log, idx: usize) -> std::io::Result<()> {
     tcp.set_read_timeout(Some(Duration::from_secs(20)))?;
+    // The wrappers write a chunk's header and body apart: without this, Nagle holds the
+    // second part for the client's delayed ACK.
+    tcp.set_nodelay(true)?;
     let mut plain = tcp;
     let mut magic = [0u8; 4];
     plain.read_exact(&mut magic)?;
@@ -422,6 +425,10 @@ pub struct Pki {
     pub client_key_pem: PathBuf,
     /// A CA that signed nothing here: trusting only it fails every check.
     pub other_ca_pem: PathBuf,
+    /// The server certificate and key as files, for a real broker's `--tls-cert` /
+    /// `--tls-key`.
+    pub server_cert_pem: PathBuf,
+    pub server_key_pem: PathBuf,
     ca_der: CertificateDer<'static>,
     server_chain: Vec<CertificateDer<'static>>,
     server_key: Vec<u8>,
@@ -461,6 +468,8 @@ impl Pki {
             other_ca_pem: write("other-ca.pem", other.pem()),
             client_cert_pem: write("client.pem", client.pem()),
             client_key_pem: write("client-key.pem", client_key.serialize_pem()),
+            server_cert_pem: write("server.pem", server.pem()),
+            server_key_pem: write("server-key.pem", server_key.serialize_pem()),
             ca_der: ca_cert.der().clone(),
             server_chain: vec![server.der().clone()],
             server_key: server_key.serialize_der(),
