@@ -20,7 +20,8 @@ use crate::config::ProducerConfig;
 use crate::conn::{answer_of, MAX_FRAME_SIZE};
 use crate::error::{Error, Result};
 use crate::handshake::{
-    expect_ok, parse_auth_answer, tls_handshake_error, HandshakeOptions, Negotiated, Upgrades,
+    after_tls_handshake, expect_ok, parse_auth_answer, tls_handshake_error, HandshakeOptions,
+    Negotiated, Upgrades,
 };
 use crate::producer::check_topic;
 use crate::transport::sync::BlockingTransport;
@@ -209,7 +210,7 @@ impl Connection {
             let stand_in = BlockingTransport::plain(conn.stream.tcp().try_clone()?);
             let plain = std::mem::replace(&mut conn.stream, stand_in);
             conn.stream = plain.start_tls(session).map_err(tls_handshake_error)?;
-            expect_ok(conn.read_reply()?)?;
+            expect_ok(conn.read_reply().map_err(after_tls_handshake)?)?;
             conn.negotiated.tls = conn.stream.tls_session();
         }
         if let Some(c) = up.compression {

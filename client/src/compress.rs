@@ -349,4 +349,59 @@ mod tests {
             assert_eq!(dec.read(&mut buf).expect("read"), 1000, "{c:?}");
         }
     }
+
+    /// Random bytes and valid streams with bytes flipped, fed in random pieces: an error or
+    /// data, never a panic, and never more out than asked.
+    #[test]
+    fn mangled_streams_never_panic() {
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for c in [Compression::Snappy, Compression::Deflate { level: 6 }] {
+            let mut valid = Vec::new();
+            let mut enc = Encoder::new(c);
+            for i in 0..20u8 {
+                enc.encode(&vec![i; 3000 + usize::from(i) * 100], &mut valid)
+                    .expect("encode");
+            }
+            for round in 0..400 {
+                let mut wire = if round % 2 == 0 {
+                    (0..next() % 4096)
+                        .map(|_| next() as u8)
+                        .collect::<Vec<u8>>()
+                } else {
+                    let mut v = valid.clone();
+                    for _ in 0..1 + next() % 4 {
+                        let at = (next() as usize) % v.len();
+                        v[at] ^= 1 << (next() % 8);
+                    }
+                    v
+                };
+                if round % 5 == 0 {
+                    wire.truncate((next() as usize) % (wire.len() + 1));
+                }
+                let mut dec = Decoder::new(c);
+                let mut out = [0u8; 777];
+                let mut rest = &wire[..];
+                'feed: while !rest.is_empty() {
+                    let n = (1 + next() as usize % 5000).min(rest.len());
+                    if dec.push(&rest[..n]).is_err() {
+                        break;
+                    }
+                    rest = &rest[n..];
+                    loop {
+                        match dec.read(&mut out) {
+                            Ok(0) => break,
+                            Ok(n) => assert!(n <= out.len()),
+                            Err(_) => break 'feed,
+                        }
+                    }
+                }
+            }
+        }
+    }
 }

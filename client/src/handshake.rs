@@ -186,6 +186,18 @@ pub(crate) fn tls_handshake_error(e: std::io::Error) -> Error {
     }
 }
 
+/// An error reading the first frame through TLS: the broker's alert for a refused client
+/// certificate arrives there (in TLS 1.3 the client's side of the handshake is over before
+/// the server has checked its certificate), so what rustls refuses is [`Error::Tls`] here too.
+pub(crate) fn after_tls_handshake(e: Error) -> Error {
+    match e {
+        Error::Io(io) if io.kind() == std::io::ErrorKind::InvalidData => {
+            Error::Tls(format!("after the handshake: {io}"))
+        }
+        e => e,
+    }
+}
+
 /// Speaks the opening of protocol V2 on `stream` (see the module doc), and SUB when
 /// `subscribe` names a topic and channel. Returns the stream with its layers on. Bound the
 /// time it may take with your runtime's timer.
@@ -220,7 +232,11 @@ where
         let conn = rustls::ClientConnection::new(config.clone(), name.clone())
             .map_err(|e| Error::Tls(e.to_string()))?;
         t = t.start_tls(conn).await.map_err(tls_handshake_error)?;
-        expect_ok(read_reply(&mut t, &mut buf).await?)?;
+        expect_ok(
+            read_reply(&mut t, &mut buf)
+                .await
+                .map_err(after_tls_handshake)?,
+        )?;
         negotiated.tls = t.tls_session();
     }
     if let Some(c) = up.compression {
