@@ -690,5 +690,25 @@ fn tls_settings_that_cannot_work_fail_at_construction() {
         |_m: Message| std::future::ready(HandlerResult::Finish),
     );
     assert!(matches!(c, Err(Error::Tls(_))));
-    let _ = Duration::ZERO;
+}
+
+#[test]
+fn blocking_producer_checks_an_idle_layered_connection_without_blocking() {
+    // After half a heartbeat interval of silence the next publish first reads what arrived
+    // without blocking (through TLS and the decoder), then publishes on the same connection.
+    for layers in [Layers::TlsSnappy, Layers::TlsDeflate, Layers::Deflate] {
+        let pki = Pki::new();
+        let fake = fake_with(&pki, Settings::default());
+        let cfg = producer_config(&pki, layers).heartbeat_interval(Duration::from_secs(1));
+        let mut p = client::blocking::Producer::connect_with(fake.addr.clone(), cfg)
+            .unwrap_or_else(|e| panic!("{layers:?}: {e}"));
+        p.publish("t", "before").expect("PUB");
+        std::thread::sleep(Duration::from_millis(600));
+        p.publish("t", "after").expect("PUB after the idle check");
+        assert_eq!(fake.connections(), 1, "{layers:?}: the same connection");
+        assert_eq!(
+            published(&fake),
+            [Bytes::from("before"), Bytes::from("after")]
+        );
+    }
 }
