@@ -219,29 +219,92 @@ fn a_feature_the_broker_does_not_enable_fails_the_run_rather_than_measuring_plai
     assert!(stderr.contains("TLS"), "{stderr}");
 }
 
-/// A self-signed certificate for 127.0.0.1 made with the openssl command; (cert, key).
-fn self_signed(dir: &std::path::Path) -> (String, String) {
-    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
-    let ok = Command::new("openssl")
-        .args([
-            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-        ])
-        .args([
-            "-subj",
-            "/CN=127.0.0.1",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1",
-        ])
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .output()
-        .expect("openssl runs")
-        .status
-        .success();
-    assert!(ok, "openssl req failed");
-    (cert.display().to_string(), key.display().to_string())
+/// A CA and a certificate it signed for 127.0.0.1, made with the openssl command (webpki
+/// refuses a trust anchor as the server's own certificate); (ca, cert, key).
+fn certificates(dir: &std::path::Path) -> (String, String, String) {
+    let path = |name: &str| dir.join(name).display().to_string();
+    let (ca, ca_key, cert, key, csr, ext) = (
+        path("ca.pem"),
+        path("ca-key.pem"),
+        path("cert.pem"),
+        path("key.pem"),
+        path("req.csr"),
+        path("ext.cnf"),
+    );
+    std::fs::write(
+        &ext,
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n",
+    )
+    .expect("extensions file");
+    let openssl = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .output()
+            .expect("openssl runs");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    openssl(
+        &[
+            &[
+                "req",
+                "-x509",
+                "-days",
+                "1",
+                "-subj",
+                "/CN=bench CA",
+                "-keyout",
+                &ca_key,
+                "-out",
+                &ca,
+            ][..],
+            &ec,
+        ]
+        .concat(),
+    );
+    openssl(
+        &[
+            &[
+                "req",
+                "-subj",
+                "/CN=127.0.0.1",
+                "-keyout",
+                &key,
+                "-out",
+                &csr,
+            ][..],
+            &ec,
+        ]
+        .concat(),
+    );
+    openssl(&[
+        "x509",
+        "-req",
+        "-days",
+        "1",
+        "-in",
+        &csr,
+        "-CA",
+        &ca,
+        "-CAkey",
+        &ca_key,
+        "-CAcreateserial",
+        "-extfile",
+        &ext,
+        "-out",
+        &cert,
+    ]);
+    (ca, cert, key)
 }
 
 #[test]
@@ -249,10 +312,10 @@ fn self_signed(dir: &std::path::Path) -> (String, String) {
 fn pubsub_runs_over_tls_snappy_and_deflate_and_records_them() {
     let scratch = std::env::temp_dir().join(format!("shard-bench-tls-{}", std::process::id()));
     std::fs::create_dir_all(&scratch).expect("scratch");
-    let (cert, key) = self_signed(&scratch);
+    let (ca, cert, key) = certificates(&scratch);
     let (broker, addr) = start_with("features", &["--tls-cert", &cert, "--tls-key", &key]);
     let cases: [(&[&str], &[&str]); 4] = [
-        (&["--tls", "--tls-root-ca-file", &cert], &["tls"]),
+        (&["--tls", "--tls-root-ca-file", &ca], &["tls"]),
         (&["--snappy"], &["snappy"]),
         (&["--deflate", "--deflate-level", "1"], &["deflate-1"]),
         (
