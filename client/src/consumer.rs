@@ -24,7 +24,7 @@ use crate::backoff::{Action, Backoff, Outcome};
 use crate::config::ConsumerConfig;
 use crate::conn::{Conn, Event};
 use crate::error::{Error, Result};
-use crate::handshake::{handshake, HandshakeOptions};
+use crate::handshake::{handshake, HandshakeOptions, Negotiated};
 use crate::lookup;
 use crate::message::{HandlerResult, Message};
 use crate::rdy::{ConnId, RdyState, RdyUpdate};
@@ -91,6 +91,8 @@ struct AddressState {
 struct Live {
     addr: String,
     conn: Conn,
+    /// What its handshake switched on.
+    negotiated: Negotiated,
     retiring: bool,
     close_wait: bool,
 }
@@ -234,6 +236,19 @@ impl Consumer {
             total_rdy: st.rdy.total_rdy(),
             ..st.stats
         }
+    }
+
+    /// What each subscribed connection negotiated (TLS, compression, AUTH's answer), by
+    /// broker address.
+    pub fn negotiated(&self) -> Vec<(String, Negotiated)> {
+        self.inner
+            .state
+            .borrow()
+            .conns
+            .values()
+            .filter(|l| !l.retiring)
+            .map(|l| (l.addr.clone(), l.negotiated.clone()))
+            .collect()
     }
 
     /// Stops consuming: CLS on every connection, then waits (at most `stop_timeout`) for
@@ -387,6 +402,7 @@ impl Inner {
         })
         .await?;
         let max_rdy = hs.max_rdy_count;
+        let negotiated = hs.negotiated.clone();
         let id = {
             let mut st = self.state.borrow_mut();
             st.next_conn_id += 1;
@@ -408,6 +424,7 @@ impl Inner {
                     Live {
                         addr: addr.to_string(),
                         conn: conn.clone(),
+                        negotiated,
                         retiring: false,
                         close_wait: false,
                     },

@@ -192,6 +192,9 @@ fn consumer_receives_over_each_layer_and_stack() {
                 "{layers:?}: every message FINned through the layers"
             );
             assert_eq!(fake.seen(0).deflate, layers.deflate().then_some(1));
+            let negotiated = c.negotiated();
+            assert_eq!(negotiated.len(), 1);
+            assert_eq!(negotiated[0].1.tls.is_some(), layers.tls(), "{layers:?}");
             c.stop().await;
         });
     }

@@ -63,6 +63,12 @@ pub async fn subscribe(
             topic: plan.topic.clone(),
         });
     }
+    for (addr, got) in consumer.negotiated() {
+        if let Err(source) = crate::publisher::check_negotiated(plan, &got) {
+            consumer.stop().await;
+            return Err(BenchError::Connect { addr, source });
+        }
+    }
     Ok(consumer)
 }
 
