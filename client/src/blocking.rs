@@ -17,14 +17,19 @@
 //! publish is never retried behind the caller's back.
 
 use crate::config::ProducerConfig;
-use crate::conn::{answer_of, parse_identify_answer, MAX_FRAME_SIZE};
+use crate::conn::{answer_of, MAX_FRAME_SIZE};
 use crate::error::{Error, Result};
+use crate::handshake::{
+    after_tls_handshake, expect_ok, parse_auth_answer, tls_handshake_error, HandshakeOptions,
+    Negotiated, Upgrades,
+};
 use crate::producer::check_topic;
+use crate::transport::sync::BlockingTransport;
 use bytes::{Bytes, BytesMut};
-use protocol::identify::IdentifyRequest;
 use protocol::{decode_frame, Command, MAGIC_V2, OK};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Publishes to one broker from the calling thread. Not shared between threads: give each
@@ -32,11 +37,14 @@ use std::time::{Duration, Instant};
 pub struct Producer {
     addr: String,
     config: ProducerConfig,
+    /// Built once from `config.features` (reads the certificate files).
+    tls: Option<Arc<rustls::ClientConfig>>,
     conn: Option<Connection>,
 }
 
 struct Connection {
-    stream: TcpStream,
+    stream: BlockingTransport,
+    negotiated: Negotiated,
     /// Bytes read and not yet cut into frames.
     buf: BytesMut,
     /// The command being written (reused between publishes).
@@ -59,9 +67,11 @@ impl Producer {
     /// IDENTIFY) before this returns, so a wrong address shows up here.
     pub fn connect_with(addr: impl Into<String>, config: ProducerConfig) -> Result<Producer> {
         config.validate()?;
+        let tls = config.features.tls_client_config()?;
         let mut producer = Producer {
             addr: addr.into(),
             config,
+            tls,
             conn: None,
         };
         producer.connection()?;
@@ -76,6 +86,11 @@ impl Producer {
     /// True while a connection is open (it may still fail at the next publish).
     pub fn is_connected(&self) -> bool {
         self.conn.is_some()
+    }
+
+    /// What the open connection negotiated: TLS, compression, AUTH's answer.
+    pub fn negotiated(&self) -> Option<&Negotiated> {
+        self.conn.as_ref().map(|c| &c.negotiated)
     }
 
     /// Publishes one message (`PUB`).
@@ -119,7 +134,7 @@ impl Producer {
     /// Closes the connection; the next publish opens a new one.
     pub fn close(&mut self) {
         if let Some(conn) = self.conn.take() {
-            let _ = conn.stream.shutdown(std::net::Shutdown::Both);
+            let _ = conn.stream.tcp().shutdown(std::net::Shutdown::Both);
         }
     }
 
@@ -146,22 +161,30 @@ impl Producer {
             }
         }
         if self.conn.is_none() {
-            let identify = self.config.identity.identify_request();
-            self.conn = Some(Connection::open(&self.addr, &self.config, &identify)?);
+            let opts = HandshakeOptions::new(
+                &self.config.identity,
+                &self.config.features,
+                self.tls.as_ref(),
+                &self.addr,
+            )?;
+            self.conn = Some(Connection::open(&self.addr, &self.config, &opts)?);
         }
         self.conn.as_mut().ok_or(Error::Closed)
     }
 }
 
 impl Connection {
-    fn open(addr: &str, config: &ProducerConfig, identify: &IdentifyRequest) -> Result<Self> {
+    /// Connects and runs the handshake of [`crate::handshake`]: IDENTIFY, TLS and its `OK`,
+    /// compression and its `OK`, AUTH.
+    fn open(addr: &str, config: &ProducerConfig, opts: &HandshakeOptions) -> Result<Self> {
         let stream = connect_tcp(addr, config.connect_timeout)?;
         stream.set_nodelay(true)?;
         // The handshake is bounded by the connect timeout, publishes by the response timeout.
         stream.set_read_timeout(Some(config.connect_timeout))?;
         stream.set_write_timeout(Some(config.connect_timeout))?;
         let mut conn = Connection {
-            stream,
+            stream: BlockingTransport::plain(stream),
+            negotiated: Negotiated::default(),
             buf: BytesMut::with_capacity(4096),
             out: BytesMut::with_capacity(4096),
             last_read: Instant::now(),
@@ -169,17 +192,41 @@ impl Connection {
             scratch: vec![0; 4096].into_boxed_slice(),
         };
         conn.out.extend_from_slice(MAGIC_V2);
-        Command::Identify(Bytes::from(serde_json::to_vec(identify)?)).encode(&mut conn.out);
+        Command::Identify(Bytes::from(serde_json::to_vec(&opts.identify)?)).encode(&mut conn.out);
         conn.write_out()?;
         let answer = conn.read_reply()?;
-        let (_, negotiated) = parse_identify_answer(&answer)?;
-        if negotiated.is_some_and(|r| r.auth_required) {
-            return Err(Error::AuthRequired);
+        let up = Upgrades::of(&answer, opts)?;
+        if up.tls {
+            let Some((tls, name)) = &opts.tls else {
+                return Err(Error::TlsRefused);
+            };
+            if !conn.buf.is_empty() {
+                return Err(Error::UnexpectedResponse(conn.buf.split().freeze()));
+            }
+            let session = rustls::ClientConnection::new(tls.clone(), name.clone())
+                .map_err(|e| Error::Tls(e.to_string()))?;
+            // The plain transport is consumed by the upgrade; a duplicate of the socket holds
+            // its place meanwhile (dropped on success, the connection's on failure).
+            let stand_in = BlockingTransport::plain(conn.stream.tcp().try_clone()?);
+            let plain = std::mem::replace(&mut conn.stream, stand_in);
+            conn.stream = plain.start_tls(session).map_err(tls_handshake_error)?;
+            expect_ok(conn.read_reply().map_err(after_tls_handshake)?)?;
+            conn.negotiated.tls = conn.stream.tls_session();
         }
-        conn.stream
-            .set_read_timeout(Some(config.response_timeout))?;
-        conn.stream
-            .set_write_timeout(Some(config.response_timeout))?;
+        if let Some(c) = up.compression {
+            let pending = conn.buf.split();
+            conn.stream.start_compression(c, &pending)?;
+            expect_ok(conn.read_reply()?)?;
+            conn.negotiated.compression = Some(c);
+        }
+        if up.auth {
+            let secret = opts.auth_secret.as_deref().ok_or(Error::AuthRequired)?;
+            let answer = conn.request(&Command::Auth(Bytes::copy_from_slice(secret.as_bytes())))?;
+            conn.negotiated.auth = Some(parse_auth_answer(&answer)?);
+        }
+        let tcp = conn.stream.tcp();
+        tcp.set_read_timeout(Some(config.response_timeout))?;
+        tcp.set_write_timeout(Some(config.response_timeout))?;
         Ok(conn)
     }
 
@@ -196,7 +243,7 @@ impl Connection {
     /// `Ok(false)` when the broker has closed the connection (or sent anything but a
     /// heartbeat, which on an idle producer means an error it closes after).
     fn catch_up(&mut self) -> Result<bool> {
-        self.stream.set_nonblocking(true)?;
+        self.stream.tcp().set_nonblocking(true)?;
         let open = loop {
             match self.read_more() {
                 Ok(0) => break false,
@@ -205,7 +252,7 @@ impl Connection {
                 Err(_) => break false,
             }
         };
-        self.stream.set_nonblocking(false)?;
+        self.stream.tcp().set_nonblocking(false)?;
         if !open {
             return Ok(false);
         }

@@ -5,7 +5,9 @@
 //! refuses values the broker would refuse, so mistakes show up at construction rather than as
 //! a fatal error on the wire.
 
+use crate::compress::Compression;
 use crate::error::{Error, Result};
+use crate::tls::TlsConfig;
 use protocol::identify::IdentifyRequest;
 use protocol::names::{is_valid_channel_name, is_valid_topic_name};
 use std::time::Duration;
@@ -65,6 +67,88 @@ impl Identity {
     }
 }
 
+/// TLS, compression and AUTH, negotiated in IDENTIFY; go-nsq's `tls_v1`, `tls_config`,
+/// `snappy`, `deflate`, `deflate_level` and `auth_secret`. Shared by producers and consumers.
+///
+/// A broker that does not turn on TLS when `tls_v1` asked for it fails the connection
+/// ([`Error::TlsRefused`]): it never goes on in the clear. A compression the broker does not
+/// offer is left off, as go-nsq does. A broker that answers `auth_required` gets
+/// `auth_secret` in AUTH; without one the connection fails with [`Error::AuthRequired`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Features {
+    pub tls_v1: bool,
+    pub tls_config: TlsConfig,
+    pub snappy: bool,
+    pub deflate: bool,
+    /// 1 (fastest) ..= 9 (smallest); the broker caps it at its `--max-deflate-level`.
+    pub deflate_level: u32,
+    pub auth_secret: Option<String>,
+}
+
+impl Default for Features {
+    fn default() -> Self {
+        Features {
+            tls_v1: false,
+            tls_config: TlsConfig::default(),
+            snappy: false,
+            deflate: false,
+            deflate_level: 6,
+            auth_secret: None,
+        }
+    }
+}
+
+impl Features {
+    /// Sets the IDENTIFY fields that ask for these features.
+    pub fn apply(&self, req: &mut IdentifyRequest) {
+        req.tls_v1 = self.tls_v1;
+        req.snappy = self.snappy;
+        req.deflate = self.deflate;
+        req.deflate_level = if self.deflate {
+            i64::from(self.deflate_level)
+        } else {
+            0
+        };
+    }
+
+    /// The compression asked for, if any.
+    pub fn compression(&self) -> Option<Compression> {
+        if self.snappy {
+            Some(Compression::Snappy)
+        } else if self.deflate {
+            Some(Compression::Deflate {
+                level: self.deflate_level,
+            })
+        } else {
+            None
+        }
+    }
+
+    /// The rustls configuration, when `tls_v1` is on (reads the certificate files).
+    pub fn tls_client_config(&self) -> Result<Option<std::sync::Arc<rustls::ClientConfig>>> {
+        if self.tls_v1 {
+            self.tls_config.client_config().map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+
+    fn validate(&self) -> Result<()> {
+        if self.snappy && self.deflate {
+            return Err(Error::InvalidConfig(
+                "snappy and deflate cannot both be on (the broker refuses it)",
+            ));
+        }
+        if !(1..=9).contains(&self.deflate_level) {
+            return Err(Error::InvalidConfig("deflate_level must be in 1..=9"));
+        }
+        if self.auth_secret.as_deref() == Some("") {
+            return Err(Error::InvalidConfig("auth_secret must not be empty"));
+        }
+        Ok(())
+    }
+}
+
 fn local_hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .or_else(|_| std::fs::read_to_string("/etc/hostname"))
@@ -114,6 +198,36 @@ macro_rules! identity_setters {
             self.identity.msg_timeout = Some(value);
             self
         }
+        /// Upgrade connections to TLS (go-nsq's `tls_v1`); see [`Features`].
+        pub fn tls_v1(mut self, value: bool) -> Self {
+            self.features.tls_v1 = value;
+            self
+        }
+        /// How TLS checks the broker and presents this client (go-nsq's `tls_config`).
+        pub fn tls_config(mut self, value: crate::tls::TlsConfig) -> Self {
+            self.features.tls_config = value;
+            self
+        }
+        /// Ask for snappy compression.
+        pub fn snappy(mut self, value: bool) -> Self {
+            self.features.snappy = value;
+            self
+        }
+        /// Ask for deflate compression.
+        pub fn deflate(mut self, value: bool) -> Self {
+            self.features.deflate = value;
+            self
+        }
+        /// Deflate level, 1 ..= 9.
+        pub fn deflate_level(mut self, value: u32) -> Self {
+            self.features.deflate_level = value;
+            self
+        }
+        /// The secret sent in AUTH when the broker requires it.
+        pub fn auth_secret(mut self, value: impl Into<String>) -> Self {
+            self.features.auth_secret = Some(value.into());
+            self
+        }
     };
 }
 
@@ -121,6 +235,7 @@ macro_rules! identity_setters {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProducerConfig {
     pub identity: Identity,
+    pub features: Features,
     /// Longest wait for TCP connect plus handshake.
     pub connect_timeout: Duration,
     /// Longest wait for the answer to a PUB, MPUB or DPUB.
@@ -131,6 +246,7 @@ impl Default for ProducerConfig {
     fn default() -> Self {
         ProducerConfig {
             identity: Identity::default(),
+            features: Features::default(),
             connect_timeout: Duration::from_secs(5),
             response_timeout: Duration::from_secs(10),
         }
@@ -152,6 +268,7 @@ impl ProducerConfig {
 
     pub fn validate(&self) -> Result<()> {
         self.identity.validate()?;
+        self.features.validate()?;
         if self.connect_timeout.is_zero() || self.response_timeout.is_zero() {
             return Err(Error::InvalidConfig("timeouts must be positive"));
         }
@@ -165,6 +282,7 @@ pub struct ConsumerConfig {
     pub topic: String,
     pub channel: String,
     pub identity: Identity,
+    pub features: Features,
     /// Most messages in flight over all connections together.
     pub max_in_flight: u64,
     /// Messages delivered more than this many times go to the give-up callback and are
@@ -202,6 +320,7 @@ impl ConsumerConfig {
             topic: topic.into(),
             channel: channel.into(),
             identity: Identity::default(),
+            features: Features::default(),
             max_in_flight: 1,
             max_attempts: 5,
             requeue_delay: Duration::from_secs(90),
@@ -262,6 +381,7 @@ impl ConsumerConfig {
 
     pub fn validate(&self) -> Result<()> {
         self.identity.validate()?;
+        self.features.validate()?;
         if !is_valid_topic_name(&self.topic) {
             return Err(Error::InvalidName {
                 what: "topic",

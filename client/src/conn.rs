@@ -3,8 +3,11 @@
 //!
 //! A connection's life:
 //!
-//! 1. [`handshake`] writes the magic `"  V2"` and IDENTIFY (with `feature_negotiation`), reads
-//!    the answer (JSON, or `OK` from a broker without negotiation), and, for a consumer, SUBs.
+//! 1. [`crate::handshake::handshake`] writes the magic `"  V2"` and IDENTIFY (with
+//!    `feature_negotiation`), reads the answer (JSON, or `OK` from a broker without
+//!    negotiation), switches on TLS and compression as negotiated, sends AUTH when the broker
+//!    requires it, and, for a consumer, SUBs; it returns the stream with its layers
+//!    ([`crate::transport::Transport`]).
 //! 2. [`Conn::start`] splits the stream and returns a [`Conn`] handle plus a *driver* future.
 //!    The driver runs the reader and the writer until the connection ends; whoever owns the
 //!    connection spawns or awaits it on whatever executor they use. This module names no
@@ -25,12 +28,13 @@
 //!    and later commands fail with [`Error::Closed`].
 
 use crate::error::{Error, Result};
+pub use crate::handshake::{handshake, Handshake};
 use bytes::{Bytes, BytesMut};
 use futures_lite::future;
 use futures_lite::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use nsq_common::local_sync::{oneshot, Receiver, Sender};
-use protocol::identify::{IdentifyRequest, IdentifyResponse};
-use protocol::{decode_frame, Command, ErrorCode, Frame, Message, HEARTBEAT, MAGIC_V2, OK};
+use protocol::identify::IdentifyResponse;
+use protocol::{decode_frame, Command, ErrorCode, Frame, Message, HEARTBEAT, OK};
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::future::Future;
@@ -44,17 +48,6 @@ pub const MAX_FRAME_SIZE: u32 = 64 * 1024 * 1024;
 pub const DEFAULT_MAX_RDY_COUNT: u64 = 2500;
 const READ_CHUNK: usize = 64 * 1024;
 
-/// What the broker told us during [`handshake`].
-#[derive(Debug)]
-pub struct Handshake {
-    /// The most RDY this broker accepts on this connection.
-    pub max_rdy_count: u64,
-    /// The full negotiation answer; `None` when the broker answered a plain `OK`.
-    pub identify: Option<IdentifyResponse>,
-    /// Bytes read past the handshake's last frame; the driver reads them first.
-    read_buf: BytesMut,
-}
-
 /// Something the reader saw that no command was waiting for.
 #[derive(Debug)]
 pub enum Event {
@@ -67,78 +60,9 @@ pub enum Event {
     Response(Bytes),
 }
 
-/// Speaks the opening of protocol V2 on `stream`: magic, IDENTIFY, and SUB when `subscribe`
-/// names a topic and channel. Bound the time it may take with your runtime's timer.
-pub async fn handshake<S>(
-    stream: &mut S,
-    identify: &IdentifyRequest,
-    subscribe: Option<(&str, &str)>,
-) -> Result<Handshake>
-where
-    S: AsyncRead + AsyncWrite + Unpin,
-{
-    let mut out = BytesMut::new();
-    out.extend_from_slice(MAGIC_V2);
-    let body = serde_json::to_vec(identify)?;
-    Command::Identify(Bytes::from(body)).encode(&mut out);
-    stream.write_all(&out).await?;
-    stream.flush().await?;
-
-    let mut buf = BytesMut::new();
-    let answer = read_reply(stream, &mut buf).await?;
-    let (max_rdy_count, identify) = parse_identify_answer(&answer)?;
-    if identify.as_ref().is_some_and(|r| r.auth_required) {
-        return Err(Error::AuthRequired);
-    }
-
-    if let Some((topic, channel)) = subscribe {
-        let mut out = BytesMut::new();
-        Command::Sub {
-            topic: topic.to_string(),
-            channel: channel.to_string(),
-        }
-        .encode(&mut out);
-        stream.write_all(&out).await?;
-        stream.flush().await?;
-        let answer = read_reply(stream, &mut buf).await?;
-        if answer != OK {
-            return Err(Error::UnexpectedResponse(answer));
-        }
-    }
-    Ok(Handshake {
-        max_rdy_count,
-        identify,
-        read_buf: buf,
-    })
-}
-
-/// Reads frames until a response or error that is not a heartbeat; answers heartbeats.
-async fn read_reply<S>(stream: &mut S, buf: &mut BytesMut) -> Result<Bytes>
-where
-    S: AsyncRead + AsyncWrite + Unpin,
-{
-    let mut scratch = [0u8; 4096];
-    loop {
-        while let Some(frame) = decode_frame(buf, MAX_FRAME_SIZE)? {
-            match answer_of(frame) {
-                Some(answer) => return answer,
-                None => {
-                    let mut out = BytesMut::new();
-                    Command::Nop.encode(&mut out);
-                    stream.write_all(&out).await?;
-                    stream.flush().await?;
-                }
-            }
-        }
-        if read_more(stream, buf, &mut scratch).await? == 0 {
-            return Err(Error::Closed);
-        }
-    }
-}
-
 /// What a frame read while waiting for the answer to a command means: `None` for a heartbeat
-/// (answer it with `NOP` and read on), else the answer or the broker's error. Shared by the
-/// handshake here and [`crate::blocking`].
+/// (answer it with `NOP` and read on), else the answer or the broker's error. Shared by
+/// [`crate::handshake`] and [`crate::blocking`].
 pub(crate) fn answer_of(frame: Frame) -> Option<Result<Bytes>> {
     match frame {
         Frame::Response(data) if data == HEARTBEAT => None,

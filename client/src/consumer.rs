@@ -22,8 +22,9 @@
 
 use crate::backoff::{Action, Backoff, Outcome};
 use crate::config::ConsumerConfig;
-use crate::conn::{handshake, Conn, Event};
+use crate::conn::{Conn, Event};
 use crate::error::{Error, Result};
+use crate::handshake::{handshake, HandshakeOptions, Negotiated};
 use crate::lookup;
 use crate::message::{HandlerResult, Message};
 use crate::rdy::{ConnId, RdyState, RdyUpdate};
@@ -66,6 +67,8 @@ pub struct Consumer {
 
 struct Inner {
     config: ConsumerConfig,
+    /// Built once from `config.features` (reads the certificate files).
+    tls: Option<std::sync::Arc<rustls::ClientConfig>>,
     handler: Box<HandlerFn>,
     give_up: RefCell<Rc<GiveUpFn>>,
     state: RefCell<State>,
@@ -88,6 +91,8 @@ struct AddressState {
 struct Live {
     addr: String,
     conn: Conn,
+    /// What its handshake switched on.
+    negotiated: Negotiated,
     retiring: bool,
     close_wait: bool,
 }
@@ -114,6 +119,7 @@ impl Consumer {
         Fut: Future<Output = HandlerResult> + 'static,
     {
         config.validate()?;
+        let tls = config.features.tls_client_config()?;
         let rdy = RdyState::new(config.max_in_flight, config.low_rdy_idle_timeout);
         let backoff = Backoff::new(config.backoff_multiplier, config.max_backoff_duration);
         let give_up: Rc<GiveUpFn> = Rc::new(|m: &Message| {
@@ -122,6 +128,7 @@ impl Consumer {
         Ok(Consumer {
             inner: Rc::new(Inner {
                 config,
+                tls,
                 handler: Box::new(move |m| Box::pin(handler(m))),
                 give_up: RefCell::new(give_up),
                 state: RefCell::new(State {
@@ -229,6 +236,19 @@ impl Consumer {
             total_rdy: st.rdy.total_rdy(),
             ..st.stats
         }
+    }
+
+    /// What each subscribed connection negotiated (TLS, compression, AUTH's answer), by
+    /// broker address.
+    pub fn negotiated(&self) -> Vec<(String, Negotiated)> {
+        self.inner
+            .state
+            .borrow()
+            .conns
+            .values()
+            .filter(|l| !l.retiring)
+            .map(|l| (l.addr.clone(), l.negotiated.clone()))
+            .collect()
     }
 
     /// Stops consuming: CLS on every connection, then waits (at most `stop_timeout`) for
@@ -375,14 +395,14 @@ impl Inner {
         addr: &str,
     ) -> Result<(ConnId, impl Future<Output = Result<()>>)> {
         let cfg = &self.config;
-        let identify = cfg.identity.identify_request();
+        let opts = HandshakeOptions::new(&cfg.identity, &cfg.features, self.tls.as_ref(), addr)?;
         let (stream, hs) = rt::with_timeout(cfg.connect_timeout, async {
-            let mut stream = rt::connect_tcp(addr, cfg.connect_timeout).await?;
-            let hs = handshake(&mut stream, &identify, Some((&cfg.topic, &cfg.channel))).await?;
-            Ok((stream, hs))
+            let stream = rt::connect_tcp(addr, cfg.connect_timeout).await?;
+            handshake(stream, &opts, Some((&cfg.topic, &cfg.channel))).await
         })
         .await?;
         let max_rdy = hs.max_rdy_count;
+        let negotiated = hs.negotiated.clone();
         let id = {
             let mut st = self.state.borrow_mut();
             st.next_conn_id += 1;
@@ -404,6 +424,7 @@ impl Inner {
                     Live {
                         addr: addr.to_string(),
                         conn: conn.clone(),
+                        negotiated,
                         retiring: false,
                         close_wait: false,
                     },

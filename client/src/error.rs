@@ -44,8 +44,15 @@ pub enum Error {
     InvalidName { what: &'static str, name: String },
     /// A configuration value out of range; the text names the setting.
     InvalidConfig(&'static str),
-    /// The broker requires AUTH, which this client does not implement.
+    /// The broker requires AUTH and no `auth_secret` is set. (A refused secret is
+    /// [`Error::Broker`] with `E_AUTH_FAILED` or `E_UNAUTHORIZED`.)
     AuthRequired,
+    /// `tls_v1` was asked for and the broker did not turn TLS on: the connection is dropped
+    /// rather than used in the clear.
+    TlsRefused,
+    /// TLS could not be set up: a certificate or key file, or the handshake (the text says
+    /// which, e.g. an unknown issuer or a name mismatch).
+    Tls(String),
     /// A lookup answered with an HTTP status other than 200 (404 is "topic unknown" and is
     /// not reported as an error).
     Http { status: u16 },
@@ -93,7 +100,9 @@ impl fmt::Display for Error {
             }
             Error::InvalidName { what, name } => write!(f, "invalid {what} name {name:?}"),
             Error::InvalidConfig(what) => write!(f, "invalid configuration: {what}"),
-            Error::AuthRequired => f.write_str("broker requires AUTH, which is not supported"),
+            Error::AuthRequired => f.write_str("broker requires AUTH and no auth_secret is set"),
+            Error::TlsRefused => f.write_str("TLS was asked for and the broker did not enable it"),
+            Error::Tls(what) => write!(f, "TLS: {what}"),
             Error::Http { status } => write!(f, "lookup answered HTTP {status}"),
             Error::BadHttpResponse(what) => write!(f, "bad HTTP response from lookup: {what}"),
             Error::Json(e) => write!(f, "bad JSON: {e}"),

@@ -28,6 +28,19 @@
 //! .expect("publish failed");
 //! ```
 //!
+//! # TLS, compression, AUTH
+//!
+//! As in go-nsq, each is a setting of [`ProducerConfig`] and [`ConsumerConfig`] ([`Features`]):
+//!
+//! ```no_run
+//! use client::{ProducerConfig, TlsConfig};
+//! let config = ProducerConfig::new()
+//!     .tls_v1(true)
+//!     .tls_config(TlsConfig::default().root_ca_file("ca.pem"))
+//!     .snappy(true)
+//!     .auth_secret("s3cret");
+//! ```
+//!
 //! Outside an executor, [`blocking::Producer`] publishes from the calling thread over a plain
 //! `std::net::TcpStream`:
 //!
@@ -62,7 +75,9 @@
 //!
 //! - [`config`]: producer and consumer settings with builder setters;
 //! - [`error`]: the crate's one error type;
-//! - [`conn`]: one broker connection (handshake, reader, writer, reply matching);
+//! - [`conn`]: one broker connection (reader, writer, reply matching);
+//! - [`handshake`]: IDENTIFY and what it switches on (TLS, compression, AUTH), then SUB;
+//! - [`transport`], [`tls`], [`compress`]: the layers between the socket and the frames;
 //! - [`producer`], [`consumer`], [`message`]: the public face;
 //! - [`blocking`]: a synchronous producer for threads outside any executor;
 //! - [`rdy`] and [`backoff`]: the flow-control rules as pure state machines;
@@ -71,19 +86,26 @@
 pub mod backoff;
 pub mod blocking;
 pub mod clock;
+pub mod compress;
 pub mod config;
 pub mod conn;
 pub mod consumer;
 pub mod error;
+pub mod handshake;
 pub mod lookup;
 pub mod message;
 pub mod producer;
 pub mod rdy;
 mod rt;
+pub mod tls;
+pub mod transport;
 
-pub use config::{ConsumerConfig, Identity, ProducerConfig};
+pub use compress::Compression;
+pub use config::{ConsumerConfig, Features, Identity, ProducerConfig};
 pub use consumer::{Consumer, ConsumerStats};
 pub use error::{Error, Result};
+pub use handshake::{AuthAnswer, Negotiated};
 pub use message::{HandlerResult, Message};
 pub use producer::Producer;
 pub use protocol::{ErrorCode, MessageId};
+pub use tls::TlsConfig;

@@ -12,14 +12,16 @@
 //! accepted, and only the caller knows whether a duplicate is acceptable.
 
 use crate::config::ProducerConfig;
-use crate::conn::{handshake, Conn, Event};
+use crate::conn::{Conn, Event};
 use crate::error::{Error, Result};
+use crate::handshake::{handshake, HandshakeOptions, Negotiated};
 use crate::rt;
 use bytes::Bytes;
 use protocol::names::is_valid_topic_name;
 use protocol::{Command, OK};
 use std::cell::RefCell;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Publishes to one broker. Clone it to share between tasks; clones share the connection.
@@ -31,7 +33,11 @@ pub struct Producer {
 struct Inner {
     addr: String,
     config: ProducerConfig,
+    /// Built once from `config.features` (reads the certificate files).
+    tls: Option<Arc<rustls::ClientConfig>>,
     conn: RefCell<Option<Conn>>,
+    /// What the current connection negotiated.
+    negotiated: RefCell<Negotiated>,
     /// One connection attempt at a time; the others wait for its outcome.
     connecting: glommio::sync::Semaphore,
     stopped: std::cell::Cell<bool>,
@@ -47,11 +53,14 @@ impl Producer {
     /// IDENTIFY) before this returns, so a wrong address shows up here.
     pub async fn connect_with(addr: impl Into<String>, config: ProducerConfig) -> Result<Producer> {
         config.validate()?;
+        let tls = config.features.tls_client_config()?;
         let producer = Producer {
             inner: Rc::new(Inner {
                 addr: addr.into(),
                 config,
+                tls,
                 conn: RefCell::new(None),
+                negotiated: RefCell::default(),
                 connecting: glommio::sync::Semaphore::new(1),
                 stopped: std::cell::Cell::new(false),
             }),
@@ -106,6 +115,11 @@ impl Producer {
         .await
     }
 
+    /// What the last connection opened negotiated: TLS, compression, AUTH's answer.
+    pub fn negotiated(&self) -> Negotiated {
+        self.inner.negotiated.borrow().clone()
+    }
+
     /// True while a connection is open (it may still fail at the next publish).
     pub fn is_connected(&self) -> bool {
         self.inner
@@ -154,8 +168,14 @@ impl Producer {
         if let Some(conn) = self.current() {
             return Ok(conn);
         }
-        let conn = open(&self.inner.addr, &self.inner.config).await?;
+        let (conn, negotiated) = open(
+            &self.inner.addr,
+            &self.inner.config,
+            self.inner.tls.as_ref(),
+        )
+        .await?;
         *self.inner.conn.borrow_mut() = Some(conn.clone());
+        *self.inner.negotiated.borrow_mut() = negotiated;
         Ok(conn)
     }
 
@@ -183,14 +203,18 @@ pub(crate) fn check_topic(topic: &str) -> Result<()> {
     }
 }
 
-async fn open(addr: &str, config: &ProducerConfig) -> Result<Conn> {
-    let identify = config.identity.identify_request();
+async fn open(
+    addr: &str,
+    config: &ProducerConfig,
+    tls: Option<&Arc<rustls::ClientConfig>>,
+) -> Result<(Conn, Negotiated)> {
+    let opts = HandshakeOptions::new(&config.identity, &config.features, tls, addr)?;
     let (stream, hs) = rt::with_timeout(config.connect_timeout, async {
-        let mut stream = rt::connect_tcp(addr, config.connect_timeout).await?;
-        let hs = handshake(&mut stream, &identify, None).await?;
-        Ok((stream, hs))
+        let stream = rt::connect_tcp(addr, config.connect_timeout).await?;
+        handshake(stream, &opts, None).await
     })
     .await?;
+    let negotiated = hs.negotiated.clone();
     let addr_for_log = addr.to_string();
     let (conn, driver) = Conn::start(stream, hs, move |_, event| match event {
         Event::Error(e) => tracing::warn!(addr = %addr_for_log, error = %e, "broker error"),
@@ -202,5 +226,5 @@ async fn open(addr: &str, config: &ProducerConfig) -> Result<Conn> {
             tracing::debug!(%addr, error = %e, "producer connection ended");
         }
     });
-    Ok(conn)
+    Ok((conn, negotiated))
 }

@@ -14,14 +14,17 @@ use crate::options::LoadPlan;
 use crate::payload;
 use crate::publisher;
 use client::blocking::Producer;
-use client::ProducerConfig;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// Opens a synchronous producer (on the calling thread, so on its CPU).
-pub fn connect(addr: &str) -> client::Result<Producer> {
-    Producer::connect_with(addr, ProducerConfig::new().client_id("shard-bench"))
+pub fn connect(addr: &str, plan: &LoadPlan) -> client::Result<Producer> {
+    let producer = Producer::connect_with(addr, publisher::producer_config(plan))?;
+    if let Some(got) = producer.negotiated() {
+        publisher::check_negotiated(plan, got)?;
+    }
+    Ok(producer)
 }
 
 /// Starts the thread that publishes through `producer` until the run stops or `--count` is

@@ -118,6 +118,105 @@ pub struct LoadArgs {
     /// No progress line each second.
     #[arg(long)]
     pub quiet: bool,
+    #[command(flatten)]
+    pub features: FeatureArgs,
+}
+
+/// TLS, compression and AUTH on every connection of a pub, sub or pubsub run, so that their
+/// cost can be measured against the same run without them.
+#[derive(Args, Debug, Clone, Default)]
+pub struct FeatureArgs {
+    /// Upgrade every connection to TLS (IDENTIFY's tls_v1); the run fails if the broker
+    /// does not.
+    #[arg(long)]
+    pub tls: bool,
+    /// CA certificates (PEM) to check the broker's certificate with (default: the system's).
+    #[arg(long, value_name = "FILE")]
+    pub tls_root_ca_file: Option<PathBuf>,
+    /// Client certificate (PEM), for a broker with --tls-client-auth-policy; needs --tls-key.
+    #[arg(long, value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(long, value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
+    /// Do not check the broker's certificate chain and name.
+    #[arg(long)]
+    pub tls_insecure_skip_verify: bool,
+    /// Snappy compression on every connection.
+    #[arg(long)]
+    pub snappy: bool,
+    /// Deflate compression on every connection.
+    #[arg(long)]
+    pub deflate: bool,
+    /// Deflate level, 1 (fastest) ..= 9 (smallest).
+    #[arg(long, default_value_t = 6)]
+    pub deflate_level: u32,
+    /// Secret sent in AUTH to a broker that requires it.
+    #[arg(long, value_name = "SECRET")]
+    pub auth_secret: Option<String>,
+}
+
+impl FeatureArgs {
+    fn any(&self) -> bool {
+        self.tls || self.snappy || self.deflate || self.auth_secret.is_some()
+    }
+
+    /// The client settings these flags describe, checked (the certificate files are read).
+    pub fn features(&self) -> std::result::Result<client::Features, String> {
+        let tls_flag = self.tls_root_ca_file.is_some()
+            || self.tls_cert.is_some()
+            || self.tls_key.is_some()
+            || self.tls_insecure_skip_verify;
+        if tls_flag && !self.tls {
+            return Err("--tls-root-ca-file, --tls-cert, --tls-key and \
+                        --tls-insecure-skip-verify need --tls"
+                .into());
+        }
+        if self.tls_cert.is_some() != self.tls_key.is_some() {
+            return Err("--tls-cert and --tls-key go together".into());
+        }
+        if self.snappy && self.deflate {
+            return Err("--snappy and --deflate cannot both be on".into());
+        }
+        if !(1..=9).contains(&self.deflate_level) {
+            return Err("--deflate-level must be in 1..=9".into());
+        }
+        let tls_config = client::TlsConfig {
+            root_ca_file: self.tls_root_ca_file.clone(),
+            cert_file: self.tls_cert.clone(),
+            key_file: self.tls_key.clone(),
+            server_name: None,
+            insecure_skip_verify: self.tls_insecure_skip_verify,
+        };
+        let features = client::Features {
+            tls_v1: self.tls,
+            tls_config,
+            snappy: self.snappy,
+            deflate: self.deflate,
+            deflate_level: self.deflate_level,
+            auth_secret: self.auth_secret.clone(),
+        };
+        features.tls_client_config().map_err(|e| e.to_string())?;
+        Ok(features)
+    }
+
+    /// What is on, for labels and results: `tls`, `snappy`, `deflate-N`, `auth`.
+    pub fn names(&self) -> Vec<String> {
+        let mut names = Vec::new();
+        if self.tls {
+            names.push("tls".to_string());
+        }
+        if self.snappy {
+            names.push("snappy".to_string());
+        }
+        if self.deflate {
+            names.push(format!("deflate-{}", self.deflate_level));
+        }
+        if self.auth_secret.is_some() {
+            names.push("auth".to_string());
+        }
+        names
+    }
 }
 
 /// Which side `raw` drives against its sink.
@@ -207,6 +306,10 @@ pub struct LoadPlan {
     pub label: String,
     pub targets: Vec<Target>,
     pub quiet: bool,
+    /// TLS, compression and AUTH on every connection.
+    pub features: client::Features,
+    /// Their names (`tls`, `snappy`, `deflate-N`, `auth`), for results.
+    pub feature_names: Vec<String>,
 }
 
 impl LoadArgs {
@@ -278,6 +381,17 @@ impl LoadArgs {
                 "--cpus names CPU {cpu}, but only {online} are online"
             ));
         }
+        if mode_name.starts_with("raw") && self.features.any() {
+            return bad(
+                "raw's sink speaks neither TLS, compression nor AUTH: measure them with pub, \
+                 sub or pubsub"
+                    .into(),
+            );
+        }
+        let features = match self.features.features() {
+            Ok(f) => f,
+            Err(e) => return bad(e),
+        };
         let mut brokers = self.nsqd_tcp_addresses.clone();
         if brokers.is_empty() && self.lookupd_http_addresses.is_empty() {
             brokers.push("127.0.0.1:4150".to_string());
@@ -312,6 +426,8 @@ impl LoadArgs {
             label,
             targets: self.targets.clone(),
             quiet: self.quiet,
+            features,
+            feature_names: self.features.names(),
         })
     }
 }
@@ -341,6 +457,7 @@ fn default_label(
     if mode.consumes() {
         parts.push(format!("{channels} ch x{sub_connections} conn"));
     }
+    parts.extend(a.features.names());
     parts.join(" ")
 }
 

@@ -34,9 +34,30 @@ pub struct PubContext {
     pub latencies: Rc<RefCell<Latencies>>,
 }
 
-pub async fn connect(addr: &str) -> client::Result<Producer> {
-    let config = ProducerConfig::new().client_id("shard-bench");
-    Producer::connect_with(addr, config).await
+/// The producer settings of a run: shard-bench's client id and the run's features.
+pub fn producer_config(plan: &LoadPlan) -> ProducerConfig {
+    let mut config = ProducerConfig::new().client_id("shard-bench");
+    config.features = plan.features.clone();
+    config
+}
+
+/// Opens a producer; a compression asked for and not granted fails the run (the figures
+/// would be of the plain protocol).
+pub async fn connect(addr: &str, plan: &LoadPlan) -> client::Result<Producer> {
+    let producer = Producer::connect_with(addr, producer_config(plan)).await?;
+    check_negotiated(plan, &producer.negotiated())?;
+    Ok(producer)
+}
+
+/// Fails when the broker left off a compression the run asked for (TLS refused fails the
+/// handshake already).
+pub fn check_negotiated(plan: &LoadPlan, got: &client::Negotiated) -> client::Result<()> {
+    if plan.features.compression().is_some() && got.compression.is_none() {
+        return Err(client::Error::InvalidConfig(
+            "the broker did not enable the compression asked for",
+        ));
+    }
+    Ok(())
 }
 
 /// Runs one connection's publishing until the run stops or `--count` is reached.

@@ -64,6 +64,9 @@ pub struct Settings {
     /// Publishers on plain threads with the synchronous client (`--blocking`).
     #[serde(default)]
     pub blocking: bool,
+    /// What every connection had on: `tls`, `snappy`, `deflate-N`, `auth` (empty: plain).
+    #[serde(default)]
+    pub features: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]

@@ -275,9 +275,13 @@ async fn executor_main(
                 };
                 if plan.blocking {
                     // Blocks this executor for a loopback handshake, before the run starts.
-                    sync_producers.push(blocking_pub::connect(addr).map_err(connect_error)?);
+                    sync_producers.push(blocking_pub::connect(addr, &plan).map_err(connect_error)?);
                 } else {
-                    producers.push(publisher::connect(addr).await.map_err(connect_error)?);
+                    producers.push(
+                        publisher::connect(addr, &plan)
+                            .await
+                            .map_err(connect_error)?,
+                    );
                 }
             }
         }
@@ -398,6 +402,7 @@ fn build_result(
             threads: plan.threads,
             cpus: plan.cpus.clone(),
             blocking: plan.blocking,
+            features: plan.feature_names.clone(),
         },
         started_at: m.started_at,
         elapsed_s: secs,

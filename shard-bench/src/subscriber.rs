@@ -20,7 +20,7 @@ pub async fn subscribe(
     shared: Arc<Shared>,
     latencies: Rc<RefCell<Latencies>>,
 ) -> Result<Consumer> {
-    let config = ConsumerConfig::new(plan.topic.clone(), channel)
+    let mut config = ConsumerConfig::new(plan.topic.clone(), channel)
         .client_id("shard-bench")
         .max_in_flight(plan.max_in_flight)
         // Every message is FINned; nothing should ever be given up or slow us down.
@@ -28,6 +28,7 @@ pub async fn subscribe(
         .backoff_multiplier(Duration::ZERO)
         .lookupd_poll_interval(Duration::from_secs(5))
         .stop_timeout(Duration::from_secs(2));
+    config.features = plan.features.clone();
     let handler = move |msg: Message| {
         on_message(&shared, executor, &latencies, msg.body());
         std::future::ready(HandlerResult::Finish)
@@ -61,6 +62,12 @@ pub async fn subscribe(
         return Err(BenchError::NoBrokers {
             topic: plan.topic.clone(),
         });
+    }
+    for (addr, got) in consumer.negotiated() {
+        if let Err(source) = crate::publisher::check_negotiated(plan, &got) {
+            consumer.stop().await;
+            return Err(BenchError::Connect { addr, source });
+        }
     }
     Ok(consumer)
 }

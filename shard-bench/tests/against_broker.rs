@@ -17,7 +17,13 @@ struct Broker {
 
 /// Starts a broker with a data directory of its own (tests run in parallel).
 fn start(name: &str) -> (Broker, String) {
-    let flags = ["--shards", "2", "--log-level", "warn"];
+    start_with(name, &[])
+}
+
+/// [`start`] with more broker flags.
+fn start_with(name: &str, extra: &[&str]) -> (Broker, String) {
+    let mut flags = vec!["--shards", "2", "--log-level", "warn"];
+    flags.extend_from_slice(extra);
     let prefix = format!("shard-bench-broker-{name}");
     let Started { proc, tcp, http } = start_broker(&binary("broker"), &prefix, &flags);
     (Broker { proc, http }, tcp)
@@ -177,4 +183,170 @@ fn an_unreachable_broker_is_a_clear_error_not_a_hang() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("cannot connect"), "{stderr}");
     assert!(started.elapsed() < Duration::from_secs(20));
+}
+
+/// Runs shard-bench with `args`; expects it to fail. Returns stderr.
+fn run_bench_failing(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_shard-bench"))
+        .args(args)
+        .output()
+        .expect("shard-bench runs");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        !out.status.success(),
+        "shard-bench should have failed:\n{stderr}"
+    );
+    stderr
+}
+
+#[test]
+fn a_feature_the_broker_does_not_enable_fails_the_run_rather_than_measuring_plaintext() {
+    let (_broker, addr) = start_with("no-features", &["--snappy=false", "--deflate=false"]);
+    let common = ["--nsqd-tcp-address", &addr, "--duration", "1s"];
+    let stderr = run_bench_failing(&[&["pub", "--snappy"][..], &common].concat());
+    assert!(
+        stderr.contains("did not enable the compression"),
+        "{stderr}"
+    );
+    let stderr = run_bench_failing(&[&["pubsub", "--deflate"][..], &common].concat());
+    assert!(
+        stderr.contains("did not enable the compression"),
+        "{stderr}"
+    );
+    // A broker without a certificate never turns TLS on: no run in the clear.
+    let stderr =
+        run_bench_failing(&[&["pub", "--tls", "--tls-insecure-skip-verify"][..], &common].concat());
+    assert!(stderr.contains("TLS"), "{stderr}");
+}
+
+/// A CA and a certificate it signed for 127.0.0.1, made with the openssl command (webpki
+/// refuses a trust anchor as the server's own certificate); (ca, cert, key).
+fn certificates(dir: &std::path::Path) -> (String, String, String) {
+    let path = |name: &str| dir.join(name).display().to_string();
+    let (ca, ca_key, cert, key, csr, ext) = (
+        path("ca.pem"),
+        path("ca-key.pem"),
+        path("cert.pem"),
+        path("key.pem"),
+        path("req.csr"),
+        path("ext.cnf"),
+    );
+    std::fs::write(
+        &ext,
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n",
+    )
+    .expect("extensions file");
+    let openssl = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .output()
+            .expect("openssl runs");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    openssl(
+        &[
+            &[
+                "req",
+                "-x509",
+                "-days",
+                "1",
+                "-subj",
+                "/CN=bench CA",
+                "-keyout",
+                &ca_key,
+                "-out",
+                &ca,
+            ][..],
+            &ec,
+        ]
+        .concat(),
+    );
+    openssl(
+        &[
+            &[
+                "req",
+                "-subj",
+                "/CN=127.0.0.1",
+                "-keyout",
+                &key,
+                "-out",
+                &csr,
+            ][..],
+            &ec,
+        ]
+        .concat(),
+    );
+    openssl(&[
+        "x509",
+        "-req",
+        "-days",
+        "1",
+        "-in",
+        &csr,
+        "-CA",
+        &ca,
+        "-CAkey",
+        &ca_key,
+        "-CAcreateserial",
+        "-extfile",
+        &ext,
+        "-out",
+        &cert,
+    ]);
+    (ca, cert, key)
+}
+
+#[test]
+#[ignore = "needs the broker side of issue 25 (TLS, snappy, deflate)"]
+fn pubsub_runs_over_tls_snappy_and_deflate_and_records_them() {
+    let scratch = std::env::temp_dir().join(format!("shard-bench-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch).expect("scratch");
+    let (ca, cert, key) = certificates(&scratch);
+    let (broker, addr) = start_with("features", &["--tls-cert", &cert, "--tls-key", &key]);
+    let cases: [(&[&str], &[&str]); 4] = [
+        (&["--tls", "--tls-root-ca-file", &ca], &["tls"]),
+        (&["--snappy"], &["snappy"]),
+        (&["--deflate", "--deflate-level", "1"], &["deflate-1"]),
+        (
+            &["--tls", "--tls-insecure-skip-verify", "--snappy"],
+            &["tls", "snappy"],
+        ),
+    ];
+    for (i, (flags, names)) in cases.into_iter().enumerate() {
+        let json = broker.proc.dir().join(format!("features-{i}.json"));
+        let topic = format!("bench_features_{i}");
+        let mut args = vec![
+            "pubsub",
+            "--nsqd-tcp-address",
+            &addr,
+            "--topic",
+            &topic,
+            "--duration",
+            "1s",
+            "--connections",
+            "2",
+            "--batch-size",
+            "20",
+        ];
+        args.extend_from_slice(flags);
+        let (_, _, v) = run_bench(&args, &json);
+        assert_eq!(v["settings"]["features"], serde_json::json!(names), "{v:#}");
+        assert_eq!(v["errors"], 0, "{v:#}");
+        assert!(
+            v["consumed"]["messages"].as_u64().unwrap_or(0) > 100,
+            "{v:#}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&scratch);
 }

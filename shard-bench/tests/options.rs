@@ -190,3 +190,61 @@ fn targets_parse_both_directions_and_underscored_numbers() {
     assert!(t.is_met_by(999.0) && !t.is_met_by(1001.0));
     assert_eq!(t.to_string(), "e2e_p99_us<=1000");
 }
+
+#[test]
+fn security_flags_become_client_features_and_label_parts() {
+    let plain = load_args(&["pub"]).plan(Mode::Pub, "pub").unwrap();
+    assert_eq!(plain.features, client::Features::default());
+    assert!(plain.feature_names.is_empty());
+
+    let plan = load_args(&[
+        "pubsub",
+        "--tls",
+        "--tls-insecure-skip-verify",
+        "--deflate",
+        "--deflate-level",
+        "3",
+        "--auth-secret",
+        "s3cret",
+    ])
+    .plan(Mode::PubSub, "pubsub")
+    .unwrap();
+    assert!(plan.features.tls_v1 && plan.features.tls_config.insecure_skip_verify);
+    assert!(plan.features.deflate && !plan.features.snappy);
+    assert_eq!(plan.features.deflate_level, 3);
+    assert_eq!(plan.features.auth_secret.as_deref(), Some("s3cret"));
+    assert_eq!(plan.feature_names, ["tls", "deflate-3", "auth"]);
+    assert!(plan.label.ends_with("tls deflate-3 auth"), "{}", plan.label);
+
+    let plan = load_args(&["sub", "--snappy"])
+        .plan(Mode::Sub, "sub")
+        .unwrap();
+    assert!(plan.features.snappy);
+    assert_eq!(plan.feature_names, ["snappy"]);
+}
+
+#[test]
+fn security_flags_that_cannot_work_are_refused() {
+    let cases: [(&[&str], &str); 7] = [
+        (&["pub", "--snappy", "--deflate"], "--snappy"),
+        (
+            &["pub", "--deflate", "--deflate-level", "0"],
+            "--deflate-level",
+        ),
+        (&["pub", "--tls-insecure-skip-verify"], "need --tls"),
+        (&["pub", "--tls-root-ca-file", "/x.pem"], "need --tls"),
+        (&["pub", "--tls", "--tls-cert", "/c.pem"], "--tls-key"),
+        (
+            &["pub", "--tls", "--tls-root-ca-file", "/nonexistent/ca.pem"],
+            "/nonexistent/ca.pem",
+        ),
+        (&["raw", "--snappy"], "raw"),
+    ];
+    for (args, what) in cases {
+        let name = if args[0] == "raw" { "raw-pub" } else { "pub" };
+        let err = load_args(args)
+            .plan(Mode::Pub, name)
+            .expect_err(&format!("{args:?} should be refused"));
+        assert!(err.to_string().contains(what), "{args:?}: {err}");
+    }
+}

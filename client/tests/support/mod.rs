@@ -7,6 +7,7 @@
 #![allow(dead_code)]
 
 pub mod real;
+pub mod secure;
 
 use bytes::{Bytes, BytesMut};
 use futures_lite::io::{AsyncReadExt, AsyncWriteExt};

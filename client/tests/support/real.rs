@@ -233,6 +233,18 @@ pub struct ClientStats {
     pub requeue_count: u64,
     #[serde(default)]
     pub connect_ts: i64,
+    #[serde(default)]
+    pub tls: bool,
+    #[serde(default)]
+    pub tls_version: String,
+    #[serde(default)]
+    pub snappy: bool,
+    #[serde(default)]
+    pub deflate: bool,
+    #[serde(default)]
+    pub authed: bool,
+    #[serde(default)]
+    pub auth_identity: String,
 }
 
 impl Stats {

@@ -37,6 +37,7 @@ pub fn canned(label: &str, mode: &str, rate: f64) -> BenchResult {
             threads: 1,
             cpus: vec![],
             blocking: false,
+            features: Vec::new(),
         },
         started_at: 1_700_000_000,
         elapsed_s: 3.0,
