@@ -54,7 +54,7 @@ if [ ! -f "$REQ_STAMP" ] || [ "$(cat "$REQ_STAMP")" != "$REQ_SHA" ]; then
   "$VENV/bin/pip" install --disable-pip-version-check -q -r "$TESTS_DIR/requirements.txt"
   echo "$REQ_SHA" > "$REQ_STAMP"
 fi
-"$VENV/bin/python" -c "import nsq, gnsq, pytest, pytest_timeout, selenium"
+"$VENV/bin/python" -c "import nsq, gnsq, pytest, pytest_timeout, selenium, snappy"
 
 if [ "${SKIP_NODE:-0}" != "1" ]; then
   step "node modules (tests/node)"

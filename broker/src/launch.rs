@@ -41,6 +41,10 @@ pub fn run() -> ExitCode {
     };
     init_logging(&config.log_level);
     exit_on_panic();
+    config.tls_server = match crate::tls::server_config(&config) {
+        Ok(server) => server,
+        Err(e) => return start_failed(e.into()),
+    };
     if let Err(e) = rlimit::ensure_memlock(config.shards) {
         return start_failed(e.into());
     }
