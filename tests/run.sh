@@ -65,6 +65,17 @@ if [ "${SKIP_NODE:-0}" != "1" ]; then
   fi
 fi
 
+# The TLS wire tests (tests/python/test_tls_compression.py, tests/node/tls_compression.test.js)
+# make their certificates with the openssl command.
+if ! command -v openssl >/dev/null 2>&1; then
+  step "apt-get install openssl"
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then SUDO="sudo"; fi
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -q &&
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends openssl ||
+    echo "run.sh: could not install openssl (the TLS wire tests will fail)" >&2
+fi
+
 # ---- build and unit tests ---------------------------------------------------------------
 if [ "${SKIP_BUILD:-0}" != "1" ]; then
   step "cargo build --release -p broker -p lookup -p admin-ui"

@@ -1,12 +1,12 @@
 //! The decompression layers a V2 connection gets from IDENTIFY (`protocol::compress`): snappy's
 //! framing format and raw deflate, fed bytes from a peer the broker does not trust.
 //!
-//! Input: `[flags][piece size][stream...]`: flags bit 0 picks deflate (else snappy), bits 1-3 a
-//! budget (1 to 2^15 bytes per call); the stream is fed in pieces of 1-256 bytes. Checked, beyond
-//! "no panic, no sanitizer report": no call yields more than its budget; the compressed bytes
-//! held stay bounded (an incomplete snappy chunk at most; nothing for deflate once a call gave
-//! 0); an error is final. Then the stream itself, compressed by `Compressor` in the same pieces,
-//! decompresses back to exactly itself.
+//! Input: `[flags][piece size][stream...]`: flags bit 0 picks deflate (else snappy), bits 1-3
+//! a budget (4^n bytes per call, 1 to 16 KiB); the stream is fed in pieces of 1-256 bytes.
+//! Checked, beyond "no panic, no sanitizer report": no call yields more than its budget; the
+//! compressed bytes held stay bounded (an incomplete snappy chunk at most; nothing for deflate
+//! once a call gave 0); an error is final. Then the stream itself, compressed by `Compressor`
+//! in the same pieces, decompresses back to exactly itself.
 #![no_main]
 
 use bytes::BytesMut;
