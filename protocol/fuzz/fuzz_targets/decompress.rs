@@ -71,6 +71,10 @@ fuzz_target!(|data: &[u8]| {
     }
     d.feed(&wire).expect("feed our own stream");
     let mut got = BytesMut::new();
-    while d.decompress(&mut got, budget).expect("our own stream decodes") > 0 {}
+    while d
+        .decompress(&mut got, budget)
+        .expect("our own stream decodes")
+        > 0
+    {}
     assert_eq!(&got[..], stream);
 });
