@@ -250,3 +250,145 @@ impl Layers {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+    use rustls::ClientConnection;
+
+    fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+        Arc::new(rustls::crypto::ring::default_provider())
+    }
+
+    fn server_config() -> Arc<rustls::ServerConfig> {
+        let cert = CertificateDer::from_pem_slice(include_bytes!("testdata/server.pem"))
+            .expect("test certificate");
+        let key =
+            PrivateKeyDer::from_pem_slice(include_bytes!("testdata/server.key")).expect("test key");
+        let config = rustls::ServerConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .expect("versions")
+            .with_no_client_auth()
+            .with_single_cert(vec![cert], key)
+            .expect("server config");
+        Arc::new(config)
+    }
+
+    fn client() -> ClientConnection {
+        let mut roots = rustls::RootCertStore::empty();
+        roots
+            .add(CertificateDer::from_pem_slice(include_bytes!("testdata/ca.pem")).expect("CA"))
+            .expect("root");
+        let config = rustls::ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .expect("versions")
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let name = ServerName::try_from("localhost").expect("name");
+        ClientConnection::new(Arc::new(config), name).expect("client")
+    }
+
+    /// Moves bytes both ways until neither side has anything more to send.
+    fn pump(client: &mut ClientConnection, layers: &mut Layers, rbuf: &mut BytesMut) {
+        for _ in 0..20 {
+            let mut to_server = Vec::new();
+            while client.wants_write() {
+                client.write_tls(&mut to_server).expect("client write_tls");
+            }
+            if !to_server.is_empty() {
+                layers.input(&to_server, rbuf).expect("server input");
+            }
+            let mut to_client = Vec::new();
+            layers.take_output(&mut to_client).expect("server output");
+            let mut rest = &to_client[..];
+            while !rest.is_empty() {
+                client.read_tls(&mut rest).expect("client read_tls");
+                client.process_new_packets().expect("client process");
+            }
+            if to_server.is_empty() && to_client.is_empty() {
+                return;
+            }
+        }
+    }
+
+    fn client_plaintext(client: &mut ClientConnection) -> Vec<u8> {
+        let mut plain = Vec::new();
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = client.reader().read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            plain.extend_from_slice(&buf[..n]);
+        }
+        plain
+    }
+
+    #[test]
+    fn tls_then_deflate_stack_in_nsqds_order_and_input_comes_out_by_the_budget() {
+        let mut layers = Layers::new(BytesMut::from(&b"answer"[..]));
+        layers.start_tls(server_config()).expect("tls");
+        layers.output(b"OK1").expect("through TLS");
+        layers.start_compression(Compression::Deflate { level: 6 });
+        layers.output(b"OK2").expect("through deflate and TLS");
+        // Before the handshake only the plaintext answer goes out.
+        let mut first = Vec::new();
+        layers.take_output(&mut first).expect("output");
+        assert_eq!(first, b"answer");
+
+        let mut client = client();
+        let mut rbuf = BytesMut::new();
+        pump(&mut client, &mut layers, &mut rbuf);
+        assert!(!client.is_handshaking());
+        let info = layers.tls_info().expect("tls info");
+        assert!(info.version.starts_with("TLS1."), "{info:?}");
+        // The first OK through TLS alone, then the second deflated inside it.
+        let plain = client_plaintext(&mut client);
+        assert_eq!(&plain[..3], b"OK1");
+        let mut inflate = Decompressor::deflate();
+        inflate.feed(&plain[3..]).expect("feed");
+        let mut ok2 = BytesMut::new();
+        inflate.decompress(&mut ok2, 100).expect("inflate");
+        assert_eq!(&ok2[..], b"OK2");
+
+        // 16 MiB of zeros, deflated, through TLS: decoded only as the reader pulls.
+        let mut bomb = Vec::new();
+        Compressor::deflate(9)
+            .compress(&vec![0u8; 16 << 20], &mut bomb)
+            .expect("compress");
+        client.writer().write_all(&bomb).expect("client write");
+        pump(&mut client, &mut layers, &mut rbuf);
+        assert!(rbuf.is_empty(), "nothing decoded before a pull");
+        assert_eq!(layers.pull(&mut rbuf, 4096).expect("pull"), 4096);
+        assert_eq!(rbuf.len(), 4096);
+    }
+
+    #[test]
+    fn garbage_instead_of_a_handshake_fails_with_an_alert_to_send() {
+        let mut layers = Layers::new(BytesMut::new());
+        layers.start_tls(server_config()).expect("tls");
+        let garbage = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+        assert!(layers.input(garbage, &mut BytesMut::new()).is_err());
+        assert!(layers.has_output(), "an alert for the peer");
+    }
+
+    #[test]
+    fn snappy_alone_and_a_corrupt_stream() {
+        let mut layers = Layers::new(BytesMut::new());
+        layers.start_compression(Compression::Snappy);
+        let mut wire = Vec::new();
+        Compressor::snappy()
+            .compress(b"PUB t\n\0\0\0\x01x", &mut wire)
+            .expect("compress");
+        let mut rbuf = BytesMut::new();
+        layers.input(&wire, &mut rbuf).expect("input");
+        assert_eq!(layers.pull(&mut rbuf, 1 << 20).expect("pull"), 11);
+        assert_eq!(&rbuf[..], b"PUB t\n\0\0\0\x01x");
+        let last = wire.len() - 1;
+        wire[last] ^= 0xff;
+        // The stream identifier again (allowed), then a chunk whose checksum fails.
+        layers.input(&wire, &mut rbuf).expect("input");
+        assert!(layers.pull(&mut rbuf, 1 << 20).is_err());
+    }
+}
