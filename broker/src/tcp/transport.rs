@@ -23,11 +23,8 @@ use crate::channel::TlsInfo;
 use bytes::BytesMut;
 use protocol::compress::{CompressError, Compressor, Decompressor};
 use rustls::ServerConnection;
-use std::io::{Read, Write};
+use std::io::{BufRead, Write};
 use std::sync::Arc;
-
-/// Largest TLS plaintext taken out of rustls at a time.
-const PLAIN_CHUNK: usize = 16 * 1024;
 
 /// Why a layered connection ends.
 #[derive(Debug, thiserror::Error)]
@@ -67,8 +64,6 @@ pub(super) struct Layers {
     pending: Vec<u8>,
     /// Compressed output on its way into TLS.
     staged: Vec<u8>,
-    /// TLS plaintext on its way out of rustls.
-    plain: Vec<u8>,
     handshaking: bool,
 }
 
@@ -81,7 +76,6 @@ impl Layers {
             compress: None,
             pending: before.to_vec(),
             staged: Vec::new(),
-            plain: Vec::new(),
             handshaking: false,
         }
     }
@@ -142,35 +136,26 @@ impl Layers {
             self.plain_input(data, rbuf)?;
             return Ok(events);
         };
-        if self.plain.len() < PLAIN_CHUNK {
-            self.plain.resize(PLAIN_CHUNK, 0);
-        }
         while !data.is_empty() {
             tls.read_tls(&mut data).map_err(LayerError::TlsIo)?;
-            let state = match tls.process_new_packets() {
-                Ok(state) => state,
-                Err(e) => {
-                    // The alert is in rustls's output: the writer sends it on close.
-                    return Err(e.into());
-                }
-            };
-            let readable = state.plaintext_bytes_to_read();
+            // On an error the alert is in rustls's output: the writer sends it on close.
+            let state = tls.process_new_packets()?;
             let peer_closed = state.peer_has_closed();
-            let mut left = readable;
-            while left > 0 {
-                let want = left.min(self.plain.len());
-                let n = tls
-                    .reader()
-                    .read(&mut self.plain[..want])
-                    .map_err(LayerError::TlsIo)?;
-                if n == 0 {
-                    break;
-                }
-                left -= n;
+            // Decrypted records are copied once, from rustls's buffer to their next stop.
+            let mut plain = tls.reader();
+            loop {
+                let chunk = match plain.fill_buf() {
+                    Ok(chunk) if !chunk.is_empty() => chunk,
+                    Ok(_) => break,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(e) => return Err(LayerError::TlsIo(e)),
+                };
+                let n = chunk.len();
                 match self.decompress.as_mut() {
-                    Some(d) => d.feed(&self.plain[..n])?,
-                    None => rbuf.extend_from_slice(&self.plain[..n]),
+                    Some(d) => d.feed(chunk)?,
+                    None => rbuf.extend_from_slice(chunk),
                 }
+                plain.consume(n);
             }
             if peer_closed {
                 events.closed = true;
@@ -257,6 +242,7 @@ mod tests {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
     use rustls::ClientConnection;
+    use std::io::Read;
 
     fn provider() -> Arc<rustls::crypto::CryptoProvider> {
         Arc::new(rustls::crypto::ring::default_provider())
