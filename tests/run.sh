@@ -66,7 +66,7 @@ if [ ! -f "$REQ_STAMP" ] || [ "$(cat "$REQ_STAMP")" != "$REQ_SHA" ]; then
   "$VENV/bin/pip" install --disable-pip-version-check -q -r "$TESTS_DIR/requirements.txt"
   echo "$REQ_SHA" > "$REQ_STAMP"
 fi
-"$VENV/bin/python" -c "import nsq, gnsq, pytest, pytest_timeout, selenium"
+"$VENV/bin/python" -c "import nsq, gnsq, pytest, pytest_timeout, selenium, snappy"
 
 if [ "${SKIP_NODE:-0}" != "1" ]; then
   step "node modules (tests/node)"
@@ -75,6 +75,17 @@ if [ "${SKIP_NODE:-0}" != "1" ]; then
   else
     (cd "$TESTS_DIR/node" && npm install --no-audit --no-fund --loglevel=error)
   fi
+fi
+
+# The TLS wire tests (tests/python/test_tls_compression.py, tests/node/tls_compression.test.js)
+# make their certificates with the openssl command.
+if ! command -v openssl >/dev/null 2>&1; then
+  step "apt-get install openssl"
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then SUDO="sudo"; fi
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -q &&
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends openssl ||
+    echo "run.sh: could not install openssl (the TLS wire tests will fail)" >&2
 fi
 
 # ---- build and unit tests ---------------------------------------------------------------

@@ -100,15 +100,6 @@ pub struct Args {
     /// default duration of time between flushing data to clients
     #[arg(long, default_value = "250ms", value_parser = parse_flag_duration)]
     pub output_buffer_timeout: Duration,
-    /// maximum deflate compression level a client can negotiate (1-9)
-    #[arg(long, default_value_t = 6, value_parser = clap::value_parser!(u64).range(1..=9))]
-    pub max_deflate_level: u64,
-    /// enable deflate feature negotiation (client compression)
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
-    pub deflate: bool,
-    /// enable snappy feature negotiation (client compression)
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
-    pub snappy: bool,
     /// message processing time percentiles (as float (0, 1.0]) to track (can be given multiple times)
     #[arg(long = "e2e-processing-latency-percentile")]
     pub e2e_processing_latency_percentiles: Vec<f64>,
@@ -142,12 +133,38 @@ pub struct Args {
     /// HTTP address of an auth server (AUTH is not built yet; giving one is refused)
     #[arg(long = "auth-http-address")]
     pub auth_http_addresses: Vec<String>,
-    /// path to a TLS certificate (TLS is not built yet; giving one is refused)
+    // ---- TLS and compression on TCP connections (nsqd's flags; see crate::tls) ----
+    /// path to certificate file
     #[arg(long, default_value = "")]
     pub tls_cert: String,
-    /// path to a TLS key (TLS is not built yet; giving one is refused)
+    /// path to key file
     #[arg(long, default_value = "")]
     pub tls_key: String,
+    /// client certificate auth policy ('require' or 'require-verify'); implies --tls-required
+    #[arg(long, default_value = "")]
+    pub tls_client_auth_policy: String,
+    /// path to certificate authority file (the CA client certificates must chain to)
+    #[arg(long, default_value = "")]
+    pub tls_root_ca_file: String,
+    /// require TLS for client connections (true, false, tcp-https); bare: true
+    #[arg(long, default_value = "false", num_args = 0..=1, require_equals = true,
+          default_missing_value = "true")]
+    pub tls_required: String,
+    /// minimum TLS version acceptable ('tls1.2' or 'tls1.3'; 'tls1.0' and 'tls1.1' mean
+    /// tls1.2, the oldest there is here)
+    #[arg(long, default_value = "")]
+    pub tls_min_version: String,
+    /// enable snappy feature negotiation (client compression); bare: true
+    #[arg(long, default_value = "true", num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", value_parser = parse_go_bool)]
+    pub snappy: bool,
+    /// enable deflate feature negotiation (client compression); bare: true
+    #[arg(long, default_value = "true", num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", value_parser = parse_go_bool)]
+    pub deflate: bool,
+    /// maximum deflate compression level a client can negotiate (1-9)
+    #[arg(long, default_value_t = 6, value_parser = clap::value_parser!(u64).range(1..=9))]
+    pub max_deflate_level: u64,
     /// number of shards: one glommio executor pinned to each (default: the CPUs this process may use)
     #[arg(long)]
     pub shards: Option<usize>,
@@ -272,14 +289,20 @@ pub struct Config {
     pub log_level: String,
     /// nsqd's `--node-id` (IDs do not use it; `/config/id` reports it).
     pub node_id: u64,
-    /// nsqd's `--deflate` and `--snappy`: offered in feature negotiation (not built: only
-    /// IDENTIFY's refusal of a client asking for both follows them).
+    /// nsqd's `--deflate` and `--snappy`: offered in feature negotiation.
     pub deflate: bool,
     pub snappy: bool,
     /// nsqd flags given that have no effect here, each with why (logged once at start-up).
     pub without_effect: Vec<String>,
     /// Where and how to push metrics to statsd (`--statsd-*`); `None` without an address.
     pub statsd: Option<StatsdConfig>,
+    /// `--tls-cert` and friends; `None` without a certificate.
+    pub tls: Option<TlsSettings>,
+    /// `--tls-required` (a client auth policy implies `true`, as in nsqd).
+    pub tls_required: TlsRequired,
+    /// The rustls configuration made from `tls` at start-up (`crate::tls::server_config`,
+    /// called by launch.rs); `None` without a certificate.
+    pub tls_server: Option<std::sync::Arc<rustls::ServerConfig>>,
     /// CPUs the shards are pinned to, shard i on `cpus[i % cpus.len()]`.
     pub cpus: Vec<usize>,
     pub shards: usize,
@@ -381,12 +404,13 @@ impl Config {
                         remove the flag (clients then get E_AUTH_DISABLED)",
             ));
         }
-        if !a.tls_cert.is_empty() || !a.tls_key.is_empty() || !a.https_address.is_empty() {
+        if !a.https_address.is_empty() {
             return Err(bad(
-                "--tls-cert/--tls-key/--https-address: TLS is not supported by this \
-                        broker yet; remove these flags",
+                "--https-address: the HTTP API over TLS is not supported by this broker yet; \
+                 remove the flag (TLS on TCP connections is: --tls-cert, --tls-key)",
             ));
         }
+        let (tls, tls_required) = tls_settings(&a)?;
         if a.max_msg_size == 0 || a.max_msg_size > u32::MAX as u64 / 2 {
             return Err(bad(format!(
                 "--max-msg-size {} must be between 1 and {}",
@@ -503,6 +527,9 @@ impl Config {
             snappy: a.snappy,
             without_effect,
             statsd,
+            tls,
+            tls_required,
+            tls_server: None,
             cpus,
             shards,
             connection_steering: a.connection_steering,
@@ -552,9 +579,9 @@ impl Config {
             default_msg_timeout_ms: self.msg_timeout.as_millis() as u64,
             max_msg_timeout_ms: self.max_msg_timeout.as_millis() as u64,
             max_deflate_level: self.max_deflate_level,
-            tls_available: false,
-            snappy_available: false,
-            deflate_available: false,
+            tls_available: self.tls_server.is_some(),
+            snappy_available: self.snappy,
+            deflate_available: self.deflate,
             both_compressions_offered: self.deflate && self.snappy,
         }
     }
@@ -570,6 +597,113 @@ impl Config {
     pub fn owner_of(&self, topic: &str) -> usize {
         (mix32(crc32fast::hash(topic.as_bytes())) as usize) % self.shards
     }
+}
+
+/// The certificate, key and client policy of `--tls-*` (files are read at start-up, by
+/// `crate::tls::server_config`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsSettings {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub root_ca_file: Option<PathBuf>,
+    pub client_auth: Option<ClientAuthPolicy>,
+    pub min_version: TlsMinVersion,
+}
+
+/// `--tls-client-auth-policy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientAuthPolicy {
+    /// A client must present a certificate; any will do.
+    Require,
+    /// A client must present a certificate that chains to `--tls-root-ca-file`.
+    RequireVerify,
+}
+
+/// `--tls-min-version`: rustls speaks TLS 1.2 and 1.3 only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TlsMinVersion {
+    Tls12,
+    Tls13,
+}
+
+/// `--tls-required`, nsqd's three values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TlsRequired {
+    #[default]
+    No,
+    /// `tcp-https`: TCP clients must upgrade to TLS; plain HTTP stays open.
+    ExceptHttp,
+    /// `true`: TCP clients must upgrade to TLS (and HTTP should be HTTPS only).
+    Yes,
+}
+
+/// A boolean flag's value as Go's `strconv.ParseBool` reads it.
+fn parse_go_bool(s: &str) -> Result<bool, String> {
+    match s {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
+        _ => Err(format!("invalid boolean {s:?} (true or false)")),
+    }
+}
+
+/// Checks the `--tls-*` flags as nsqd does (and refuses what nsqd would silently ignore).
+fn tls_settings(a: &Args) -> Result<(Option<TlsSettings>, TlsRequired), ConfigError> {
+    let mut required = match a.tls_required.to_ascii_lowercase().as_str() {
+        "tcp-https" => TlsRequired::ExceptHttp,
+        v => match parse_go_bool(v) {
+            Ok(true) => TlsRequired::Yes,
+            Ok(false) => TlsRequired::No,
+            Err(_) => {
+                return Err(bad(format!(
+                    "--tls-required {:?}: use true, false or tcp-https",
+                    a.tls_required
+                )))
+            }
+        },
+    };
+    let client_auth = match a.tls_client_auth_policy.as_str() {
+        "" => None,
+        "require" => Some(ClientAuthPolicy::Require),
+        "require-verify" => Some(ClientAuthPolicy::RequireVerify),
+        other => {
+            return Err(bad(format!(
+                "--tls-client-auth-policy {other:?}: use require or require-verify"
+            )))
+        }
+    };
+    // nsqd: a client auth policy makes TLS required.
+    if client_auth.is_some() && required == TlsRequired::No {
+        required = TlsRequired::Yes;
+    }
+    let min_version = match a.tls_min_version.to_ascii_lowercase().as_str() {
+        "" | "tls1.0" | "tls1.1" | "tls1.2" => TlsMinVersion::Tls12,
+        "tls1.3" => TlsMinVersion::Tls13,
+        other => {
+            return Err(bad(format!(
+                "--tls-min-version {other:?}: use tls1.2 or tls1.3"
+            )))
+        }
+    };
+    if a.tls_cert.is_empty() && a.tls_key.is_empty() {
+        if required != TlsRequired::No {
+            return Err(bad(
+                "--tls-required/--tls-client-auth-policy: cannot require TLS client \
+                 connections without TLS key and cert (--tls-cert, --tls-key)",
+            ));
+        }
+        return Ok((None, required));
+    }
+    if a.tls_cert.is_empty() || a.tls_key.is_empty() {
+        return Err(bad("--tls-cert and --tls-key go together: give both"));
+    }
+    let settings = TlsSettings {
+        cert: PathBuf::from(&a.tls_cert),
+        key: PathBuf::from(&a.tls_key),
+        root_ca_file: (!a.tls_root_ca_file.is_empty()).then(|| PathBuf::from(&a.tls_root_ca_file)),
+        client_auth,
+        min_version,
+    };
+    Ok((Some(settings), required))
 }
 
 /// murmur3's 32-bit finalizer: a bijection whose output bits each depend on all input bits.
@@ -672,6 +806,7 @@ mod tests {
         assert!(parse(&["--shards", "0"]).is_err());
         assert!(parse(&["--tcp-address", "nonsense"]).is_err());
         assert!(parse(&["--auth-http-address", "127.0.0.1:1"]).is_err());
+        assert!(parse(&["--https-address", "127.0.0.1:4152"]).is_err());
         // Independent limits, as in nsqd: a body limit below the message limit is allowed.
         assert!(parse(&["--max-msg-size", "10", "--max-body-size", "5"]).is_ok());
         assert!(parse(&["--max-body-size", "0"]).is_err());
@@ -700,6 +835,63 @@ mod tests {
         assert_eq!(c.data_path, PathBuf::from("/b"));
         assert_eq!(c.mem_queue_size, 5);
         assert_eq!(c.lookupd_tcp_addresses.len(), 2);
+    }
+
+    #[test]
+    fn tls_and_compression_flags_as_nsqd() {
+        let c = parse(&[]).unwrap();
+        assert!(c.snappy && c.deflate && c.tls.is_none());
+        assert_eq!(c.tls_required, TlsRequired::No);
+        // Bare booleans, Go's spellings, and -flag=value.
+        let c = parse(&["--snappy=false", "-deflate=0"]).unwrap();
+        assert!(!c.snappy && !c.deflate);
+        assert!(parse(&["--snappy"]).unwrap().snappy);
+        assert!(parse(&["--snappy=maybe"]).is_err());
+        // Requiring TLS needs a certificate.
+        let err = parse(&["--tls-required"]).unwrap_err();
+        assert!(err.contains("without TLS key and cert"), "{err}");
+        let tls = ["--tls-cert=/c.pem", "--tls-key=/k.pem"];
+        let with = |extra: &[&str]| {
+            let mut v = tls.to_vec();
+            v.extend_from_slice(extra);
+            parse(&v)
+        };
+        assert_eq!(
+            with(&["--tls-required"]).unwrap().tls_required,
+            TlsRequired::Yes
+        );
+        assert_eq!(
+            with(&["--tls-required=tcp-https"]).unwrap().tls_required,
+            TlsRequired::ExceptHttp
+        );
+        assert_eq!(
+            with(&["--tls-required=false"]).unwrap().tls_required,
+            TlsRequired::No
+        );
+        assert!(with(&["--tls-required=sometimes"]).is_err());
+        // A client policy implies TLS required.
+        let c = with(&[
+            "--tls-client-auth-policy=require-verify",
+            "--tls-root-ca-file=/ca",
+        ])
+        .unwrap();
+        assert_eq!(c.tls_required, TlsRequired::Yes);
+        let s = c.tls.unwrap();
+        assert_eq!(s.client_auth, Some(ClientAuthPolicy::RequireVerify));
+        assert_eq!(s.root_ca_file, Some(PathBuf::from("/ca")));
+        assert!(with(&["--tls-client-auth-policy=maybe"]).is_err());
+        assert_eq!(
+            with(&["--tls-min-version=tls1.3"])
+                .unwrap()
+                .tls
+                .unwrap()
+                .min_version,
+            TlsMinVersion::Tls13
+        );
+        assert!(with(&["--tls-min-version=ssl3.0"]).is_err());
+        assert!(parse(&["--tls-cert=/c.pem"]).is_err());
+        // Files are read at start-up, not here.
+        assert!(with(&[]).unwrap().tls_server.is_none());
     }
 
     #[test]

@@ -44,6 +44,10 @@ pub fn run() -> ExitCode {
     for note in &config.without_effect {
         warn!("flag accepted without effect: {note}");
     }
+    config.tls_server = match crate::tls::server_config(&config) {
+        Ok(server) => server,
+        Err(e) => return start_failed(e.into()),
+    };
     if let Err(e) = rlimit::ensure_memlock(config.shards) {
         return start_failed(e.into());
     }

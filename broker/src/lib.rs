@@ -24,6 +24,7 @@ mod storage;
 mod sys;
 mod tcp;
 mod timer;
+mod tls;
 mod topic;
 mod work_set;
 

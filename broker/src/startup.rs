@@ -104,6 +104,9 @@ pub enum StartError {
     },
     #[error("cannot start the control thread: {0}")]
     SpawnControl(glommio::GlommioError<()>),
+    /// `--tls-cert`, `--tls-key` or `--tls-root-ca-file` cannot be read or used.
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
     /// A shard could not join the mailbox mesh (the other participants then wait for it).
     #[error("shard {shard}: could not join the mailbox mesh")]
     JoinMesh { shard: usize },

@@ -100,6 +100,7 @@ pub struct ClientStats {
 impl ClientStats {
     /// A V2 client as /stats shows it before the counters are filled in.
     pub fn new(info: &ClientInfo, state: i32) -> ClientStats {
+        let tls = info.tls.as_ref();
         ClientStats {
             client_id: info.client_id.clone(),
             hostname: info.hostname.clone(),
@@ -113,15 +114,18 @@ impl ClientStats {
             requeue_count: 0,
             connect_ts: info.connect_ts,
             sample_rate: i32::from(info.sample_rate),
-            deflate: false,
-            snappy: false,
+            deflate: info.deflate,
+            snappy: info.snappy,
             user_agent: info.user_agent.clone(),
             pub_counts: Vec::new(),
-            tls: false,
-            tls_cipher_suite: String::new(),
-            tls_version: String::new(),
-            tls_negotiated_protocol: String::new(),
-            tls_negotiated_protocol_is_mutual: false,
+            tls: info.tls.is_some(),
+            tls_cipher_suite: tls.map(|t| t.cipher_suite.clone()).unwrap_or_default(),
+            tls_version: tls.map(|t| t.version.clone()).unwrap_or_default(),
+            tls_negotiated_protocol: tls
+                .map(|t| t.negotiated_protocol.clone())
+                .unwrap_or_default(),
+            // Go has reported true whenever TLS is on since it deprecated the field.
+            tls_negotiated_protocol_is_mutual: tls.is_some(),
         }
     }
 }

@@ -12,7 +12,9 @@
 //! - validate topic and channel names ([`names`]);
 //! - read and answer IDENTIFY ([`identify`]);
 //! - speak the lookup (V1) protocol between a broker and nsqlookupd ([`lookup`]);
-//! - parse Go-style durations as nsqd's flags and config take them ([`duration`]).
+//! - parse Go-style durations as nsqd's flags and config take them ([`duration`]);
+//! - compress and decompress a connection's bytes once IDENTIFY switched on snappy or
+//!   deflate ([`compress`]).
 //!
 //! ```
 //! use bytes::BytesMut;
@@ -31,6 +33,7 @@
 //! ```
 
 pub mod command;
+pub mod compress;
 pub mod duration;
 pub mod error;
 pub mod frame;

@@ -29,6 +29,20 @@ pub struct ClientInfo {
     pub remote_address: String,
     pub connect_ts: i64,
     pub sample_rate: u8,
+    /// The connection's transport as IDENTIFY negotiated it: TLS (filled once its handshake
+    /// is done: version and cipher suite in nsqd's words, `crate::tls`) and compression.
+    pub tls: Option<TlsInfo>,
+    pub snappy: bool,
+    pub deflate: bool,
+}
+
+/// A TLS connection as /stats reports it (nsqd's `tls_*` fields).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TlsInfo {
+    pub version: String,
+    pub cipher_suite: String,
+    /// The ALPN protocol agreed (none is offered: empty).
+    pub negotiated_protocol: String,
 }
 
 /// The settings a consumer subscribes with.

@@ -3,17 +3,25 @@
 //!
 //! Invariants: a negotiated heartbeat interval takes effect at once for the heartbeat ticker,
 //! the write deadline and the reader's read timeout (two intervals). The answer is the JSON of
-//! the negotiated settings when the client asked for feature negotiation, else `OK`.
+//! the negotiated settings when the client asked for feature negotiation, else `OK`. TLS,
+//! snappy and deflate go on right after the answer (nsqd's order: TLS, then the compression,
+//! each followed by an `OK` through it); a connection is upgraded once, and a client gets
+//! [`TLS_HANDSHAKE_TIMEOUT`] for its handshake.
 
 use super::reader::Session;
+use super::transport::{Compression, Layers};
 use super::Conn;
 use crate::shard::Shard;
 use crate::sys::conn_socket::ReadHalf;
-use bytes::Bytes;
-use protocol::identify::{IdentifyRequest, IdentifyResponse};
-use protocol::ProtocolError;
+use bytes::{Bytes, BytesMut};
+use protocol::frame::write_frame;
+use protocol::identify::{IdentifyRequest, IdentifyResponse, Negotiated};
+use protocol::{ErrorCode, FrameType, ProtocolError};
 use std::time::Duration;
 use tracing::debug;
+
+/// How long a client has for its TLS handshake (nsqd's).
+const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
 pub(super) fn identify(
     shard: &Shard,
@@ -43,5 +51,64 @@ pub(super) fn identify(
     } else {
         conn.push_response(protocol::OK);
     }
+    if n.tls_v1 || n.snappy || n.deflate {
+        upgrade(shard, conn, stream, session, &n)?;
+    }
+    Ok(())
+}
+
+/// Puts on the layers `n` switched on, as nsqd does after the IDENTIFY answer: TLS, then
+/// snappy or deflate, each followed by an `OK` sent through it. The answer (already in the
+/// output buffer) goes out as it is, ahead of them.
+fn upgrade(
+    shard: &Shard,
+    conn: &Conn,
+    stream: &ReadHalf,
+    session: &mut Session,
+    n: &Negotiated,
+) -> Result<(), ProtocolError> {
+    let failed = |e: &dyn std::fmt::Display| {
+        ProtocolError::fatal(ErrorCode::IdentifyFailed, format!("IDENTIFY failed {e}"))
+    };
+    if session.layered {
+        return Err(failed(&"connection already upgraded"));
+    }
+    let mut ok = BytesMut::new();
+    write_frame(&mut ok, FrameType::Response, protocol::OK);
+    let before = std::mem::take(&mut *conn.out.borrow_mut());
+    let mut layers = Box::new(Layers::new(before));
+    if n.tls_v1 {
+        let config = shard
+            .config
+            .tls_server
+            .clone()
+            .ok_or_else(|| failed(&"no TLS configuration"))?;
+        layers.start_tls(config).map_err(|e| failed(&e))?;
+        layers.output(&ok).map_err(|e| failed(&e))?;
+        session.tls_required = false;
+        stream.set_read_timeout(Some(TLS_HANDSHAKE_TIMEOUT));
+        debug!("upgrading connection to TLS");
+    }
+    let compression = if n.snappy {
+        session.info.snappy = true;
+        Some(Compression::Snappy)
+    } else if n.deflate {
+        session.info.deflate = true;
+        Some(Compression::Deflate {
+            level: n.deflate_level as u32,
+        })
+    } else {
+        None
+    };
+    if let Some(c) = compression {
+        layers.start_compression(c);
+        layers.output(&ok).map_err(|e| failed(&e))?;
+        debug!(?c, "upgrading connection to compression");
+    }
+    *conn.layers.borrow_mut() = Some(layers);
+    *conn.info.borrow_mut() = session.info.clone();
+    session.layered = true;
+    session.upgraded = true;
+    conn.wake_writer.notify();
     Ok(())
 }

@@ -27,11 +27,14 @@
 //! - [`reader`]: the V2 magic and the command loop (SUB, RDY, FIN, REQ, TOUCH, CLS);
 //! - [`identify`]: IDENTIFY and its negotiation;
 //! - [`publish`]: PUB, MPUB and DPUB, early answers, the replier;
-//! - [`writer`]: the output buffer, the writer task, heartbeats.
+//! - [`writer`]: the output buffer, the writer task, heartbeats;
+//! - [`transport`]: TLS and compression between the socket and the codec, once IDENTIFY
+//!   switched them on.
 
 mod identify;
 mod publish;
 mod reader;
+mod transport;
 mod writer;
 
 use crate::channel::{ClientInfo, ConsumerKey};
@@ -86,6 +89,8 @@ pub struct Conn {
     written_unreported: Cell<u64>,
     /// Report written bytes once this many have gathered (a quarter of the owner's window).
     report_every: u64,
+    /// TLS and compression, once IDENTIFY switched any on (`None`: plaintext, no layer).
+    layers: RefCell<Option<Box<transport::Layers>>>,
 }
 
 impl Conn {
@@ -111,6 +116,7 @@ impl Conn {
             unsent_deliveries: Cell::new(0),
             written_unreported: Cell::new(0),
             report_every: (output_window / 4).max(1),
+            layers: RefCell::new(None),
         }
     }
 

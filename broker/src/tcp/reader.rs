@@ -8,7 +8,10 @@
 //! publish waits while [`MAX_PIPELINED`] are outstanding. After each read the shard's marked
 //! channels are dispatched once, and a consumer whose outbox to the channel's owner is
 //! congested reads no more until it drains. Once an answer is on its way out, the next read
-//! may be an eager one ([`crate::sys::eager_read`]).
+//! may be an eager one ([`crate::sys::eager_read`]). Once IDENTIFY put TLS or a compression
+//! on, socket bytes go through [`super::transport`] and the buffer is refilled from it by at
+//! most [`PULL_BUDGET`] at a time before the socket is read again; with `--tls-required`,
+//! every command but IDENTIFY before TLS is refused with nsqd's error.
 
 use super::identify::identify;
 use super::publish::{publish, MAX_PIPELINED};
@@ -51,7 +54,17 @@ pub(super) struct Session {
     pub(super) sub: Option<Subscription>,
     /// FINs decoded from the current read, sent together (see [`flush_fins`]).
     fins: Vec<protocol::MessageId>,
+    /// `--tls-required` and TLS not on yet: every command but IDENTIFY is refused.
+    pub(super) tls_required: bool,
+    /// TLS or a compression is on ([`Conn::layers`]): socket bytes go through them.
+    pub(super) layered: bool,
+    /// IDENTIFY has just put layers on: what follows it in the read buffer is theirs.
+    pub(super) upgraded: bool,
 }
+
+/// Most bytes the layers decode onto the read buffer before the commands in it are run: a
+/// decompression bomb grows the buffer by no more than this past the command limits.
+const PULL_BUDGET: usize = 64 * 1024;
 
 /// Most FINs gathered into one mail.
 const FIN_BATCH: usize = 512;
@@ -103,6 +116,9 @@ pub(super) async fn read_loop(
         },
         sub: None,
         fins: Vec::new(),
+        tls_required: shard.config.tls_required != crate::config::TlsRequired::No,
+        layered: false,
+        upgraded: false,
     };
     *conn.info.borrow_mut() = session.info.clone();
     let limits = shard.decode_limits();
@@ -115,6 +131,14 @@ pub(super) async fn read_loop(
         loop {
             if conn.closed.get() {
                 return Some(session);
+            }
+            if session.tls_required {
+                if let Some(e) = refuse_before_tls(&rbuf) {
+                    flush_fins(shard, conn, &mut session);
+                    conn.wait_outstanding(0).await;
+                    conn.push_error(&e);
+                    return Some(session);
+                }
             }
             let ctx = DecodeContext {
                 phase: session.phase,
@@ -146,6 +170,15 @@ pub(super) async fn read_loop(
                             return Some(session);
                         }
                     }
+                    if std::mem::take(&mut session.upgraded) {
+                        // What the client sent after IDENTIFY is for the new layers.
+                        let rest = rbuf.split();
+                        progress = DecodeProgress::default();
+                        match layers_input(conn, &mut session, &stream, &rest, &mut rbuf) {
+                            Ok(false) => {}
+                            Ok(true) | Err(()) => return Some(session),
+                        }
+                    }
                 }
                 Ok(None) => break,
                 Err(e) => {
@@ -166,6 +199,21 @@ pub(super) async fn read_loop(
         shard.flush_dispatches();
         if let Some((owner, _, _)) = &session.sub {
             wait_while_congested(shard, *owner).await;
+        }
+        if session.layered {
+            // Decode more of what the layers hold before reading the socket again.
+            let pulled = match conn.layers.borrow_mut().as_deref_mut() {
+                Some(l) => l.pull(&mut rbuf, PULL_BUDGET),
+                None => Ok(0),
+            };
+            match pulled {
+                Ok(0) => {}
+                Ok(_) => continue,
+                Err(e) => {
+                    debug!("input layers failed: {e}");
+                    return Some(session);
+                }
+            }
         }
         let mut read = None;
         if conn.answer_pending() && eager.wanted() {
@@ -195,7 +243,14 @@ pub(super) async fn read_loop(
             }
             Some(Ok(0)) => return Some(session),
             Some(Ok(n)) => {
-                rbuf.extend_from_slice(&scratch[..n]);
+                if session.layered {
+                    match layers_input(conn, &mut session, &stream, &scratch[..n], &mut rbuf) {
+                        Ok(false) => {}
+                        Ok(true) | Err(()) => return Some(session),
+                    }
+                } else {
+                    rbuf.extend_from_slice(&scratch[..n]);
+                }
                 if n < scratch.len() / 8 {
                     small_reads = small_reads.saturating_add(1);
                 } else {
@@ -215,6 +270,64 @@ pub(super) async fn read_loop(
             }
         }
     }
+}
+
+/// Bytes read from the socket into the layers (see [`super::transport`]); `Ok(true)` when
+/// TLS ended cleanly, `Err` when the input is bad (the connection then closes, after the
+/// writer sent any TLS alert).
+fn layers_input(
+    conn: &Conn,
+    session: &mut Session,
+    stream: &ReadHalf,
+    data: &[u8],
+    rbuf: &mut BytesMut,
+) -> Result<bool, ()> {
+    let mut layers = conn.layers.borrow_mut();
+    let Some(l) = layers.as_deref_mut() else {
+        rbuf.extend_from_slice(data);
+        return Ok(false);
+    };
+    match l.input(data, rbuf) {
+        Err(e) => {
+            debug!("input layers failed: {e}");
+            conn.wake_writer.notify();
+            Err(())
+        }
+        Ok(events) => {
+            if events.wants_write {
+                conn.wake_writer.notify();
+            }
+            if events.handshake_done {
+                session.info.tls = l.tls_info();
+                *conn.info.borrow_mut() = session.info.clone();
+                stream.set_read_timeout(conn.heartbeat.get().map(|d| d * 2));
+                debug!(tls = ?session.info.tls, "TLS handshake done");
+            }
+            Ok(events.closed)
+        }
+    }
+}
+
+/// nsqd's `--tls-required`: before TLS is on, a command other than IDENTIFY is refused as
+/// soon as its line is in, before any body (nsqd judges the line alone).
+fn refuse_before_tls(rbuf: &[u8]) -> Option<ProtocolError> {
+    let window = &rbuf[..rbuf.len().min(protocol::command::MAX_LINE_LEN + 1)];
+    let nl = window.iter().position(|&b| b == b'\n')?;
+    let mut line = &rbuf[..nl];
+    if let [rest @ .., b'\r'] = line {
+        line = rest;
+    }
+    let name = line.split(|&b| b == b' ').next().unwrap_or_default();
+    if name == b"IDENTIFY" {
+        return None;
+    }
+    Some(ProtocolError::fatal(
+        ErrorCode::Invalid,
+        format!(
+            "cannot {} in current state (TLS required)",
+            String::from_utf8_lossy(name)
+        ),
+    ))
 }
 
 async fn wait_while_congested(shard: &Shard, peer: usize) {

@@ -6,7 +6,9 @@
 //! message frames it got into the socket to the channel's owner, once a quarter of the window
 //! has gathered. A write that makes no progress for the write deadline (a heartbeat interval,
 //! or [`WRITE_TIMEOUT`] with heartbeats off) closes the connection; on close the writer
-//! flushes what is buffered, then shuts the socket down.
+//! flushes what is buffered, then shuts the socket down. With TLS or compression on
+//! ([`super::transport`]), each flush goes through the layers first; without, the buffer is
+//! written as it is.
 
 use super::{route_channel_op, Conn};
 use crate::mailbox::ChannelOp;
@@ -93,24 +95,51 @@ impl Conn {
 /// connection.
 pub(super) async fn write_loop(shard: Rc<Shard>, conn: Rc<Conn>, mut stream: WriteHalf) {
     let mut spare = BytesMut::new();
+    // With TLS or compression on: what the layers made of the output buffer.
+    let mut layered = Vec::new();
     loop {
         conn.wake_writer.notified().await;
         loop {
-            let deliveries = {
+            let (deliveries, through_layers) = {
                 let mut out = conn.out.borrow_mut();
-                if out.is_empty() {
-                    break;
+                let mut layers = conn.layers.borrow_mut();
+                match layers.as_deref_mut() {
+                    None => {
+                        if out.is_empty() {
+                            break;
+                        }
+                        std::mem::swap(&mut *out, &mut spare);
+                    }
+                    Some(l) => {
+                        if out.is_empty() && !l.has_output() {
+                            break;
+                        }
+                        let encoded = if out.is_empty() {
+                            Ok(())
+                        } else {
+                            l.output(&out)
+                        };
+                        out.clear();
+                        if let Err(e) = encoded.and_then(|()| l.take_output(&mut layered)) {
+                            debug!("output layers failed: {e}");
+                            drop(layers);
+                            drop(out);
+                            conn.close();
+                            stream.shutdown(std::net::Shutdown::Both);
+                            return;
+                        }
+                    }
                 }
-                std::mem::swap(&mut *out, &mut spare);
-                conn.unsent_deliveries.replace(0)
+                (conn.unsent_deliveries.replace(0), layers.is_some())
             };
+            let bytes: &[u8] = if through_layers { &layered } else { &spare };
             stream.set_write_timeout(Some(conn.write_deadline()));
-            if let Err(e) = stream.write_all(&spare).await {
+            if let Err(e) = stream.write_all(bytes).await {
                 if e.kind() == std::io::ErrorKind::TimedOut {
                     info!(
                         shard = shard.id,
                         conn = conn.id,
-                        unsent = spare.len(),
+                        unsent = bytes.len(),
                         "client took nothing for {:?}; closing",
                         conn.write_deadline()
                     );
@@ -123,12 +152,25 @@ pub(super) async fn write_loop(shard: Rc<Shard>, conn: Rc<Conn>, mut stream: Wri
             }
             conn.report_written(&shard, deliveries);
             spare.clear();
+            layered.clear();
             // A buffer grown by a burst is not kept by an idle connection.
             if spare.capacity() > KEEP_WRITE_BUF {
                 spare = BytesMut::new();
             }
+            if layered.capacity() > KEEP_WRITE_BUF {
+                layered = Vec::new();
+            }
         }
         if conn.closed.get() {
+            // TLS ends with close_notify, so the client sees a clean end, not a cut.
+            let goodbye = conn.layers.borrow_mut().as_deref_mut().and_then(|l| {
+                l.close();
+                let mut last = Vec::new();
+                l.take_output(&mut last).ok().map(|()| last)
+            });
+            if let Some(last) = goodbye.filter(|b| !b.is_empty()) {
+                let _ = stream.write_all(&last).await;
+            }
             let _ = stream.flush().await;
             stream.shutdown(std::net::Shutdown::Both);
             return;
