@@ -88,6 +88,13 @@ pub struct ClientStats {
     pub deflate: bool,
     pub snappy: bool,
     pub user_agent: String,
+    /// AUTH state, left out when not set (nsqd's `omitempty`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub authed: bool,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub auth_identity: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub auth_identity_url: String,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub pub_counts: Vec<PubCount>,
     pub tls: bool,
@@ -116,6 +123,9 @@ impl ClientStats {
             deflate: false,
             snappy: false,
             user_agent: info.user_agent.clone(),
+            authed: info.authed,
+            auth_identity: info.auth_identity.clone(),
+            auth_identity_url: info.auth_identity_url.clone(),
             pub_counts: Vec::new(),
             tls: false,
             tls_cipher_suite: String::new(),

@@ -13,7 +13,15 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[(&str, &[&str])] = &[
     (
         "utilities and OS glue",
-        &["sys", "config", "work_set", "ids", "id_table", "deadlines"],
+        &[
+            "sys",
+            "config",
+            "auth",
+            "work_set",
+            "ids",
+            "id_table",
+            "deadlines",
+        ],
     ),
     ("storage", &["storage"]),
     ("domain", &["timer", "latency", "channel", "topic", "stats"]),

@@ -29,6 +29,10 @@ pub struct ClientInfo {
     pub remote_address: String,
     pub connect_ts: i64,
     pub sample_rate: u8,
+    /// AUTH: whether the client holds authorizations, and who the auth server says it is.
+    pub authed: bool,
+    pub auth_identity: String,
+    pub auth_identity_url: String,
 }
 
 /// The settings a consumer subscribes with.

@@ -26,9 +26,11 @@
 //! (the state those tasks share). The jobs of a connection:
 //! - [`reader`]: the V2 magic and the command loop (SUB, RDY, FIN, REQ, TOUCH, CLS);
 //! - [`identify`]: IDENTIFY and its negotiation;
+//! - [`auth`]: AUTH, and the authorization gate of PUB, MPUB, DPUB and SUB;
 //! - [`publish`]: PUB, MPUB and DPUB, early answers, the replier;
 //! - [`writer`]: the output buffer, the writer task, heartbeats.
 
+mod auth;
 mod identify;
 mod publish;
 mod reader;
@@ -86,6 +88,10 @@ pub struct Conn {
     written_unreported: Cell<u64>,
     /// Report written bytes once this many have gathered (a quarter of the owner's window).
     report_every: u64,
+    /// Whether the connection runs over TLS, and the common name of the client's certificate
+    /// ("" without one): set by the TLS layer, sent to the auth servers by AUTH.
+    pub(crate) tls: Cell<bool>,
+    pub(crate) tls_common_name: RefCell<String>,
 }
 
 impl Conn {
@@ -111,6 +117,8 @@ impl Conn {
             unsent_deliveries: Cell::new(0),
             written_unreported: Cell::new(0),
             report_every: (output_window / 4).max(1),
+            tls: Cell::new(false),
+            tls_common_name: RefCell::new(String::new()),
         }
     }
 

@@ -51,6 +51,8 @@ pub(super) struct Session {
     pub(super) sub: Option<Subscription>,
     /// FINs decoded from the current read, sent together (see [`flush_fins`]).
     fins: Vec<protocol::MessageId>,
+    /// AUTH's secret and answer ([`super::auth`]).
+    pub(super) auth: super::auth::SessionAuth,
 }
 
 /// Most FINs gathered into one mail.
@@ -103,6 +105,7 @@ pub(super) async fn read_loop(
         },
         sub: None,
         fins: Vec::new(),
+        auth: Default::default(),
     };
     *conn.info.borrow_mut() = session.info.clone();
     let limits = shard.decode_limits();
@@ -231,12 +234,14 @@ async fn execute(
     session: &mut Session,
     cmd: Command,
 ) -> Result<(), ProtocolError> {
+    if shard.config.auth.enabled() {
+        if let Some((verb, topic, channel)) = super::auth::gated(&cmd) {
+            super::auth::check(shard, conn, session, verb, topic, channel).await?;
+        }
+    }
     match cmd {
         Command::Identify(body) => identify(shard, conn, stream, session, &body),
-        Command::Auth(_) => Err(ProtocolError::fatal(
-            ErrorCode::AuthDisabled,
-            "AUTH disabled",
-        )),
+        Command::Auth(secret) => super::auth::auth(shard, conn, session, secret).await,
         Command::Sub { topic, channel } => subscribe(shard, conn, session, topic, channel).await,
         Command::Pub { topic, body } => {
             publish(
