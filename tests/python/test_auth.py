@@ -28,7 +28,7 @@ import pytest
 
 from aio import run, until
 from brokerhttp import http
-from conftest import free_port
+from conftest import Broker, free_port
 from nsqwire import FRAME_ERROR, FRAME_RESPONSE, Conn, mpub_bytes, wait_for
 
 logging.getLogger("nsq").setLevel(logging.CRITICAL)
@@ -447,6 +447,25 @@ def test_the_shard_serves_other_clients_while_an_auth_request_waits(start_broker
             waiting.pub("orders", b"finally")
     finally:
         auth_server.release("slow")
+
+
+def test_a_clean_stop_does_not_wait_for_a_pending_auth_request(shards, tmp_path, auth_server):
+    # Started here, not by start_broker (which reports a broker gone before teardown).
+    b = Broker(shards, ["--auth-http-address=%s" % auth_server.address,
+                        "--http-client-request-timeout=60s"], str(tmp_path)).start()
+    auth_server.hold("slow")
+    try:
+        with Conn(b.addr) as c:
+            identify(c)
+            c.cmd("AUTH", b"slow")
+            wait_for(lambda: auth_server.count("slow") == 1, 10, what="the AUTH request")
+            # SIGTERM; Broker.stop() SIGKILLs after its grace, which would show as -9.
+            assert b.stop() == 0
+            ftype, data = c.read_frame()
+            assert (ftype, data) == (FRAME_ERROR, b"E_AUTH_FAILED AUTH failed")
+    finally:
+        auth_server.release("slow")
+        b.stop()
 
 
 def test_stats_show_each_clients_auth_state(start_broker, auth_server):
