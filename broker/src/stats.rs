@@ -123,9 +123,15 @@ impl ClientStats {
             deflate: false,
             snappy: false,
             user_agent: info.user_agent.clone(),
-            authed: info.authed,
-            auth_identity: info.auth_identity.clone(),
-            auth_identity_url: info.auth_identity_url.clone(),
+            authed: info.auth.as_ref().is_some_and(|a| a.authed),
+            auth_identity: info
+                .auth
+                .as_ref()
+                .map_or_else(String::new, |a| a.identity.clone()),
+            auth_identity_url: info
+                .auth
+                .as_ref()
+                .map_or_else(String::new, |a| a.identity_url.clone()),
             pub_counts: Vec::new(),
             tls: false,
             tls_cipher_suite: String::new(),

@@ -29,10 +29,17 @@ pub struct ClientInfo {
     pub remote_address: String,
     pub connect_ts: i64,
     pub sample_rate: u8,
-    /// AUTH: whether the client holds authorizations, and who the auth server says it is.
+    /// After AUTH: what the auth server said (one pointer before, or without, AUTH).
+    pub auth: Option<Arc<ClientAuth>>,
+}
+
+/// What /stats shows of a client's AUTH: whether it holds authorizations, and who the auth
+/// server says it is.
+#[derive(Debug, Clone, Default)]
+pub struct ClientAuth {
     pub authed: bool,
-    pub auth_identity: String,
-    pub auth_identity_url: String,
+    pub identity: String,
+    pub identity_url: String,
 }
 
 /// The settings a consumer subscribes with.

@@ -28,9 +28,13 @@ use protocol::{Command, ErrorCode, ProtocolError};
 use std::time::Instant;
 use tracing::warn;
 
-/// A connection's AUTH: its secret and the answer it holds.
+/// A connection's AUTH: its secret and the answer it holds. One pointer until the client
+/// sends AUTH (a connection's idle size matters; see ARCHITECTURE.md, "Connections").
 #[derive(Debug, Default)]
-pub(super) struct SessionAuth {
+pub(super) struct SessionAuth(Option<Box<Held>>);
+
+#[derive(Debug, Default)]
+struct Held {
     secret: Bytes,
     state: Option<AuthState>,
     /// The last topic a publish was allowed on under `state` (most producers publish to one
@@ -39,10 +43,20 @@ pub(super) struct SessionAuth {
 }
 
 impl SessionAuth {
+    fn state(&self) -> Option<&AuthState> {
+        self.0.as_ref().and_then(|h| h.state.as_ref())
+    }
+
     fn has_authorizations(&self) -> bool {
-        self.state
-            .as_ref()
-            .is_some_and(AuthState::has_authorizations)
+        self.state().is_some_and(AuthState::has_authorizations)
+    }
+
+    fn held(&mut self) -> &mut Held {
+        self.0.get_or_insert_with(Box::default)
+    }
+
+    fn secret(&self) -> &[u8] {
+        self.0.as_ref().map_or(&[][..], |h| &h.secret[..])
     }
 }
 
@@ -73,17 +87,12 @@ pub(super) async fn auth(
             "AUTH disabled",
         ));
     }
-    session.auth.secret = secret;
-    let state = ask(shard, conn, session)
+    session.auth.held().secret = secret;
+    let state = Box::pin(ask(shard, conn, session))
         .await
         .map_err(|e| auth_failed(conn, &e))?;
     hold(conn, session, state);
-    let Some(state) = session
-        .auth
-        .state
-        .as_ref()
-        .filter(|s| s.has_authorizations())
-    else {
+    let Some(state) = session.auth.state().filter(|s| s.has_authorizations()) else {
         return Err(ProtocolError::fatal(
             ErrorCode::Unauthorized,
             "AUTH no authorizations found",
@@ -93,7 +102,9 @@ pub(super) async fn auth(
     Ok(())
 }
 
-/// The gate: whether `verb` on `topic`/`channel` may run (see the module's doc).
+/// The gate: whether `verb` on `topic`/`channel` may run (see the module's doc). Runs
+/// without waiting unless the answer expired (then the servers are asked again) or the
+/// command is refused (then the answers before it go out first).
 pub(super) async fn check(
     shard: &Shard,
     conn: &Conn,
@@ -102,7 +113,11 @@ pub(super) async fn check(
     topic: &str,
     channel: &str,
 ) -> Result<(), ProtocolError> {
-    let result = gate(shard, conn, session, verb, topic, channel).await;
+    let mut result = gate(session, verb, topic, channel);
+    if result.is_none() {
+        result = Some(Box::pin(renew_then_gate(shard, conn, session, verb, topic, channel)).await);
+    }
+    let result = result.unwrap_or(Ok(()));
     if result.is_err() {
         // After the answers of the publishes before this command, as on nsqd's wire.
         conn.wait_outstanding(0).await;
@@ -110,7 +125,8 @@ pub(super) async fn check(
     result
 }
 
-async fn gate(
+/// Asks the servers again (the answer expired), then [`gate`]s with the new answer.
+async fn renew_then_gate(
     shard: &Shard,
     conn: &Conn,
     session: &mut Session,
@@ -118,40 +134,44 @@ async fn gate(
     topic: &str,
     channel: &str,
 ) -> Result<(), ProtocolError> {
-    if !session.auth.has_authorizations() {
-        return Err(ProtocolError::fatal(
+    let state = ask(shard, conn, session)
+        .await
+        .map_err(|e| auth_failed(conn, &e))?;
+    hold(conn, session, state);
+    // A fresh answer has not expired: the gate decides now.
+    gate(session, verb, topic, channel).unwrap_or(Ok(()))
+}
+
+/// The gate on the answer held: `None` when it expired (ask again first).
+fn gate(
+    session: &mut Session,
+    verb: &'static str,
+    topic: &str,
+    channel: &str,
+) -> Option<Result<(), ProtocolError>> {
+    let auth = &mut session.auth;
+    if !auth.has_authorizations() {
+        return Some(Err(ProtocolError::fatal(
             ErrorCode::AuthFirst,
             format!("AUTH required before {verb}"),
-        ));
+        )));
     }
-    if session
-        .auth
-        .state
-        .as_ref()
-        .is_some_and(|s| s.is_expired(Instant::now()))
-    {
-        let state = ask(shard, conn, session)
-            .await
-            .map_err(|e| auth_failed(conn, &e))?;
-        hold(conn, session, state);
+    let held = auth.held();
+    let state = held.state.as_ref()?;
+    if state.is_expired(Instant::now()) {
+        return None;
     }
-    let remembered = channel.is_empty() && session.auth.allowed_topic.as_deref() == Some(topic);
-    let allowed = remembered
-        || session
-            .auth
-            .state
-            .as_ref()
-            .is_some_and(|s| s.is_allowed(topic, channel));
-    if !allowed {
-        return Err(ProtocolError::fatal(
+    let remembered = channel.is_empty() && held.allowed_topic.as_deref() == Some(topic);
+    if !remembered && !state.is_allowed(topic, channel) {
+        return Some(Err(ProtocolError::fatal(
             ErrorCode::Unauthorized,
             format!("AUTH failed for {verb} on {topic:?} {channel:?}"),
-        ));
+        )));
     }
     if channel.is_empty() && !remembered {
-        session.auth.allowed_topic = Some(topic.to_string());
+        held.allowed_topic = Some(topic.to_string());
     }
-    Ok(())
+    Some(Ok(()))
 }
 
 /// Asks the auth servers about this connection's secret. Ends early, as a failure, when the
@@ -167,10 +187,13 @@ async fn ask(shard: &Shard, conn: &Conn, session: &Session) -> Result<AuthState,
     let req = AuthRequest {
         remote_ip: &remote_ip,
         tls: conn.tls.get(),
-        secret: &session.auth.secret,
+        secret: session.auth.secret(),
         common_name: &common_name,
     };
-    futures_lite::future::or(query_any(&shard.config.auth, &req), async {
+    // Boxed: the request's state (stream, buffers) is allocated only while it runs, not
+    // carried in every connection's reader.
+    let query = Box::pin(query_any(&shard.config.auth, &req));
+    futures_lite::future::or(query, async {
         while !conn.stop_requested.get() && !conn.closed.get() {
             conn.wake_reader.notified().await;
         }
@@ -181,17 +204,16 @@ async fn ask(shard: &Shard, conn: &Conn, session: &Session) -> Result<AuthState,
 
 /// Holds `state` as the connection's answer, and shows it in /stats.
 fn hold(conn: &Conn, session: &mut Session, state: AuthState) {
-    session.info.authed = state.has_authorizations();
-    session.info.auth_identity = state.identity.clone();
-    session.info.auth_identity_url = state.identity_url.clone();
-    {
-        let mut info = conn.info.borrow_mut();
-        info.authed = session.info.authed;
-        info.auth_identity = session.info.auth_identity.clone();
-        info.auth_identity_url = session.info.auth_identity_url.clone();
-    }
-    session.auth.state = Some(state);
-    session.auth.allowed_topic = None;
+    let shown = std::sync::Arc::new(crate::channel::ClientAuth {
+        authed: state.has_authorizations(),
+        identity: state.identity.clone(),
+        identity_url: state.identity_url.clone(),
+    });
+    session.info.auth = Some(shown.clone());
+    conn.info.borrow_mut().auth = Some(shown);
+    let held = session.auth.held();
+    held.state = Some(state);
+    held.allowed_topic = None;
 }
 
 /// `E_AUTH_FAILED`, the reason logged (never told to the client, as nsqd).
