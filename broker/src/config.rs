@@ -3,7 +3,7 @@
 //!
 //! Go programs accept `-flag value` as well as `--flag value`; so do we, so that existing
 //! nsqd command lines and unit files work unchanged. Durations take Go's forms (`60s`,
-//! `250ms`, `1m30s`). Anything we do not understand, or do not implement yet (TLS, AUTH), is
+//! `250ms`, `1m30s`). Anything we do not understand, or do not implement yet (TLS), is
 //! refused at start-up with a clear message rather than silently ignored.
 
 use clap::Parser;
@@ -130,9 +130,18 @@ pub struct Args {
     /// log level: debug, info, warn, error or fatal
     #[arg(long, default_value = "info")]
     pub log_level: String,
-    /// HTTP address of an auth server (AUTH is not built yet; giving one is refused)
+    /// <addr>:<port> or a full url to query auth server (may be given multiple times)
     #[arg(long = "auth-http-address")]
     pub auth_http_addresses: Vec<String>,
+    /// HTTP method to use for auth server requests (get or post)
+    #[arg(long, default_value = "get")]
+    pub auth_http_request_method: String,
+    /// timeout for HTTP connect (to the auth servers)
+    #[arg(long, default_value = "2s", value_parser = parse_flag_duration)]
+    pub http_client_connect_timeout: Duration,
+    /// timeout for HTTP request (to the auth servers)
+    #[arg(long, default_value = "5s", value_parser = parse_flag_duration)]
+    pub http_client_request_timeout: Duration,
     // ---- TLS and compression on TCP connections (nsqd's flags; see crate::tls) ----
     /// path to certificate file
     #[arg(long, default_value = "")]
@@ -308,6 +317,10 @@ pub struct Config {
     pub shards: usize,
     pub connection_steering: crate::sys::listen::Steering,
     pub spin_before_park: Duration,
+    /// The auth servers (`--auth-http-address`; none: AUTH disabled) and how to ask them
+    /// (`--auth-http-request-method`, `--http-client-connect-timeout`,
+    /// `--http-client-request-timeout`).
+    pub auth: crate::auth::AuthSettings,
 }
 
 /// nsqd's `--statsd-*` flags, checked.
@@ -398,12 +411,7 @@ impl Config {
     }
 
     fn from_args(a: Args) -> Result<Config, ConfigError> {
-        if !a.auth_http_addresses.is_empty() {
-            return Err(bad(
-                "--auth-http-address: AUTH is not supported by this broker yet; \
-                        remove the flag (clients then get E_AUTH_DISABLED)",
-            ));
-        }
+        let auth = auth_settings(&a)?;
         if !a.https_address.is_empty() {
             return Err(bad(
                 "--https-address: the HTTP API over TLS is not supported by this broker yet; \
@@ -534,6 +542,7 @@ impl Config {
             shards,
             connection_steering: a.connection_steering,
             spin_before_park: a.spin_before_park,
+            auth,
         })
     }
 
@@ -706,6 +715,38 @@ fn tls_settings(a: &Args) -> Result<(Option<TlsSettings>, TlsRequired), ConfigEr
     Ok((Some(settings), required))
 }
 
+/// The auth flags, checked as nsqd checks them (and an address this broker cannot ask is
+/// refused here, not at every AUTH).
+fn auth_settings(a: &Args) -> Result<crate::auth::AuthSettings, ConfigError> {
+    let servers = a
+        .auth_http_addresses
+        .iter()
+        .map(|s| crate::auth::AuthServer::parse(s))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(bad)?;
+    let method = crate::auth::AuthMethod::parse(&a.auth_http_request_method).map_err(bad)?;
+    for (flag, d) in [
+        (
+            "--http-client-connect-timeout",
+            a.http_client_connect_timeout,
+        ),
+        (
+            "--http-client-request-timeout",
+            a.http_client_request_timeout,
+        ),
+    ] {
+        if d.is_zero() {
+            return Err(bad(format!("{flag} must be more than 0s")));
+        }
+    }
+    Ok(crate::auth::AuthSettings {
+        servers,
+        method,
+        connect_timeout: a.http_client_connect_timeout,
+        request_timeout: a.http_client_request_timeout,
+    })
+}
+
 /// murmur3's 32-bit finalizer: a bijection whose output bits each depend on all input bits.
 fn mix32(mut h: u32) -> u32 {
     h ^= h >> 16;
@@ -805,7 +846,6 @@ mod tests {
             .contains("unit"));
         assert!(parse(&["--shards", "0"]).is_err());
         assert!(parse(&["--tcp-address", "nonsense"]).is_err());
-        assert!(parse(&["--auth-http-address", "127.0.0.1:1"]).is_err());
         assert!(parse(&["--https-address", "127.0.0.1:4152"]).is_err());
         // Independent limits, as in nsqd: a body limit below the message limit is allowed.
         assert!(parse(&["--max-msg-size", "10", "--max-body-size", "5"]).is_ok());
@@ -892,6 +932,38 @@ mod tests {
         assert!(parse(&["--tls-cert=/c.pem"]).is_err());
         // Files are read at start-up, not here.
         assert!(with(&[]).unwrap().tls_server.is_none());
+    }
+
+    #[test]
+    fn auth_flags() {
+        let c = parse(&[]).unwrap();
+        assert!(!c.auth.enabled());
+        assert_eq!(c.auth.method, crate::auth::AuthMethod::Get);
+        assert_eq!(c.auth.connect_timeout, Duration::from_secs(2));
+        assert_eq!(c.auth.request_timeout, Duration::from_secs(5));
+        let c = parse(&[
+            "--auth-http-address=127.0.0.1:4181",
+            "--auth-http-address",
+            "http://auth.local:8080/check",
+            "--auth-http-request-method=post",
+            "--http-client-connect-timeout=500ms",
+            "--http-client-request-timeout=1s",
+        ])
+        .unwrap();
+        assert!(c.auth.enabled());
+        assert_eq!(c.auth.servers.len(), 2);
+        assert_eq!(c.auth.servers[1].path, "/check");
+        assert_eq!(c.auth.method, crate::auth::AuthMethod::Post);
+        assert_eq!(c.auth.connect_timeout, Duration::from_millis(500));
+        assert_eq!(c.auth.request_timeout, Duration::from_secs(1));
+        assert!(parse(&["--auth-http-request-method=put"])
+            .unwrap_err()
+            .contains("must be post or get"));
+        assert!(parse(&["--auth-http-address=https://a/auth"])
+            .unwrap_err()
+            .contains("https"));
+        assert!(parse(&["--auth-http-address=a:b:c"]).is_err());
+        assert!(parse(&["--http-client-request-timeout=0s"]).is_err());
     }
 
     #[test]

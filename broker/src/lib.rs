@@ -3,6 +3,7 @@
 //! The layers, each depending only on those below, are listed in ARCHITECTURE.md.
 
 mod admin;
+mod auth;
 mod channel;
 mod config;
 mod control;

@@ -88,6 +88,13 @@ pub struct ClientStats {
     pub deflate: bool,
     pub snappy: bool,
     pub user_agent: String,
+    /// AUTH state, left out when not set (nsqd's `omitempty`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub authed: bool,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub auth_identity: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub auth_identity_url: String,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub pub_counts: Vec<PubCount>,
     pub tls: bool,
@@ -117,6 +124,15 @@ impl ClientStats {
             deflate: info.deflate,
             snappy: info.snappy,
             user_agent: info.user_agent.clone(),
+            authed: info.auth.as_ref().is_some_and(|a| a.authed),
+            auth_identity: info
+                .auth
+                .as_ref()
+                .map_or_else(String::new, |a| a.identity.clone()),
+            auth_identity_url: info
+                .auth
+                .as_ref()
+                .map_or_else(String::new, |a| a.identity_url.clone()),
             pub_counts: Vec::new(),
             tls: info.tls.is_some(),
             tls_cipher_suite: tls.map(|t| t.cipher_suite.clone()).unwrap_or_default(),

@@ -17,6 +17,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "sys",
             "config",
             "tls",
+            "auth",
             "work_set",
             "ids",
             "id_table",

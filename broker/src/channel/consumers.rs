@@ -34,6 +34,8 @@ pub struct ClientInfo {
     pub tls: Option<TlsInfo>,
     pub snappy: bool,
     pub deflate: bool,
+    /// After AUTH: what the auth server said (one pointer before, or without, AUTH).
+    pub auth: Option<Arc<ClientAuth>>,
 }
 
 /// A TLS connection as /stats reports it (nsqd's `tls_*` fields).
@@ -43,6 +45,15 @@ pub struct TlsInfo {
     pub cipher_suite: String,
     /// The ALPN protocol agreed (none is offered: empty).
     pub negotiated_protocol: String,
+}
+
+/// What /stats shows of a client's AUTH: whether it holds authorizations, and who the auth
+/// server says it is.
+#[derive(Debug, Clone, Default)]
+pub struct ClientAuth {
+    pub authed: bool,
+    pub identity: String,
+    pub identity_url: String,
 }
 
 /// The settings a consumer subscribes with.

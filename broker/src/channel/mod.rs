@@ -59,7 +59,7 @@ mod figures;
 mod persist;
 mod timeouts;
 
-pub use consumers::{ClientInfo, Consumer, ConsumerKey, ConsumerSpec, TlsInfo};
+pub use consumers::{ClientAuth, ClientInfo, Consumer, ConsumerKey, ConsumerSpec, TlsInfo};
 pub use deliveries::Deliveries;
 pub use figures::Figures;
 

@@ -46,7 +46,8 @@ pub(super) fn identify(
     stream.set_read_timeout(hb.map(|d| d * 2));
     debug!(client_id = %req.client_id, user_agent = %req.user_agent, "identified");
     if req.feature_negotiation {
-        let resp = IdentifyResponse::new(&n, &limits, shard.config.max_rdy_count, false);
+        let auth_required = shard.config.auth.enabled();
+        let resp = IdentifyResponse::new(&n, &limits, shard.config.max_rdy_count, auth_required);
         conn.push_response(&resp.to_json());
     } else {
         conn.push_response(protocol::OK);

@@ -26,11 +26,13 @@
 //! (the state those tasks share). The jobs of a connection:
 //! - [`reader`]: the V2 magic and the command loop (SUB, RDY, FIN, REQ, TOUCH, CLS);
 //! - [`identify`]: IDENTIFY and its negotiation;
+//! - [`auth`]: AUTH, and the authorization gate of PUB, MPUB, DPUB and SUB;
 //! - [`publish`]: PUB, MPUB and DPUB, early answers, the replier;
 //! - [`writer`]: the output buffer, the writer task, heartbeats;
 //! - [`transport`]: TLS and compression between the socket and the codec, once IDENTIFY
 //!   switched them on.
 
+mod auth;
 mod identify;
 mod publish;
 mod reader;
@@ -91,6 +93,10 @@ pub struct Conn {
     report_every: u64,
     /// TLS and compression, once IDENTIFY switched any on (`None`: plaintext, no layer).
     layers: RefCell<Option<Box<transport::Layers>>>,
+    /// Whether the connection runs over TLS, and the common name of the client's certificate
+    /// ("" without one): set by the TLS layer, sent to the auth servers by AUTH.
+    pub(crate) tls: Cell<bool>,
+    pub(crate) tls_common_name: RefCell<String>,
 }
 
 impl Conn {
@@ -117,6 +123,8 @@ impl Conn {
             written_unreported: Cell::new(0),
             report_every: (output_window / 4).max(1),
             layers: RefCell::new(None),
+            tls: Cell::new(false),
+            tls_common_name: RefCell::new(String::new()),
         }
     }
 

@@ -60,6 +60,8 @@ pub(super) struct Session {
     pub(super) layered: bool,
     /// IDENTIFY has just put layers on: what follows it in the read buffer is theirs.
     pub(super) upgraded: bool,
+    /// AUTH's secret and answer ([`super::auth`]).
+    pub(super) auth: super::auth::SessionAuth,
 }
 
 /// Most bytes the layers decode onto the read buffer before the commands in it are run: a
@@ -119,6 +121,7 @@ pub(super) async fn read_loop(
         tls_required: shard.config.tls_required != crate::config::TlsRequired::No,
         layered: false,
         upgraded: false,
+        auth: Default::default(),
     };
     *conn.info.borrow_mut() = session.info.clone();
     let limits = shard.decode_limits();
@@ -299,6 +302,8 @@ fn layers_input(
             }
             if events.handshake_done {
                 session.info.tls = l.tls_info();
+                // AUTH tells the auth servers (`tls=true`).
+                conn.tls.set(true);
                 *conn.info.borrow_mut() = session.info.clone();
                 stream.set_read_timeout(conn.heartbeat.get().map(|d| d * 2));
                 debug!(tls = ?session.info.tls, "TLS handshake done");
@@ -344,12 +349,14 @@ async fn execute(
     session: &mut Session,
     cmd: Command,
 ) -> Result<(), ProtocolError> {
+    if shard.config.auth.enabled() {
+        if let Some((verb, topic, channel)) = super::auth::gated(&cmd) {
+            super::auth::check(shard, conn, session, verb, topic, channel).await?;
+        }
+    }
     match cmd {
         Command::Identify(body) => identify(shard, conn, stream, session, &body),
-        Command::Auth(_) => Err(ProtocolError::fatal(
-            ErrorCode::AuthDisabled,
-            "AUTH disabled",
-        )),
+        Command::Auth(secret) => super::auth::auth(shard, conn, session, secret).await,
         Command::Sub { topic, channel } => subscribe(shard, conn, session, topic, channel).await,
         Command::Pub { topic, body } => {
             publish(
