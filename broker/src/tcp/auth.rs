@@ -88,7 +88,7 @@ pub(super) async fn auth(
         ));
     }
     session.auth.held().secret = secret;
-    let state = Box::pin(ask(shard, conn, session))
+    let state = ask(shard, conn, session)
         .await
         .map_err(|e| auth_failed(conn, &e))?;
     hold(conn, session, state);
