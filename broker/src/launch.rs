@@ -41,7 +41,7 @@ pub fn run() -> ExitCode {
     };
     init_logging(&config.log_level);
     exit_on_panic();
-    config.tls_server = match crate::tls::server_config(&config) {
+    config.tls_server = match crate::tls::server_config(config.tls.as_ref()) {
         Ok(server) => server,
         Err(e) => return start_failed(e.into()),
     };
