@@ -202,8 +202,8 @@ pub struct Config {
     /// `--tls-required` (a client auth policy implies `true`, as in nsqd).
     pub tls_required: crate::tls::TlsRequired,
     /// The rustls configuration made from `tls` at start-up (`crate::tls::server_config`,
-    /// called by launch.rs); `None` without a certificate.
-    pub tls_server: Option<std::sync::Arc<rustls::ServerConfig>>,
+    /// called by launch.rs) and made again on SIGHUP; `None` without a certificate.
+    pub tls_server: Option<std::sync::Arc<crate::tls::Reloadable>>,
     /// CPUs the shards are pinned to, shard i on `cpus[i % cpus.len()]`.
     pub cpus: Vec<usize>,
     pub shards: usize,

@@ -6,6 +6,8 @@
 //! Also the `--tls-*` flags' checks ([`settings`]) and what they give ([`TlsSettings`],
 //! [`TlsRequired`]), which `crate::config` keeps.
 //!
+//! [`Reloadable`]: on SIGHUP the files are read again for new connections.
+//!
 //! Invariants: a broker with `--tls-cert`/`--tls-key` has a `ServerConfig` before any shard
 //! starts, or does not start ([`TlsError`], through `startup::StartError`). The client policy
 //! is nsqd's: none by default; `require` asks for a certificate and takes any (its handshake
@@ -217,6 +219,50 @@ pub fn server_config(tls: Option<&TlsSettings>) -> Result<Option<Arc<ServerConfi
         .with_single_cert(certs, key)
         .map_err(TlsError::Config)?;
     Ok(Some(Arc::new(server)))
+}
+
+/// The server configuration new TLS connections take: the one made at start-up until a
+/// SIGHUP makes another from the files on disk (connections already up keep theirs).
+#[derive(Debug)]
+pub struct Reloadable(std::sync::RwLock<Arc<ServerConfig>>);
+
+impl Reloadable {
+    pub fn new(config: Arc<ServerConfig>) -> Reloadable {
+        Reloadable(std::sync::RwLock::new(config))
+    }
+
+    /// The configuration in force.
+    pub fn get(&self) -> Arc<ServerConfig> {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn set(&self, config: Arc<ServerConfig>) {
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = config;
+    }
+}
+
+/// Beyond nsqd (which needs a restart to rotate a certificate): on SIGHUP, a thread reads the
+/// certificate, key and CA file again and, if they make a configuration, new connections get
+/// it; if not, the error is logged and the one in force stays.
+pub fn reload_on_sighup(server: Arc<Reloadable>, settings: TlsSettings) -> std::io::Result<()> {
+    let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGHUP])?;
+    std::thread::Builder::new()
+        .name("tls-reload".into())
+        .spawn(move || {
+            for _ in signals.forever() {
+                match server_config(Some(&settings)) {
+                    Ok(Some(config)) => {
+                        server.set(config);
+                        tracing::info!(cert = %settings.cert.display(), "TLS: certificate reloaded (SIGHUP)");
+                    }
+                    Ok(None) => {}
+                    Err(e) => tracing::error!(
+                        "TLS: certificate not reloaded (SIGHUP), the one in use stays: {e}"
+                    ),
+                }
+            }
+        })?;
+    Ok(())
 }
 
 fn read_file(flag: &'static str, path: &PathBuf) -> Result<Vec<u8>, TlsError> {
