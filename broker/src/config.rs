@@ -306,12 +306,12 @@ pub struct Config {
     /// Where and how to push metrics to statsd (`--statsd-*`); `None` without an address.
     pub statsd: Option<StatsdConfig>,
     /// `--tls-cert` and friends; `None` without a certificate.
-    pub tls: Option<TlsSettings>,
+    pub tls: Option<crate::tls::TlsSettings>,
     /// `--tls-required` (a client auth policy implies `true`, as in nsqd).
-    pub tls_required: TlsRequired,
+    pub tls_required: crate::tls::TlsRequired,
     /// The rustls configuration made from `tls` at start-up (`crate::tls::server_config`,
-    /// called by launch.rs); `None` without a certificate.
-    pub tls_server: Option<std::sync::Arc<rustls::ServerConfig>>,
+    /// called by launch.rs) and made again on SIGHUP; `None` without a certificate.
+    pub tls_server: Option<std::sync::Arc<crate::tls::Reloadable>>,
     /// CPUs the shards are pinned to, shard i on `cpus[i % cpus.len()]`.
     pub cpus: Vec<usize>,
     pub shards: usize,
@@ -418,7 +418,15 @@ impl Config {
                  remove the flag (TLS on TCP connections is: --tls-cert, --tls-key)",
             ));
         }
-        let (tls, tls_required) = tls_settings(&a)?;
+        let (tls, tls_required) = crate::tls::settings(&crate::tls::Flags {
+            cert: &a.tls_cert,
+            key: &a.tls_key,
+            root_ca_file: &a.tls_root_ca_file,
+            client_auth_policy: &a.tls_client_auth_policy,
+            required: &a.tls_required,
+            min_version: &a.tls_min_version,
+        })
+        .map_err(bad)?;
         if a.max_msg_size == 0 || a.max_msg_size > u32::MAX as u64 / 2 {
             return Err(bad(format!(
                 "--max-msg-size {} must be between 1 and {}",
@@ -608,44 +616,6 @@ impl Config {
     }
 }
 
-/// The certificate, key and client policy of `--tls-*` (files are read at start-up, by
-/// `crate::tls::server_config`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TlsSettings {
-    pub cert: PathBuf,
-    pub key: PathBuf,
-    pub root_ca_file: Option<PathBuf>,
-    pub client_auth: Option<ClientAuthPolicy>,
-    pub min_version: TlsMinVersion,
-}
-
-/// `--tls-client-auth-policy`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ClientAuthPolicy {
-    /// A client must present a certificate; any will do.
-    Require,
-    /// A client must present a certificate that chains to `--tls-root-ca-file`.
-    RequireVerify,
-}
-
-/// `--tls-min-version`: rustls speaks TLS 1.2 and 1.3 only.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TlsMinVersion {
-    Tls12,
-    Tls13,
-}
-
-/// `--tls-required`, nsqd's three values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum TlsRequired {
-    #[default]
-    No,
-    /// `tcp-https`: TCP clients must upgrade to TLS; plain HTTP stays open.
-    ExceptHttp,
-    /// `true`: TCP clients must upgrade to TLS (and HTTP should be HTTPS only).
-    Yes,
-}
-
 /// A boolean flag's value as Go's `strconv.ParseBool` reads it.
 fn parse_go_bool(s: &str) -> Result<bool, String> {
     match s {
@@ -653,66 +623,6 @@ fn parse_go_bool(s: &str) -> Result<bool, String> {
         "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
         _ => Err(format!("invalid boolean {s:?} (true or false)")),
     }
-}
-
-/// Checks the `--tls-*` flags as nsqd does (and refuses what nsqd would silently ignore).
-fn tls_settings(a: &Args) -> Result<(Option<TlsSettings>, TlsRequired), ConfigError> {
-    let mut required = match a.tls_required.to_ascii_lowercase().as_str() {
-        "tcp-https" => TlsRequired::ExceptHttp,
-        v => match parse_go_bool(v) {
-            Ok(true) => TlsRequired::Yes,
-            Ok(false) => TlsRequired::No,
-            Err(_) => {
-                return Err(bad(format!(
-                    "--tls-required {:?}: use true, false or tcp-https",
-                    a.tls_required
-                )))
-            }
-        },
-    };
-    let client_auth = match a.tls_client_auth_policy.as_str() {
-        "" => None,
-        "require" => Some(ClientAuthPolicy::Require),
-        "require-verify" => Some(ClientAuthPolicy::RequireVerify),
-        other => {
-            return Err(bad(format!(
-                "--tls-client-auth-policy {other:?}: use require or require-verify"
-            )))
-        }
-    };
-    // nsqd: a client auth policy makes TLS required.
-    if client_auth.is_some() && required == TlsRequired::No {
-        required = TlsRequired::Yes;
-    }
-    let min_version = match a.tls_min_version.to_ascii_lowercase().as_str() {
-        "" | "tls1.0" | "tls1.1" | "tls1.2" => TlsMinVersion::Tls12,
-        "tls1.3" => TlsMinVersion::Tls13,
-        other => {
-            return Err(bad(format!(
-                "--tls-min-version {other:?}: use tls1.2 or tls1.3"
-            )))
-        }
-    };
-    if a.tls_cert.is_empty() && a.tls_key.is_empty() {
-        if required != TlsRequired::No {
-            return Err(bad(
-                "--tls-required/--tls-client-auth-policy: cannot require TLS client \
-                 connections without TLS key and cert (--tls-cert, --tls-key)",
-            ));
-        }
-        return Ok((None, required));
-    }
-    if a.tls_cert.is_empty() || a.tls_key.is_empty() {
-        return Err(bad("--tls-cert and --tls-key go together: give both"));
-    }
-    let settings = TlsSettings {
-        cert: PathBuf::from(&a.tls_cert),
-        key: PathBuf::from(&a.tls_key),
-        root_ca_file: (!a.tls_root_ca_file.is_empty()).then(|| PathBuf::from(&a.tls_root_ca_file)),
-        client_auth,
-        min_version,
-    };
-    Ok((Some(settings), required))
 }
 
 /// The auth flags, checked as nsqd checks them (and an address this broker cannot ask is
@@ -875,63 +785,6 @@ mod tests {
         assert_eq!(c.data_path, PathBuf::from("/b"));
         assert_eq!(c.mem_queue_size, 5);
         assert_eq!(c.lookupd_tcp_addresses.len(), 2);
-    }
-
-    #[test]
-    fn tls_and_compression_flags_as_nsqd() {
-        let c = parse(&[]).unwrap();
-        assert!(c.snappy && c.deflate && c.tls.is_none());
-        assert_eq!(c.tls_required, TlsRequired::No);
-        // Bare booleans, Go's spellings, and -flag=value.
-        let c = parse(&["--snappy=false", "-deflate=0"]).unwrap();
-        assert!(!c.snappy && !c.deflate);
-        assert!(parse(&["--snappy"]).unwrap().snappy);
-        assert!(parse(&["--snappy=maybe"]).is_err());
-        // Requiring TLS needs a certificate.
-        let err = parse(&["--tls-required"]).unwrap_err();
-        assert!(err.contains("without TLS key and cert"), "{err}");
-        let tls = ["--tls-cert=/c.pem", "--tls-key=/k.pem"];
-        let with = |extra: &[&str]| {
-            let mut v = tls.to_vec();
-            v.extend_from_slice(extra);
-            parse(&v)
-        };
-        assert_eq!(
-            with(&["--tls-required"]).unwrap().tls_required,
-            TlsRequired::Yes
-        );
-        assert_eq!(
-            with(&["--tls-required=tcp-https"]).unwrap().tls_required,
-            TlsRequired::ExceptHttp
-        );
-        assert_eq!(
-            with(&["--tls-required=false"]).unwrap().tls_required,
-            TlsRequired::No
-        );
-        assert!(with(&["--tls-required=sometimes"]).is_err());
-        // A client policy implies TLS required.
-        let c = with(&[
-            "--tls-client-auth-policy=require-verify",
-            "--tls-root-ca-file=/ca",
-        ])
-        .unwrap();
-        assert_eq!(c.tls_required, TlsRequired::Yes);
-        let s = c.tls.unwrap();
-        assert_eq!(s.client_auth, Some(ClientAuthPolicy::RequireVerify));
-        assert_eq!(s.root_ca_file, Some(PathBuf::from("/ca")));
-        assert!(with(&["--tls-client-auth-policy=maybe"]).is_err());
-        assert_eq!(
-            with(&["--tls-min-version=tls1.3"])
-                .unwrap()
-                .tls
-                .unwrap()
-                .min_version,
-            TlsMinVersion::Tls13
-        );
-        assert!(with(&["--tls-min-version=ssl3.0"]).is_err());
-        assert!(parse(&["--tls-cert=/c.pem"]).is_err());
-        // Files are read at start-up, not here.
-        assert!(with(&[]).unwrap().tls_server.is_none());
     }
 
     #[test]

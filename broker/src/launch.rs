@@ -44,10 +44,15 @@ pub fn run() -> ExitCode {
     for note in &config.without_effect {
         warn!("flag accepted without effect: {note}");
     }
-    config.tls_server = match crate::tls::server_config(&config) {
-        Ok(server) => server,
+    config.tls_server = match crate::tls::server_config(config.tls.as_ref()) {
+        Ok(server) => server.map(|s| Arc::new(crate::tls::Reloadable::new(s))),
         Err(e) => return start_failed(e.into()),
     };
+    if let (Some(server), Some(settings)) = (&config.tls_server, &config.tls) {
+        if let Err(e) = crate::tls::reload_on_sighup(server.clone(), settings.clone()) {
+            return start_failed(StartError::Signals(e));
+        }
+    }
     if let Err(e) = rlimit::ensure_memlock(config.shards) {
         return start_failed(e.into());
     }

@@ -3,6 +3,11 @@
 //! shared by every shard; and the names `/stats` gives a connection's TLS version and cipher
 //! suite, in nsqd's words.
 //!
+//! Also the `--tls-*` flags' checks ([`settings`]) and what they give ([`TlsSettings`],
+//! [`TlsRequired`]), which `crate::config` keeps.
+//!
+//! [`Reloadable`]: on SIGHUP the files are read again for new connections.
+//!
 //! Invariants: a broker with `--tls-cert`/`--tls-key` has a `ServerConfig` before any shard
 //! starts, or does not start ([`TlsError`], through `startup::StartError`). The client policy
 //! is nsqd's: none by default; `require` asks for a certificate and takes any (its handshake
@@ -10,7 +15,6 @@
 //! `--tls-root-ca-file`. TLS 1.2 and 1.3 only (rustls has nothing older);
 //! `--tls-min-version tls1.3` leaves out 1.2.
 
-use crate::config::{ClientAuthPolicy, Config, TlsMinVersion};
 use rustls::client::danger::HandshakeSignatureValid;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
@@ -20,6 +24,111 @@ use rustls::server::WebPkiClientVerifier;
 use rustls::{DigitallySignedStruct, DistinguishedName, ServerConfig, SignatureScheme};
 use std::path::PathBuf;
 use std::sync::Arc;
+
+/// The certificate, key and client policy of `--tls-*` (files are read at start-up, by
+/// [`server_config`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsSettings {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub root_ca_file: Option<PathBuf>,
+    pub client_auth: Option<ClientAuthPolicy>,
+    pub min_version: TlsMinVersion,
+}
+
+/// `--tls-client-auth-policy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientAuthPolicy {
+    /// A client must present a certificate; any will do.
+    Require,
+    /// A client must present a certificate that chains to `--tls-root-ca-file`.
+    RequireVerify,
+}
+
+/// `--tls-min-version`: rustls speaks TLS 1.2 and 1.3 only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TlsMinVersion {
+    Tls12,
+    Tls13,
+}
+
+/// `--tls-required`, nsqd's three values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TlsRequired {
+    #[default]
+    No,
+    /// `tcp-https`: TCP clients must upgrade to TLS; plain HTTP stays open.
+    ExceptHttp,
+    /// `true`: TCP clients must upgrade to TLS (and HTTP should be HTTPS only).
+    Yes,
+}
+
+/// The `--tls-*` flags as given, for [`settings`].
+pub struct Flags<'a> {
+    pub cert: &'a str,
+    pub key: &'a str,
+    pub root_ca_file: &'a str,
+    pub client_auth_policy: &'a str,
+    pub required: &'a str,
+    pub min_version: &'a str,
+}
+
+/// Checks the `--tls-*` flags as nsqd does (and refuses what nsqd would silently ignore); the
+/// error is the operator's message, naming the flag.
+pub fn settings(f: &Flags<'_>) -> Result<(Option<TlsSettings>, TlsRequired), String> {
+    let mut required = match f.required.to_ascii_lowercase().as_str() {
+        "tcp-https" => TlsRequired::ExceptHttp,
+        // Go's strconv.ParseBool, after nsqd lowercased the value.
+        "1" | "t" | "true" => TlsRequired::Yes,
+        "0" | "f" | "false" => TlsRequired::No,
+        _ => {
+            return Err(format!(
+                "--tls-required {:?}: use true, false or tcp-https",
+                f.required
+            ))
+        }
+    };
+    let client_auth = match f.client_auth_policy {
+        "" => None,
+        "require" => Some(ClientAuthPolicy::Require),
+        "require-verify" => Some(ClientAuthPolicy::RequireVerify),
+        other => {
+            return Err(format!(
+                "--tls-client-auth-policy {other:?}: use require or require-verify"
+            ))
+        }
+    };
+    // nsqd: a client auth policy makes TLS required.
+    if client_auth.is_some() && required == TlsRequired::No {
+        required = TlsRequired::Yes;
+    }
+    let min_version = match f.min_version.to_ascii_lowercase().as_str() {
+        "" | "tls1.0" | "tls1.1" | "tls1.2" => TlsMinVersion::Tls12,
+        "tls1.3" => TlsMinVersion::Tls13,
+        other => return Err(format!("--tls-min-version {other:?}: use tls1.2 or tls1.3")),
+    };
+    if f.cert.is_empty() && f.key.is_empty() {
+        if required != TlsRequired::No {
+            return Err(
+                "--tls-required/--tls-client-auth-policy: cannot require TLS client \
+                 connections without TLS key and cert (--tls-cert, --tls-key)"
+                    .into(),
+            );
+        }
+        return Ok((None, required));
+    }
+    if f.cert.is_empty() || f.key.is_empty() {
+        return Err("--tls-cert and --tls-key go together: give both".into());
+    }
+    let settings = TlsSettings {
+        cert: PathBuf::from(f.cert),
+        key: PathBuf::from(f.key),
+        root_ca_file: (!f.root_ca_file.is_empty()).then(|| PathBuf::from(f.root_ca_file)),
+        client_auth,
+        min_version,
+    };
+    Ok((Some(settings), required))
+}
 
 /// Why the TLS flags cannot be made into a server configuration.
 #[derive(Debug, thiserror::Error)]
@@ -42,9 +151,9 @@ pub enum TlsError {
     Verifier(String),
 }
 
-/// The server configuration for `config`'s TLS flags; `None` without a certificate.
-pub fn server_config(config: &Config) -> Result<Option<Arc<ServerConfig>>, TlsError> {
-    let Some(tls) = &config.tls else {
+/// The server configuration for the TLS flags; `None` without a certificate.
+pub fn server_config(tls: Option<&TlsSettings>) -> Result<Option<Arc<ServerConfig>>, TlsError> {
+    let Some(tls) = tls else {
         return Ok(None);
     };
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -110,6 +219,50 @@ pub fn server_config(config: &Config) -> Result<Option<Arc<ServerConfig>>, TlsEr
         .with_single_cert(certs, key)
         .map_err(TlsError::Config)?;
     Ok(Some(Arc::new(server)))
+}
+
+/// The server configuration new TLS connections take: the one made at start-up until a
+/// SIGHUP makes another from the files on disk (connections already up keep theirs).
+#[derive(Debug)]
+pub struct Reloadable(std::sync::RwLock<Arc<ServerConfig>>);
+
+impl Reloadable {
+    pub fn new(config: Arc<ServerConfig>) -> Reloadable {
+        Reloadable(std::sync::RwLock::new(config))
+    }
+
+    /// The configuration in force.
+    pub fn get(&self) -> Arc<ServerConfig> {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn set(&self, config: Arc<ServerConfig>) {
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = config;
+    }
+}
+
+/// Beyond nsqd (which needs a restart to rotate a certificate): on SIGHUP, a thread reads the
+/// certificate, key and CA file again and, if they make a configuration, new connections get
+/// it; if not, the error is logged and the one in force stays.
+pub fn reload_on_sighup(server: Arc<Reloadable>, settings: TlsSettings) -> std::io::Result<()> {
+    let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGHUP])?;
+    std::thread::Builder::new()
+        .name("tls-reload".into())
+        .spawn(move || {
+            for _ in signals.forever() {
+                match server_config(Some(&settings)) {
+                    Ok(Some(config)) => {
+                        server.set(config);
+                        tracing::info!(cert = %settings.cert.display(), "TLS: certificate reloaded (SIGHUP)");
+                    }
+                    Ok(None) => {}
+                    Err(e) => tracing::error!(
+                        "TLS: certificate not reloaded (SIGHUP), the one in use stays: {e}"
+                    ),
+                }
+            }
+        })?;
+    Ok(())
 }
 
 fn read_file(flag: &'static str, path: &PathBuf) -> Result<Vec<u8>, TlsError> {
@@ -212,6 +365,69 @@ pub fn cipher_suite_name(s: rustls::CipherSuite) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn parse(args: &[&str]) -> Result<crate::config::Config, String> {
+        let mut v = vec!["broker".to_string()];
+        v.extend(args.iter().map(|s| s.to_string()));
+        crate::config::Config::parse_from(v).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn flags_as_nsqd() {
+        let c = parse(&[]).unwrap();
+        assert!(c.snappy && c.deflate && c.tls.is_none());
+        assert_eq!(c.tls_required, TlsRequired::No);
+        // Bare booleans, Go's spellings, and -flag=value.
+        let c = parse(&["--snappy=false", "-deflate=0"]).unwrap();
+        assert!(!c.snappy && !c.deflate);
+        assert!(parse(&["--snappy"]).unwrap().snappy);
+        assert!(parse(&["--snappy=maybe"]).is_err());
+        // Requiring TLS needs a certificate.
+        let err = parse(&["--tls-required"]).unwrap_err();
+        assert!(err.contains("without TLS key and cert"), "{err}");
+        let tls = ["--tls-cert=/c.pem", "--tls-key=/k.pem"];
+        let with = |extra: &[&str]| {
+            let mut v = tls.to_vec();
+            v.extend_from_slice(extra);
+            parse(&v)
+        };
+        assert_eq!(
+            with(&["--tls-required"]).unwrap().tls_required,
+            TlsRequired::Yes
+        );
+        assert_eq!(
+            with(&["--tls-required=tcp-https"]).unwrap().tls_required,
+            TlsRequired::ExceptHttp
+        );
+        assert_eq!(
+            with(&["--tls-required=false"]).unwrap().tls_required,
+            TlsRequired::No
+        );
+        assert!(with(&["--tls-required=sometimes"]).is_err());
+        // A client policy implies TLS required.
+        let c = with(&[
+            "--tls-client-auth-policy=require-verify",
+            "--tls-root-ca-file=/ca",
+        ])
+        .unwrap();
+        assert_eq!(c.tls_required, TlsRequired::Yes);
+        let s = c.tls.unwrap();
+        assert_eq!(s.client_auth, Some(ClientAuthPolicy::RequireVerify));
+        assert_eq!(s.root_ca_file, Some(PathBuf::from("/ca")));
+        assert!(with(&["--tls-client-auth-policy=maybe"]).is_err());
+        assert_eq!(
+            with(&["--tls-min-version=tls1.3"])
+                .unwrap()
+                .tls
+                .unwrap()
+                .min_version,
+            TlsMinVersion::Tls13
+        );
+        assert!(with(&["--tls-min-version=ssl3.0"]).is_err());
+        assert!(parse(&["--tls-cert=/c.pem"]).is_err());
+        // Files are read at start-up, not here.
+        assert!(with(&[]).unwrap().tls_server.is_none());
+    }
 
     #[test]
     fn names_as_nsqd_reports_them() {

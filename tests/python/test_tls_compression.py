@@ -13,6 +13,7 @@ import asyncio
 import json
 import os
 import shutil
+import signal
 import socket
 import ssl
 import struct
@@ -48,6 +49,7 @@ class Certs:
         p = lambda name: os.path.join(d, name)  # noqa: E731
         self.ca, self.ca_key = p("ca.pem"), p("ca.key")
         self.server, self.server_key = p("server.pem"), p("server.key")
+        self.server2, self.server2_key = p("server2.pem"), p("server2.key")
         self.client, self.client_key = p("client.pem"), p("client.key")
         self.rogue, self.rogue_key = p("rogue.pem"), p("rogue.key")
 
@@ -62,6 +64,8 @@ def certs():
     for name, cn, ext in [
         ("server", "127.0.0.1", "subjectAltName=IP:127.0.0.1,DNS:localhost\n"
                                 "extendedKeyUsage=serverAuth\n"),
+        ("server2", "127.0.0.1", "subjectAltName=IP:127.0.0.1,DNS:localhost\n"
+                                 "extendedKeyUsage=serverAuth\n"),
         ("client", "test-client", "extendedKeyUsage=clientAuth\n"),
     ]:
         _openssl("req", *ec, "-keyout", name + ".key", "-out", name + ".csr",
@@ -349,6 +353,42 @@ def test_unusable_certificate_is_a_start_up_error(certs):
     assert code == 1 and "--tls-root-ca-file" in err, err
     code, err = start_fails("--tls-required")
     assert code == 2 and "without TLS key and cert" in err, err
+
+
+def test_sighup_reloads_the_certificate_for_new_connections(start_broker, certs):
+    """Beyond nsqd: SIGHUP reads the certificate and key again; new connections get the new
+    one, connections already up keep working, and files that do not load change nothing."""
+    d = tempfile.mkdtemp(prefix="broker-tls-reload-")
+    cert, key = os.path.join(d, "cert.pem"), os.path.join(d, "key.pem")
+    shutil.copy(certs.server, cert)
+    shutil.copy(certs.server_key, key)
+    broker = start_broker("--tls-cert=" + cert, "--tls-key=" + key)
+
+    def served():
+        with identify_tls(broker, client_context(certs)) as c:
+            return c.sock.getpeercert(binary_form=True)
+
+    def der(path):
+        with open(path) as f:
+            return ssl.PEM_cert_to_DER_cert(f.read())
+
+    try:
+        assert served() == der(certs.server)
+        with identify_tls(broker, client_context(certs)) as old:
+            with open(cert, "w") as f:
+                f.write("not a certificate")
+            broker.proc.send_signal(signal.SIGHUP)
+            wait_for(lambda: "certificate not reloaded" in broker.stderr(), 10,
+                     what="the failed reload in the log")
+            assert served() == der(certs.server)
+            shutil.copy(certs.server2, cert)
+            shutil.copy(certs.server2_key, key)
+            broker.proc.send_signal(signal.SIGHUP)
+            wait_for(lambda: served() == der(certs.server2), 10, what="the new certificate")
+            old.pub("reloaded", b"the old connection still works")
+        assert broker.alive()
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 # ---- bad input ---------------------------------------------------------------------------------

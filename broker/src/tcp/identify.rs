@@ -82,7 +82,8 @@ fn upgrade(
         let config = shard
             .config
             .tls_server
-            .clone()
+            .as_ref()
+            .map(|s| s.get())
             .ok_or_else(|| failed(&"no TLS configuration"))?;
         layers.start_tls(config).map_err(|e| failed(&e))?;
         layers.output(&ok).map_err(|e| failed(&e))?;

@@ -118,7 +118,7 @@ pub(super) async fn read_loop(
         },
         sub: None,
         fins: Vec::new(),
-        tls_required: shard.config.tls_required != crate::config::TlsRequired::No,
+        tls_required: shard.config.tls_required != crate::tls::TlsRequired::No,
         layered: false,
         upgraded: false,
         auth: Default::default(),
