@@ -94,7 +94,6 @@ async fn clients(b: &BrokerProc, topic: &str, channel: &str, n: usize) -> Vec<Cl
 }
 
 #[test]
-#[ignore = "needs the broker side of issue 25 (TLS/compression flags, AUTH)"]
 fn each_layer_and_stack_publishes_and_consumes_1000_and_stats_show_them() {
     let _ = NEEDS;
     for l in LAYERS {
@@ -152,7 +151,6 @@ fn each_layer_and_stack_publishes_and_consumes_1000_and_stats_show_them() {
 }
 
 #[test]
-#[ignore = "needs the broker side of issue 25 (TLS/compression flags, AUTH)"]
 fn blocking_producer_over_tls_and_deflate() {
     let pki = Pki::new();
     let broker = start(&tls_flags(&pki));
@@ -170,7 +168,6 @@ fn blocking_producer_over_tls_and_deflate() {
 }
 
 #[test]
-#[ignore = "needs the broker side of issue 25 (TLS/compression flags, AUTH)"]
 fn require_verify_wants_a_client_certificate() {
     run(|| async {
         let pki = Pki::new();
@@ -207,7 +204,6 @@ fn require_verify_wants_a_client_certificate() {
 }
 
 #[test]
-#[ignore = "needs the broker side of issue 25 (TLS/compression flags, AUTH)"]
 fn tls_required_refuses_a_plaintext_client_and_the_refusal_is_no_fallback() {
     run(|| async {
         let pki = Pki::new();
@@ -271,7 +267,6 @@ fn auth_server(count: usize) -> String {
 }
 
 #[test]
-#[ignore = "needs the broker side of issue 25 (TLS/compression flags, AUTH)"]
 fn auth_secret_gets_publish_and_subscribe_where_authorized() {
     run(|| async {
         let auth = auth_server(64);

@@ -308,7 +308,6 @@ fn certificates(dir: &std::path::Path) -> (String, String, String) {
 }
 
 #[test]
-#[ignore = "needs the broker side of issue 25 (TLS, snappy, deflate)"]
 fn pubsub_runs_over_tls_snappy_and_deflate_and_records_them() {
     let scratch = std::env::temp_dir().join(format!("shard-bench-tls-{}", std::process::id()));
     std::fs::create_dir_all(&scratch).expect("scratch");
