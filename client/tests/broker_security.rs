@@ -3,10 +3,6 @@
 //! a private data directory (certificates from rcgen in a scratch directory; AUTH against a
 //! small HTTP auth server the test runs on a thread), and reads `/stats` for what each
 //! consumer negotiated.
-//!
-//! They are ignored until the broker side of issue 25 (the TLS/compression flags and AUTH)
-//! is merged: run them with `cargo test -p client --test broker_security -- --ignored`, then
-//! drop the `ignore` attributes.
 
 mod support;
 
