@@ -100,8 +100,9 @@ pub struct Args {
     /// default duration of time between flushing data to clients
     #[arg(long, default_value = "250ms", value_parser = parse_flag_duration)]
     pub output_buffer_timeout: Duration,
-    /// message processing time percentiles (as float (0, 1.0]) to track (can be given multiple times)
-    #[arg(long = "e2e-processing-latency-percentile")]
+    /// message processing time percentiles (as float (0, 1.0]) to track (can be given multiple
+    /// times or comma separated '1.0,0.99,0.95')
+    #[arg(long = "e2e-processing-latency-percentile", value_delimiter = ',')]
     pub e2e_processing_latency_percentiles: Vec<f64>,
     /// calculate end to end latency quantiles for this duration of time
     #[arg(long, default_value = "10m", value_parser = parse_flag_duration)]
@@ -321,6 +322,9 @@ pub struct Config {
     /// (`--auth-http-request-method`, `--http-client-connect-timeout`,
     /// `--http-client-request-timeout`).
     pub auth: crate::auth::AuthSettings,
+    /// The flags as given (after the config file and Go's forms), for `/config/:opt`: nsqd
+    /// reports every option it has a flag for, including those that have no effect here.
+    pub given: Args,
 }
 
 /// nsqd's `--statsd-*` flags, checked.
@@ -411,6 +415,7 @@ impl Config {
     }
 
     fn from_args(a: Args) -> Result<Config, ConfigError> {
+        let given = a.clone();
         let auth = auth_settings(&a)?;
         if !a.https_address.is_empty() {
             return Err(bad(
@@ -551,6 +556,7 @@ impl Config {
             connection_steering: a.connection_steering,
             spin_before_park: a.spin_before_park,
             auth,
+            given,
         })
     }
 

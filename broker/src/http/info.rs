@@ -133,10 +133,48 @@ fn option_value(shard: &Shard, name: &str) -> Option<Value> {
         "log_level" => json!(log_level_number(&shard.log_level()).unwrap_or(2)),
         "shards" => json!(c.shards),
         "id" => json!(c.node_id),
-        // Not built (the flags that would set them are refused): what is in effect.
-        "deflate" | "snappy" => json!(false),
-        "auth_http_addresses" => json!([] as [&str; 0]),
-        "tls_cert" | "tls_key" => json!(""),
+        // nsqd's numbers: TLSNotRequired 0, TLSRequiredExceptHTTP 1, TLSRequired 2.
+        "tls_required" => json!(match c.tls_required {
+            crate::tls::TlsRequired::No => 0,
+            crate::tls::TlsRequired::ExceptHttp => 1,
+            crate::tls::TlsRequired::Yes => 2,
+        }),
+        // Go's tls.VersionTLS12 / VersionTLS13 (rustls offers nothing older than 1.2).
+        "tls_min_version" => json!(match c.tls.as_ref().map(|t| t.min_version) {
+            Some(crate::tls::TlsMinVersion::Tls13) => 0x0304,
+            _ => 0x0303,
+        }),
+        "deflate" => json!(c.deflate),
+        "snappy" => json!(c.snappy),
+        _ => return given_value(&c.given, name),
+    })
+}
+
+/// The options that are read as given (nsqd reports every option it has a flag for, in its
+/// types: durations in nanoseconds, `tls_required` and `tls_min_version` as its numbers).
+fn given_value(g: &crate::config::Args, name: &str) -> Option<Value> {
+    let d = |d: Duration| json!(nanos(d));
+    Some(match name {
+        "log_prefix" => json!(g.log_prefix),
+        "auth_http_addresses" => json!(g.auth_http_addresses),
+        "auth_http_request_method" => json!(g.auth_http_request_method),
+        "http_client_connect_timeout" => d(g.http_client_connect_timeout),
+        "http_client_request_timeout" => d(g.http_client_request_timeout),
+        "topology_region" => json!(g.topology_region),
+        "topology_zone" => json!(g.topology_zone),
+        "queue_scan_selection_count" => json!(g.queue_scan_selection_count),
+        "queue_scan_worker_pool_max" => json!(g.queue_scan_worker_pool_max),
+        "statsd_address" => json!(g.statsd_address),
+        "statsd_prefix" => json!(g.statsd_prefix),
+        "statsd_interval" => d(g.statsd_interval),
+        "statsd_mem_stats" => json!(g.statsd_mem_stats),
+        "statsd_udp_packet_size" => json!(g.statsd_udp_packet_size),
+        "statsd_exclude_ephemeral" => json!(g.statsd_exclude_ephemeral),
+        "tls_cert" => json!(g.tls_cert),
+        "tls_key" => json!(g.tls_key),
+        "tls_client_auth_policy" => json!(g.tls_client_auth_policy),
+        "tls_root_ca_file" => json!(g.tls_root_ca_file),
+        "enable_experiment" => json!(g.enable_experiments),
         _ => return None,
     })
 }
