@@ -236,3 +236,48 @@ def test_lookup_takes_every_nsqlookupd_flag(tmp_path, form):
         proc.terminate()
         proc.wait(timeout=10)
         err.close()
+
+
+def toml_value(v):
+    return json.dumps(v) if not isinstance(v, bool) else ("true" if v else "false")
+
+
+def test_broker_reads_a_config_file_with_every_nsqd_key(start_broker, certs, tmp_path):  # noqa: F811
+    """Every key of nsqd's Options in one file (nsqd's cfg names, its TOML types: booleans for
+    `tls_required`, an empty `tls_min_version`, integer milliseconds for durations), no flags
+    besides the test's addresses and data path."""
+    keys = {
+        "log_level": "debug", "log_prefix": "[n] ", "id": 5,
+        "broadcast_address": "c.example", "broadcast_tcp_port": 4000,
+        "broadcast_http_port": 4001, "nsqlookupd_tcp_addresses": ["127.0.0.1:1"],
+        "auth_http_addresses": ["127.0.0.1:2"], "auth_http_request_method": "get",
+        "http_client_connect_timeout": "2s", "http_client_request_timeout": 5000,
+        "topology_region": "", "topology_zone": "",
+        "mem_queue_size": 12, "max_bytes_per_file": 104857600, "sync_every": 2500,
+        "sync_timeout": "2s", "queue_scan_selection_count": 20, "queue_scan_worker_pool_max": 4,
+        "msg_timeout": "60s", "max_msg_timeout": "15m", "max_msg_size": 1024768,
+        "max_body_size": 5123840, "max_req_timeout": "1h", "max_heartbeat_interval": "60s",
+        "max_rdy_count": 2500, "max_output_buffer_size": 65536,
+        "max_output_buffer_timeout": "1s", "min_output_buffer_timeout": "25ms",
+        "output_buffer_timeout": "250ms", "max_channel_consumers": 0,
+        "statsd_address": "", "statsd_prefix": "nsq.%s", "statsd_interval": "60s",
+        "statsd_mem_stats": True, "statsd_udp_packet_size": 508,
+        "statsd_exclude_ephemeral": False,
+        "e2e_processing_latency_percentiles": [1.0, 0.99, 0.95],
+        "e2e_processing_latency_window_time": "10m",
+        "tls_cert": certs.server, "tls_key": certs.server_key, "tls_client_auth_policy": "",
+        "tls_root_ca_file": "", "tls_required": False, "tls_min_version": "",
+        "deflate": True, "max_deflate_level": 6, "snappy": True, "enable_experiment": [],
+    }
+    cfg = tmp_path / "nsqd.cfg"
+    cfg.write_text("".join("%s = %s\n" % (k, toml_value(v)) for k, v in keys.items()))
+    broker = start_broker("--config=%s" % cfg)
+    expected = dict(keys, log_level=1, http_client_connect_timeout=2 * SEC,
+                    http_client_request_timeout=5 * SEC, sync_timeout=2 * SEC,
+                    msg_timeout=60 * SEC, max_msg_timeout=900 * SEC, max_req_timeout=3600 * SEC,
+                    max_heartbeat_interval=60 * SEC, max_output_buffer_timeout=SEC,
+                    min_output_buffer_timeout=25 * MS, output_buffer_timeout=250 * MS,
+                    statsd_interval=60 * SEC, e2e_processing_latency_window_time=600 * SEC,
+                    tls_required=0, tls_min_version=0x0303)
+    for key, value in expected.items():
+        assert config_value(broker, key) == value, key
