@@ -18,6 +18,8 @@ pub struct Endpoint {
     pub path: String,
     /// `https://`: sent over TLS with the `--http-client-tls-*` settings.
     pub tls: bool,
+    /// As given.
+    pub url: String,
 }
 
 impl Endpoint {
@@ -40,6 +42,7 @@ impl Endpoint {
             addr: addr.to_owned(),
             path: path.to_owned(),
             tls,
+            url: url.to_owned(),
         })
     }
 }
@@ -134,6 +137,7 @@ mod tests {
                 addr: "h:80".into(),
                 path: "/hook?x=1".into(),
                 tls: false,
+                url: "http://h:80/hook?x=1".into(),
             }
         );
         assert_eq!(Endpoint::parse("http://h:80").unwrap().path, "/");

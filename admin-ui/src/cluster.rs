@@ -90,7 +90,8 @@ impl Node {
 
 /// The lookups and brokers admin-ui was given, and how to ask them.
 pub struct Cluster {
-    pub lookups: Vec<String>,
+    /// Changed at run time by `PUT /config/nsqlookupd_http_addresses`.
+    lookups: std::sync::RwLock<Vec<String>>,
     pub brokers: Vec<String>,
     pub upstream: std::sync::Arc<Upstream>,
 }
@@ -193,6 +194,26 @@ fn add(into: &mut Map<String, Value>, from: &Map<String, Value>) {
 }
 
 impl Cluster {
+    pub fn new(lookups: Vec<String>, brokers: Vec<String>, upstream: std::sync::Arc<Upstream>) -> Cluster {
+        Cluster {
+            lookups: std::sync::RwLock::new(lookups),
+            brokers,
+            upstream,
+        }
+    }
+
+    /// The lookups now.
+    pub fn lookup_addrs(&self) -> Vec<String> {
+        self.lookups.read().map(|l| l.clone()).unwrap_or_default()
+    }
+
+    /// Replaces the lookups (for the requests that start from now on).
+    pub fn set_lookups(&self, lookups: Vec<String>) {
+        if let Ok(mut l) = self.lookups.write() {
+            *l = lookups;
+        }
+    }
+
     /// Every node's name: the lookups' producers and the configured brokers.
     fn node_names(&self) -> (Vec<String>, Vec<String>) {
         let (producers, warnings) = self.producers();
@@ -203,7 +224,7 @@ impl Cluster {
 
     /// The producers every lookup lists (their topics as the lookups know them).
     fn producers(&self) -> (Vec<Node>, Vec<String>) {
-        let g = gather(&self.lookups, |l| self.upstream.get_json(l, "/nodes"));
+        let g = gather(&self.lookup_addrs(), |l| self.upstream.get_json(l, "/nodes"));
         let mut nodes = Vec::new();
         for (_, answer) in &g.answers {
             for p in list(answer, "producers") {
@@ -255,7 +276,7 @@ impl Cluster {
 
     /// `GET /api/topics`.
     pub fn topics(&self) -> Value {
-        let from_lookups = gather(&self.lookups, |l| self.upstream.get_json(l, "/topics"));
+        let from_lookups = gather(&self.lookup_addrs(), |l| self.upstream.get_json(l, "/topics"));
         let mut topics = BTreeSet::new();
         for (_, answer) in &from_lookups.answers {
             for t in list(answer, "topics") {
@@ -457,7 +478,8 @@ impl Cluster {
 
     /// `GET /api/lookups`.
     pub fn lookups(&self) -> Value {
-        let g = gather(&self.lookups, |l| {
+        let addrs = self.lookup_addrs();
+        let g = gather(&addrs, |l| {
             let topics = self.upstream.get_json(l, "/topics")?;
             let mut out = Vec::new();
             for t in list(&topics, "topics").iter().filter_map(Value::as_str) {
@@ -472,8 +494,7 @@ impl Cluster {
         for (l, topics) in &g.answers {
             answered.insert(l, topics);
         }
-        let lookups: Vec<Value> = self
-            .lookups
+        let lookups: Vec<Value> = addrs
             .iter()
             .map(|l| match answered.get(l.as_str()) {
                 Some(topics) => json!({"address": l, "reachable": true, "topics": topics}),
@@ -484,103 +505,121 @@ impl Cluster {
     }
 
     /// `POST /api/topics`: the topic (and channel) created at every lookup, or at every
-    /// configured broker when there are no lookups.
-    pub fn create(&self, topic: &str, channel: Option<&str>) -> Result<(), Failure> {
-        let targets = if self.lookups.is_empty() {
+    /// configured broker when there are no lookups; a channel also on every broker that has
+    /// the topic (as nsqadmin).
+    pub fn create(&self, topic: &str, channel: Option<&str>) -> Result<Vec<String>, Failure> {
+        let lookups = self.lookup_addrs();
+        let targets = if lookups.is_empty() {
             &self.brokers
         } else {
-            &self.lookups
+            &lookups
         };
-        everywhere(
+        let mut failed = everywhere(
             &self.upstream,
             targets,
             &format!("/topic/create?topic={}", percent_encode(topic)),
-        )?;
+        );
         if let Some(c) = channel {
-            everywhere(
-                &self.upstream,
-                targets,
-                &format!(
-                    "/channel/create?topic={}&channel={}",
-                    percent_encode(topic),
-                    percent_encode(c)
-                ),
-            )?;
+            let path = format!(
+                "/channel/create?topic={}&channel={}",
+                percent_encode(topic),
+                percent_encode(c)
+            );
+            failed.extend(everywhere(&self.upstream, targets, &path));
+            if !lookups.is_empty() {
+                let (on_nodes, warnings) = self.topic_on_nodes(topic);
+                failed.extend(warnings);
+                let nodes: Vec<String> = on_nodes.into_iter().map(|(n, _)| n).collect();
+                failed.extend(everywhere(&self.upstream, &nodes, &path));
+            }
         }
-        Ok(())
+        Ok(dedup(failed))
+    }
+
+    /// The brokers that have `topic` (and `channel`), with what did not answer; an error when
+    /// none has it: not found, or nothing answered at all.
+    fn holders(
+        &self,
+        topic: &str,
+        channel: Option<&str>,
+    ) -> Result<(Vec<String>, Vec<String>), Failure> {
+        let (on_nodes, warnings) = self.topic_on_nodes(topic);
+        let nodes: Vec<String> = on_nodes
+            .into_iter()
+            .filter(|(_, t)| match channel {
+                None => true,
+                Some(channel) => list(t, "channels")
+                    .iter()
+                    .any(|c| text(c, "channel_name") == channel),
+            })
+            .map(|(n, _)| n)
+            .collect();
+        match (nodes.is_empty(), warnings.is_empty(), channel) {
+            (true, false, _) => Err(Failure::Upstream(warnings.join("; "))),
+            (true, true, None) => Err(Failure::NotFound("TOPIC_NOT_FOUND")),
+            (true, true, Some(_)) => Err(Failure::NotFound("CHANNEL_NOT_FOUND")),
+            (false, _, _) => Ok((nodes, warnings)),
+        }
     }
 
     /// `POST /api/topics/{topic}` (pause, unpause, empty) on every broker that has it.
-    pub fn topic_action(&self, topic: &str, action: &str) -> Result<(), Failure> {
-        let (on_nodes, _) = self.topic_on_nodes(topic);
-        if on_nodes.is_empty() {
-            return Err(Failure::NotFound("TOPIC_NOT_FOUND"));
-        }
-        let nodes: Vec<String> = on_nodes.into_iter().map(|(n, _)| n).collect();
-        everywhere(
-            &self.upstream,
-            &nodes,
-            &format!("/topic/{action}?topic={}", percent_encode(topic)),
-        )
+    pub fn topic_action(&self, topic: &str, action: &str) -> Result<Vec<String>, Failure> {
+        let (nodes, mut failed) = self.holders(topic, None)?;
+        let path = format!("/topic/{action}?topic={}", percent_encode(topic));
+        failed.extend(everywhere(&self.upstream, &nodes, &path));
+        Ok(failed)
     }
 
     /// `DELETE /api/topics/{topic}`: at every lookup, then on every broker that has it.
-    pub fn delete_topic(&self, topic: &str) -> Result<(), Failure> {
-        let (on_nodes, _) = self.topic_on_nodes(topic);
+    pub fn delete_topic(&self, topic: &str) -> Result<Vec<String>, Failure> {
+        let (on_nodes, mut failed) = self.topic_on_nodes(topic);
         let path = format!("/topic/delete?topic={}", percent_encode(topic));
-        everywhere(&self.upstream, &self.lookups, &path)?;
+        failed.extend(everywhere(&self.upstream, &self.lookup_addrs(), &path));
         let nodes: Vec<String> = on_nodes.into_iter().map(|(n, _)| n).collect();
-        everywhere(&self.upstream, &nodes, &path)
-    }
-
-    /// Brokers whose `topic` has `channel`.
-    fn channel_nodes(&self, topic: &str, channel: &str) -> Vec<String> {
-        let (on_nodes, _) = self.topic_on_nodes(topic);
-        on_nodes
-            .into_iter()
-            .filter(|(_, t)| {
-                list(t, "channels")
-                    .iter()
-                    .any(|c| text(c, "channel_name") == channel)
-            })
-            .map(|(n, _)| n)
-            .collect()
+        failed.extend(everywhere(&self.upstream, &nodes, &path));
+        Ok(failed)
     }
 
     /// `POST /api/topics/{topic}/{channel}` (pause, unpause, empty) on every broker that has it.
-    pub fn channel_action(&self, topic: &str, channel: &str, action: &str) -> Result<(), Failure> {
-        let nodes = self.channel_nodes(topic, channel);
-        if nodes.is_empty() {
-            return Err(Failure::NotFound("CHANNEL_NOT_FOUND"));
-        }
-        everywhere(
-            &self.upstream,
-            &nodes,
-            &format!(
-                "/channel/{action}?topic={}&channel={}",
-                percent_encode(topic),
-                percent_encode(channel)
-            ),
-        )
+    pub fn channel_action(
+        &self,
+        topic: &str,
+        channel: &str,
+        action: &str,
+    ) -> Result<Vec<String>, Failure> {
+        let (nodes, mut failed) = self.holders(topic, Some(channel))?;
+        let path = format!(
+            "/channel/{action}?topic={}&channel={}",
+            percent_encode(topic),
+            percent_encode(channel)
+        );
+        failed.extend(everywhere(&self.upstream, &nodes, &path));
+        Ok(failed)
     }
 
     /// `DELETE /api/topics/{topic}/{channel}`: at every lookup, then on every broker that has
     /// it.
-    pub fn delete_channel(&self, topic: &str, channel: &str) -> Result<(), Failure> {
-        let nodes = self.channel_nodes(topic, channel);
+    pub fn delete_channel(&self, topic: &str, channel: &str) -> Result<Vec<String>, Failure> {
+        let (nodes, mut failed) = match self.holders(topic, Some(channel)) {
+            Ok(found) => found,
+            Err(Failure::Upstream(why)) => (Vec::new(), vec![why]),
+            Err(_) => (Vec::new(), Vec::new()),
+        };
         let path = format!(
             "/channel/delete?topic={}&channel={}",
             percent_encode(topic),
             percent_encode(channel)
         );
-        everywhere(&self.upstream, &self.lookups, &path)?;
-        everywhere(&self.upstream, &nodes, &path)
+        failed.extend(everywhere(&self.upstream, &self.lookup_addrs(), &path));
+        failed.extend(everywhere(&self.upstream, &nodes, &path));
+        Ok(failed)
     }
 
     /// `DELETE /api/nodes/{node}`: the node's registration of `topic` tombstoned at every
-    /// lookup.
-    pub fn tombstone(&self, node: &str, topic: &str) -> Result<(), Failure> {
-        if self.lookups.is_empty() {
+    /// lookup, then the topic deleted on that node, as nsqadmin 1.3 does.
+    pub fn tombstone(&self, node: &str, topic: &str) -> Result<Vec<String>, Failure> {
+        let lookups = self.lookup_addrs();
+        if lookups.is_empty() {
             // Registrations live in lookups: without any there is nothing to tombstone.
             return Err(Failure::Refused("NO_LOOKUPS"));
         }
@@ -588,26 +627,25 @@ impl Cluster {
         if !names.iter().any(|n| n == node) {
             return Err(Failure::NotFound("NODE_NOT_FOUND"));
         }
-        everywhere(
+        let mut failed = everywhere(
             &self.upstream,
-            &self.lookups,
+            &lookups,
             &format!(
                 "/topic/tombstone?topic={}&node={}",
                 percent_encode(topic),
                 percent_encode(node)
             ),
-        )
+        );
+        let delete = format!("/topic/delete?topic={}", percent_encode(topic));
+        failed.extend(everywhere(&self.upstream, &[node.to_owned()], &delete));
+        Ok(failed)
     }
 }
 
-/// POSTs `path` to every address; an error names each that failed.
-fn everywhere(upstream: &Upstream, addrs: &[String], path: &str) -> Result<(), Failure> {
-    let g = gather(addrs, |a| upstream.post(a, path));
-    if g.warnings.is_empty() {
-        Ok(())
-    } else {
-        Err(Failure::Upstream(g.warnings.join("; ")))
-    }
+/// POSTs `path` to every address; what each that failed said (nsqadmin answers these as a
+/// warning, the action done elsewhere).
+fn everywhere(upstream: &Upstream, addrs: &[String], path: &str) -> Vec<String> {
+    gather(addrs, |a| upstream.post(a, path)).warnings
 }
 
 /// `v` without repeats, first occurrences kept in order.

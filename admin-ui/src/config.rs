@@ -2,9 +2,12 @@
 
 use crate::audit::Endpoint;
 use crate::cluster::dedup;
+use crate::graphite::{GraphiteSettings, GraphiteUrl};
+use crate::live_config::Cidr;
 use crate::tls::TlsFlags;
 use crate::upstream::Timeouts;
 use clap::{CommandFactory, Parser};
+use serde_json::{Map, Value};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -74,7 +77,58 @@ struct Flags {
     /// path to config file (nsqadmin's TOML keys; flags given here win over the file)
     #[arg(long)]
     config: Option<String>,
+
+    /// log message prefix (accepted for nsqadmin compatibility; log lines carry no prefix)
+    #[arg(long, default_value = "[nsqadmin] ")]
+    log_prefix: String,
+
+    /// [deprecated] has no effect, use --log-level
+    #[arg(long, num_args = 0..=1, require_equals = true, default_value = "false",
+          default_missing_value = "true", value_parser = go_bool, action = clap::ArgAction::Set)]
+    verbose: bool,
+
+    /// URL base path: pages, static files and the API are served under it
+    #[arg(long, default_value = "/")]
+    base_path: String,
+
+    /// serve the static files (app.js, style.css, ...) from this directory instead of the
+    /// ones built in (development use only)
+    #[arg(long)]
+    dev_static_dir: Option<PathBuf>,
+
+    /// graphite HTTP address (http://host:port or https://...): charts and rates from it
+    #[arg(long, default_value = "")]
+    graphite_url: String,
+
+    /// proxy HTTP requests to graphite (GET <base-path>/render)
+    #[arg(long, num_args = 0..=1, require_equals = true, default_value = "false",
+          default_missing_value = "true", value_parser = go_bool, action = clap::ArgAction::Set)]
+    proxy_graphite: bool,
+
+    /// the counter stats key formatting applied by statsd (empty: none)
+    #[arg(long, default_value = "stats.counters.%s.count")]
+    statsd_counter_format: String,
+
+    /// the gauge stats key formatting applied by statsd (empty: none)
+    #[arg(long, default_value = "stats.gauges.%s")]
+    statsd_gauge_format: String,
+
+    /// prefix used for keys sent to statsd (%s for host replacement, must match the brokers')
+    #[arg(long, default_value = "nsq.%s")]
+    statsd_prefix: String,
+
+    /// time interval the brokers push to statsd (must match the brokers')
+    #[arg(long, default_value = "60s", value_parser = positive_duration)]
+    statsd_interval: Duration,
+
+    /// a CIDR from which to allow HTTP requests to the /config endpoint (empty: from anywhere)
+    #[arg(long, default_value = "127.0.0.1/8", value_parser = cidr_or_empty)]
+    allow_config_from_cidr: CidrFlag,
 }
+
+/// `--allow-config-from-cidr`: a CIDR, or empty for anyone.
+#[derive(Debug, Clone, Copy)]
+struct CidrFlag(Option<Cidr>);
 
 /// The config file keys nsqadmin names differently from its flags (nsqadmin's `cfg` tags).
 const RENAMED_KEYS: &[(&str, &str)] = &[
@@ -98,6 +152,16 @@ pub struct Config {
     /// How to talk to brokers that serve HTTPS only.
     pub tls: TlsFlags,
     pub timeouts: Timeouts,
+    /// `--base-path` normalised: empty for `/`, else `/a/b` (a leading slash, none trailing).
+    pub base_path: String,
+    pub dev_static_dir: Option<PathBuf>,
+    pub graphite: GraphiteSettings,
+    /// Who may use `/config` (`None`: anyone).
+    pub allow_config_from: Option<Cidr>,
+    /// nsqadmin flags given that have no effect here, each with why (logged at start-up).
+    pub without_effect: Vec<String>,
+    /// Every option by its config-file name, as nsqadmin's `/config/:opt` answers it.
+    pub options: Map<String, Value>,
 }
 
 impl Config {
@@ -118,6 +182,7 @@ impl Config {
                 "give at least one --lookupd-http-address or --nsqd-http-address",
             ));
         }
+        let options = options_of(&flags);
         let cert_and_key = match (flags.http_client_tls_cert, flags.http_client_tls_key) {
             (Some(cert), Some(key)) => Some((cert, key)),
             (None, None) => None,
@@ -132,7 +197,39 @@ impl Config {
                 ))
             }
         };
+        let mut without_effect = Vec::new();
+        if flags.log_prefix != "[nsqadmin] " {
+            without_effect.push("--log-prefix: log lines carry no prefix".to_string());
+        }
+        if flags.verbose {
+            without_effect.push("--verbose: deprecated in nsqadmin, use --log-level".to_string());
+        }
+        let graphite_url = match flags.graphite_url.as_str() {
+            "" => None,
+            url => Some(GraphiteUrl::parse(url).map_err(|e| {
+                Flags::command().error(
+                    clap::error::ErrorKind::InvalidValue,
+                    format!("failed to parse --graphite-url ({url}) - {e}"),
+                )
+            })?),
+        };
+        if flags.proxy_graphite && graphite_url.is_none() {
+            return Err(missing("--proxy-graphite needs --graphite-url"));
+        }
         Ok(Config {
+            base_path: normalize_base_path(&flags.base_path),
+            dev_static_dir: flags.dev_static_dir,
+            graphite: GraphiteSettings {
+                url: graphite_url,
+                proxy: flags.proxy_graphite,
+                statsd_prefix: flags.statsd_prefix,
+                statsd_counter_format: flags.statsd_counter_format,
+                statsd_gauge_format: flags.statsd_gauge_format,
+                statsd_interval: flags.statsd_interval,
+            },
+            allow_config_from: flags.allow_config_from_cidr.0,
+            without_effect,
+            options,
             http_address: flags.http_address,
             lookups: dedup(flags.lookupd_http_addresses),
             brokers: dedup(flags.nsqd_http_addresses),
@@ -151,6 +248,69 @@ impl Config {
             },
         })
     }
+}
+
+/// The options as nsqadmin's `/config/:opt` shows them: config-file names, durations in
+/// nanoseconds, the log level as nsqd's number, paths and URLs as given (empty when not).
+fn options_of(f: &Flags) -> Map<String, Value> {
+    let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
+    let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+    let json = serde_json::json!({
+        "log_level": crate::live_config::level_number(f.log_level),
+        "log_prefix": f.log_prefix,
+        "http_address": f.http_address.to_string(),
+        "base_path": match normalize_base_path(&f.base_path).as_str() { "" => "/".to_owned(), p => p.to_owned() },
+        "dev_static_dir": path(&f.dev_static_dir),
+        "graphite_url": f.graphite_url,
+        "proxy_graphite": f.proxy_graphite,
+        "statsd_prefix": f.statsd_prefix,
+        "statsd_counter_format": f.statsd_counter_format,
+        "statsd_gauge_format": f.statsd_gauge_format,
+        "statsd_interval": nanos(f.statsd_interval),
+        "nsqlookupd_http_addresses": dedup(f.lookupd_http_addresses.clone()),
+        "nsqd_http_addresses": dedup(f.nsqd_http_addresses.clone()),
+        "http_client_connect_timeout": nanos(f.http_client_connect_timeout),
+        "http_client_request_timeout": nanos(f.http_client_request_timeout),
+        "http_client_tls_insecure_skip_verify": f.http_client_tls_insecure_skip_verify,
+        "http_client_tls_root_ca_file": path(&f.http_client_tls_root_ca_file),
+        "http_client_tls_cert": path(&f.http_client_tls_cert),
+        "http_client_tls_key": path(&f.http_client_tls_key),
+        "allow_config_from_cidr": f.allow_config_from_cidr.0.map(|c| c.to_string()).unwrap_or_default(),
+        "notification_http_endpoint": f.notification_http_endpoint.as_ref().map(|e| e.url.clone()).unwrap_or_default(),
+        "acl_http_header": f.acl_http_header,
+        "admin_users": f.admin_users,
+    });
+    match json {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    }
+}
+
+/// nsqadmin's base path made canonical as Go's `path.Clean` would (a leading `/`, no `.`,
+/// `..`, repeated or trailing `/`), then without the trailing slash so that it can be
+/// prepended: `""` for the root.
+pub fn normalize_base_path(p: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for part in p.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            _ => parts.push(part),
+        }
+    }
+    parts.iter().map(|p| format!("/{p}")).collect()
+}
+
+/// An empty `--allow-config-from-cidr` (anyone) or a CIDR.
+fn cidr_or_empty(s: &str) -> Result<CidrFlag, String> {
+    if s.is_empty() {
+        return Ok(CidrFlag(None));
+    }
+    Cidr::parse(s)
+        .map(|c| CidrFlag(Some(c)))
+        .map_err(|e| format!("failed to parse --allow-config-from-cidr ({s}) - {e}"))
 }
 
 /// A usage error saying what is missing.
@@ -191,7 +351,7 @@ fn listen_addr(s: &str) -> Result<SocketAddr, String> {
 }
 
 /// A lookup's or broker's `host:port` (an `http://` prefix and a trailing `/` are dropped).
-fn upstream_addr(s: &str) -> Result<String, String> {
+pub(crate) fn upstream_addr(s: &str) -> Result<String, String> {
     let a = s.trim_start_matches("http://").trim_end_matches('/');
     match a.rsplit_once(':') {
         Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => Ok(a.to_owned()),
