@@ -176,9 +176,15 @@ fn handle_api(app: &App, req: &Request, parts: &[&str], peer: &str) -> Response 
     let cluster = &app.cluster;
     if method == "GET" || method == "HEAD" {
         if parts == ["graphite"] {
-            return app.graphite.rate(&cluster.upstream, head.query().ok().as_ref());
+            return app
+                .graphite
+                .rate(&cluster.upstream, head.query().ok().as_ref());
         }
-        return read(cluster, parts);
+        let inactive = head
+            .query()
+            .ok()
+            .is_some_and(|q| q.get("inactive") == Some("true"));
+        return read(cluster, parts, inactive);
     }
     // As nsqadmin: who may act is checked before the request's body is read.
     if !matches!(action_route(parts, method), Ok(true)) {
@@ -225,8 +231,9 @@ fn action_route(parts: &[&str], method: &str) -> Result<bool, Response> {
 }
 
 /// A GET under `/api/`.
-fn read(cluster: &Cluster, parts: &[&str]) -> Response {
+fn read(cluster: &Cluster, parts: &[&str], inactive: bool) -> Response {
     match parts {
+        ["topics"] if inactive => ok(cluster.inactive_topics()),
         ["topics"] => ok(cluster.topics()),
         ["topics", topic] => match check_names(topic, None) {
             Ok(()) => answer(cluster.topic(topic)),

@@ -253,7 +253,11 @@ impl Config {
 /// The options as nsqadmin's `/config/:opt` shows them: config-file names, durations in
 /// nanoseconds, the log level as nsqd's number, paths and URLs as given (empty when not).
 fn options_of(f: &Flags) -> Map<String, Value> {
-    let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
+    let path = |p: &Option<PathBuf>| {
+        p.as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default()
+    };
     let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
     let json = serde_json::json!({
         "log_level": crate::live_config::level_number(f.log_level),

@@ -73,8 +73,11 @@ pub struct GraphiteSettings {
 }
 
 fn fail(status: u16, message: &str) -> Response {
-    Response::json(status, serde_json::json!({ "message": message }).to_string())
-        .with_header("X-NSQ-Content-Type", "nsq; version=1.0")
+    Response::json(
+        status,
+        serde_json::json!({ "message": message }).to_string(),
+    )
+    .with_header("X-NSQ-Content-Type", "nsq; version=1.0")
 }
 
 impl GraphiteSettings {
@@ -168,7 +171,10 @@ mod tests {
     #[test]
     fn graphite_urls() {
         let u = GraphiteUrl::parse("http://g.example:8080/").unwrap();
-        assert_eq!((u.tls, u.addr.as_str(), u.path.as_str()), (false, "g.example:8080", ""));
+        assert_eq!(
+            (u.tls, u.addr.as_str(), u.path.as_str()),
+            (false, "g.example:8080", "")
+        );
         let u = GraphiteUrl::parse("https://g.example/graphite").unwrap();
         assert_eq!(
             (u.tls, u.addr.as_str(), u.path.as_str()),

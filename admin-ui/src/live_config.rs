@@ -89,8 +89,11 @@ pub fn level_number(level: tracing::Level) -> u8 {
 }
 
 fn fail(status: u16, message: &str) -> Response {
-    Response::json(status, serde_json::json!({ "message": message }).to_string())
-        .with_header("X-NSQ-Content-Type", "nsq; version=1.0")
+    Response::json(
+        status,
+        serde_json::json!({ "message": message }).to_string(),
+    )
+    .with_header("X-NSQ-Content-Type", "nsq; version=1.0")
 }
 
 /// The largest PUT body nsqadmin reads.
@@ -124,12 +127,10 @@ impl LiveConfig {
         match value {
             None => fail(400, "INVALID_OPTION"),
             // nsqadmin writes a string as it is, not as JSON.
-            Some(Value::String(s)) => {
-                Response::empty(200)
-                    .with_header("Content-Type", "text/plain; charset=utf-8")
-                    .with_header("X-NSQ-Content-Type", "nsq; version=1.0")
-                    .with_body(s)
-            }
+            Some(Value::String(s)) => Response::empty(200)
+                .with_header("Content-Type", "text/plain; charset=utf-8")
+                .with_header("X-NSQ-Content-Type", "nsq; version=1.0")
+                .with_body(s),
             Some(v) => Response::json(200, v.to_string())
                 .with_header("X-NSQ-Content-Type", "nsq; version=1.0"),
         }

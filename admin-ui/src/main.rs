@@ -12,6 +12,7 @@
 //! - [`live_config`]: `/config/:opt`, the options read and changed while running;
 //! - [`graphite`]: the Graphite proxy, `/api/graphite` and the statsd key settings;
 //! - [`audit`]: who may take actions, and the notification of each one;
+//! - [`shapes`]: nsqadmin's JSON shapes of topics, channels, clients and nodes;
 //! - [`cluster`]: what the cluster looks like, gathered from lookups and brokers, and the
 //!   actions fanned out to them;
 //! - [`upstream`]: one HTTP request to a lookup or a broker, over HTTPS when a broker
@@ -26,6 +27,7 @@ mod graphite;
 mod live_config;
 mod pages;
 mod server;
+mod shapes;
 mod tls;
 mod upstream;
 

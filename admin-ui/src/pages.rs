@@ -74,7 +74,11 @@ pub fn is_page(parts: &[&str]) -> bool {
 
 impl Pages {
     /// The page rendered for `base_path` (`""` or `/a/b`) and the Graphite settings.
-    pub fn new(base_path: &str, graphite: &GraphiteSettings, dev_static_dir: Option<PathBuf>) -> Pages {
+    pub fn new(
+        base_path: &str,
+        graphite: &GraphiteSettings,
+        dev_static_dir: Option<PathBuf>,
+    ) -> Pages {
         let settings = serde_json::json!({
             "graphite_enabled": graphite.url.is_some(),
             "graphite_url": graphite.url.as_ref().map(|u| u.text.clone()).unwrap_or_default(),
@@ -161,7 +165,10 @@ mod tests {
 
     #[test]
     fn escaped_and_typed() {
-        assert_eq!(html_escape(r#"<a href="x">'&'"#), "&lt;a href=&quot;x&quot;&gt;&#39;&amp;&#39;");
+        assert_eq!(
+            html_escape(r#"<a href="x">'&'"#),
+            "&lt;a href=&quot;x&quot;&gt;&#39;&amp;&#39;"
+        );
         assert_eq!(content_type("app.js"), "text/javascript; charset=utf-8");
         assert_eq!(content_type("x"), "application/octet-stream");
     }
