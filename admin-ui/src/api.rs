@@ -234,7 +234,7 @@ fn action_route(parts: &[&str], method: &str) -> Result<bool, Response> {
 fn read(cluster: &Cluster, parts: &[&str], inactive: bool) -> Response {
     match parts {
         ["topics"] if inactive => ok(cluster.inactive_topics()),
-        ["topics"] => ok(cluster.topics()),
+        ["topics"] => answer(cluster.topics()),
         ["topics", topic] => match check_names(topic, None) {
             Ok(()) => answer(cluster.topic(topic)),
             Err(r) => r,
@@ -243,9 +243,9 @@ fn read(cluster: &Cluster, parts: &[&str], inactive: bool) -> Response {
             Ok(()) => answer(cluster.channel(topic, channel)),
             Err(r) => r,
         },
-        ["nodes"] => ok(cluster.nodes()),
+        ["nodes"] => answer(cluster.nodes()),
         ["nodes", node] => answer(cluster.node(node)),
-        ["counter"] => ok(cluster.counter()),
+        ["counter"] => answer(cluster.counter()),
         ["lookups"] => ok(cluster.lookups()),
         _ => fail(404, "NOT_FOUND"),
     }

@@ -246,8 +246,28 @@ impl Cluster {
         (found, g.warnings)
     }
 
+    /// `Err` when every lookup and broker given failed (each named in `warnings`): nothing
+    /// answered, nsqadmin's 502 `UPSTREAM_ERROR: failed to query any ...`.
+    fn nothing_answered(&self, warnings: &[String]) -> Result<(), Failure> {
+        let lookups = self.lookup_addrs();
+        let all: Vec<&String> = lookups.iter().chain(&self.brokers).collect();
+        let failed = |a: &String| warnings.iter().any(|w| w.contains(&format!("://{a}/")));
+        if all.is_empty() || !all.iter().all(|a| failed(a)) {
+            return Ok(());
+        }
+        let what = if lookups.is_empty() {
+            "nsqd"
+        } else {
+            "nsqlookupd"
+        };
+        Err(Failure::Upstream(format!(
+            "failed to query any {what}: {}",
+            dedup(warnings.to_vec()).join("; ")
+        )))
+    }
+
     /// `GET /api/topics`.
-    pub fn topics(&self) -> Value {
+    pub fn topics(&self) -> Result<Value, Failure> {
         let from_lookups = gather(&self.lookup_addrs(), |l| {
             self.upstream.get_json(l, "/topics")
         });
@@ -264,7 +284,8 @@ impl Cluster {
             topics.extend(n.topics.into_keys());
         }
         warnings.splice(0..0, from_lookups.warnings);
-        with_warnings(json!({"topics": topics}), warnings)
+        self.nothing_answered(&warnings)?;
+        Ok(with_warnings(json!({ "topics": topics }), warnings))
     }
 
     /// `GET /api/topics?inactive=true`: the lookups' topics no producer has, each with the
@@ -394,15 +415,16 @@ impl Cluster {
     }
 
     /// `GET /api/nodes`: nsqadmin's `Producer` for each node, plus its `node` name.
-    pub fn nodes(&self) -> Value {
+    pub fn nodes(&self) -> Result<Value, Failure> {
         let (nodes, warnings) = self.nodes_list();
+        self.nothing_answered(&warnings)?;
         let newest = nodes
             .iter()
             .map(|n| version_key(&n.version))
             .max()
             .unwrap_or_default();
         let nodes: Vec<Value> = nodes.iter().map(|n| n.to_json(&newest)).collect();
-        with_warnings(json!({ "nodes": nodes }), warnings)
+        Ok(with_warnings(json!({ "nodes": nodes }), warnings))
     }
 
     /// `GET /api/nodes/{node}`: its topics (nsqadmin's `TopicStats`, channels and clients
@@ -446,8 +468,9 @@ impl Cluster {
 
     /// `GET /api/counter`: nsqadmin's `stats` (each channel's message count on each node,
     /// keyed `topic:channel:node`), plus the messages published per topic and in all.
-    pub fn counter(&self) -> Value {
+    pub fn counter(&self) -> Result<Value, Failure> {
         let (g, _) = self.stats(None);
+        self.nothing_answered(&g.warnings)?;
         let mut per_topic: BTreeMap<String, u64> = BTreeMap::new();
         let mut per_channel = Map::new();
         for (node, stats) in &g.answers {
@@ -469,10 +492,10 @@ impl Cluster {
             .into_iter()
             .map(|(t, n)| json!({"topic_name": t, "message_count": n}))
             .collect();
-        with_warnings(
+        Ok(with_warnings(
             json!({"stats": per_channel, "message_count": total, "topics": topics}),
             g.warnings,
-        )
+        ))
     }
 
     /// `GET /api/lookups`.

@@ -16,7 +16,7 @@ use std::time::Duration;
 #[derive(Debug, Parser)]
 #[command(
     name = "admin-ui",
-    version,
+    version = concat!(env!("CARGO_PKG_VERSION"), " (nsqadmin v1.3.0-compatible)"),
     about = "NSQ-compatible admin web UI (nsqadmin replacement)"
 )]
 struct Flags {
@@ -42,8 +42,8 @@ struct Flags {
     acl_http_header: String,
 
     /// http(s)://host:port/path to POST a JSON notification of each action to
-    #[arg(long, value_parser = Endpoint::parse)]
-    notification_http_endpoint: Option<Endpoint>,
+    #[arg(long, default_value = "")]
+    notification_http_endpoint: String,
 
     /// log level: debug, info, warn, error or fatal
     #[arg(long, default_value = "info", value_parser = nsq_common::cli::parse_log_level)]
@@ -63,16 +63,16 @@ struct Flags {
     http_client_tls_insecure_skip_verify: bool,
 
     /// path to CA file for the HTTP client
-    #[arg(long)]
-    http_client_tls_root_ca_file: Option<PathBuf>,
+    #[arg(long, default_value = "")]
+    http_client_tls_root_ca_file: String,
 
     /// path to certificate file for the HTTP client
-    #[arg(long)]
-    http_client_tls_cert: Option<PathBuf>,
+    #[arg(long, default_value = "")]
+    http_client_tls_cert: String,
 
     /// path to key file for the HTTP client
-    #[arg(long)]
-    http_client_tls_key: Option<PathBuf>,
+    #[arg(long, default_value = "")]
+    http_client_tls_key: String,
 
     /// path to config file (nsqadmin's TOML keys; flags given here win over the file)
     #[arg(long)]
@@ -93,11 +93,11 @@ struct Flags {
 
     /// serve the static files (app.js, style.css, ...) from this directory instead of the
     /// ones built in (development use only)
-    #[arg(long)]
-    dev_static_dir: Option<PathBuf>,
+    #[arg(long, default_value = "")]
+    dev_static_dir: String,
 
     /// graphite HTTP address (http://host:port or https://...): charts and rates from it
-    #[arg(long, default_value = "")]
+    #[arg(long, default_value = "", value_parser = graphite_url)]
     graphite_url: String,
 
     /// proxy HTTP requests to graphite (GET <base-path>/render)
@@ -183,7 +183,21 @@ impl Config {
             ));
         }
         let options = options_of(&flags);
-        let cert_and_key = match (flags.http_client_tls_cert, flags.http_client_tls_key) {
+        // An empty path or URL (nsqadmin's example config has them) is none.
+        let some_path = |p: &str| (!p.is_empty()).then(|| PathBuf::from(p));
+        let notify = match flags.notification_http_endpoint.as_str() {
+            "" => None,
+            url => Some(Endpoint::parse(url).map_err(|e| {
+                Flags::command().error(
+                    clap::error::ErrorKind::InvalidValue,
+                    format!("--notification-http-endpoint: {e}"),
+                )
+            })?),
+        };
+        let cert_and_key = match (
+            some_path(&flags.http_client_tls_cert),
+            some_path(&flags.http_client_tls_key),
+        ) {
             (Some(cert), Some(key)) => Some((cert, key)),
             (None, None) => None,
             (Some(_), None) => {
@@ -218,7 +232,7 @@ impl Config {
         }
         Ok(Config {
             base_path: normalize_base_path(&flags.base_path),
-            dev_static_dir: flags.dev_static_dir,
+            dev_static_dir: some_path(&flags.dev_static_dir),
             graphite: GraphiteSettings {
                 url: graphite_url,
                 proxy: flags.proxy_graphite,
@@ -235,11 +249,11 @@ impl Config {
             brokers: dedup(flags.nsqd_http_addresses),
             admin_users: flags.admin_users,
             acl_http_header: flags.acl_http_header,
-            notification_http_endpoint: flags.notification_http_endpoint,
+            notification_http_endpoint: notify,
             log_level: flags.log_level,
             tls: TlsFlags {
                 insecure_skip_verify: flags.http_client_tls_insecure_skip_verify,
-                root_ca_file: flags.http_client_tls_root_ca_file,
+                root_ca_file: some_path(&flags.http_client_tls_root_ca_file),
                 cert_and_key,
             },
             timeouts: Timeouts {
@@ -253,18 +267,13 @@ impl Config {
 /// The options as nsqadmin's `/config/:opt` shows them: config-file names, durations in
 /// nanoseconds, the log level as nsqd's number, paths and URLs as given (empty when not).
 fn options_of(f: &Flags) -> Map<String, Value> {
-    let path = |p: &Option<PathBuf>| {
-        p.as_ref()
-            .map(|p| p.display().to_string())
-            .unwrap_or_default()
-    };
     let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
     let json = serde_json::json!({
         "log_level": crate::live_config::level_number(f.log_level),
         "log_prefix": f.log_prefix,
         "http_address": f.http_address.to_string(),
         "base_path": match normalize_base_path(&f.base_path).as_str() { "" => "/".to_owned(), p => p.to_owned() },
-        "dev_static_dir": path(&f.dev_static_dir),
+        "dev_static_dir": f.dev_static_dir,
         "graphite_url": f.graphite_url,
         "proxy_graphite": f.proxy_graphite,
         "statsd_prefix": f.statsd_prefix,
@@ -276,11 +285,11 @@ fn options_of(f: &Flags) -> Map<String, Value> {
         "http_client_connect_timeout": nanos(f.http_client_connect_timeout),
         "http_client_request_timeout": nanos(f.http_client_request_timeout),
         "http_client_tls_insecure_skip_verify": f.http_client_tls_insecure_skip_verify,
-        "http_client_tls_root_ca_file": path(&f.http_client_tls_root_ca_file),
-        "http_client_tls_cert": path(&f.http_client_tls_cert),
-        "http_client_tls_key": path(&f.http_client_tls_key),
+        "http_client_tls_root_ca_file": f.http_client_tls_root_ca_file,
+        "http_client_tls_cert": f.http_client_tls_cert,
+        "http_client_tls_key": f.http_client_tls_key,
         "allow_config_from_cidr": f.allow_config_from_cidr.0.map(|c| c.to_string()).unwrap_or_default(),
-        "notification_http_endpoint": f.notification_http_endpoint.as_ref().map(|e| e.url.clone()).unwrap_or_default(),
+        "notification_http_endpoint": f.notification_http_endpoint,
         "acl_http_header": f.acl_http_header,
         "admin_users": f.admin_users,
     });
@@ -305,6 +314,14 @@ pub fn normalize_base_path(p: &str) -> String {
         }
     }
     parts.iter().map(|p| format!("/{p}")).collect()
+}
+
+/// `--graphite-url`: empty (none) or a URL [`GraphiteUrl`] reads.
+fn graphite_url(s: &str) -> Result<String, String> {
+    if !s.is_empty() {
+        GraphiteUrl::parse(s).map_err(|e| format!("failed to parse --graphite-url ({s}) - {e}"))?;
+    }
+    Ok(s.to_owned())
 }
 
 /// An empty `--allow-config-from-cidr` (anyone) or a CIDR.
@@ -395,6 +412,108 @@ mod tests {
             .unwrap_or_default();
         assert!(e.contains("line 1: unknown key `graphite_thing`"), "{e}");
         std::fs::remove_dir_all(&dir).ok();
+    }
+
+    /// nsqadmin's contrib/nsqadmin.cfg.example with every key set (its commented ones too,
+    /// empty strings included), then flags that override it.
+    const FULL_EXAMPLE: &str = r#"
+log_level = "info"
+log_prefix = ""
+acl_http_header = ""
+admin_users = [
+    "admin"
+]
+allow_config_from_cidr = ""
+base_path = ""
+http_client_connect_timeout = "2s"
+http_client_request_timeout = "5s"
+http_client_tls_cert = ""
+http_client_tls_insecure_skip_verify = false
+http_client_tls_key = ""
+http_client_tls_root_ca_file = ""
+http_address = "0.0.0.0:4171"
+graphite_url = ""
+proxy_graphite = false
+statsd_prefix = "nsq.%s"
+statsd_counter_format = "stats.counters.%s.count"
+statsd_gauge_format = "stats.gauges.%s"
+statsd_interval = "60s"
+notification_http_endpoint = ""
+nsqlookupd_http_addresses = [
+    "127.0.0.1:4161"
+]
+nsqd_http_addresses = [
+    "127.0.0.1:4151"
+]
+dev_static_dir = ""
+verbose = false
+"#;
+
+    #[test]
+    fn nsqadmins_example_config_with_every_key_and_overriding_flags() {
+        let dir = std::env::temp_dir().join(format!("admin-ui-full-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).ok();
+        let path = dir.join("nsqadmin.cfg");
+        std::fs::write(&path, FULL_EXAMPLE).ok();
+        let config = format!("--config={}", path.display());
+        let c = Config::from_args(args(&[&config])).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.lookups, ["127.0.0.1:4161"]);
+        assert_eq!(c.brokers, ["127.0.0.1:4151"]);
+        assert_eq!(c.admin_users, ["admin"]);
+        assert_eq!(c.base_path, "");
+        assert!(c.allow_config_from.is_none(), "empty: from anywhere");
+        assert!(c.notification_http_endpoint.is_none() && c.tls.cert_and_key.is_none());
+        assert!(c.graphite.url.is_none() && !c.graphite.proxy);
+        assert_eq!(c.graphite.statsd_interval, Duration::from_secs(60));
+        assert_eq!(c.without_effect.len(), 1, "{:?}", c.without_effect);
+        let c = Config::from_args(args(&[
+            &config,
+            "--base-path=/admin/",
+            "-allow-config-from-cidr=10.0.0.0/8",
+            "--statsd-interval",
+            "10s",
+            "--graphite-url=http://g:8080",
+            "-proxy-graphite",
+            "--statsd-prefix=x.%s",
+            "--lookupd-http-address=l:1",
+        ]))
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.base_path, "/admin");
+        assert_eq!(
+            c.allow_config_from.map(|c| c.to_string()).as_deref(),
+            Some("10.0.0.0/8")
+        );
+        assert_eq!(c.graphite.statsd_interval, Duration::from_secs(10));
+        assert!(c.graphite.proxy && c.graphite.url.is_some());
+        assert_eq!(c.graphite.statsd_prefix, "x.%s");
+        assert_eq!(c.lookups, ["l:1"], "the flag wins over the file");
+        assert_eq!(c.options["statsd_interval"], 10_000_000_000u64);
+        assert_eq!(c.options["base_path"], "/admin");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn base_paths_as_nsqadmin() {
+        for (given, want) in [
+            ("", ""),
+            ("/", ""),
+            ("admin", "/admin"),
+            ("/admin/", "/admin"),
+            ("//a/./b/../c/", "/a/c"),
+        ] {
+            assert_eq!(normalize_base_path(given), want, "{given:?}");
+        }
+        let proxy_alone = Config::from_args(args(&["--nsqd-http-address=h:1", "--proxy-graphite"]));
+        assert!(
+            proxy_alone.is_err(),
+            "--proxy-graphite needs --graphite-url"
+        );
+        for bad in ["--allow-config-from-cidr=10.0.0.1", "--graphite-url=g:80"] {
+            assert!(
+                Config::from_args(args(&["--nsqd-http-address=h:1", bad])).is_err(),
+                "{bad}"
+            );
+        }
     }
 
     #[test]
