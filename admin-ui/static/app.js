@@ -393,7 +393,7 @@ function renderTopic(data, topic) {
       ['Depth', num(data.depth)], ['Memory depth', num(data.memory_depth)],
       ['Backend depth', num(data.backend_depth)], ['Messages', num(data.message_count)],
     ]),
-    topicGraphite(topic),
+    ...topicGraphite(topic),
     entityActions('topic-actions', `/api/topics/${enc(topic)}`, data.paused, `topic "${topic}"`, href('/topics')),
     el('h2', {}, 'Nodes'),
     table('topic-nodes', ['Node', 'Depth', 'Memory', 'Backend', 'Messages', 'Channels', 'State', ''],

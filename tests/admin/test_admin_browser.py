@@ -487,3 +487,74 @@ def test_untrusted_broker_certificate_is_shown_in_warnings(driver, certs, fakes,
     page.open("/nodes/" + q(b.node), "node")
     err = page.error_text() or ""
     assert "UPSTREAM_ERROR" in err and "invalid peer certificate" in err, err
+
+
+# ---- path-style URLs, base path, Graphite (nsqadmin's) ---------------------------------------
+
+def test_path_style_urls_under_a_base_path(cluster, driver, start_admin):
+    """nsqadmin's bookmarks: /<base>/topics/<t> opened directly shows the topic page; links,
+    the nav and the browser's back button stay under the base path."""
+    cluster.on_both("bp_br", channels=["c"])
+    admin = start_admin(lookups=[cluster.lookup.http_address], extra=["--base-path=/ops/nsq"])
+    wait_topic_in_api(_Prefixed(admin, "/ops/nsq"), "bp_br")
+    page = Page(driver, admin)
+    page.base = admin.base + "/ops/nsq"
+    page.open("/topics/bp_br", "topic")
+    assert page.path() == "/ops/nsq/topics/bp_br"
+    assert "bp_br" in page.text("h1")
+    for section in ("topics", "nodes", "counter", "lookup"):
+        assert page.all('nav a[href="/ops/nsq/%s"]' % section), section
+    page.spy_fetch()
+    page.one('#channels tr[data-channel="c"] a[href="/ops/nsq/topics/bp_br/c"]').click()
+    page.wait_navigated("/ops/nsq/topics/bp_br/c", "channel")
+    assert all(url.startswith("/ops/nsq/api/") for _, url in page.fetches()), page.fetches()
+    page.d.back()
+    page.wait_navigated("/ops/nsq/topics/bp_br", "topic")
+    # a node page by its URL; the base path itself shows the topics page
+    page.open("/nodes/" + q(cluster.b1.node), "node")
+    assert cluster.b1.node in page.text("h1")
+    page.open("/", "topics")
+    assert page.path() == "/ops/nsq/topics"
+
+
+def test_old_hash_links_are_redirected_to_paths(cluster, page):
+    cluster.on_both("hs_br", channels=["c"])
+    wait_topic_in_api(cluster.admin, "hs_br")
+    page.open("/#/topics/hs_br/c", "channel")
+    page.wait(lambda: page.path() == "/topics/hs_br/c", "the path form of #/topics/hs_br/c")
+    assert "hs_br" in page.text("h1")
+
+
+def test_graphite_rate_and_chart_on_the_topic_page(cluster, driver, start_admin):
+    from test_admin_nsqadmin import FakeGraphite
+    g = FakeGraphite(rate=300.0)
+    try:
+        cluster.on_both("gr_br")
+        admin = start_admin(lookups=[cluster.lookup.http_address], extra=[
+            "--graphite-url=" + g.url, "--proxy-graphite", "--statsd-interval=30s",
+            "--statsd-prefix=prod.nsq.%s", "--statsd-counter-format=stats_counts.%s"])
+        wait_topic_in_api(admin, "gr_br")
+        page = Page(driver, admin)
+        page.open("/topics/gr_br", "topic")
+        target = "sumSeries(stats_counts.prod.nsq.*.topic.gr_br.message_count)"
+        assert page.one("#topic-rate").get_attribute("data-target") == target
+        page.wait(lambda: page.text("#topic-rate") == "10.00 msg/s", "#topic-rate from Graphite")
+        asked = [qs["target"][0] for path, qs in g.requests if qs.get("format") == ["json"]]
+        assert asked == [target], g.requests
+        # the chart comes through admin-ui's /render proxy
+        src = page.one("#topic-graph").get_attribute("src")
+        assert src.startswith(admin.base + "/render?"), src
+        page.wait(lambda: any(p == "/render" and "format" not in qs for p, qs in g.requests),
+                  "the chart's request at Graphite")
+    finally:
+        g.close()
+
+
+class _Prefixed:
+    """An admin-ui's API under a base path, for wait_topic_in_api."""
+
+    def __init__(self, admin, prefix):
+        self.admin, self.prefix = admin, prefix
+
+    def get(self, path):
+        return self.admin.get(self.prefix + path)
