@@ -188,7 +188,7 @@ def test_nsqadmins_example_config_with_every_key_and_overriding_flags(cluster, t
                                                                       start_admin):
     cfg = tmp_path / "nsqadmin.cfg"
     cfg.write_text(FULL_EXAMPLE.replace('"127.0.0.1:4161"', '"%s"' % cluster.lookup.http_address))
-    admin = start_admin(raw=["--config=" + str(cfg), "--http-address=127.0.0.1:0",
+    admin = start_admin(raw=["-config=" + str(cfg), "--http-address=127.0.0.1:0",
                              "-base-path=/ops", "--statsd-interval", "15s",
                              "--nsqd-http-address", cluster.b1.node])
     # from the file
@@ -210,7 +210,7 @@ def test_nsqadmins_example_config_with_every_key_and_overriding_flags(cluster, t
 def test_bad_config_key_names_the_line(tmp_path):
     cfg = tmp_path / "bad.cfg"
     cfg.write_text('nsqd_http_addresses = ["h:1"]\ngraphite_url = "g:80"\n')
-    out = subprocess.run([admin_bin(), "--config=" + str(cfg)], capture_output=True, timeout=10)
+    out = subprocess.run([admin_bin(), "--config", str(cfg)], capture_output=True, timeout=10)
     text = out.stderr.decode()
     assert out.returncode != 0 and "line 2" in text and "graphite_url" in text, text
 
