@@ -1,25 +1,45 @@
-//! Routes: the JSON API (see `admin-ui/API.md`), the page and its static files. Every answer is
-//! built here from what [`Cluster`] gathers; a bad request is refused before anything is asked
-//! of the cluster.
+//! Routes, as nsqadmin's router lays them out under `--base-path`: the JSON API (see
+//! `admin-ui/API.md`), `/ping`, `/config/:opt` ([`crate::live_config`]), Graphite's `/render`
+//! proxy and `/api/graphite` ([`crate::graphite`]), the page at its path-style URLs and its
+//! static files ([`crate::pages`]). Every JSON answer is written as nsqadmin's
+//! `http_api.RespondV1` writes it (`X-NSQ-Content-Type: nsq; version=1.0`; an error is
+//! `{"message": "..."}`; an action done is `{"message": ""}`, or `"WARNING: ..."` naming what
+//! failed). A bad request is refused before anything is asked of the cluster.
 
 use crate::audit::Audit;
 use crate::cluster::{Cluster, Failure};
+use crate::graphite::GraphiteSettings;
+use crate::live_config::LiveConfig;
+use crate::pages::{is_page, Pages};
 use http1::{Request, Response};
 use protocol::names::{is_valid_channel_name, is_valid_topic_name};
 use serde_json::{json, Value};
+use std::sync::Arc;
 
-const INDEX_HTML: &str = include_str!("../static/index.html");
-const APP_JS: &str = include_str!("../static/app.js");
-const STYLE_CSS: &str = include_str!("../static/style.css");
+/// Everything a request may need.
+pub struct App {
+    pub cluster: Arc<Cluster>,
+    pub audit: Audit,
+    pub pages: Pages,
+    pub graphite: GraphiteSettings,
+    pub live: LiveConfig,
+    /// `""` or `/a/b`.
+    pub base_path: String,
+}
+
+/// A JSON answer, as nsqadmin's `RespondV1`.
+fn v1(status: u16, body: String) -> Response {
+    Response::json(status, body).with_header("X-NSQ-Content-Type", "nsq; version=1.0")
+}
 
 /// A JSON answer.
 fn ok(body: Value) -> Response {
-    Response::json(200, body.to_string())
+    v1(200, body.to_string())
 }
 
 /// An error answer, `{"message": ...}`.
 fn fail(status: u16, message: &str) -> Response {
-    Response::json(status, json!({ "message": message }).to_string())
+    v1(status, json!({ "message": message }).to_string())
 }
 
 fn not_allowed(allow: &str) -> Response {
@@ -37,15 +57,29 @@ fn failure(f: Failure) -> Response {
     match f {
         Failure::NotFound(code) => fail(404, code),
         Failure::Refused(code) => fail(400, code),
-        Failure::Upstream(why) => fail(502, &why),
+        Failure::Upstream(why) => fail(502, &format!("UPSTREAM_ERROR: {why}")),
     }
 }
 
-fn static_file(content_type: &'static str, body: &'static str) -> Response {
-    Response::empty(200)
-        .with_header("Content-Type", content_type)
-        .with_header("Cache-Control", "no-cache")
-        .with_body(body)
+/// nsqadmin's `message` for what did not answer: empty, or `WARNING: ` and each joined.
+pub fn warn_message(warnings: &[String]) -> String {
+    if warnings.is_empty() {
+        String::new()
+    } else {
+        format!("WARNING: {}", warnings.join("; "))
+    }
+}
+
+/// The path under `base` (`""` or `/a/b`): `/...`, or `None` when outside it.
+fn under_base<'p>(path: &'p str, base: &str) -> Option<&'p str> {
+    if base.is_empty() {
+        return Some(path);
+    }
+    match path.strip_prefix(base) {
+        Some("") => Some("/"),
+        Some(rest) if rest.starts_with('/') => Some(rest),
+        _ => None,
+    }
 }
 
 /// What a POST or DELETE asks for.
@@ -82,7 +116,9 @@ impl Action<'_> {
         }
     }
 
-    fn perform(&self, cluster: &Cluster) -> Result<(), Failure> {
+    /// Does it: `Ok` with what failed on the way (nsqadmin's partial errors, answered as a
+    /// warning), or why it could not be done at all.
+    fn perform(&self, cluster: &Cluster) -> Result<Vec<String>, Failure> {
         match self {
             Action::Create(t, c) => cluster.create(t, c.as_deref()),
             Action::Topic(t, op) => cluster.topic_action(t, op),
@@ -95,47 +131,110 @@ impl Action<'_> {
 }
 
 /// The answer to one request from `peer`.
-pub fn handle(cluster: &Cluster, audit: &Audit, req: &Request, peer: &str) -> Response {
+pub fn handle(app: &App, req: &Request, peer: &str) -> Response {
     let head = &req.head;
     let method = head.method();
-    let path = head.path();
-    let Some(api) = path.strip_prefix("/api/") else {
-        let get = method == "GET" || method == "HEAD";
-        return match path {
-            _ if !get => not_allowed("GET, HEAD"),
-            "/ping" => Response::text(200, "OK"),
-            "/static/app.js" => static_file("text/javascript; charset=utf-8", APP_JS),
-            "/static/style.css" => static_file("text/css; charset=utf-8", STYLE_CSS),
-            p if p.starts_with("/static/") => fail(404, "NOT_FOUND"),
-            _ => static_file("text/html; charset=utf-8", INDEX_HTML),
-        };
+    let Some(path) = under_base(head.path(), &app.base_path) else {
+        return fail(404, "NOT_FOUND");
     };
-    let parts: Vec<&str> = api.split('/').collect();
-    if method == "GET" || method == "HEAD" {
-        return read(cluster, &parts);
+    let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    let get = method == "GET" || method == "HEAD";
+    match parts.as_slice() {
+        ["api", api @ ..] => return handle_api(app, req, api, peer),
+        ["config", opt] => {
+            return match method {
+                "GET" | "PUT" => app.live.handle(method, opt, &req.body, peer),
+                _ => not_allowed("GET, PUT"),
+            }
+        }
+        ["render"] if app.graphite.proxy => {
+            return match get {
+                true => app.graphite.proxy(&app.cluster.upstream, head.raw_query()),
+                false => not_allowed("GET"),
+            }
+        }
+        _ => {}
     }
-    let action = match action_of(&parts, method, &req.body) {
-        Ok(a) => a,
-        Err(r) => return r,
-    };
+    let known = matches!(parts.as_slice(), ["ping"] | ["static" | "fonts", _]) || is_page(&parts);
+    if !known {
+        return fail(404, "NOT_FOUND");
+    }
+    if !get {
+        return not_allowed("GET");
+    }
+    match parts.as_slice() {
+        ["ping"] => Response::text(200, "OK"),
+        ["static" | "fonts", name] => app.pages.asset(name),
+        _ => app.pages.index(),
+    }
+}
+
+/// A request under `<base>/api/`.
+fn handle_api(app: &App, req: &Request, parts: &[&str], peer: &str) -> Response {
+    let head = &req.head;
+    let method = head.method();
+    let cluster = &app.cluster;
+    if method == "GET" || method == "HEAD" {
+        if parts == ["graphite"] {
+            return app
+                .graphite
+                .rate(&cluster.upstream, head.query().ok().as_ref());
+        }
+        let inactive = head
+            .query()
+            .ok()
+            .is_some_and(|q| q.get("inactive") == Some("true"));
+        return read(cluster, parts, inactive);
+    }
+    // As nsqadmin: who may act is checked before the request's body is read.
+    if !matches!(action_route(parts, method), Ok(true)) {
+        return match action_route(parts, method) {
+            Err(r) => r,
+            _ => fail(404, "NOT_FOUND"),
+        };
+    }
     if !same_origin(head) {
         return fail(403, "FORBIDDEN_ORIGIN");
     }
-    let user = match audit.user(head) {
+    let user = match app.audit.user(head) {
         Ok(u) => u,
         Err(()) => return fail(403, "FORBIDDEN"),
     };
-    let result = action.perform(cluster);
-    if result.is_ok() {
-        audit.notify(&action, user, head, peer);
+    let action = match action_of(parts, method, &req.body) {
+        Ok(a) => a,
+        Err(r) => return r,
+    };
+    match action.perform(cluster) {
+        Ok(warnings) => {
+            for w in &warnings {
+                tracing::warn!("{}: {w}", action.name());
+            }
+            app.audit.notify(&action, user, head, peer);
+            ok(json!({ "message": warn_message(&warnings) }))
+        }
+        Err(f) => failure(f),
     }
-    answer(result.map(|()| json!({"message": "OK"})))
+}
+
+/// Whether `parts` and `method` name an action (`Ok(true)`), or the answer refusing them.
+fn action_route(parts: &[&str], method: &str) -> Result<bool, Response> {
+    match (parts, method) {
+        (["topics"], "POST")
+        | (["topics", _] | ["topics", _, _], "POST" | "DELETE")
+        | (["nodes", _], "DELETE") => Ok(true),
+        (["topics"], _) => Err(not_allowed("GET, POST")),
+        (["topics", _] | ["topics", _, _], _) => Err(not_allowed("GET, POST, DELETE")),
+        (["nodes", _], _) => Err(not_allowed("GET, DELETE")),
+        (["nodes"] | ["counter"] | ["lookups"] | ["graphite"], _) => Err(not_allowed("GET")),
+        _ => Ok(false),
+    }
 }
 
 /// A GET under `/api/`.
-fn read(cluster: &Cluster, parts: &[&str]) -> Response {
+fn read(cluster: &Cluster, parts: &[&str], inactive: bool) -> Response {
     match parts {
-        ["topics"] => ok(cluster.topics()),
+        ["topics"] if inactive => ok(cluster.inactive_topics()),
+        ["topics"] => answer(cluster.topics()),
         ["topics", topic] => match check_names(topic, None) {
             Ok(()) => answer(cluster.topic(topic)),
             Err(r) => r,
@@ -144,9 +243,9 @@ fn read(cluster: &Cluster, parts: &[&str]) -> Response {
             Ok(()) => answer(cluster.channel(topic, channel)),
             Err(r) => r,
         },
-        ["nodes"] => ok(cluster.nodes()),
+        ["nodes"] => answer(cluster.nodes()),
         ["nodes", node] => answer(cluster.node(node)),
-        ["counter"] => ok(cluster.counter()),
+        ["counter"] => answer(cluster.counter()),
         ["lookups"] => ok(cluster.lookups()),
         _ => fail(404, "NOT_FOUND"),
     }
@@ -179,10 +278,6 @@ fn action_of<'a>(parts: &[&'a str], method: &str, body: &'a [u8]) -> Result<Acti
                 _ => Err(fail(400, "INVALID_TOPIC")),
             }
         }
-        (["topics"], _) => Err(not_allowed("GET, POST")),
-        (["topics", _] | ["topics", _, _], _) => Err(not_allowed("GET, POST, DELETE")),
-        (["nodes", _], _) => Err(not_allowed("GET, DELETE")),
-        (["nodes"] | ["counter"] | ["lookups"], _) => Err(not_allowed("GET")),
         _ => Err(fail(404, "NOT_FOUND")),
     }
 }

@@ -2,9 +2,12 @@
 
 use crate::audit::Endpoint;
 use crate::cluster::dedup;
+use crate::graphite::{GraphiteSettings, GraphiteUrl};
+use crate::live_config::Cidr;
 use crate::tls::TlsFlags;
 use crate::upstream::Timeouts;
 use clap::{CommandFactory, Parser};
+use serde_json::{Map, Value};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -13,7 +16,7 @@ use std::time::Duration;
 #[derive(Debug, Parser)]
 #[command(
     name = "admin-ui",
-    version,
+    version = concat!(env!("CARGO_PKG_VERSION"), " (nsqadmin v1.3.0-compatible)"),
     about = "NSQ-compatible admin web UI (nsqadmin replacement)"
 )]
 struct Flags {
@@ -39,8 +42,8 @@ struct Flags {
     acl_http_header: String,
 
     /// http(s)://host:port/path to POST a JSON notification of each action to
-    #[arg(long, value_parser = Endpoint::parse)]
-    notification_http_endpoint: Option<Endpoint>,
+    #[arg(long, default_value = "")]
+    notification_http_endpoint: String,
 
     /// log level: debug, info, warn, error or fatal
     #[arg(long, default_value = "info", value_parser = nsq_common::cli::parse_log_level)]
@@ -60,21 +63,72 @@ struct Flags {
     http_client_tls_insecure_skip_verify: bool,
 
     /// path to CA file for the HTTP client
-    #[arg(long)]
-    http_client_tls_root_ca_file: Option<PathBuf>,
+    #[arg(long, default_value = "")]
+    http_client_tls_root_ca_file: String,
 
     /// path to certificate file for the HTTP client
-    #[arg(long)]
-    http_client_tls_cert: Option<PathBuf>,
+    #[arg(long, default_value = "")]
+    http_client_tls_cert: String,
 
     /// path to key file for the HTTP client
-    #[arg(long)]
-    http_client_tls_key: Option<PathBuf>,
+    #[arg(long, default_value = "")]
+    http_client_tls_key: String,
 
     /// path to config file (nsqadmin's TOML keys; flags given here win over the file)
     #[arg(long)]
     config: Option<String>,
+
+    /// log message prefix (accepted for nsqadmin compatibility; log lines carry no prefix)
+    #[arg(long, default_value = "[nsqadmin] ")]
+    log_prefix: String,
+
+    /// [deprecated] has no effect, use --log-level
+    #[arg(long, num_args = 0..=1, require_equals = true, default_value = "false",
+          default_missing_value = "true", value_parser = go_bool, action = clap::ArgAction::Set)]
+    verbose: bool,
+
+    /// URL base path: pages, static files and the API are served under it
+    #[arg(long, default_value = "/")]
+    base_path: String,
+
+    /// serve the static files (app.js, style.css, ...) from this directory instead of the
+    /// ones built in (development use only)
+    #[arg(long, default_value = "")]
+    dev_static_dir: String,
+
+    /// graphite HTTP address (http://host:port or https://...): charts and rates from it
+    #[arg(long, default_value = "", value_parser = graphite_url)]
+    graphite_url: String,
+
+    /// proxy HTTP requests to graphite (GET <base-path>/render)
+    #[arg(long, num_args = 0..=1, require_equals = true, default_value = "false",
+          default_missing_value = "true", value_parser = go_bool, action = clap::ArgAction::Set)]
+    proxy_graphite: bool,
+
+    /// the counter stats key formatting applied by statsd (empty: none)
+    #[arg(long, default_value = "stats.counters.%s.count")]
+    statsd_counter_format: String,
+
+    /// the gauge stats key formatting applied by statsd (empty: none)
+    #[arg(long, default_value = "stats.gauges.%s")]
+    statsd_gauge_format: String,
+
+    /// prefix used for keys sent to statsd (%s for host replacement, must match the brokers')
+    #[arg(long, default_value = "nsq.%s")]
+    statsd_prefix: String,
+
+    /// time interval the brokers push to statsd (must match the brokers')
+    #[arg(long, default_value = "60s", value_parser = positive_duration)]
+    statsd_interval: Duration,
+
+    /// a CIDR from which to allow HTTP requests to the /config endpoint (empty: from anywhere)
+    #[arg(long, default_value = "127.0.0.1/8", value_parser = cidr_or_empty)]
+    allow_config_from_cidr: CidrFlag,
 }
+
+/// `--allow-config-from-cidr`: a CIDR, or empty for anyone.
+#[derive(Debug, Clone, Copy)]
+struct CidrFlag(Option<Cidr>);
 
 /// The config file keys nsqadmin names differently from its flags (nsqadmin's `cfg` tags).
 const RENAMED_KEYS: &[(&str, &str)] = &[
@@ -98,6 +152,16 @@ pub struct Config {
     /// How to talk to brokers that serve HTTPS only.
     pub tls: TlsFlags,
     pub timeouts: Timeouts,
+    /// `--base-path` normalised: empty for `/`, else `/a/b` (a leading slash, none trailing).
+    pub base_path: String,
+    pub dev_static_dir: Option<PathBuf>,
+    pub graphite: GraphiteSettings,
+    /// Who may use `/config` (`None`: anyone).
+    pub allow_config_from: Option<Cidr>,
+    /// nsqadmin flags given that have no effect here, each with why (logged at start-up).
+    pub without_effect: Vec<String>,
+    /// Every option by its config-file name, as nsqadmin's `/config/:opt` answers it.
+    pub options: Map<String, Value>,
 }
 
 impl Config {
@@ -118,7 +182,22 @@ impl Config {
                 "give at least one --lookupd-http-address or --nsqd-http-address",
             ));
         }
-        let cert_and_key = match (flags.http_client_tls_cert, flags.http_client_tls_key) {
+        let options = options_of(&flags);
+        // An empty path or URL (nsqadmin's example config has them) is none.
+        let some_path = |p: &str| (!p.is_empty()).then(|| PathBuf::from(p));
+        let notify = match flags.notification_http_endpoint.as_str() {
+            "" => None,
+            url => Some(Endpoint::parse(url).map_err(|e| {
+                Flags::command().error(
+                    clap::error::ErrorKind::InvalidValue,
+                    format!("--notification-http-endpoint: {e}"),
+                )
+            })?),
+        };
+        let cert_and_key = match (
+            some_path(&flags.http_client_tls_cert),
+            some_path(&flags.http_client_tls_key),
+        ) {
             (Some(cert), Some(key)) => Some((cert, key)),
             (None, None) => None,
             (Some(_), None) => {
@@ -132,17 +211,49 @@ impl Config {
                 ))
             }
         };
+        let mut without_effect = Vec::new();
+        if flags.log_prefix != "[nsqadmin] " {
+            without_effect.push("--log-prefix: log lines carry no prefix".to_string());
+        }
+        if flags.verbose {
+            without_effect.push("--verbose: deprecated in nsqadmin, use --log-level".to_string());
+        }
+        let graphite_url = match flags.graphite_url.as_str() {
+            "" => None,
+            url => Some(GraphiteUrl::parse(url).map_err(|e| {
+                Flags::command().error(
+                    clap::error::ErrorKind::InvalidValue,
+                    format!("failed to parse --graphite-url ({url}) - {e}"),
+                )
+            })?),
+        };
+        if flags.proxy_graphite && graphite_url.is_none() {
+            return Err(missing("--proxy-graphite needs --graphite-url"));
+        }
         Ok(Config {
+            base_path: normalize_base_path(&flags.base_path),
+            dev_static_dir: some_path(&flags.dev_static_dir),
+            graphite: GraphiteSettings {
+                url: graphite_url,
+                proxy: flags.proxy_graphite,
+                statsd_prefix: flags.statsd_prefix,
+                statsd_counter_format: flags.statsd_counter_format,
+                statsd_gauge_format: flags.statsd_gauge_format,
+                statsd_interval: flags.statsd_interval,
+            },
+            allow_config_from: flags.allow_config_from_cidr.0,
+            without_effect,
+            options,
             http_address: flags.http_address,
             lookups: dedup(flags.lookupd_http_addresses),
             brokers: dedup(flags.nsqd_http_addresses),
             admin_users: flags.admin_users,
             acl_http_header: flags.acl_http_header,
-            notification_http_endpoint: flags.notification_http_endpoint,
+            notification_http_endpoint: notify,
             log_level: flags.log_level,
             tls: TlsFlags {
                 insecure_skip_verify: flags.http_client_tls_insecure_skip_verify,
-                root_ca_file: flags.http_client_tls_root_ca_file,
+                root_ca_file: some_path(&flags.http_client_tls_root_ca_file),
                 cert_and_key,
             },
             timeouts: Timeouts {
@@ -151,6 +262,76 @@ impl Config {
             },
         })
     }
+}
+
+/// The options as nsqadmin's `/config/:opt` shows them: config-file names, durations in
+/// nanoseconds, the log level as nsqd's number, paths and URLs as given (empty when not).
+fn options_of(f: &Flags) -> Map<String, Value> {
+    let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+    let json = serde_json::json!({
+        "log_level": crate::live_config::level_number(f.log_level),
+        "log_prefix": f.log_prefix,
+        "http_address": f.http_address.to_string(),
+        "base_path": match normalize_base_path(&f.base_path).as_str() { "" => "/".to_owned(), p => p.to_owned() },
+        "dev_static_dir": f.dev_static_dir,
+        "graphite_url": f.graphite_url,
+        "proxy_graphite": f.proxy_graphite,
+        "statsd_prefix": f.statsd_prefix,
+        "statsd_counter_format": f.statsd_counter_format,
+        "statsd_gauge_format": f.statsd_gauge_format,
+        "statsd_interval": nanos(f.statsd_interval),
+        "nsqlookupd_http_addresses": dedup(f.lookupd_http_addresses.clone()),
+        "nsqd_http_addresses": dedup(f.nsqd_http_addresses.clone()),
+        "http_client_connect_timeout": nanos(f.http_client_connect_timeout),
+        "http_client_request_timeout": nanos(f.http_client_request_timeout),
+        "http_client_tls_insecure_skip_verify": f.http_client_tls_insecure_skip_verify,
+        "http_client_tls_root_ca_file": f.http_client_tls_root_ca_file,
+        "http_client_tls_cert": f.http_client_tls_cert,
+        "http_client_tls_key": f.http_client_tls_key,
+        "allow_config_from_cidr": f.allow_config_from_cidr.0.map(|c| c.to_string()).unwrap_or_default(),
+        "notification_http_endpoint": f.notification_http_endpoint,
+        "acl_http_header": f.acl_http_header,
+        "admin_users": f.admin_users,
+    });
+    match json {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    }
+}
+
+/// nsqadmin's base path made canonical as Go's `path.Clean` would (a leading `/`, no `.`,
+/// `..`, repeated or trailing `/`), then without the trailing slash so that it can be
+/// prepended: `""` for the root.
+pub fn normalize_base_path(p: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for part in p.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            _ => parts.push(part),
+        }
+    }
+    parts.iter().map(|p| format!("/{p}")).collect()
+}
+
+/// `--graphite-url`: empty (none) or a URL [`GraphiteUrl`] reads.
+fn graphite_url(s: &str) -> Result<String, String> {
+    if !s.is_empty() {
+        GraphiteUrl::parse(s).map_err(|e| format!("failed to parse --graphite-url ({s}) - {e}"))?;
+    }
+    Ok(s.to_owned())
+}
+
+/// An empty `--allow-config-from-cidr` (anyone) or a CIDR.
+fn cidr_or_empty(s: &str) -> Result<CidrFlag, String> {
+    if s.is_empty() {
+        return Ok(CidrFlag(None));
+    }
+    Cidr::parse(s)
+        .map(|c| CidrFlag(Some(c)))
+        .map_err(|e| format!("failed to parse --allow-config-from-cidr ({s}) - {e}"))
 }
 
 /// A usage error saying what is missing.
@@ -191,7 +372,7 @@ fn listen_addr(s: &str) -> Result<SocketAddr, String> {
 }
 
 /// A lookup's or broker's `host:port` (an `http://` prefix and a trailing `/` are dropped).
-fn upstream_addr(s: &str) -> Result<String, String> {
+pub(crate) fn upstream_addr(s: &str) -> Result<String, String> {
     let a = s.trim_start_matches("http://").trim_end_matches('/');
     match a.rsplit_once(':') {
         Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => Ok(a.to_owned()),
@@ -231,6 +412,108 @@ mod tests {
             .unwrap_or_default();
         assert!(e.contains("line 1: unknown key `graphite_thing`"), "{e}");
         std::fs::remove_dir_all(&dir).ok();
+    }
+
+    /// nsqadmin's contrib/nsqadmin.cfg.example with every key set (its commented ones too,
+    /// empty strings included), then flags that override it.
+    const FULL_EXAMPLE: &str = r#"
+log_level = "info"
+log_prefix = ""
+acl_http_header = ""
+admin_users = [
+    "admin"
+]
+allow_config_from_cidr = ""
+base_path = ""
+http_client_connect_timeout = "2s"
+http_client_request_timeout = "5s"
+http_client_tls_cert = ""
+http_client_tls_insecure_skip_verify = false
+http_client_tls_key = ""
+http_client_tls_root_ca_file = ""
+http_address = "0.0.0.0:4171"
+graphite_url = ""
+proxy_graphite = false
+statsd_prefix = "nsq.%s"
+statsd_counter_format = "stats.counters.%s.count"
+statsd_gauge_format = "stats.gauges.%s"
+statsd_interval = "60s"
+notification_http_endpoint = ""
+nsqlookupd_http_addresses = [
+    "127.0.0.1:4161"
+]
+nsqd_http_addresses = [
+    "127.0.0.1:4151"
+]
+dev_static_dir = ""
+verbose = false
+"#;
+
+    #[test]
+    fn nsqadmins_example_config_with_every_key_and_overriding_flags() {
+        let dir = std::env::temp_dir().join(format!("admin-ui-full-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).ok();
+        let path = dir.join("nsqadmin.cfg");
+        std::fs::write(&path, FULL_EXAMPLE).ok();
+        let config = format!("--config={}", path.display());
+        let c = Config::from_args(args(&[&config])).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.lookups, ["127.0.0.1:4161"]);
+        assert_eq!(c.brokers, ["127.0.0.1:4151"]);
+        assert_eq!(c.admin_users, ["admin"]);
+        assert_eq!(c.base_path, "");
+        assert!(c.allow_config_from.is_none(), "empty: from anywhere");
+        assert!(c.notification_http_endpoint.is_none() && c.tls.cert_and_key.is_none());
+        assert!(c.graphite.url.is_none() && !c.graphite.proxy);
+        assert_eq!(c.graphite.statsd_interval, Duration::from_secs(60));
+        assert_eq!(c.without_effect.len(), 1, "{:?}", c.without_effect);
+        let c = Config::from_args(args(&[
+            &config,
+            "--base-path=/admin/",
+            "-allow-config-from-cidr=10.0.0.0/8",
+            "--statsd-interval",
+            "10s",
+            "--graphite-url=http://g:8080",
+            "-proxy-graphite",
+            "--statsd-prefix=x.%s",
+            "--lookupd-http-address=l:1",
+        ]))
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.base_path, "/admin");
+        assert_eq!(
+            c.allow_config_from.map(|c| c.to_string()).as_deref(),
+            Some("10.0.0.0/8")
+        );
+        assert_eq!(c.graphite.statsd_interval, Duration::from_secs(10));
+        assert!(c.graphite.proxy && c.graphite.url.is_some());
+        assert_eq!(c.graphite.statsd_prefix, "x.%s");
+        assert_eq!(c.lookups, ["l:1"], "the flag wins over the file");
+        assert_eq!(c.options["statsd_interval"], 10_000_000_000u64);
+        assert_eq!(c.options["base_path"], "/admin");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn base_paths_as_nsqadmin() {
+        for (given, want) in [
+            ("", ""),
+            ("/", ""),
+            ("admin", "/admin"),
+            ("/admin/", "/admin"),
+            ("//a/./b/../c/", "/a/c"),
+        ] {
+            assert_eq!(normalize_base_path(given), want, "{given:?}");
+        }
+        let proxy_alone = Config::from_args(args(&["--nsqd-http-address=h:1", "--proxy-graphite"]));
+        assert!(
+            proxy_alone.is_err(),
+            "--proxy-graphite needs --graphite-url"
+        );
+        for bad in ["--allow-config-from-cidr=10.0.0.1", "--graphite-url=g:80"] {
+            assert!(
+                Config::from_args(args(&["--nsqd-http-address=h:1", bad])).is_err(),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

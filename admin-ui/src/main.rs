@@ -7,8 +7,12 @@
 //! the outside in:
 //! - [`config`]: the flags (nsqadmin's names);
 //! - [`server`]: the listener and each connection's request loop;
-//! - [`api`]: the routes of the JSON API and the static page;
+//! - [`api`]: the routes (under `--base-path`) and the JSON API;
+//! - [`pages`]: the page at its path-style URLs, and its static files;
+//! - [`live_config`]: `/config/:opt`, the options read and changed while running;
+//! - [`graphite`]: the Graphite proxy, `/api/graphite` and the statsd key settings;
 //! - [`audit`]: who may take actions, and the notification of each one;
+//! - [`shapes`]: nsqadmin's JSON shapes of topics, channels, clients and nodes;
 //! - [`cluster`]: what the cluster looks like, gathered from lookups and brokers, and the
 //!   actions fanned out to them;
 //! - [`upstream`]: one HTTP request to a lookup or a broker, over HTTPS when a broker
@@ -19,7 +23,11 @@ mod api;
 mod audit;
 mod cluster;
 mod config;
+mod graphite;
+mod live_config;
+mod pages;
 mod server;
+mod shapes;
 mod tls;
 mod upstream;
 
@@ -33,20 +41,34 @@ fn main() -> ExitCode {
             return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
         }
     };
-    // RUST_LOG, when set, wins over --log-level.
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| config.log_level.as_str().into()),
+    // RUST_LOG, when set, wins over --log-level (until PUT /config/log_level).
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| config.log_level.as_str().into());
+    let (filter, reload) = tracing_subscriber::reload::Layer::new(filter);
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())),
         )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+    for note in &config.without_effect {
+        tracing::warn!("flag accepted without effect: {note}");
+    }
+    let set_log_level = Box::new(move |level: tracing::Level| {
+        let set = reload.modify(|f| *f = tracing_subscriber::EnvFilter::new(level.as_str()));
+        if let Err(e) = set {
+            tracing::warn!("cannot change the log level: {e}");
+        }
+    });
     if let Err(e) = nsq_common::cli::exit_on_signals() {
         eprintln!("admin-ui: cannot handle SIGTERM/SIGINT: {e}");
         return ExitCode::FAILURE;
     }
-    if let Err(e) = server::run(config) {
+    if let Err(e) = server::run(config, set_log_level) {
         tracing::error!("{e}");
         eprintln!("admin-ui: {e}");
         return ExitCode::FAILURE;

@@ -2,10 +2,12 @@
 //! UI has a handful), keep-alive, requests decoded with `http1`, answers from
 //! [`crate::api`].
 
-use crate::api;
+use crate::api::{self, App};
 use crate::audit::Audit;
 use crate::cluster::Cluster;
 use crate::config::Config;
+use crate::live_config::LiveConfig;
+use crate::pages::Pages;
 use crate::upstream::Upstream;
 use bytes::BytesMut;
 use http1::{Decoded, Limits, RequestDecoder, CONTINUE_RESPONSE};
@@ -21,8 +23,12 @@ const MAX_CONNECTIONS: usize = 256;
 /// A keep-alive connection with no request for this long is closed.
 const IDLE: Duration = Duration::from_secs(60);
 
-/// Listens on `--http-address` and serves until the process is stopped.
-pub fn run(config: Config) -> Result<(), String> {
+/// Listens on `--http-address` and serves until the process is stopped; `set_log_level`
+/// changes the level of the running process (`PUT /config/log_level`).
+pub fn run(
+    config: Config,
+    set_log_level: Box<dyn Fn(tracing::Level) + Send + Sync>,
+) -> Result<(), String> {
     let upstream = Arc::new(Upstream::new(
         crate::tls::client_config(&config.tls)?,
         config.timeouts,
@@ -38,17 +44,32 @@ pub fn run(config: Config) -> Result<(), String> {
         .map_err(|e| format!("cannot read the listening address: {e}"))?;
     info!("HTTP: listening on {local}");
     info!(lookups = ?config.lookups, brokers = ?config.brokers, "reading the cluster from");
-    let cluster = Arc::new(Cluster {
-        lookups: config.lookups,
-        brokers: config.brokers,
-        upstream: upstream.clone(),
-    });
-    let audit = Arc::new(Audit {
-        admin_users: config.admin_users,
-        acl_http_header: config.acl_http_header,
-        notify: config.notification_http_endpoint,
-        hostname: nsq_common::hostname(),
-        upstream,
+    if !config.base_path.is_empty() {
+        info!("serving under the base path {}", config.base_path);
+    }
+    let cluster = Arc::new(Cluster::new(
+        config.lookups,
+        config.brokers,
+        upstream.clone(),
+    ));
+    let app = Arc::new(App {
+        audit: Audit {
+            admin_users: config.admin_users,
+            acl_http_header: config.acl_http_header,
+            notify: config.notification_http_endpoint,
+            hostname: nsq_common::hostname(),
+            upstream,
+        },
+        pages: Pages::new(&config.base_path, &config.graphite, config.dev_static_dir),
+        graphite: config.graphite,
+        live: LiveConfig {
+            options: std::sync::RwLock::new(config.options),
+            allow: config.allow_config_from,
+            cluster: cluster.clone(),
+            set_log_level,
+        },
+        base_path: config.base_path,
+        cluster,
     });
     let open = Arc::new(AtomicUsize::new(0));
     for conn in listener.incoming() {
@@ -65,12 +86,12 @@ pub fn run(config: Config) -> Result<(), String> {
             warn!("{MAX_CONNECTIONS} connections open; one more refused");
             continue;
         }
-        let (cluster, audit, open) = (cluster.clone(), audit.clone(), open.clone());
+        let (app, open) = (app.clone(), open.clone());
         let spawned = std::thread::Builder::new()
             .name("admin-conn".into())
             .spawn(move || {
                 let peer = conn.peer_addr().map(|a| a.to_string()).unwrap_or_default();
-                if let Err(e) = serve(conn, &cluster, &audit, &peer) {
+                if let Err(e) = serve(conn, &app, &peer) {
                     debug!(client = %peer, "connection ended: {e}");
                 }
                 open.fetch_sub(1, Ordering::Relaxed);
@@ -83,7 +104,7 @@ pub fn run(config: Config) -> Result<(), String> {
 }
 
 /// One connection: requests answered in order until the client closes or asks to.
-fn serve(mut conn: TcpStream, cluster: &Cluster, audit: &Audit, peer: &str) -> std::io::Result<()> {
+fn serve(mut conn: TcpStream, app: &App, peer: &str) -> std::io::Result<()> {
     conn.set_read_timeout(Some(IDLE))?;
     let _ = conn.set_nodelay(true);
     let mut decoder = RequestDecoder::new(Limits::default());
@@ -93,7 +114,7 @@ fn serve(mut conn: TcpStream, cluster: &Cluster, audit: &Audit, peer: &str) -> s
         loop {
             match decoder.decode(&mut buf) {
                 Ok(Decoded::Request(req)) => {
-                    let resp = api::handle(cluster, audit, &req, peer);
+                    let resp = api::handle(app, &req, peer);
                     debug!("{} {} {}", resp.status, req.head.method(), req.head.path());
                     let mut out = BytesMut::new();
                     resp.write_for(&req.head, &mut out);

@@ -37,6 +37,8 @@ const USER_AGENT: &str = concat!("admin-ui/", env!("CARGO_PKG_VERSION"));
 pub struct Answer {
     pub origin: String,
     pub status: u16,
+    /// Its `Content-Type`, empty when it had none.
+    pub content_type: String,
     pub body: bytes::Bytes,
 }
 
@@ -281,8 +283,15 @@ impl Upstream {
         Ok(Answer {
             origin: format!("{scheme}://{addr}"),
             status: resp.status,
+            content_type: resp.header("Content-Type").unwrap_or_default().to_owned(),
             body: resp.body,
         })
+    }
+
+    /// GETs `path` from `addr` over HTTPS when `tls` (a URL whose scheme is known, such as
+    /// Graphite's: no `TLS_REQUIRED` round), whatever the status.
+    pub fn get_from(&self, tls: bool, addr: &str, path: &str) -> Result<Answer, String> {
+        self.send(tls, addr, "GET", path, None)
     }
 
     /// GETs `path` from `addr` and reads its JSON body; anything but a 200 is an error.
@@ -349,6 +358,7 @@ mod tests {
         Answer {
             origin: "http://h:1".into(),
             status,
+            content_type: String::new(),
             body: bytes::Bytes::copy_from_slice(body.as_bytes()),
         }
     }

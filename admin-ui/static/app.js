@@ -1,7 +1,9 @@
 /*
  * admin-ui front-end: everything the browser does for the single page.
  *
- * This file owns the hash router, one render function per page (topics, topic, channel,
+ * This file owns the router (path-style URLs as nsqadmin's: /topics, /topics/<t>/<c>, ...,
+ * under the --base-path the page names in <body data-base-path>; the old #/... links are
+ * redirected to them), one render function per page (topics, topic, channel,
  * nodes, node, counter, lookup), the calls to the JSON API described in admin-ui/API.md,
  * and the DOM contract of admin-ui/UI.md that the browser tests rely on: #app's
  * data-page / data-loaded attributes, #error, #warnings, and each page's ids and data
@@ -16,12 +18,17 @@ const app = document.getElementById('app');
 const errorBox = document.getElementById('error');
 const warningList = document.getElementById('warnings');
 
+/* The URL prefix everything is served under ("" or "/a/b"), from --base-path. */
+const basePath = document.body.dataset.basePath || '';
 /* Bumped on every route; an answer that arrives for an older generation is dropped. */
 let generation = 0;
-/* The hash whose page #app currently shows (kept on screen while that page reloads). */
-let shownHash = null;
+/* The path whose page #app currently shows (kept on screen while that page reloads). */
+let shownPath = null;
 /* The counter page's setInterval id, cleared whenever the route changes. */
 let pollTimer = null;
+
+/* Graphite and statsd settings (--graphite-url, --proxy-graphite, --statsd-*), from the page. */
+const settings = JSON.parse(document.body.dataset.settings || '{}');
 
 const enc = encodeURIComponent;
 const numberFormat = new Intl.NumberFormat('en-US');
@@ -35,7 +42,7 @@ async function api(method, path, body) {
     init.headers['Content-Type'] = 'application/json';
     init.body = JSON.stringify(body);
   }
-  const response = await fetch(path, init);
+  const response = await fetch(basePath + path, init);
   const text = await response.text();
   let data = null;
   try {
@@ -149,9 +156,14 @@ const PAGES = {
   lookup: { path: () => '/api/lookups', render: renderLookup },
 };
 
-/* "#/topics/%23t/c" → {page: "channel", section: "topics", params: ["#t", "c"]}, or null. */
-function parseHash(hash) {
-  const raw = hash.replace(/^#\/?/, '').replace(/\/+$/, '');
+/* A page's URL: "/topics/t" → "<base>/topics/t". */
+const href = (path) => basePath + path;
+
+/* "/topics/%23t/c" (under the base path) → {page: "channel", section: "topics",
+ * params: ["#t", "c"]}, or null. */
+function parsePath(pathname) {
+  if (basePath && pathname !== basePath && !pathname.startsWith(`${basePath}/`)) return null;
+  const raw = pathname.slice(basePath.length).replace(/^\/+/, '').replace(/\/+$/, '');
   let parts;
   try {
     parts = raw.split('/').map(decodeURIComponent);
@@ -165,23 +177,37 @@ function parseHash(hash) {
 
 function markNav(section) {
   for (const a of document.querySelectorAll('nav a')) {
-    if (a.getAttribute('href') === `#/${section}`) a.setAttribute('aria-current', 'page');
+    if (a.getAttribute('href') === href(`/${section}`)) a.setAttribute('aria-current', 'page');
     else a.removeAttribute('aria-current');
   }
 }
 
-/* Shows the page the hash names (unknown hashes become #/topics), from fresh data. */
+/* An old "#/topics/t" link (admin-ui's earlier URLs) becomes the path "<base>/topics/t". */
+function redirectHash() {
+  if (!location.hash.startsWith('#/')) return false;
+  history.replaceState(null, '', href(`/${location.hash.slice(2)}`));
+  return true;
+}
+
+/* Goes to `path` (a full path, base included) and shows its page. */
+function navigate(path) {
+  if (location.pathname !== path || location.hash) history.pushState(null, '', path);
+  return route();
+}
+
+/* Shows the page the URL names (unknown ones become <base>/topics), from fresh data. */
 async function route() {
   clearInterval(pollTimer);
   const gen = ++generation;
-  let target = parseHash(location.hash);
+  redirectHash();
+  let target = parsePath(location.pathname);
   if (!target) {
-    history.replaceState(null, '', '#/topics');
+    history.replaceState(null, '', href('/topics'));
     target = { page: 'topics', section: 'topics', params: [] };
   }
   const { path, render } = PAGES[target.page];
-  if (location.hash !== shownHash) app.replaceChildren();
-  shownHash = location.hash;
+  if (location.pathname !== shownPath) app.replaceChildren();
+  shownPath = location.pathname;
   app.dataset.page = target.page;
   app.dataset.loaded = 'false';
   markNav(target.section);
@@ -203,14 +229,17 @@ async function route() {
 /* ---------- actions ---------- */
 
 /* Runs one API action: asks `confirm` first when given, then re-renders the page, or goes
- * to `next` (a hash) when given. A failure leaves the page as it is and shows the message. */
+ * to `next` (a page path) when given. A failure leaves the page as it is and shows the
+ * message; an action done with a warning (nsqadmin's "WARNING: ..." message: some node or
+ * lookup failed) shows it under the re-rendered page. */
 async function runAction({ confirm, method, path, body, next }) {
   if (confirm && !window.confirm(confirm)) return;
   const gen = generation;
   clearError();
   app.dataset.loaded = 'false';
+  let answer;
   try {
-    await api(method, path, body);
+    answer = await api(method, path, body);
   } catch (err) {
     if (gen !== generation) return;
     showError(err);
@@ -218,8 +247,8 @@ async function runAction({ confirm, method, path, body, next }) {
     return;
   }
   if (gen !== generation) return;
-  if (next && location.hash !== next) location.hash = next; // hashchange renders it
-  else route();
+  await (next ? navigate(next) : route());
+  if (answer && answer.message) warningList.append(el('li', {}, answer.message));
 }
 
 /* The pause/unpause, empty and delete buttons shared by the topic and channel pages. */
@@ -277,7 +306,7 @@ function attributesCell(c) {
 function nodeClients(topics) {
   const rows = topics.flatMap((t) => t.channels.flatMap((ch) => (ch.clients ?? []).map((c) =>
     el('tr', { 'data-client-id': c.client_id, 'data-topic': t.topic_name, 'data-channel': ch.channel_name },
-      el('td', {}, link(`#/topics/${enc(t.topic_name)}/${enc(ch.channel_name)}`,
+      el('td', {}, link(href(`/topics/${enc(t.topic_name)}/${enc(ch.channel_name)}`),
         `${t.topic_name} / ${ch.channel_name}`)),
       [c.client_id, c.hostname, c.remote_address, c.user_agent].map((text) => el('td', {}, text ?? '')),
       attributesCell(c),
@@ -288,18 +317,62 @@ function nodeClients(topics) {
     'Connected since'], rows, 'No clients on this node.');
 }
 
+/* ---------- Graphite (as nsqadmin names the brokers' statsd metrics) ---------- */
+
+/* A metric's full statsd key: --statsd-counter-format / --statsd-gauge-format around it. */
+function statsdKey(type, key) {
+  const fmt = type === 'counter' ? settings.statsd_counter_format : settings.statsd_gauge_format;
+  return fmt ? fmt.replace(/%s/g, key) : key;
+}
+
+/* --statsd-prefix for a host ("*": every node), with its "." separator. */
+function statsdPrefix(host) {
+  const prefix = (settings.statsd_prefix || '').replace(/%s/g, host.replace(/[.:]/g, '_'));
+  return prefix && !prefix.endsWith('.') ? `${prefix}.` : prefix;
+}
+
+/* A name as statsd daemons write it into a Graphite key. */
+const graphiteKey = (s) => s.replaceAll(' ', '_').replaceAll('/', '-').replace(/[^a-zA-Z0-9-_.]/g, '');
+
+/* nsqadmin's target for a topic's message rate over every node. */
+function topicRateTarget(topic) {
+  return `sumSeries(${statsdKey('counter', `${statsdPrefix('*')}topic.${graphiteKey(topic)}.message_count`)})`;
+}
+
+/* With --graphite-url: the topic's rate (from /api/graphite) and a chart of it (through
+ * <base>/render with --proxy-graphite, else from Graphite itself). */
+function topicGraphite(topic) {
+  if (!settings.graphite_enabled) return [];
+  const target = topicRateTarget(topic);
+  const rate = el('span', { id: 'topic-rate', 'data-target': target }, '…');
+  const gen = generation;
+  api('GET', `/api/graphite?metric=rate&target=${enc(target)}`)
+    .then((data) => { if (gen === generation) rate.textContent = `${data.rate} msg/s`; })
+    .catch((err) => { if (gen === generation) rate.textContent = `unavailable (${err.message})`; });
+  const interval = `${settings.statsd_interval}sec`;
+  const query = new URLSearchParams({
+    target: `summarize(scale(${target},${1 / settings.statsd_interval}),"${interval}","avg")`,
+    from: '-2h', until: '-1min', width: '800', height: '200', yMin: '0', bgcolor: 'ff000000',
+  });
+  const render = settings.proxy_graphite ? href('/render') : `${settings.graphite_url}/render`;
+  return [
+    el('p', { class: 'graphite-rate' }, 'Rate (Graphite): ', rate),
+    el('img', { id: 'topic-graph', alt: `message rate of ${topic}`, src: `${render}?${query}` }),
+  ];
+}
+
 /* ---------- pages ---------- */
 
 function renderTopics(data) {
   const rows = data.topics.map((name) =>
-    el('tr', { 'data-topic': name }, el('td', {}, link(`#/topics/${enc(name)}`, name))));
+    el('tr', { 'data-topic': name }, el('td', {}, link(href(`/topics/${enc(name)}`), name))));
   return [el('h1', {}, 'Topics'), table('topics', ['Topic'], rows, 'No topics.')];
 }
 
 function renderTopic(data, topic) {
-  const topicHash = `#/topics/${enc(topic)}`;
+  const topicHash = href(`/topics/${enc(topic)}`);
   const nodeRows = data.nodes.map((n) => el('tr', { 'data-node': n.node, class: rowClass(n.paused) },
-    el('td', {}, link(`#/nodes/${enc(n.node)}`, n.node)),
+    el('td', {}, link(href(`/nodes/${enc(n.node)}`), n.node)),
     [n.depth, n.memory_depth, n.backend_depth, n.message_count, n.channel_count].map(numCell),
     stateCell(n.paused),
     el('td', {}, actionButton('tombstone', 'Tombstone', () => runAction({
@@ -313,14 +386,15 @@ function renderTopic(data, topic) {
         c.message_count, c.client_count].map(numCell),
       stateCell(c.paused)));
   return [
-    kicker(link('#/topics', 'Topics'), ' › topic'),
+    kicker(link(href('/topics'), 'Topics'), ' › topic'),
     el('h1', {}, topic),
     stateLine('topic-state', data.paused),
     facts('topic-totals', [
       ['Depth', num(data.depth)], ['Memory depth', num(data.memory_depth)],
       ['Backend depth', num(data.backend_depth)], ['Messages', num(data.message_count)],
     ]),
-    entityActions('topic-actions', `/api/topics/${enc(topic)}`, data.paused, `topic "${topic}"`, '#/topics'),
+    ...topicGraphite(topic),
+    entityActions('topic-actions', `/api/topics/${enc(topic)}`, data.paused, `topic "${topic}"`, href('/topics')),
     el('h2', {}, 'Nodes'),
     table('topic-nodes', ['Node', 'Depth', 'Memory', 'Backend', 'Messages', 'Channels', 'State', ''],
       nodeRows, 'No node has this topic.'),
@@ -331,9 +405,9 @@ function renderTopic(data, topic) {
 }
 
 function renderChannel(data, topic, channel) {
-  const topicHash = `#/topics/${enc(topic)}`;
+  const topicHash = href(`/topics/${enc(topic)}`);
   const nodeRows = data.nodes.map((n) => el('tr', { 'data-node': n.node, class: rowClass(n.paused) },
-    el('td', {}, link(`#/nodes/${enc(n.node)}`, n.node)),
+    el('td', {}, link(href(`/nodes/${enc(n.node)}`), n.node)),
     [n.depth, n.memory_depth, n.backend_depth, n.in_flight_count, n.deferred_count,
       n.requeue_count, n.timeout_count, n.message_count, n.client_count].map(numCell),
     stateCell(n.paused)));
@@ -344,7 +418,7 @@ function renderChannel(data, topic, channel) {
     [c.ready_count, c.in_flight_count, c.message_count, c.finish_count, c.requeue_count].map(numCell),
     el('td', {}, time(c.connect_ts))));
   return [
-    kicker(link('#/topics', 'Topics'), ' › channel'),
+    kicker(link(href('/topics'), 'Topics'), ' › channel'),
     el('h1', {}, link(topicHash, topic), ' / ', channel),
     stateLine('channel-state', data.paused),
     facts('channel-totals', [
@@ -368,7 +442,7 @@ function renderChannel(data, topic, channel) {
 
 function renderNodes(data) {
   const rows = data.nodes.map((n) => el('tr', { 'data-node': n.node },
-    el('td', {}, link(`#/nodes/${enc(n.node)}`, n.node)),
+    el('td', {}, link(href(`/nodes/${enc(n.node)}`), n.node)),
     el('td', {}, n.hostname ?? ''),
     el('td', {}, n.version ?? ''),
     plainCell(n.tcp_port),
@@ -383,7 +457,7 @@ function renderNodes(data) {
 function renderNode(data, node) {
   const blank = () => el('td', {});
   const rows = data.topics.flatMap((t) => {
-    const topicHash = `#/topics/${enc(t.topic_name)}`;
+    const topicHash = href(`/topics/${enc(t.topic_name)}`);
     const topicRow = el('tr', { 'data-topic': t.topic_name, class: rowClass(t.paused, 'topic-row') },
       el('td', {}, link(topicHash, t.topic_name)),
       numCell(t.depth),
@@ -402,7 +476,7 @@ function renderNode(data, node) {
     return [topicRow, ...channelRows];
   });
   return [
-    kicker(link('#/nodes', 'Nodes'), ' › node'),
+    kicker(link(href('/nodes'), 'Nodes'), ' › node'),
     el('h1', {}, node),
     facts('node-info', [
       ['Version', data.version ?? ''], ['Health', data.health ?? ''], ['Started', time(data.start_time)],
@@ -418,7 +492,7 @@ function renderNode(data, node) {
 
 function counterTopics(topics) {
   const rows = topics.map((t) => el('tr', { 'data-topic': t.topic_name },
-    el('td', {}, link(`#/topics/${enc(t.topic_name)}`, t.topic_name)),
+    el('td', {}, link(href(`/topics/${enc(t.topic_name)}`), t.topic_name)),
     numCell(t.message_count)));
   return table('counter-topics', ['Topic', 'Messages'], rows, 'No topics.');
 }
@@ -466,7 +540,7 @@ function startCounter(count, counterEl, rateEl, perTopicEl) {
 function lookupTopics(topics) {
   if (!topics.length) return '—';
   return el('ul', { class: 'plain' }, topics.map((t) => el('li', {},
-    link(`#/topics/${enc(t.topic_name)}`, t.topic_name),
+    link(href(`/topics/${enc(t.topic_name)}`), t.topic_name),
     t.channels.length ? `: ${t.channels.join(', ')}` : null)));
 }
 
@@ -503,5 +577,16 @@ function renderLookup(data) {
 
 /* ---------- start ---------- */
 
-window.addEventListener('hashchange', route);
+/* Links to the page's own URLs are followed without reloading the page. */
+document.addEventListener('click', (event) => {
+  const a = event.target.closest && event.target.closest('a[href]');
+  if (!a || a.target || event.defaultPrevented || event.button !== 0
+      || event.metaKey || event.ctrlKey || event.shiftKey || event.altKey) return;
+  const url = new URL(a.href, location.href);
+  if (url.origin !== location.origin || !parsePath(url.pathname)) return;
+  event.preventDefault();
+  navigate(url.pathname);
+});
+window.addEventListener('popstate', route);
+window.addEventListener('hashchange', () => { if (redirectHash()) route(); });
 route();

@@ -62,11 +62,14 @@ def fresh_cluster():
 
 @pytest.fixture
 def start_admin():
-    """Factory: start_admin(lookups=[...], nsqds=[...], extra=[flags]) -> a running AdminUI."""
+    """Factory: start_admin(lookups=[...], nsqds=[...], extra=[flags]) -> a running AdminUI;
+    start_admin(raw=[flags]) runs it with exactly those flags (no --http-address added)."""
     started = []
 
-    def start(lookups=(), nsqds=(), extra=()):
+    def start(lookups=(), nsqds=(), extra=(), raw=None):
         a = AdminUI(lookups=lookups, nsqds=nsqds, extra=extra)
+        if raw is not None:
+            a.args = [a.bin_path] + list(raw)
         started.append(a)
         return a.start()
 

@@ -80,9 +80,10 @@ class Page:
 
     # -- navigation and waiting
     def open(self, route, page):
-        """A full load of the page at `#<route>`, waiting until `page` has rendered."""
+        """A full load of the page at its path-style URL `route` (under the base path),
+        waiting until `page` has rendered."""
         self.d.get("about:blank")
-        self.d.get(self.base + "/#" + route)
+        self.d.get(self.base + route)
         self.wait_loaded(page)
 
     def wait(self, cond, what, timeout=WAIT):
@@ -109,10 +110,10 @@ class Page:
         self.wait(lambda: self.d.find_elements(self.By.CSS_SELECTOR, sel),
                   "%s (page %r)" % (sel, page), timeout)
 
-    def wait_navigated(self, to_hash, page):
-        """Waits until the location is `to_hash` and `page` has loaded there."""
-        self.wait(lambda: self.hash() == to_hash and self.all(self.loaded(page)),
-                  "navigation to %s (page %r)" % (to_hash, page))
+    def wait_navigated(self, to_path, page):
+        """Waits until the location is `to_path` and `page` has loaded there."""
+        self.wait(lambda: self.path() == to_path and self.all(self.loaded(page)),
+                  "navigation to %s (page %r)" % (to_path, page))
 
     def all(self, css):
         return self.d.find_elements(self.By.CSS_SELECTOR, css)
@@ -146,8 +147,8 @@ class Page:
             return "<%s>" % e
         return html if len(html) < 4000 else html[:4000] + "..."
 
-    def hash(self):
-        return self.d.execute_script("return location.hash;")
+    def path(self):
+        return self.d.execute_script("return location.pathname + location.hash;")
 
     # -- window.confirm and fetch spying
     def answer_confirm(self, answer):
@@ -191,12 +192,12 @@ def test_topics_page_lists_published_topics(cluster, page):
         wait_topic_in_api(cluster.admin, t)
     page.open("/topics", "topics")
     assert page.text("h1") == "Topics"
-    for href in ("#/topics", "#/nodes", "#/counter", "#/lookup"):
+    for href in ("/topics", "/nodes", "/counter", "/lookup"):
         assert page.all('nav a[href="%s"]' % href), "nav link %s missing" % href
     for t in ("br_a", "br_b", "br_c"):
         rows = page.all('#topics tr[data-topic="%s"]' % t)
         assert len(rows) == 1, "row for %s: %d\n%s" % (t, len(rows), page.app_html())
-        link = rows[0].find_element(page.By.CSS_SELECTOR, 'a[href="#/topics/%s"]' % t)
+        link = rows[0].find_element(page.By.CSS_SELECTOR, 'a[href="/topics/%s"]' % t)
         assert link.text.strip() == t
 
 
@@ -204,14 +205,14 @@ def test_clicking_a_topic_shows_its_channels_and_nodes(cluster, page):
     cluster.on_both("br_t", channels=["c1", "c2"], count=(2, 3))
     wait_topic_in_api(cluster.admin, "br_t")
     page.open("/topics", "topics")
-    page.one('#topics tr[data-topic="br_t"] a[href="#/topics/br_t"]').click()
+    page.one('#topics tr[data-topic="br_t"] a[href="/topics/br_t"]').click()
     page.wait_loaded("topic")
-    assert page.hash() == "#/topics/br_t"
+    assert page.path() == "/topics/br_t"
     assert "br_t" in page.text("h1")
     assert page.text("#topic-state") == "active"
     for c in ("c1", "c2"):
         row = page.one('#channels tr[data-channel="%s"]' % c)
-        assert row.find_elements(page.By.CSS_SELECTOR, 'a[href="#/topics/br_t/%s"]' % c), (
+        assert row.find_elements(page.By.CSS_SELECTOR, 'a[href="/topics/br_t/%s"]' % c), (
             "channel row %s has no link to its page: %s" % (c, row.get_attribute("outerHTML")))
     for b in cluster.brokers:
         row = page.one('#topic-nodes tr[data-node="%s"]' % b.node)
@@ -244,7 +245,7 @@ def test_delete_topic_navigates_to_topics(cluster, page):
     page.open("/topics/br_dt", "topic")
     page.answer_confirm(True)
     page.visible('#topic-actions button[data-action="delete"]').click()
-    page.wait_navigated("#/topics", "topics")
+    page.wait_navigated("/topics", "topics")
     assert len(page.confirms()) == 1
     for b in cluster.brokers:
         assert b.topic_stats("br_dt") is None, "br_dt still on broker %s" % b.node
@@ -276,7 +277,7 @@ def test_ephemeral_channel_link_is_encoded(cluster, page):
     wait_until(lambda: cluster.b2.channel_stats("br_eph", "e#ephemeral"),
                "the ephemeral channel on broker 2")
     page.open("/topics/br_eph", "topic")
-    page.one('#channels tr[data-channel="e#ephemeral"] a[href="#/topics/br_eph/e%23ephemeral"]'
+    page.one('#channels tr[data-channel="e#ephemeral"] a[href="/topics/br_eph/e%23ephemeral"]'
              ).click()
     page.wait_loaded("channel")
     assert "br_eph / e#ephemeral" in page.text("h1")
@@ -316,7 +317,7 @@ def test_delete_channel_navigates_back_to_its_topic(cluster, page):
     page.open("/topics/br_dc/gone", "channel")
     page.answer_confirm(True)
     page.visible('#channel-actions button[data-action="delete"]').click()
-    page.wait_navigated("#/topics/br_dc", "topic")
+    page.wait_navigated("/topics/br_dc", "topic")
     for b in cluster.brokers:
         assert b.channel_stats("br_dc", "gone") is None, "channel still on broker %s" % b.node
     assert not page.all('#channels tr[data-channel="gone"]'), page.app_html()
@@ -379,10 +380,10 @@ def test_nodes_page_and_node_page(cluster, page):
     page.open("/nodes", "nodes")
     for b in cluster.brokers:
         row = page.one('#nodes tr[data-node="%s"]' % b.node)
-        assert row.find_elements(page.By.CSS_SELECTOR, 'a[href="#/nodes/%s"]' % q(b.node)), (
+        assert row.find_elements(page.By.CSS_SELECTOR, 'a[href="/nodes/%s"]' % q(b.node)), (
             row.get_attribute("outerHTML"))
         assert str(b.tcp_port) in row.text and str(b.http_port) in row.text, row.text
-    page.one('#nodes tr[data-node="%s"] a[href="#/nodes/%s"]'
+    page.one('#nodes tr[data-node="%s"] a[href="/nodes/%s"]'
              % (cluster.b1.node, q(cluster.b1.node))).click()
     page.wait_loaded("node")
     assert cluster.b1.node in page.text("h1")
@@ -396,7 +397,7 @@ def test_nodes_page_and_node_page(cluster, page):
 
 def test_error_is_shown_for_an_unknown_topic(cluster, page):
     page.d.get("about:blank")
-    page.d.get(page.base + "/#/topics/br_never_there")
+    page.d.get(page.base + "/topics/br_never_there")
     page.wait(lambda: (page.error_text() or "").strip(), "#error to show the API's error")
     assert page.one("#error").is_displayed()
 
@@ -471,15 +472,89 @@ def test_client_tls_compression_and_auth_on_channel_and_node_pages(driver, certs
     row = page.one('#node-clients tr[data-client-id="snappy-plain"]')
     assert row.get_attribute("data-channel") == CHANNEL, row.get_attribute("outerHTML")
     assert row.find_elements(page.By.CSS_SELECTOR,
-                             'a[href="#/topics/%s/%s"]' % (TOPIC, CHANNEL)), row.text
+                             'a[href="/topics/%s/%s"]' % (TOPIC, CHANNEL)), row.text
 
 
 def test_untrusted_broker_certificate_is_shown_in_warnings(driver, certs, fakes, start_admin):
     b = fakes(FakeTlsBroker, certs, cert="untrusted")
     admin = start_admin(nsqds=[b.node], extra=["--http-client-tls-root-ca-file=" + certs.ca])
     page = Page(driver, admin)
-    for route, name in (("/topics", "topics"), ("/nodes/" + q(b.node), "node")):
-        page.open(route, name)
-        items = [li.text for li in page.all("#warnings li")]
-        assert any("https://127.0.0.1:%d" % b.https_port in t and "invalid peer certificate" in t
-                   for t in items), (route, items)
+    page.open("/topics", "topics")
+    items = [li.text for li in page.all("#warnings li")]
+    assert any("https://127.0.0.1:%d" % b.https_port in t and "invalid peer certificate" in t
+               for t in items), items
+    # the node itself cannot be read: nsqadmin's 502 UPSTREAM_ERROR, shown as the error
+    page.open("/nodes/" + q(b.node), "node")
+    err = page.error_text() or ""
+    assert "UPSTREAM_ERROR" in err and "invalid peer certificate" in err, err
+
+
+# ---- path-style URLs, base path, Graphite (nsqadmin's) ---------------------------------------
+
+def test_path_style_urls_under_a_base_path(cluster, driver, start_admin):
+    """nsqadmin's bookmarks: /<base>/topics/<t> opened directly shows the topic page; links,
+    the nav and the browser's back button stay under the base path."""
+    cluster.on_both("bp_br", channels=["c"])
+    admin = start_admin(lookups=[cluster.lookup.http_address], extra=["--base-path=/ops/nsq"])
+    wait_topic_in_api(_Prefixed(admin, "/ops/nsq"), "bp_br")
+    page = Page(driver, admin)
+    page.base = admin.base + "/ops/nsq"
+    page.open("/topics/bp_br", "topic")
+    assert page.path() == "/ops/nsq/topics/bp_br"
+    assert "bp_br" in page.text("h1")
+    for section in ("topics", "nodes", "counter", "lookup"):
+        assert page.all('nav a[href="/ops/nsq/%s"]' % section), section
+    page.spy_fetch()
+    page.one('#channels tr[data-channel="c"] a[href="/ops/nsq/topics/bp_br/c"]').click()
+    page.wait_navigated("/ops/nsq/topics/bp_br/c", "channel")
+    assert all(url.startswith("/ops/nsq/api/") for _, url in page.fetches()), page.fetches()
+    page.d.back()
+    page.wait_navigated("/ops/nsq/topics/bp_br", "topic")
+    # a node page by its URL; the base path itself shows the topics page
+    page.open("/nodes/" + q(cluster.b1.node), "node")
+    assert cluster.b1.node in page.text("h1")
+    page.open("/", "topics")
+    assert page.path() == "/ops/nsq/topics"
+
+
+def test_old_hash_links_are_redirected_to_paths(cluster, page):
+    cluster.on_both("hs_br", channels=["c"])
+    wait_topic_in_api(cluster.admin, "hs_br")
+    page.open("/#/topics/hs_br/c", "channel")
+    page.wait(lambda: page.path() == "/topics/hs_br/c", "the path form of #/topics/hs_br/c")
+    assert "hs_br" in page.text("h1")
+
+
+def test_graphite_rate_and_chart_on_the_topic_page(cluster, driver, start_admin):
+    from test_admin_nsqadmin import FakeGraphite
+    g = FakeGraphite(rate=300.0)
+    try:
+        cluster.on_both("gr_br")
+        admin = start_admin(lookups=[cluster.lookup.http_address], extra=[
+            "--graphite-url=" + g.url, "--proxy-graphite", "--statsd-interval=30s",
+            "--statsd-prefix=prod.nsq.%s", "--statsd-counter-format=stats_counts.%s"])
+        wait_topic_in_api(admin, "gr_br")
+        page = Page(driver, admin)
+        page.open("/topics/gr_br", "topic")
+        target = "sumSeries(stats_counts.prod.nsq.*.topic.gr_br.message_count)"
+        assert page.one("#topic-rate").get_attribute("data-target") == target
+        page.wait(lambda: page.text("#topic-rate") == "10.00 msg/s", "#topic-rate from Graphite")
+        asked = [qs["target"][0] for path, qs in g.requests if qs.get("format") == ["json"]]
+        assert asked == [target], g.requests
+        # the chart comes through admin-ui's /render proxy
+        src = page.one("#topic-graph").get_attribute("src")
+        assert src.startswith(admin.base + "/render?"), src
+        page.wait(lambda: any(p == "/render" and "format" not in qs for p, qs in g.requests),
+                  "the chart's request at Graphite")
+    finally:
+        g.close()
+
+
+class _Prefixed:
+    """An admin-ui's API under a base path, for wait_topic_in_api."""
+
+    def __init__(self, admin, prefix):
+        self.admin, self.prefix = admin, prefix
+
+    def get(self, path):
+        return self.admin.get(self.prefix + path)

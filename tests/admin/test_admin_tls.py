@@ -49,7 +49,7 @@ def test_https_only_broker_is_read_over_tls(certs, fakes, start_admin):
     b = fakes(FakeTlsBroker, certs)
     admin = start_admin(nsqds=[b.node], extra=["--http-client-tls-root-ca-file=" + certs.ca])
     topics = admin.get("/api/topics")
-    assert topics == {"topics": [TOPIC], "warnings": []}, topics
+    assert topics == {"topics": [TOPIC], "message": "", "warnings": []}, topics
     ch = admin.get("/api/topics/%s/%s" % (TOPIC, CHANNEL))
     assert ch["warnings"] == [], ch["warnings"]
     assert ch["client_count"] == len(CLIENTS) and ch["message_count"] == 9, ch
@@ -117,17 +117,19 @@ def test_untrusted_certificate_is_a_clear_warning(certs, fakes, start_admin):
                               % b.https_port), warning
     assert "invalid peer certificate" in warning, warning
     assert "--http-client-tls-root-ca-file" in warning, warning
-    node = admin.get("/api/nodes/" + q(b.node))
-    assert node["topics"] == [] and len(node["warnings"]) == 1, node
-    assert "invalid peer certificate" in node["warnings"][0], node
+    # a node that cannot be read: nsqadmin's 502 UPSTREAM_ERROR, saying why
+    r = admin.call("GET", "/api/nodes/" + q(b.node))
+    assert r.status == 502, r
+    assert r.json()["message"].startswith("UPSTREAM_ERROR: "), r.body
+    assert "invalid peer certificate" in r.json()["message"], r.body
     # nothing was asked over the connection that failed
     assert b.requests == [], b.requests
     # the system's roots do not know the test CA either
     admin2 = start_admin(nsqds=[b.node])
     assert "invalid peer certificate" in admin2.get("/api/topics")["warnings"][0]
-    # an action on what cannot be seen: not found, at once
+    # an action when no broker can be asked: 502 UPSTREAM_ERROR at once
     r = admin.call("POST", "/api/topics/" + TOPIC, {"action": "pause"})
-    adminlib.assert_error(r, 404, "TOPIC_NOT_FOUND", "pause on an untrusted broker")
+    assert r.status == 502 and "invalid peer certificate" in r.json()["message"], r
 
 
 def test_insecure_skip_verify_accepts_any_certificate(certs, fakes, start_admin):

@@ -1,0 +1,373 @@
+//! nsqadmin's JSON shapes (its `clusterinfo` types) built from the brokers' `/stats` and the
+//! lookups' answers: a topic or channel on one node (`TopicStats` / `ChannelStats` with
+//! `node` = `host:http_port`), their totals over the nodes (`node` = `"*"`, the per-node rows
+//! in `nodes`), a client (`ClientStats`), a producer (`Producer`), e2e latency aggregates.
+//!
+//! Invariants: every field nsqadmin writes is present with its JSON type (a missing broker
+//! field reads as 0, `""` or false); totals are the sums of the rows in their `nodes`, and
+//! `paused` is true when any node has it paused; admin-ui's own additions (a topic row's
+//! `channel_count`) only add fields.
+
+use serde_json::{json, Map, Value};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+pub fn num(v: &Value, key: &str) -> u64 {
+    v.get(key).and_then(Value::as_u64).unwrap_or(0)
+}
+
+pub fn text<'a>(v: &'a Value, key: &str) -> &'a str {
+    v.get(key).and_then(Value::as_str).unwrap_or_default()
+}
+
+pub fn flag(v: &Value, key: &str) -> bool {
+    v.get(key).and_then(Value::as_bool).unwrap_or(false)
+}
+
+pub fn list<'a>(v: &'a Value, key: &str) -> &'a [Value] {
+    v.get(key)
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+}
+
+/// The figures a topic total adds up.
+const TOPIC_SUMS: &[&str] = &[
+    "depth",
+    "memory_depth",
+    "backend_depth",
+    "message_count",
+    "delivery_msg_count",
+];
+/// The figures a channel total adds up.
+const CHANNEL_SUMS: &[&str] = &[
+    "depth",
+    "memory_depth",
+    "backend_depth",
+    "in_flight_count",
+    "deferred_count",
+    "requeue_count",
+    "timeout_count",
+    "message_count",
+    "client_count",
+];
+
+/// A client of a channel on `node` (nsqadmin's `ClientStats`): nsqd's `/stats` fields, its
+/// TLS, compression and auth state included, and `connected` (nanoseconds since
+/// `connect_ts`).
+pub fn client(node: &str, c: &Value) -> Value {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let connected = now.saturating_sub(num(c, "connect_ts")) * 1_000_000_000;
+    json!({
+        "node": node,
+        "remote_address": text(c, "remote_address"),
+        "version": text(c, "version"),
+        "client_id": text(c, "client_id"),
+        "hostname": text(c, "hostname"),
+        "user_agent": text(c, "user_agent"),
+        "connect_ts": num(c, "connect_ts"),
+        "connected": connected,
+        "in_flight_count": num(c, "in_flight_count"),
+        "ready_count": num(c, "ready_count"),
+        "finish_count": num(c, "finish_count"),
+        "requeue_count": num(c, "requeue_count"),
+        "message_count": num(c, "message_count"),
+        "sample_rate": num(c, "sample_rate"),
+        "deflate": flag(c, "deflate"),
+        "snappy": flag(c, "snappy"),
+        "authed": flag(c, "authed"),
+        "auth_identity": text(c, "auth_identity"),
+        "auth_identity_url": text(c, "auth_identity_url"),
+        "tls": flag(c, "tls"),
+        "tls_cipher_suite": text(c, "tls_cipher_suite"),
+        "tls_version": text(c, "tls_version"),
+        "tls_negotiated_protocol": text(c, "tls_negotiated_protocol"),
+        "tls_negotiated_protocol_is_mutual": flag(c, "tls_negotiated_protocol_is_mutual"),
+    })
+}
+
+/// A node's e2e latency as nsqadmin reads it: each percentile's `min`, `max` and `average`
+/// are its `value`, its `count` the node's.
+fn e2e_of(from: &Value, node: &str, topic: &str, channel: &str) -> Value {
+    let e = from.get("e2e_processing_latency").unwrap_or(&Value::Null);
+    let count = num(e, "count");
+    let percentiles: Vec<Value> = list(e, "percentiles")
+        .iter()
+        .map(|p| {
+            let value = p.get("value").and_then(Value::as_f64).unwrap_or(0.0);
+            let mut p = p.as_object().cloned().unwrap_or_default();
+            for k in ["min", "max", "average"] {
+                p.insert(k.into(), value.into());
+            }
+            p.insert("count".into(), (count as f64).into());
+            Value::Object(p)
+        })
+        .collect();
+    json!({"count": count, "percentiles": percentiles, "topic": topic, "channel": channel,
+           "host": node})
+}
+
+/// Merges the e2e latency `from` into the total `into` (per quantile: the largest max, the
+/// smallest min, the average weighted by count).
+fn e2e_add(into: &mut Value, from: &Value) {
+    let count = num(into, "count") + num(from, "count");
+    let mut merged: Vec<Value> = list(into, "percentiles").to_vec();
+    for p in list(from, "percentiles") {
+        let q = p.get("quantile").and_then(Value::as_f64).unwrap_or(0.0);
+        let f = |v: &Value, k: &str| v.get(k).and_then(Value::as_f64).unwrap_or(0.0);
+        match merged
+            .iter_mut()
+            .find(|m| m.get("quantile").and_then(Value::as_f64) == Some(q))
+        {
+            Some(m) => {
+                let (n1, n2) = (f(m, "count"), f(p, "count"));
+                let average = if n1 + n2 > 0.0 {
+                    (f(m, "average") * n1 + f(p, "average") * n2) / (n1 + n2)
+                } else {
+                    0.0
+                };
+                let updated = json!({
+                    "quantile": q,
+                    "max": f(m, "max").max(f(p, "max")),
+                    "min": f(m, "min").min(f(p, "min")),
+                    "average": average,
+                    "count": n1 + n2,
+                });
+                *m = updated;
+            }
+            None => merged.push(json!({
+                "quantile": q, "max": f(p, "max"), "min": f(p, "min"),
+                "average": f(p, "average"), "count": f(p, "count"),
+            })),
+        }
+    }
+    if let Some(o) = into.as_object_mut() {
+        o.insert("count".into(), count.into());
+        o.insert("percentiles".into(), merged.into());
+        o.insert("host".into(), "*".into());
+    }
+}
+
+/// A channel of `topic` on one node (nsqadmin's `ChannelStats`); its clients when asked.
+pub fn channel(node: &str, hostname: &str, topic: &str, ch: &Value, clients: bool) -> Value {
+    let name = text(ch, "channel_name");
+    let clients: Value = if clients {
+        list(ch, "clients")
+            .iter()
+            .map(|c| client(node, c))
+            .collect::<Vec<_>>()
+            .into()
+    } else {
+        // nsqadmin asks nsqd without clients here: its `clients` is null.
+        Value::Null
+    };
+    json!({
+        "node": node,
+        "hostname": hostname,
+        "topic_name": topic,
+        "channel_name": name,
+        "depth": num(ch, "depth"),
+        "memory_depth": num(ch, "depth").saturating_sub(num(ch, "backend_depth")),
+        "backend_depth": num(ch, "backend_depth"),
+        "in_flight_count": num(ch, "in_flight_count"),
+        "deferred_count": num(ch, "deferred_count"),
+        "requeue_count": num(ch, "requeue_count"),
+        "timeout_count": num(ch, "timeout_count"),
+        "message_count": num(ch, "message_count"),
+        "client_count": num(ch, "client_count").max(list(ch, "clients").len() as u64),
+        "nodes": null,
+        "clients": clients,
+        "paused": flag(ch, "paused"),
+        "e2e_processing_latency": e2e_of(ch, node, topic, name),
+    })
+}
+
+/// A topic on one node (nsqadmin's `TopicStats`), its channels in `channels`, plus
+/// admin-ui's `channel_count`.
+pub fn topic(node: &str, hostname: &str, t: &Value, clients: bool) -> Value {
+    let name = text(t, "topic_name");
+    let channels: Vec<Value> = list(t, "channels")
+        .iter()
+        .map(|c| channel(node, hostname, name, c, clients))
+        .collect();
+    json!({
+        "node": node,
+        "hostname": hostname,
+        "topic_name": name,
+        "depth": num(t, "depth"),
+        "memory_depth": num(t, "depth").saturating_sub(num(t, "backend_depth")),
+        "backend_depth": num(t, "backend_depth"),
+        "message_count": num(t, "message_count"),
+        "delivery_msg_count": 0,
+        "nodes": null,
+        "channel_count": channels.len(),
+        "channels": channels,
+        "paused": flag(t, "paused"),
+        "e2e_processing_latency": e2e_of(t, node, name, ""),
+    })
+}
+
+/// Adds `row`'s figures (`keys`) into `total`, its pause and its e2e latency.
+fn add(total: &mut Map<String, Value>, row: &Value, keys: &[&str]) {
+    for k in keys {
+        let sum = total.get(*k).and_then(Value::as_u64).unwrap_or(0) + num(row, k);
+        total.insert((*k).into(), sum.into());
+    }
+    if flag(row, "paused") {
+        total.insert("paused".into(), true.into());
+    }
+    if let Some(e) = total.get_mut("e2e_processing_latency") {
+        e2e_add(e, row.get("e2e_processing_latency").unwrap_or(&Value::Null));
+    }
+    total.insert("node".into(), "*".into());
+}
+
+/// A fresh total: every figure 0, not paused, no e2e samples.
+fn zero(topic: &str, channel: Option<&str>, keys: &[&str]) -> Map<String, Value> {
+    let mut m = Map::new();
+    m.insert("node".into(), "".into());
+    m.insert("hostname".into(), "".into());
+    m.insert("topic_name".into(), topic.into());
+    if let Some(c) = channel {
+        m.insert("channel_name".into(), c.into());
+    }
+    for k in keys {
+        m.insert((*k).into(), 0.into());
+    }
+    m.insert("paused".into(), false.into());
+    m.insert(
+        "e2e_processing_latency".into(),
+        json!({"count": 0, "percentiles": [], "topic": topic,
+               "channel": channel.unwrap_or_default(), "host": ""}),
+    );
+    m
+}
+
+/// The sort key nsqadmin orders node rows and clients by.
+fn by_hostname(a: &Value, b: &Value) -> std::cmp::Ordering {
+    (text(a, "hostname"), text(a, "node")).cmp(&(text(b, "hostname"), text(b, "node")))
+}
+
+/// A channel over the nodes that have it: `rows` (from [`channel`]) added up, in `nodes`,
+/// their clients together in `clients`.
+pub fn channel_total(topic: &str, name: &str, mut rows: Vec<Value>) -> Map<String, Value> {
+    let mut total = zero(topic, Some(name), CHANNEL_SUMS);
+    let mut clients = Vec::new();
+    rows.sort_by(by_hostname);
+    for r in &rows {
+        add(&mut total, r, CHANNEL_SUMS);
+        clients.extend(list(r, "clients").iter().cloned());
+    }
+    clients.sort_by(by_hostname);
+    total.insert("nodes".into(), rows.into());
+    total.insert("clients".into(), clients.into());
+    total
+}
+
+/// A topic over its nodes: `rows` (from [`topic`]) added up, in `nodes`, and its channels
+/// each added up over the nodes that have it (sorted by name).
+pub fn topic_total(topic: &str, mut rows: Vec<Value>) -> Map<String, Value> {
+    let mut total = zero(topic, None, TOPIC_SUMS);
+    let mut channels: std::collections::BTreeMap<String, Vec<Value>> = Default::default();
+    rows.sort_by(by_hostname);
+    for r in &rows {
+        add(&mut total, r, TOPIC_SUMS);
+        for c in list(r, "channels") {
+            channels
+                .entry(text(c, "channel_name").to_owned())
+                .or_default()
+                .push(c.clone());
+        }
+    }
+    let channels: Vec<Value> = channels
+        .into_iter()
+        .map(|(name, rows)| Value::Object(channel_total(topic, &name, rows)))
+        .collect();
+    total.insert("nodes".into(), rows.into());
+    total.insert("channels".into(), channels.into());
+    total
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn totals_add_up_and_pause_spreads() {
+        let t1 = json!({"topic_name": "t", "depth": 5, "backend_depth": 2, "message_count": 7,
+            "paused": false, "channels": [{"channel_name": "c", "depth": 1, "client_count": 1,
+            "clients": [{"client_id": "x", "hostname": "h"}]}]});
+        let t2 = json!({"topic_name": "t", "depth": 1, "backend_depth": 0, "message_count": 1,
+            "paused": true, "channels": [{"channel_name": "c", "depth": 2, "paused": true}]});
+        let rows = vec![topic("b:2", "hb", &t2, true), topic("a:1", "ha", &t1, true)];
+        let total = Value::Object(topic_total("t", rows));
+        assert_eq!(total["node"], "*");
+        assert_eq!(
+            (total["depth"].clone(), total["memory_depth"].clone()),
+            (json!(6), json!(4))
+        );
+        assert_eq!(total["message_count"], 8);
+        assert_eq!(total["paused"], true);
+        assert_eq!(total["nodes"][0]["node"], "a:1", "sorted by hostname");
+        assert_eq!(total["nodes"][0]["channel_count"], 1);
+        let c = &total["channels"][0];
+        assert_eq!(
+            (c["node"].clone(), c["depth"].clone()),
+            (json!("*"), json!(3))
+        );
+        assert_eq!(
+            (c["paused"].clone(), c["client_count"].clone()),
+            (json!(true), json!(1))
+        );
+        assert_eq!(c["clients"][0]["node"], "a:1");
+        let empty = Value::Object(topic_total("t", Vec::new()));
+        assert_eq!(
+            (empty["node"].clone(), empty["depth"].clone()),
+            (json!(""), json!(0))
+        );
+    }
+
+    #[test]
+    fn e2e_percentiles_merge() {
+        let a = json!({"e2e_processing_latency": {"count": 1,
+            "percentiles": [{"quantile": 0.99, "value": 10.0}]}});
+        let b = json!({"e2e_processing_latency": {"count": 3,
+            "percentiles": [{"quantile": 0.99, "value": 2.0}]}});
+        let mut total = json!({"count": 0, "percentiles": []});
+        e2e_add(&mut total, &e2e_of(&a, "a", "t", ""));
+        e2e_add(&mut total, &e2e_of(&b, "b", "t", ""));
+        let p = &total["percentiles"][0];
+        assert_eq!(total["count"], 4);
+        assert_eq!(
+            (p["max"].clone(), p["min"].clone()),
+            (json!(10.0), json!(2.0))
+        );
+        assert_eq!(p["average"], 4.0);
+        assert_eq!(total["host"], "*");
+    }
+
+    #[test]
+    fn client_rows_carry_tls_compression_and_auth_state() {
+        let from_stats = json!({
+            "client_id": "c", "hostname": "h", "remote_address": "127.0.0.1:5", "version": "V2",
+            "user_agent": "pynsq/0.9.1", "ready_count": 3, "sample_rate": 0,
+            "tls": true, "tls_version": "TLS1.3", "tls_cipher_suite": "TLS_AES_128_GCM_SHA256",
+            "snappy": false, "deflate": true,
+            "authed": true, "auth_identity": "alice", "auth_identity_url": "https://id/alice",
+        });
+        let row = client("n:1", &from_stats);
+        assert_eq!(row["node"], "n:1");
+        assert_eq!(row["ready_count"], 3);
+        assert_eq!(row["tls"], true);
+        assert_eq!(row["tls_cipher_suite"], "TLS_AES_128_GCM_SHA256");
+        assert_eq!(row["deflate"], true);
+        assert_eq!(row["auth_identity_url"], "https://id/alice");
+        // nsqd leaves authed and the identity out when the client has none
+        let plain = client("n:1", &json!({"client_id": "p", "tls": false}));
+        assert_eq!(plain["authed"], false);
+        assert_eq!(plain["auth_identity"], "");
+        assert_eq!(plain["tls_version"], "");
+    }
+}
