@@ -123,6 +123,17 @@ impl Layers {
         })
     }
 
+    /// The subject common name of the certificate the client presented ("" without one), for
+    /// the auth servers (after the handshake).
+    pub(super) fn peer_common_name(&self) -> String {
+        self.tls
+            .as_ref()
+            .and_then(|tls| tls.peer_certificates())
+            .and_then(|chain| chain.first())
+            .map(crate::tls::subject_common_name)
+            .unwrap_or_default()
+    }
+
     /// Takes bytes read from the socket. TLS is decrypted at once (rustls holds little);
     /// what comes out goes to the decompressor (decoded later, by [`Self::pull`]) or, with no
     /// compression, straight onto `rbuf`.
