@@ -2,7 +2,7 @@
 //! naming the file, and [`AnyCertificate`] on both sides of an in-memory handshake.
 
 use super::*;
-use rustls::{ClientConfig, ClientConnection, ServerConfig, ServerConnection};
+use rustls::{ClientConfig, ClientConnection, ConnectionCommon, ServerConfig, ServerConnection};
 
 struct Scratch(PathBuf);
 
@@ -107,6 +107,20 @@ fn pem_files_are_read_or_refused_naming_the_file() {
     assert!(matches!(e, PemError::Missing { .. }), "{e:?}");
 }
 
+/// Hands what `from` has to send to `to`, which processes it.
+fn pass<F, T>(from: &mut ConnectionCommon<F>, to: &mut ConnectionCommon<T>) -> Result<(), String> {
+    let mut wire = Vec::new();
+    while from.wants_write() {
+        from.write_tls(&mut wire).map_err(|e| e.to_string())?;
+    }
+    let mut at = &wire[..];
+    while !at.is_empty() {
+        to.read_tls(&mut at).map_err(|e| e.to_string())?;
+    }
+    to.process_new_packets().map_err(|e| e.to_string())?;
+    Ok(())
+}
+
 /// Runs the handshake between `client` and `server` in memory; the first error either side
 /// hits, if any.
 fn handshake(client: &mut ClientConnection, server: &mut ServerConnection) -> Result<(), String> {
@@ -114,28 +128,8 @@ fn handshake(client: &mut ClientConnection, server: &mut ServerConnection) -> Re
         if !client.is_handshaking() && !server.is_handshaking() {
             return Ok(());
         }
-        let mut wire = Vec::new();
-        while client.wants_write() {
-            client.write_tls(&mut wire).expect("client output");
-        }
-        let mut at = &wire[..];
-        while !at.is_empty() {
-            server.read_tls(&mut at).expect("server input");
-        }
-        server
-            .process_new_packets()
-            .map_err(|e| format!("server: {e}"))?;
-        let mut wire = Vec::new();
-        while server.wants_write() {
-            server.write_tls(&mut wire).expect("server output");
-        }
-        let mut at = &wire[..];
-        while !at.is_empty() {
-            client.read_tls(&mut at).expect("client input");
-        }
-        client
-            .process_new_packets()
-            .map_err(|e| format!("client: {e}"))?;
+        pass(client, server).map_err(|e| format!("server: {e}"))?;
+        pass(server, client).map_err(|e| format!("client: {e}"))?;
     }
     Err("handshake did not finish".into())
 }
