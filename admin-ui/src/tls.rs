@@ -7,13 +7,11 @@
 //! Invariants: rustls with the `ring` provider and its safe protocol versions (TLS 1.2 and
 //! 1.3); skipping verification skips only the certificate's chain and name, never the
 //! handshake's signatures; a file that cannot be read or holds nothing usable is an error at
-//! start-up, in nsqadmin's words, never a silent fallback.
+//! start-up, in nsqadmin's words, never a silent fallback. PEM reading and the skip-verify
+//! verifier are `nsq_common::tls`'s, shared with the broker and the client library.
 
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvider};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
-use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use nsq_common::tls::{read_certs, read_private_key, read_roots, AnyCertificate, PemError};
+use rustls::{ClientConfig, RootCertStore};
 use std::path::PathBuf;
 use std::sync::Arc;
 use tracing::warn;
@@ -31,14 +29,14 @@ pub struct TlsFlags {
 
 /// The client settings the flags describe, or what is wrong with them.
 pub fn client_config(flags: &TlsFlags) -> Result<Arc<ClientConfig>, String> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let provider = nsq_common::tls::provider();
     let builder = ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(|e| format!("TLS client: {e}"))?;
     let builder = if flags.insecure_skip_verify {
         builder
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
+            .with_custom_certificate_verifier(AnyCertificate::new(provider))
     } else {
         builder.with_root_certificates(roots(flags.root_ca_file.as_ref())?)
     };
@@ -51,13 +49,8 @@ pub fn client_config(flags: &TlsFlags) -> Result<Arc<ClientConfig>, String> {
                     key.display()
                 )
             };
-            let chain = CertificateDer::pem_file_iter(cert)
-                .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-                .map_err(|e| failed(&e))?;
-            if chain.is_empty() {
-                return Err(failed(&"no certificate in the file"));
-            }
-            let key = PrivateKeyDer::from_pem_file(key).map_err(|e| failed(&e))?;
+            let chain = read_certs(cert).map_err(|e| failed(&e))?;
+            let key = read_private_key(key).map_err(|e| failed(&e))?;
             builder
                 .with_client_auth_cert(chain, key)
                 .map_err(|e| failed(&e))?
@@ -69,82 +62,29 @@ pub fn client_config(flags: &TlsFlags) -> Result<Arc<ClientConfig>, String> {
 
 /// The roots a broker's certificate must chain to: the file's, or the system's.
 fn roots(root_ca_file: Option<&PathBuf>) -> Result<RootCertStore, String> {
+    if let Some(path) = root_ca_file {
+        return read_roots(path).map_err(|e| match e {
+            PemError::Missing { .. } => format!("failed to AppendCertsFromPEM {}", path.display()),
+            e => format!(
+                "failed to read TLS root CA file {} - {}",
+                path.display(),
+                e.reason()
+            ),
+        });
+    }
     let mut roots = RootCertStore::empty();
-    match root_ca_file {
-        Some(path) => {
-            let certs = CertificateDer::pem_file_iter(path)
-                .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-                .map_err(|e| format!("failed to read TLS root CA file {} - {e}", path.display()))?;
-            let (added, _) = roots.add_parsable_certificates(certs);
-            if added == 0 {
-                return Err(format!("failed to AppendCertsFromPEM {}", path.display()));
-            }
-        }
-        None => {
-            let system = rustls_native_certs::load_native_certs();
-            for e in &system.errors {
-                warn!("system TLS roots: {e}");
-            }
-            let (added, _) = roots.add_parsable_certificates(system.certs);
-            if added == 0 {
-                warn!(
-                    "no system TLS roots found: brokers serving HTTPS will not be trusted \
-                     without --http-client-tls-root-ca-file"
-                );
-            }
-        }
+    let system = rustls_native_certs::load_native_certs();
+    for e in &system.errors {
+        warn!("system TLS roots: {e}");
+    }
+    let (added, _) = roots.add_parsable_certificates(system.certs);
+    if added == 0 {
+        warn!(
+            "no system TLS roots found: brokers serving HTTPS will not be trusted \
+             without --http-client-tls-root-ca-file"
+        );
     }
     Ok(roots)
-}
-
-/// `--http-client-tls-insecure-skip-verify`: any certificate for any name is accepted; the
-/// handshake's signatures are still checked with the provider's algorithms.
-#[derive(Debug)]
-struct AnyCertificate(Arc<CryptoProvider>);
-
-impl ServerCertVerifier for AnyCertificate {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
 }
 
 #[cfg(test)]

@@ -1,7 +1,8 @@
 //! The broker's TLS settings made real: the certificate, key and client-certificate policy
 //! of the command line loaded into a rustls `ServerConfig` (ring provider) once at start-up,
-//! shared by every shard; and the names `/stats` gives a connection's TLS version and cipher
-//! suite, in nsqd's words.
+//! shared by every shard (PEM files and the `require` verifier: `nsq_common::tls`); the names
+//! `/stats` gives a connection's TLS version and cipher suite, in nsqd's words; and the
+//! client certificate's subject common name, for the auth servers ([`subject_common_name`]).
 //!
 //! Also the `--tls-*` flags' checks ([`settings`]) and what they give ([`TlsSettings`],
 //! [`TlsRequired`]), which `crate::config` keeps.
@@ -15,13 +16,10 @@
 //! `--tls-root-ca-file`. TLS 1.2 and 1.3 only (rustls has nothing older);
 //! `--tls-min-version tls1.3` leaves out 1.2.
 
-use rustls::client::danger::HandshakeSignatureValid;
-use rustls::crypto::CryptoProvider;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
-use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use nsq_common::tls::{read_certs, read_private_key, read_roots, AnyCertificate, PemError};
+use rustls::pki_types::CertificateDer;
 use rustls::server::WebPkiClientVerifier;
-use rustls::{DigitallySignedStruct, DistinguishedName, ServerConfig, SignatureScheme};
+use rustls::ServerConfig;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -133,17 +131,11 @@ pub fn settings(f: &Flags<'_>) -> Result<(Option<TlsSettings>, TlsRequired), Str
 /// Why the TLS flags cannot be made into a server configuration.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
-    #[error("cannot read {flag} {path}: {source}")]
-    Read {
+    /// A file of a flag: unreadable, not PEM, or without what the flag needs.
+    #[error("{flag} {source}")]
+    File {
         flag: &'static str,
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{flag} {path}: {what}")]
-    Pem {
-        flag: &'static str,
-        path: PathBuf,
-        what: String,
+        source: PemError,
     },
     #[error("--tls-cert/--tls-key: {0}")]
     Config(rustls::Error),
@@ -151,27 +143,19 @@ pub enum TlsError {
     Verifier(String),
 }
 
+/// The error of `flag`'s file.
+fn file(flag: &'static str) -> impl Fn(PemError) -> TlsError {
+    move |source| TlsError::File { flag, source }
+}
+
 /// The server configuration for the TLS flags; `None` without a certificate.
 pub fn server_config(tls: Option<&TlsSettings>) -> Result<Option<Arc<ServerConfig>>, TlsError> {
     let Some(tls) = tls else {
         return Ok(None);
     };
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let certs = read_pem_all::<CertificateDer<'static>>("--tls-cert", &tls.cert)?;
-    if certs.is_empty() {
-        return Err(TlsError::Pem {
-            flag: "--tls-cert",
-            path: tls.cert.clone(),
-            what: "no CERTIFICATE in the file".into(),
-        });
-    }
-    let key = read_file("--tls-key", &tls.key).and_then(|bytes| {
-        PrivateKeyDer::from_pem_slice(&bytes).map_err(|e| TlsError::Pem {
-            flag: "--tls-key",
-            path: tls.key.clone(),
-            what: format!("no private key: {e}"),
-        })
-    })?;
+    let provider = nsq_common::tls::provider();
+    let certs = read_certs(&tls.cert).map_err(file("--tls-cert"))?;
+    let key = read_private_key(&tls.key).map_err(file("--tls-key"))?;
     let versions: &[&rustls::SupportedProtocolVersion] = match tls.min_version {
         TlsMinVersion::Tls12 => &[&rustls::version::TLS13, &rustls::version::TLS12],
         TlsMinVersion::Tls13 => &[&rustls::version::TLS13],
@@ -182,26 +166,10 @@ pub fn server_config(tls: Option<&TlsSettings>) -> Result<Option<Arc<ServerConfi
     let builder = match (tls.client_auth, &tls.root_ca_file) {
         (None, _) => builder.with_no_client_auth(),
         (Some(ClientAuthPolicy::Require), _) => {
-            builder.with_client_cert_verifier(Arc::new(AnyClientCert {
-                provider: provider.clone(),
-            }))
+            builder.with_client_cert_verifier(AnyCertificate::new(provider.clone()))
         }
         (Some(ClientAuthPolicy::RequireVerify), Some(ca)) => {
-            let mut roots = rustls::RootCertStore::empty();
-            for cert in read_pem_all::<CertificateDer<'static>>("--tls-root-ca-file", ca)? {
-                roots.add(cert).map_err(|e| TlsError::Pem {
-                    flag: "--tls-root-ca-file",
-                    path: ca.clone(),
-                    what: e.to_string(),
-                })?;
-            }
-            if roots.is_empty() {
-                return Err(TlsError::Pem {
-                    flag: "--tls-root-ca-file",
-                    path: ca.clone(),
-                    what: "no CERTIFICATE in the file".into(),
-                });
-            }
+            let roots = read_roots(ca).map_err(file("--tls-root-ca-file"))?;
             let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
                 .build()
                 .map_err(|e| TlsError::Verifier(e.to_string()))?;
@@ -265,81 +233,6 @@ pub fn reload_on_sighup(server: Arc<Reloadable>, settings: TlsSettings) -> std::
     Ok(())
 }
 
-fn read_file(flag: &'static str, path: &PathBuf) -> Result<Vec<u8>, TlsError> {
-    std::fs::read(path).map_err(|source| TlsError::Read {
-        flag,
-        path: path.clone(),
-        source,
-    })
-}
-
-fn read_pem_all<T: PemObject>(flag: &'static str, path: &PathBuf) -> Result<Vec<T>, TlsError> {
-    let bytes = read_file(flag, path)?;
-    T::pem_slice_iter(&bytes)
-        .collect::<Result<Vec<T>, _>>()
-        .map_err(|e| TlsError::Pem {
-            flag,
-            path: path.clone(),
-            what: e.to_string(),
-        })
-}
-
-/// `require`: a client must present a certificate, any certificate (nsqd's
-/// `RequireAnyClientCert`); the handshake still proves it holds the certificate's key.
-#[derive(Debug)]
-struct AnyClientCert {
-    provider: Arc<CryptoProvider>,
-}
-
-impl ClientCertVerifier for AnyClientCert {
-    fn root_hint_subjects(&self) -> &[DistinguishedName] {
-        &[]
-    }
-
-    fn verify_client_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _now: UnixTime,
-    ) -> Result<ClientCertVerified, rustls::Error> {
-        Ok(ClientCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
-    }
-}
-
 /// A TLS version as nsqd's `/stats` writes it (`TLS1.2`, `TLS1.3`).
 pub fn version_name(v: rustls::ProtocolVersion) -> String {
     match v {
@@ -362,9 +255,29 @@ pub fn cipher_suite_name(s: rustls::CipherSuite) -> String {
     }
 }
 
+/// The subject common name of a client's certificate, sent to the auth servers as nsqd sends
+/// Go's `Subject.CommonName`: the last CN attribute that is a string, else empty (also for a
+/// certificate that does not parse: the handshake already took it, AUTH need not fail).
+pub fn subject_common_name(cert: &CertificateDer<'_>) -> String {
+    match x509_parser::parse_x509_certificate(cert.as_ref()) {
+        Ok((_, parsed)) => parsed
+            .subject()
+            .iter_common_name()
+            .filter_map(|cn| cn.as_str().ok())
+            .last()
+            .unwrap_or_default()
+            .to_string(),
+        Err(e) => {
+            tracing::debug!("client certificate's subject not readable: {e}");
+            String::new()
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rustls::pki_types::pem::PemObject;
 
     fn parse(args: &[&str]) -> Result<crate::config::Config, String> {
         let mut v = vec!["broker".to_string()];
@@ -427,6 +340,20 @@ mod tests {
         assert!(parse(&["--tls-cert=/c.pem"]).is_err());
         // Files are read at start-up, not here.
         assert!(with(&[]).unwrap().tls_server.is_none());
+    }
+
+    #[test]
+    fn the_subject_common_name_of_a_certificate() {
+        let pem = include_bytes!("tcp/testdata/server.pem");
+        let cert = CertificateDer::from_pem_slice(pem).expect("a certificate");
+        assert_eq!(subject_common_name(&cert), "localhost");
+        let ca = CertificateDer::from_pem_slice(include_bytes!("tcp/testdata/ca.pem"))
+            .expect("a certificate");
+        assert_eq!(subject_common_name(&ca), "broker unit test CA");
+        assert_eq!(
+            subject_common_name(&CertificateDer::from(vec![0x30, 0x03])),
+            ""
+        );
     }
 
     #[test]

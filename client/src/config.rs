@@ -5,9 +5,9 @@
 //! refuses values the broker would refuse, so mistakes show up at construction rather than as
 //! a fatal error on the wire.
 
-use crate::compress::Compression;
 use crate::error::{Error, Result};
 use crate::tls::TlsConfig;
+use protocol::compress::Compression;
 use protocol::identify::IdentifyRequest;
 use protocol::names::{is_valid_channel_name, is_valid_topic_name};
 use std::time::Duration;

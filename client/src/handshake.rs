@@ -13,12 +13,12 @@
 //! often arrives in the same read as the answer before it), and bytes arriving before the
 //! TLS handshake, where the broker must wait for ours, are an error.
 
-use crate::compress::Compression;
 use crate::conn::{answer_of, parse_identify_answer, read_more, MAX_FRAME_SIZE};
 use crate::error::{Error, Result};
 use crate::transport::Transport;
 use bytes::{Bytes, BytesMut};
 use futures_lite::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use protocol::compress::Compression;
 use protocol::identify::{IdentifyRequest, IdentifyResponse};
 use protocol::{decode_frame, Command, MAGIC_V2, OK};
 use rustls::pki_types::ServerName;

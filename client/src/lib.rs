@@ -77,7 +77,8 @@
 //! - [`error`]: the crate's one error type;
 //! - [`conn`]: one broker connection (reader, writer, reply matching);
 //! - [`handshake`]: IDENTIFY and what it switches on (TLS, compression, AUTH), then SUB;
-//! - [`transport`], [`tls`], [`compress`]: the layers between the socket and the frames;
+//! - [`transport`], [`tls`]: the layers between the socket and the frames (the codecs are
+//!   `protocol::compress`'s, the broker's own);
 //! - [`producer`], [`consumer`], [`message`]: the public face;
 //! - [`blocking`]: a synchronous producer for threads outside any executor;
 //! - [`rdy`] and [`backoff`]: the flow-control rules as pure state machines;
@@ -86,7 +87,6 @@
 pub mod backoff;
 pub mod blocking;
 pub mod clock;
-pub mod compress;
 pub mod config;
 pub mod conn;
 pub mod consumer;
@@ -100,12 +100,12 @@ mod rt;
 pub mod tls;
 pub mod transport;
 
-pub use compress::Compression;
 pub use config::{ConsumerConfig, Features, Identity, ProducerConfig};
 pub use consumer::{Consumer, ConsumerStats};
 pub use error::{Error, Result};
 pub use handshake::{AuthAnswer, Negotiated};
 pub use message::{HandlerResult, Message};
 pub use producer::Producer;
+pub use protocol::compress::Compression;
 pub use protocol::{ErrorCode, MessageId};
 pub use tls::TlsConfig;

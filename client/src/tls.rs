@@ -6,15 +6,14 @@
 //! unless `insecure_skip_verify` says otherwise, and even then the handshake's signatures
 //! are checked against the certificate the server presented (only the chain and the name are
 //! not); files are read once, when a producer or consumer is made, and a file that cannot be
-//! read or holds no usable PEM is an [`Error::Tls`] naming it.
+//! read or holds no usable PEM is an [`Error::Tls`] naming it. PEM reading and the
+//! skip-verify verifier are `nsq_common::tls`'s, shared with the broker and admin-ui.
 
 use crate::error::{Error, Result};
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::crypto::{ring, verify_tls12_signature, verify_tls13_signature, CryptoProvider};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
-use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
-use std::path::{Path, PathBuf};
+use nsq_common::tls::{read_certs, read_private_key, read_roots, AnyCertificate, PemError};
+use rustls::pki_types::ServerName;
+use rustls::{ClientConfig, RootCertStore};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 /// Where the trusted roots come from when no `root_ca_file` is set: the bundles Linux
@@ -72,22 +71,21 @@ impl TlsConfig {
 
     /// The rustls configuration these settings describe.
     pub fn client_config(&self) -> Result<Arc<ClientConfig>> {
-        let provider = Arc::new(ring::default_provider());
+        let provider = nsq_common::tls::provider();
         let builder = ClientConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
             .map_err(|e| Error::Tls(format!("protocol versions: {e}")))?;
         let builder = if self.insecure_skip_verify {
             builder
                 .dangerous()
-                .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
+                .with_custom_certificate_verifier(AnyCertificate::new(provider))
         } else {
             builder.with_root_certificates(self.roots()?)
         };
         let config = match (&self.cert_file, &self.key_file) {
             (Some(cert), Some(key)) => {
-                let chain = read_certs(cert)?;
-                let key = PrivateKeyDer::from_pem_file(key)
-                    .map_err(|e| Error::Tls(format!("{}: no private key: {e}", key.display())))?;
+                let chain = read_certs(cert).map_err(tls_error)?;
+                let key = read_private_key(key).map_err(tls_error)?;
                 builder
                     .with_client_auth_cert(chain, key)
                     .map_err(|e| Error::Tls(format!("client certificate: {e}")))?
@@ -113,15 +111,7 @@ impl TlsConfig {
                     Error::Tls("no root_ca_file set and no system CA bundle found".into())
                 })?,
         };
-        let mut roots = RootCertStore::empty();
-        let (added, _ignored) = roots.add_parsable_certificates(read_certs(&file)?);
-        if added == 0 {
-            return Err(Error::Tls(format!(
-                "{}: no usable CA certificate",
-                file.display()
-            )));
-        }
-        Ok(roots)
+        read_roots(&file).map_err(tls_error)
     }
 
     /// The name to check the broker's certificate against when connecting to `addr`.
@@ -146,64 +136,9 @@ fn host_of(addr: &str) -> &str {
     }
 }
 
-fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>> {
-    let certs = CertificateDer::pem_file_iter(path)
-        .and_then(|it| it.collect::<std::result::Result<Vec<_>, _>>())
-        .map_err(|e| Error::Tls(format!("{}: {e}", path.display())))?;
-    if certs.is_empty() {
-        return Err(Error::Tls(format!("{}: no certificate", path.display())));
-    }
-    Ok(certs)
-}
-
-/// `insecure_skip_verify`: any chain and name, but the handshake's signatures must still be
-/// made by the key of the certificate presented.
-#[derive(Debug)]
-struct AnyCertificate(Arc<CryptoProvider>);
-
-impl ServerCertVerifier for AnyCertificate {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> std::result::Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
+/// A PEM file's error as the client reports it (naming the file).
+fn tls_error(e: PemError) -> Error {
+    Error::Tls(e.to_string())
 }
 
 #[cfg(test)]

@@ -7,6 +7,8 @@
 //! - [`config_file`] (feature `cli`): `--config FILE`, NSQ's TOML config files as flags.
 //! - [`cli`] (feature `cli`): the binaries' command-line conventions, NSQ's Go programs' own
 //!   (single-dash long flags, nsqd's log level names, SIGTERM as a clean end).
+//! - [`tls`] (feature `tls`): what the broker, the client library and admin-ui share of TLS
+//!   (PEM files, the crypto provider, the accept-any-certificate verifier).
 //!
 //! The version reported on the wire is the codec's: `protocol::NSQD_COMPAT_VERSION`.
 
@@ -16,5 +18,7 @@ pub mod cli;
 pub mod config_file;
 mod host;
 pub mod local_sync;
+#[cfg(feature = "tls")]
+pub mod tls;
 
 pub use host::hostname;

@@ -1,9 +1,11 @@
 //! The compressions IDENTIFY can switch on for the rest of a V2 connection, as nsqd speaks
 //! them: snappy's framing format (stream identifier, then chunks of at most 64 KiB of data,
 //! each with its masked CRC-32C) and raw deflate (no zlib header, a sync flush after each
-//! write). Sans-IO: bytes in, bytes out; the caller owns the socket.
+//! write). Sans-IO: bytes in, bytes out; the caller owns the socket. The broker's connections
+//! and the client library's transports (async and blocking) both use these types.
 //!
-//! Invariants: a [`Decompressor`] never produces more than the budget it is given per call
+//! Invariants: a [`Decompressor`] never produces more than the budget (or buffer) it is given
+//! per call
 //! and holds at most one incomplete snappy chunk (at most [`MAX_SNAPPY_CHUNK`] bytes) or
 //! nothing (deflate) once [`Decompressor::decompress`] returned 0, so a peer cannot make it
 //! buffer without bound: a decompression bomb only yields output as fast as the caller takes
@@ -45,20 +47,37 @@ impl std::fmt::Display for CompressError {
 
 impl std::error::Error for CompressError {}
 
+/// What a stream that failed is to an `std::io` reader or writer: invalid data.
+impl From<CompressError> for std::io::Error {
+    fn from(e: CompressError) -> std::io::Error {
+        std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string())
+    }
+}
+
+/// The compression IDENTIFY switched on for a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compression {
+    Snappy,
+    /// Raw deflate, written at `level` (1 fastest ..= 9 smallest; clamped to that range).
+    Deflate {
+        level: u32,
+    },
+}
+
 /// The compressed input of one connection, decoded on demand.
-pub struct Decompressor(Dec);
+pub struct Decompressor {
+    dec: Dec,
+    /// Where [`Decompressor::decompress`] decodes before appending (allocated on first use).
+    scratch: Vec<u8>,
+}
 
 enum Dec {
-    Snappy {
-        frames: Box<snap::read::FrameDecoder<Chunks>>,
-        out: Vec<u8>,
-    },
+    Snappy(Box<snap::read::FrameDecoder<Chunks>>),
     Deflate {
         inflate: Box<flate2::Decompress>,
         input: Vec<u8>,
         /// Offset in `input` of the first byte not consumed yet.
         at: usize,
-        out: Vec<u8>,
         ended: bool,
     },
     Failed,
@@ -124,6 +143,21 @@ impl Read for Chunks {
 }
 
 impl Decompressor {
+    fn with(dec: Dec) -> Decompressor {
+        Decompressor {
+            dec,
+            scratch: Vec::new(),
+        }
+    }
+
+    /// Reads what `c` writes.
+    pub fn new(c: Compression) -> Decompressor {
+        match c {
+            Compression::Snappy => Decompressor::snappy(),
+            Compression::Deflate { .. } => Decompressor::deflate(),
+        }
+    }
+
     /// Reads snappy's framing format.
     pub fn snappy() -> Decompressor {
         let chunks = Chunks {
@@ -131,27 +165,23 @@ impl Decompressor {
             at: 0,
             complete: 0,
         };
-        Decompressor(Dec::Snappy {
-            frames: Box::new(snap::read::FrameDecoder::new(chunks)),
-            out: Vec::new(),
-        })
+        Decompressor::with(Dec::Snappy(Box::new(snap::read::FrameDecoder::new(chunks))))
     }
 
     /// Reads raw deflate (RFC 1951, no zlib header).
     pub fn deflate() -> Decompressor {
-        Decompressor(Dec::Deflate {
+        Decompressor::with(Dec::Deflate {
             inflate: Box::new(flate2::Decompress::new(false)),
             input: Vec::new(),
             at: 0,
-            out: Vec::new(),
             ended: false,
         })
     }
 
     /// Takes compressed bytes as they arrived; nothing is decoded yet.
     pub fn feed(&mut self, data: &[u8]) -> Result<(), CompressError> {
-        let result = match &mut self.0 {
-            Dec::Snappy { frames, .. } => frames.get_mut().push(data),
+        let result = match &mut self.dec {
+            Dec::Snappy(frames) => frames.get_mut().push(data),
             Dec::Deflate {
                 input, at, ended, ..
             } => {
@@ -169,18 +199,25 @@ impl Decompressor {
             Dec::Failed => Err(CompressError::Dead),
         };
         if result.is_err() {
-            self.0 = Dec::Failed;
+            self.dec = Dec::Failed;
         }
         result
     }
 
-    /// Compressed bytes taken and not decoded yet.
+    /// Compressed bytes taken and not decoded yet (an incomplete snappy chunk, deflate input
+    /// not inflated): a stream cut here is truncated.
     pub fn buffered(&self) -> usize {
-        match &self.0 {
-            Dec::Snappy { frames, .. } => frames.get_ref().pending(),
+        match &self.dec {
+            Dec::Snappy(frames) => frames.get_ref().pending(),
             Dec::Deflate { input, at, .. } => input.len() - at,
             Dec::Failed => 0,
         }
+    }
+
+    /// True once a deflate stream's final block was decoded (nsqd never ends one; a reader
+    /// takes it as the end of the connection).
+    pub fn ended(&self) -> bool {
+        matches!(self.dec, Dec::Deflate { ended: true, .. })
     }
 
     /// Decodes what it can, at most `budget` bytes of output (at least 1), appended to `out`;
@@ -191,75 +228,82 @@ impl Decompressor {
         out: &mut bytes::BytesMut,
         budget: usize,
     ) -> Result<usize, CompressError> {
-        let result = self.decompress_inner(out, budget.max(1));
+        let budget = budget.max(1);
+        if self.scratch.len() < STEP {
+            self.scratch.resize(STEP, 0);
+        }
+        let mut produced = 0;
+        while produced < budget {
+            let want = (budget - produced).min(STEP);
+            let n = self.step(want)?;
+            if n == 0 {
+                break;
+            }
+            out.extend_from_slice(&self.scratch[..n]);
+            produced += n;
+        }
+        Ok(produced)
+    }
+
+    /// Decodes into `dst`, at most its length; returns how many bytes. 0 (for a non-empty
+    /// `dst`) means every byte fed so far is decoded, or the deflate stream [`ended`]: feed
+    /// more. For `std::io::Read`-style callers with their own buffer.
+    ///
+    /// [`ended`]: Decompressor::ended
+    pub fn read(&mut self, dst: &mut [u8]) -> Result<usize, CompressError> {
+        if dst.is_empty() {
+            return Ok(0);
+        }
+        let result = self.dec.step(dst);
         if result.is_err() {
-            self.0 = Dec::Failed;
+            self.dec = Dec::Failed;
         }
         result
     }
 
-    fn decompress_inner(
-        &mut self,
-        dst: &mut bytes::BytesMut,
-        budget: usize,
-    ) -> Result<usize, CompressError> {
-        let mut produced = 0;
-        match &mut self.0 {
-            Dec::Snappy { frames, out } => {
-                if out.len() < STEP {
-                    out.resize(STEP, 0);
-                }
-                while produced < budget {
-                    let want = (budget - produced).min(out.len());
-                    let n = frames
-                        .read(&mut out[..want])
-                        .map_err(|e| CompressError::Snappy(e.to_string()))?;
-                    if n == 0 {
-                        break;
-                    }
-                    dst.extend_from_slice(&out[..n]);
-                    produced += n;
-                }
-            }
+    /// One [`Dec::step`] of at most `want` bytes into the scratch buffer.
+    fn step(&mut self, want: usize) -> Result<usize, CompressError> {
+        let result = self.dec.step(&mut self.scratch[..want]);
+        if result.is_err() {
+            self.dec = Dec::Failed;
+        }
+        result
+    }
+}
+
+impl Dec {
+    /// Decodes at most `dst.len()` bytes into `dst`; 0 means nothing more can be decoded
+    /// from what was fed. An error leaves the stream to be marked failed by the caller.
+    fn step(&mut self, dst: &mut [u8]) -> Result<usize, CompressError> {
+        match self {
+            Dec::Snappy(frames) => frames
+                .read(dst)
+                .map_err(|e| CompressError::Snappy(e.to_string())),
             Dec::Deflate {
                 inflate,
                 input,
                 at,
-                out,
                 ended,
             } => {
-                if out.len() < STEP {
-                    out.resize(STEP, 0);
-                }
-                // Also with no input left: the inflater may hold output a full budget cut off.
-                while produced < budget && !*ended {
-                    let want = (budget - produced).min(STEP);
+                let mut made = 0;
+                // Also with no input left: the inflater may hold output a full `dst` cut off.
+                while !*ended {
                     let (before_in, before_out) = (inflate.total_in(), inflate.total_out());
                     let status = inflate
-                        .decompress(
-                            &input[*at..],
-                            &mut out[..want],
-                            flate2::FlushDecompress::None,
-                        )
+                        .decompress(&input[*at..], dst, flate2::FlushDecompress::None)
                         .map_err(|e| CompressError::Deflate(e.to_string()))?;
                     let consumed = (inflate.total_in() - before_in) as usize;
-                    let made = (inflate.total_out() - before_out) as usize;
+                    made = (inflate.total_out() - before_out) as usize;
                     *at += consumed;
-                    dst.extend_from_slice(&out[..made]);
-                    produced += made;
-                    match status {
-                        flate2::Status::StreamEnd => {
-                            *ended = true;
-                            if *at < input.len() {
-                                return Err(CompressError::AfterEnd);
-                            }
+                    if status == flate2::Status::StreamEnd {
+                        *ended = true;
+                        if *at < input.len() {
+                            return Err(CompressError::AfterEnd);
                         }
-                        flate2::Status::Ok | flate2::Status::BufError => {
-                            if consumed == 0 && made == 0 {
-                                // Needs more input than is here (a block cut short).
-                                break;
-                            }
-                        }
+                    }
+                    if made > 0 || consumed == 0 {
+                        // Output, or more input is needed (a block cut short).
+                        break;
                     }
                 }
                 if *at == input.len() {
@@ -269,10 +313,10 @@ impl Decompressor {
                         *input = Vec::new();
                     }
                 }
+                Ok(made)
             }
-            Dec::Failed => return Err(CompressError::Dead),
+            Dec::Failed => Err(CompressError::Dead),
         }
-        Ok(produced)
     }
 }
 
@@ -280,45 +324,23 @@ impl Decompressor {
 pub struct Compressor(Enc);
 
 enum Enc {
-    Snappy(Box<snap::write::FrameEncoder<Written>>),
+    Snappy(Box<snap::write::FrameEncoder<Vec<u8>>>),
     Deflate(Box<flate2::Compress>),
 }
 
-/// Where snap's frame encoder writes: a buffer this side can empty (the encoder lends its
-/// writer only by shared reference).
-#[derive(Clone, Default)]
-struct Written(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl Written {
-    fn take_into(&self, out: &mut Vec<u8>) {
-        let mut written = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if out.is_empty() {
-            std::mem::swap(out, &mut written);
-        } else {
-            out.append(&mut written);
+impl Compressor {
+    /// Writes what `c` says.
+    pub fn new(c: Compression) -> Compressor {
+        match c {
+            Compression::Snappy => Compressor::snappy(),
+            Compression::Deflate { level } => Compressor::deflate(level),
         }
     }
-}
 
-impl Write for Written {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Compressor {
     /// Writes snappy's framing format.
     pub fn snappy() -> Compressor {
         Compressor(Enc::Snappy(Box::new(snap::write::FrameEncoder::new(
-            Written::default(),
+            Vec::new(),
         ))))
     }
 
@@ -337,7 +359,14 @@ impl Compressor {
                 let err = |e: std::io::Error| CompressError::Snappy(e.to_string());
                 frames.write_all(input).map_err(err)?;
                 frames.flush().map_err(err)?;
-                frames.get_ref().take_into(out);
+                // Flushed: everything is in the writer, and taking it leaves the encoder's
+                // state alone.
+                let written = frames.get_mut();
+                if out.is_empty() {
+                    std::mem::swap(out, written);
+                } else {
+                    out.append(written);
+                }
                 Ok(())
             }
             Enc::Deflate(deflate) => {
@@ -455,5 +484,137 @@ mod tests {
         let mut d = Decompressor::deflate();
         d.feed(&[0xff; 64]).unwrap();
         assert!(d.decompress(&mut BytesMut::new(), 1 << 20).is_err());
+    }
+
+    /// Decoded through [`Decompressor::read`] into a small buffer, fed in pieces of `step`.
+    fn read_all(c: Compression, pieces: &[&[u8]], step: usize) -> Vec<u8> {
+        let mut enc = Compressor::new(c);
+        let mut wire = Vec::new();
+        for p in pieces {
+            enc.compress(p, &mut wire).expect("compress");
+        }
+        let mut dec = Decompressor::new(c);
+        let mut got = Vec::new();
+        let mut buf = [0u8; 333];
+        for chunk in wire.chunks(step) {
+            dec.feed(chunk).expect("feed");
+            loop {
+                let n = dec.read(&mut buf).expect("read");
+                if n == 0 {
+                    break;
+                }
+                got.extend_from_slice(&buf[..n]);
+            }
+        }
+        assert_eq!(dec.buffered(), 0);
+        assert!(!dec.ended());
+        got
+    }
+
+    #[test]
+    fn read_into_a_buffer_whatever_the_feed_sizes() {
+        let big: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+        let pieces: [&[u8]; 4] = [b"OK", b"", &big, b"PUB t\n"];
+        let want: Vec<u8> = pieces.concat();
+        for c in [Compression::Snappy, Compression::Deflate { level: 6 }] {
+            for step in [1, 7, 4096, 1 << 20] {
+                let got = read_all(c, &pieces, step);
+                assert!(
+                    got == want,
+                    "{c:?} step {step}: {} of {}",
+                    got.len(),
+                    want.len()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn read_yields_only_what_the_buffer_holds() {
+        let zeros = vec![0u8; 8 << 20];
+        for c in [Compression::Snappy, Compression::Deflate { level: 9 }] {
+            let mut wire = Vec::new();
+            Compressor::new(c)
+                .compress(&zeros, &mut wire)
+                .expect("compress");
+            assert!(wire.len() < zeros.len() / 20, "{c:?} compresses zeros");
+            let mut dec = Decompressor::new(c);
+            dec.feed(&wire).expect("feed");
+            let mut buf = [0u8; 1000];
+            assert_eq!(dec.read(&mut buf).expect("read"), 1000, "{c:?}");
+            assert_eq!(dec.read(&mut []).expect("read"), 0);
+        }
+    }
+
+    #[test]
+    fn the_end_of_a_deflate_stream_is_seen_and_nothing_may_follow() {
+        let mut z = flate2::Compress::new(flate2::Compression::new(6), false);
+        let mut wire = Vec::with_capacity(64);
+        z.compress_vec(b"last", &mut wire, flate2::FlushCompress::Finish)
+            .expect("finish");
+        let mut d = Decompressor::deflate();
+        d.feed(&wire).expect("feed");
+        let mut buf = [0u8; 16];
+        assert_eq!(d.read(&mut buf).expect("read"), 4);
+        assert!(d.ended());
+        assert_eq!(d.read(&mut buf).expect("read"), 0);
+        assert!(matches!(d.feed(b"x"), Err(CompressError::AfterEnd)));
+        let e: std::io::Error = CompressError::AfterEnd.into();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidData);
+    }
+
+    /// Random bytes and valid streams with bits flipped, fed in random pieces and read into
+    /// a small buffer: an error or data, never a panic, never more out than asked.
+    #[test]
+    fn mangled_streams_never_panic() {
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for c in [Compression::Snappy, Compression::Deflate { level: 6 }] {
+            let mut valid = Vec::new();
+            let mut enc = Compressor::new(c);
+            for i in 0..20u8 {
+                enc.compress(&vec![i; 3000 + usize::from(i) * 100], &mut valid)
+                    .expect("compress");
+            }
+            for round in 0..400 {
+                let mut wire = if round % 2 == 0 {
+                    (0..next() % 4096)
+                        .map(|_| next() as u8)
+                        .collect::<Vec<u8>>()
+                } else {
+                    let mut v = valid.clone();
+                    for _ in 0..1 + next() % 4 {
+                        let at = (next() as usize) % v.len();
+                        v[at] ^= 1 << (next() % 8);
+                    }
+                    v
+                };
+                if round % 5 == 0 {
+                    wire.truncate((next() as usize) % (wire.len() + 1));
+                }
+                let mut dec = Decompressor::new(c);
+                let mut out = [0u8; 777];
+                let mut rest = &wire[..];
+                'feed: while !rest.is_empty() {
+                    let n = (1 + next() as usize % 5000).min(rest.len());
+                    if dec.feed(&rest[..n]).is_err() {
+                        break;
+                    }
+                    rest = &rest[n..];
+                    loop {
+                        match dec.read(&mut out) {
+                            Ok(0) => break,
+                            Ok(n) => assert!(n <= out.len()),
+                            Err(_) => break 'feed,
+                        }
+                    }
+                }
+            }
+        }
     }
 }

@@ -273,3 +273,12 @@ def transcripts():
     with open(path) as f:
         data = json.load(f)
     return {c["case"]: c for c in data["cases"]}, data
+
+
+@pytest.fixture(scope="session")
+def certs():
+    """TLS certificates for the session (tlscerts.py): a CA, servers, a client, a rogue."""
+    from tlscerts import make_certs
+    d = tempfile.mkdtemp(prefix="broker-tls-")
+    yield make_certs(d)
+    shutil.rmtree(d, ignore_errors=True)

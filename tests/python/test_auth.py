@@ -9,6 +9,7 @@ are E_AUTH_FIRST; AUTH asks the server (GET /auth?common_name=&remote_ip=&secret
 with the same values as JSON) and answers {"identity","identity_url","permission_count"};
 commands outside the authorizations are E_UNAUTHORIZED; an answer is used for its ttl and asked
 again when it expired; a server that is down, too slow or answers garbage gives E_AUTH_FAILED.
+Over TLS, common_name is the subject common name of the client's certificate (empty without one).
 """
 
 import asyncio
@@ -30,6 +31,7 @@ from aio import run, until
 from brokerhttp import http
 from conftest import Broker, free_port
 from nsqwire import FRAME_ERROR, FRAME_RESPONSE, Conn, mpub_bytes, wait_for
+from tlscerts import CLIENT_CN, ROGUE_CN, client_context, identify_tls, tls_flags
 
 logging.getLogger("nsq").setLevel(logging.CRITICAL)
 logging.getLogger("gnsq").setLevel(logging.CRITICAL)
@@ -349,6 +351,51 @@ def test_get_escapes_the_secret(start_broker, auth_server):
     with authed(b, secret) as c:
         c.pub("orders", b"x")
     assert auth_server.requests[0]["values"]["secret"] == [secret]
+
+
+def _auth_over_tls(broker, server, certs, with_cert):
+    """AUTH over a TLS connection presenting `with_cert` ("valid", "rogue" or None); returns
+    the values the auth server got."""
+    before = len(server.requests)
+    with identify_tls(broker, client_context(certs, with_cert)) as c:
+        ftype, data = auth(c, "s1")
+        assert ftype == FRAME_RESPONSE, data
+        c.pub("orders", b"x")
+    (r,) = server.requests[before:]
+    return r["values"]
+
+
+def test_the_client_certificates_common_name_goes_to_the_auth_server(start_broker, auth_server,
+                                                                     certs):
+    # nsqd sends the subject common name of the certificate the client presented, with
+    # tls=true; each client here is a new connection, and each AUTH a new request.
+    b = auth_broker(start_broker, auth_server,
+                    *tls_flags(certs, "--tls-client-auth-policy=require-verify",
+                               "--tls-root-ca-file=" + certs.ca))
+    got = _auth_over_tls(b, auth_server, certs, "valid")
+    assert (got["common_name"], got["tls"]) == ([CLIENT_CN], ["true"])
+    # `require` takes any certificate; its common name goes along as well.
+    b = auth_broker(start_broker, auth_server,
+                    *tls_flags(certs, "--tls-client-auth-policy=require"))
+    got = _auth_over_tls(b, auth_server, certs, "rogue")
+    assert (got["common_name"], got["tls"]) == ([ROGUE_CN], ["true"])
+    # POST carries it in the JSON body.
+    b = auth_broker(start_broker, auth_server, "--auth-http-request-method=post",
+                    *tls_flags(certs, "--tls-client-auth-policy=require"))
+    got = _auth_over_tls(b, auth_server, certs, "valid")
+    assert (got["common_name"], got["tls"]) == ([CLIENT_CN], ["true"])
+
+
+def test_without_a_client_certificate_the_common_name_is_empty(start_broker, auth_server, certs):
+    # As nsqd: TLS without a client certificate, or no TLS at all, sends common_name empty.
+    b = auth_broker(start_broker, auth_server, *tls_flags(certs))
+    got = _auth_over_tls(b, auth_server, certs, None)
+    assert (got["common_name"], got["tls"]) == ([""], ["true"])
+    before = len(auth_server.requests)
+    with authed(b, "s1") as c:
+        c.pub("orders", b"x")
+    (r,) = auth_server.requests[before:]
+    assert (r["values"]["common_name"], r["values"]["tls"]) == ([""], ["false"])
 
 
 def test_a_full_url_is_used_as_given(start_broker, auth_server):

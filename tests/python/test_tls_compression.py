@@ -4,9 +4,9 @@ client certificates (`require-verify`), `--tls-required`, and bad input (a garba
 a client stopping mid-handshake, corrupt snappy and deflate streams, a decompression bomb),
 each of which closes that connection while the broker serves others.
 
-Certificates are made once per session with the openssl command: a CA, a server certificate
-for 127.0.0.1 signed by it, a client certificate signed by it, and a self-signed client
-certificate the broker must not take.
+Certificates are made once per session (`certs`, conftest.py; tlscerts.py): a CA, a server
+certificate for 127.0.0.1 signed by it, a client certificate signed by it, and a self-signed
+client certificate the broker must not take.
 """
 
 import asyncio
@@ -32,80 +32,12 @@ from aio import run, until
 from brokerhttp import http
 from nsqwire import Conn, FRAME_ERROR, FRAME_RESPONSE, cmd_bytes, wait_for
 from procstat import rss_kib
+from tlscerts import client_context, identify_tls, tls_flags
 
 MESSAGES = 1000
 
 
-# ---- certificates -------------------------------------------------------------------------------
-
-def _openssl(*args, cwd):
-    subprocess.run(["openssl"] + list(args), cwd=cwd, check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
-class Certs:
-    def __init__(self, d):
-        self.dir = d
-        p = lambda name: os.path.join(d, name)  # noqa: E731
-        self.ca, self.ca_key = p("ca.pem"), p("ca.key")
-        self.server, self.server_key = p("server.pem"), p("server.key")
-        self.server2, self.server2_key = p("server2.pem"), p("server2.key")
-        self.client, self.client_key = p("client.pem"), p("client.key")
-        self.rogue, self.rogue_key = p("rogue.pem"), p("rogue.key")
-
-
-@pytest.fixture(scope="session")
-def certs():
-    d = tempfile.mkdtemp(prefix="broker-tls-")
-    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    _openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
-             "-subj", "/CN=broker test CA", "-addext", "basicConstraints=critical,CA:TRUE",
-             "-addext", "keyUsage=critical,keyCertSign,cRLSign", cwd=d)
-    for name, cn, ext in [
-        ("server", "127.0.0.1", "subjectAltName=IP:127.0.0.1,DNS:localhost\n"
-                                "extendedKeyUsage=serverAuth\n"),
-        ("server2", "127.0.0.1", "subjectAltName=IP:127.0.0.1,DNS:localhost\n"
-                                 "extendedKeyUsage=serverAuth\n"),
-        ("client", "test-client", "extendedKeyUsage=clientAuth\n"),
-    ]:
-        _openssl("req", *ec, "-keyout", name + ".key", "-out", name + ".csr",
-                 "-subj", "/CN=" + cn, cwd=d)
-        with open(os.path.join(d, name + ".ext"), "w") as f:
-            f.write("basicConstraints=CA:FALSE\n" + ext)
-        _openssl("x509", "-req", "-in", name + ".csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-                 "-CAcreateserial", "-out", name + ".pem", "-days", "2",
-                 "-extfile", name + ".ext", cwd=d)
-    _openssl("req", "-x509", *ec, "-keyout", "rogue.key", "-out", "rogue.pem", "-days", "2",
-             "-subj", "/CN=rogue", "-addext", "extendedKeyUsage=clientAuth", cwd=d)
-    yield Certs(d)
-    shutil.rmtree(d, ignore_errors=True)
-
-
-def tls_flags(certs, *extra):
-    return ("--tls-cert=" + certs.server, "--tls-key=" + certs.server_key) + extra
-
-
-def client_context(certs, with_cert=None):
-    ctx = ssl.create_default_context(cafile=certs.ca)
-    if with_cert == "valid":
-        ctx.load_cert_chain(certs.client, certs.client_key)
-    elif with_cert == "rogue":
-        ctx.load_cert_chain(certs.rogue, certs.rogue_key)
-    return ctx
-
-
 # ---- raw connections ------------------------------------------------------------------------
-
-def identify_tls(broker, ctx, **fields):
-    """A raw connection that negotiated TLS: IDENTIFY, the handshake, then the OK through TLS."""
-    c = Conn(broker.addr)
-    resp = json.loads(c.identify(feature_negotiation=True, tls_v1=True, **fields))
-    assert resp["tls_v1"] is True, resp
-    assert not c.buf, "bytes after the IDENTIFY answer before the handshake: %r" % c.buf
-    c.sock = ctx.wrap_socket(c.sock, server_hostname="127.0.0.1")
-    c.expect_ok("OK after the TLS upgrade")
-    return c
-
 
 def serves_plain_client(broker, topic="still_serving"):
     with Conn(broker.addr) as c:

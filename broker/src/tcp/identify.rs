@@ -9,11 +9,12 @@
 //! [`TLS_HANDSHAKE_TIMEOUT`] for its handshake.
 
 use super::reader::Session;
-use super::transport::{Compression, Layers};
+use super::transport::Layers;
 use super::Conn;
 use crate::shard::Shard;
 use crate::sys::conn_socket::ReadHalf;
 use bytes::{Bytes, BytesMut};
+use protocol::compress::Compression;
 use protocol::frame::write_frame;
 use protocol::identify::{IdentifyRequest, IdentifyResponse, Negotiated};
 use protocol::{ErrorCode, FrameType, ProtocolError};

@@ -302,11 +302,12 @@ fn layers_input(
             }
             if events.handshake_done {
                 session.info.tls = l.tls_info();
-                // AUTH tells the auth servers (`tls=true`).
+                // AUTH tells the auth servers (`tls=true`, the certificate's common name).
                 conn.tls.set(true);
+                *conn.tls_common_name.borrow_mut() = l.peer_common_name();
                 *conn.info.borrow_mut() = session.info.clone();
                 stream.set_read_timeout(conn.heartbeat.get().map(|d| d * 2));
-                debug!(tls = ?session.info.tls, "TLS handshake done");
+                debug!(tls = ?session.info.tls, common_name = %conn.tls_common_name.borrow(), "TLS handshake done");
             }
             Ok(events.closed)
         }

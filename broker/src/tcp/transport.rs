@@ -21,7 +21,7 @@
 
 use crate::channel::TlsInfo;
 use bytes::BytesMut;
-use protocol::compress::{CompressError, Compressor, Decompressor};
+use protocol::compress::{CompressError, Compression, Compressor, Decompressor};
 use rustls::ServerConnection;
 use std::io::{BufRead, Write};
 use std::sync::Arc;
@@ -46,13 +46,6 @@ pub(super) struct InputEvents {
     pub wants_write: bool,
     /// The TLS handshake finished during this input.
     pub handshake_done: bool,
-}
-
-/// The compression IDENTIFY switched on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Compression {
-    Snappy,
-    Deflate { level: u32 },
 }
 
 /// The TLS and compression state of one connection, shared by its reader and writer.
@@ -96,12 +89,8 @@ impl Layers {
 
     /// Puts a compression on, inside TLS if that is on.
     pub(super) fn start_compression(&mut self, c: Compression) {
-        let (dec, enc) = match c {
-            Compression::Snappy => (Decompressor::snappy(), Compressor::snappy()),
-            Compression::Deflate { level } => (Decompressor::deflate(), Compressor::deflate(level)),
-        };
-        self.decompress = Some(dec);
-        self.compress = Some(enc);
+        self.decompress = Some(Decompressor::new(c));
+        self.compress = Some(Compressor::new(c));
     }
 
     /// The negotiated TLS, for /stats (after the handshake).
@@ -121,6 +110,17 @@ impl Layers {
                 .map(|p| String::from_utf8_lossy(p).into_owned())
                 .unwrap_or_default(),
         })
+    }
+
+    /// The subject common name of the certificate the client presented ("" without one), for
+    /// the auth servers (after the handshake).
+    pub(super) fn peer_common_name(&self) -> String {
+        self.tls
+            .as_ref()
+            .and_then(|tls| tls.peer_certificates())
+            .and_then(|chain| chain.first())
+            .map(crate::tls::subject_common_name)
+            .unwrap_or_default()
     }
 
     /// Takes bytes read from the socket. TLS is decrypted at once (rustls holds little);

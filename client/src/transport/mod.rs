@@ -4,7 +4,8 @@
 //!
 //! [`Transport`] is the async stream the connection code reads and writes: the socket, or
 //! [`TlsStream`] over it, optionally with a [`Codec`] on top. [`sync`] is the same stack on
-//! blocking std I/O for [`crate::blocking`]. Both compress with [`crate::compress`].
+//! blocking std I/O for [`crate::blocking`]. Both compress with `protocol::compress`, as the
+//! broker does.
 //!
 //! Invariants:
 //! - with no layer on, a read or write goes straight to the socket (one `match`);
@@ -21,8 +22,8 @@ mod tls_stream;
 
 pub use tls_stream::TlsStream;
 
-use crate::compress::{Compression, Decoder, Encoder};
 use futures_lite::io::{AsyncRead, AsyncWrite};
+use protocol::compress::{Compression, Compressor, Decompressor};
 use std::io;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
@@ -51,8 +52,8 @@ pub enum Lower<S> {
 /// written, and where reads from below land.
 pub(crate) struct Codec {
     pub(crate) compression: Compression,
-    pub(crate) enc: Encoder,
-    pub(crate) dec: Decoder,
+    pub(crate) enc: Compressor,
+    pub(crate) dec: Decompressor,
     /// Encoded output; `out[out_pos..]` is not written yet.
     pub(crate) out: Vec<u8>,
     pub(crate) out_pos: usize,
@@ -63,11 +64,11 @@ impl Codec {
     /// A codec whose decoder starts with `pending`: bytes read from below past the frame
     /// that switched compression on (the peer's compressed `OK` may come in the same read).
     pub(crate) fn new(compression: Compression, pending: &[u8]) -> io::Result<Codec> {
-        let mut dec = Decoder::new(compression);
-        dec.push(pending)?;
+        let mut dec = Decompressor::new(compression);
+        dec.feed(pending)?;
         Ok(Codec {
             compression,
-            enc: Encoder::new(compression),
+            enc: Compressor::new(compression),
             dec,
             out: Vec::new(),
             out_pos: 0,
@@ -81,12 +82,17 @@ impl Codec {
             return Ok(());
         }
         let (scratch, dec) = (&self.scratch, &mut self.dec);
-        dec.push(&scratch[..m])
+        Ok(dec.feed(&scratch[..m])?)
+    }
+
+    /// Decompresses into `buf`; 0: more input is needed, or the stream ended.
+    pub(crate) fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        Ok(self.dec.read(buf)?)
     }
 
     /// The end of the stream below: clean, or cut inside a compressed chunk.
     pub(crate) fn end(&self) -> io::Result<usize> {
-        if self.dec.has_partial_input() {
+        if self.dec.buffered() > 0 {
             Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
                 "connection closed inside a compressed chunk",
@@ -100,7 +106,7 @@ impl Codec {
     pub(crate) fn encode(&mut self, buf: &[u8]) -> io::Result<()> {
         self.out.clear();
         self.out_pos = 0;
-        self.enc.encode(buf, &mut self.out)
+        Ok(self.enc.compress(buf, &mut self.out)?)
     }
 
     pub(crate) fn drained(&self) -> bool {
@@ -231,7 +237,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for Transport<S> {
             return Pin::new(&mut this.lower).poll_read(cx, buf);
         };
         loop {
-            let n = codec.dec.read(buf)?;
+            let n = codec.read(buf)?;
             if n > 0 || buf.is_empty() || codec.dec.ended() {
                 return Poll::Ready(Ok(n));
             }

@@ -5,7 +5,7 @@
 //! (rustls and the decoder keep what they were given).
 
 use super::Codec;
-use crate::compress::Compression;
+use protocol::compress::Compression;
 use rustls::{ClientConnection, StreamOwned};
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
@@ -128,7 +128,7 @@ impl Read for BlockingTransport {
             return self.lower.read(buf);
         };
         loop {
-            let n = codec.dec.read(buf)?;
+            let n = codec.read(buf)?;
             if n > 0 || buf.is_empty() || codec.dec.ended() {
                 return Ok(n);
             }
