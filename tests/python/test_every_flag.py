@@ -19,13 +19,12 @@ import pytest
 
 from brokerhttp import http
 from conftest import REPO, free_port, port_accepts
-from test_tls_compression import certs  # noqa: F401 (a fixture)
 
 SEC = 10**9
 MS = 10**6
 
 
-def nsqd_flags(certs, statsd_port):  # noqa: F811
+def nsqd_flags(certs, statsd_port):
     """(flag, value, config key, expected /config value); value None: a bare boolean flag."""
     return [
         ("log-level", "debug", "log_level", 1),
@@ -119,7 +118,7 @@ def config_value(broker, name):
 
 
 @pytest.mark.parametrize("form", ["go", "gnu"])
-def test_broker_takes_every_nsqd_flag(start_broker, certs, tmp_path, form):  # noqa: F811
+def test_broker_takes_every_nsqd_flag(start_broker, certs, tmp_path, form):
     statsd = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     statsd.bind(("127.0.0.1", 0))
     try:
@@ -242,7 +241,7 @@ def toml_value(v):
     return json.dumps(v) if not isinstance(v, bool) else ("true" if v else "false")
 
 
-def test_broker_reads_a_config_file_with_every_nsqd_key(start_broker, certs, tmp_path):  # noqa: F811
+def test_broker_reads_a_config_file_with_every_nsqd_key(start_broker, certs, tmp_path):
     """Every key of nsqd's Options in one file (nsqd's cfg names, its TOML types: booleans for
     `tls_required`, an empty `tls_min_version`, integer milliseconds for durations), no flags
     besides the test's addresses and data path."""
