@@ -3,8 +3,8 @@
 //!
 //! Go programs accept `-flag value` as well as `--flag value`; so do we, so that existing
 //! nsqd command lines and unit files work unchanged. Durations take Go's forms (`60s`,
-//! `250ms`, `1m30s`). Anything we do not understand, or do not implement yet (TLS), is
-//! refused at start-up with a clear message rather than silently ignored.
+//! `250ms`, `1m30s`). Anything we do not understand, or that nsqd would silently ignore
+//! (`--https-address` without a certificate), is refused at start-up with a clear message rather than silently ignored.
 
 use clap::Parser;
 use protocol::duration::parse_flag_duration;
@@ -31,9 +31,10 @@ pub struct Args {
     /// <addr>:<port> to listen on for HTTP clients
     #[arg(long, default_value = "0.0.0.0:4151")]
     pub http_address: String,
-    /// <addr>:<port> to listen on for HTTPS clients (needs TLS, not built yet)
-    #[arg(long, default_value = "")]
-    pub https_address: String,
+    /// <addr>:<port> to listen on for HTTPS clients: the HTTP API over TLS, with --tls-cert
+    /// and --tls-key (default 0.0.0.0:4152 when they are given; "" for none)
+    #[arg(long)]
+    pub https_address: Option<String>,
     /// address that will be registered with lookupd (defaults to the OS hostname)
     #[arg(long)]
     pub broadcast_address: Option<String>,
@@ -270,6 +271,9 @@ impl Args {
 pub struct Config {
     pub tcp_address: SocketAddr,
     pub http_address: SocketAddr,
+    /// Where the HTTP API is served over TLS (`--https-address`, with a certificate only; its
+    /// port 0 becomes the real port at start-up, as for the others).
+    pub https_address: Option<SocketAddr>,
     pub broadcast_address: String,
     pub broadcast_tcp_port: u16,
     pub broadcast_http_port: u16,
@@ -412,12 +416,6 @@ impl Config {
 
     fn from_args(a: Args) -> Result<Config, ConfigError> {
         let auth = auth_settings(&a)?;
-        if !a.https_address.is_empty() {
-            return Err(bad(
-                "--https-address: the HTTP API over TLS is not supported by this broker yet; \
-                 remove the flag (TLS on TCP connections is: --tls-cert, --tls-key)",
-            ));
-        }
         let (tls, tls_required) = crate::tls::settings(&crate::tls::Flags {
             cert: &a.tls_cert,
             key: &a.tls_key,
@@ -485,6 +483,18 @@ impl Config {
                 "--tcp-address and --http-address are both {tcp_address}: they need two ports"
             )));
         }
+        let https_address = crate::tls::https_address(a.https_address.as_deref(), tls.is_some())
+            .map_err(bad)?
+            .map(|addr| resolve("--https-address", addr))
+            .transpose()?;
+        if let Some(https) = https_address.filter(|a| a.port() != 0) {
+            if https == tcp_address || https == http_address {
+                return Err(bad(format!(
+                    "--https-address {https} is also --tcp-address or --http-address: give it \
+                     its own port"
+                )));
+            }
+        }
         let cpus = allowed_cpus();
         let shards = a.shards.unwrap_or(cpus.len());
         if shards == 0 || shards > 256 {
@@ -512,6 +522,7 @@ impl Config {
         Ok(Config {
             tcp_address,
             http_address,
+            https_address,
             broadcast_address,
             broadcast_tcp_port: a.broadcast_tcp_port,
             broadcast_http_port: a.broadcast_http_port,
@@ -756,7 +767,13 @@ mod tests {
             .contains("unit"));
         assert!(parse(&["--shards", "0"]).is_err());
         assert!(parse(&["--tcp-address", "nonsense"]).is_err());
-        assert!(parse(&["--https-address", "127.0.0.1:4152"]).is_err());
+        // nsqd would silently not listen: no certificate, no HTTPS.
+        let err = parse(&["--https-address", "127.0.0.1:4152"]).unwrap_err();
+        assert!(err.contains("--tls-cert"), "{err}");
+        assert!(parse(&["--https-address="])
+            .unwrap()
+            .https_address
+            .is_none());
         // Independent limits, as in nsqd: a body limit below the message limit is allowed.
         assert!(parse(&["--max-msg-size", "10", "--max-body-size", "5"]).is_ok());
         assert!(parse(&["--max-body-size", "0"]).is_err());

@@ -87,6 +87,7 @@ pub fn run() -> ExitCode {
     let (listeners, steered) = match listen::open(
         config.tcp_address,
         config.http_address,
+        config.https_address,
         &shard_cpus,
         config.connection_steering,
     ) {
@@ -188,6 +189,15 @@ pub fn run() -> ExitCode {
     if serving {
         info!(tcp = %config.tcp_address, shards, steering = if steered { "cpu" } else { "hash" }, "TCP: listening");
         info!(http = %config.http_address, shards, "HTTP: listening");
+        if let Some(https) = config.https_address {
+            info!(https = %https, shards, "HTTPS: listening");
+        }
+        if config.tls_required == crate::tls::TlsRequired::Yes && config.https_address.is_none() {
+            warn!(
+                "--tls-required with --https-address \"\": the HTTP API answers every request \
+                 403 TLS_REQUIRED and is served over TLS nowhere (as nsqd)"
+            );
+        }
     } else if failed_shards.load(Ordering::SeqCst) < shards {
         // Some shards serve, but the topics of the failed ones cannot be reached: stop the
         // others the clean way (what they accepted meanwhile is handed over to storage).
@@ -241,7 +251,7 @@ fn stop_after_start_failure() {
         });
 }
 
-/// Checks the TCP and HTTP addresses are free, and resolves port 0 to one real port every
+/// Checks the TCP, HTTP and HTTPS addresses are free, and resolves port 0 to one real port every
 /// shard then shares (each shard binds it with SO_REUSEPORT). Returns what the process must
 /// hold until it exits.
 ///
@@ -260,8 +270,13 @@ fn claim_ports(config: &mut Config) -> Result<Vec<std::os::fd::OwnedFd>, StartEr
     let mut held = Vec::new();
     let tcp = claim_port("--tcp-address", config.tcp_address, &mut held)?;
     let http = claim_port("--http-address", config.http_address, &mut held)?;
+    let https = match config.https_address {
+        Some(addr) => Some(claim_port("--https-address", addr, &mut held)?),
+        None => None,
+    };
     config.tcp_address = tcp;
     config.http_address = http;
+    config.https_address = https;
     Ok(held)
 }
 
@@ -389,7 +404,8 @@ fn init_logging(level: &str) {
     }));
 }
 
-/// Starts a shard's servers: the TCP acceptor (its task is returned) and the HTTP server.
+/// Starts a shard's servers: the TCP acceptor (its task is returned) and the HTTP server (and
+/// HTTPS, on its own listener).
 fn start_front_ends(
     shard: &std::rc::Rc<shard::Shard>,
     listeners: crate::sys::listen::ShardListeners,
@@ -397,7 +413,7 @@ fn start_front_ends(
     use std::os::fd::{FromRawFd, IntoRawFd};
     // SAFETY: the fd is a bound, listening TCP socket this shard now owns alone.
     let listener = unsafe { glommio::net::TcpListener::from_raw_fd(listeners.tcp.into_raw_fd()) };
-    crate::http::start(shard, listeners.http);
+    crate::http::start(shard, listeners.http, listeners.https);
     let accept_shard = shard.clone();
     glommio::spawn_local(async move { crate::tcp::accept_loop(accept_shard, listener).await })
 }

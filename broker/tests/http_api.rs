@@ -940,10 +940,12 @@ fn http_ping_info_and_config() {
     assert_eq!(get("broadcast_tcp_port"), broker.tcp.port());
     assert_eq!(get("broadcast_http_port"), broker.http.port());
     assert_eq!(get("id"), 0);
-    assert_eq!(get("deflate"), false);
-    assert_eq!(get("snappy"), false);
+    assert_eq!(get("deflate"), true);
+    assert_eq!(get("snappy"), true);
     assert_eq!(get("auth_http_addresses"), serde_json::json!([]));
     assert_eq!(get("tls_cert"), "");
+    assert_eq!(get("tls_required"), 0);
+    assert_eq!(get("https_address"), "");
     let r = support::request(broker.http, "PUT", "/config/log_level", Some(b"trace"));
     assert_eq!(
         (r.status, r.text()),

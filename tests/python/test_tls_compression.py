@@ -4,9 +4,7 @@ client certificates (`require-verify`), `--tls-required`, and bad input (a garba
 a client stopping mid-handshake, corrupt snappy and deflate streams, a decompression bomb),
 each of which closes that connection while the broker serves others.
 
-Certificates are made once per session with the openssl command: a CA, a server certificate
-for 127.0.0.1 signed by it, a client certificate signed by it, and a self-signed client
-certificate the broker must not take.
+Certificates come from tlscerts.py (made once per session with the openssl command).
 """
 
 import asyncio
@@ -32,67 +30,12 @@ from aio import run, until
 from brokerhttp import http
 from nsqwire import Conn, FRAME_ERROR, FRAME_RESPONSE, cmd_bytes, wait_for
 from procstat import rss_kib
+from tlscerts import certs, client_context, tls_flags  # noqa: F401 (certs is a fixture)
 
 MESSAGES = 1000
 
 
-# ---- certificates -------------------------------------------------------------------------------
-
-def _openssl(*args, cwd):
-    subprocess.run(["openssl"] + list(args), cwd=cwd, check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
-class Certs:
-    def __init__(self, d):
-        self.dir = d
-        p = lambda name: os.path.join(d, name)  # noqa: E731
-        self.ca, self.ca_key = p("ca.pem"), p("ca.key")
-        self.server, self.server_key = p("server.pem"), p("server.key")
-        self.server2, self.server2_key = p("server2.pem"), p("server2.key")
-        self.client, self.client_key = p("client.pem"), p("client.key")
-        self.rogue, self.rogue_key = p("rogue.pem"), p("rogue.key")
-
-
-@pytest.fixture(scope="session")
-def certs():
-    d = tempfile.mkdtemp(prefix="broker-tls-")
-    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    _openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
-             "-subj", "/CN=broker test CA", "-addext", "basicConstraints=critical,CA:TRUE",
-             "-addext", "keyUsage=critical,keyCertSign,cRLSign", cwd=d)
-    for name, cn, ext in [
-        ("server", "127.0.0.1", "subjectAltName=IP:127.0.0.1,DNS:localhost\n"
-                                "extendedKeyUsage=serverAuth\n"),
-        ("server2", "127.0.0.1", "subjectAltName=IP:127.0.0.1,DNS:localhost\n"
-                                 "extendedKeyUsage=serverAuth\n"),
-        ("client", "test-client", "extendedKeyUsage=clientAuth\n"),
-    ]:
-        _openssl("req", *ec, "-keyout", name + ".key", "-out", name + ".csr",
-                 "-subj", "/CN=" + cn, cwd=d)
-        with open(os.path.join(d, name + ".ext"), "w") as f:
-            f.write("basicConstraints=CA:FALSE\n" + ext)
-        _openssl("x509", "-req", "-in", name + ".csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-                 "-CAcreateserial", "-out", name + ".pem", "-days", "2",
-                 "-extfile", name + ".ext", cwd=d)
-    _openssl("req", "-x509", *ec, "-keyout", "rogue.key", "-out", "rogue.pem", "-days", "2",
-             "-subj", "/CN=rogue", "-addext", "extendedKeyUsage=clientAuth", cwd=d)
-    yield Certs(d)
-    shutil.rmtree(d, ignore_errors=True)
-
-
-def tls_flags(certs, *extra):
-    return ("--tls-cert=" + certs.server, "--tls-key=" + certs.server_key) + extra
-
-
-def client_context(certs, with_cert=None):
-    ctx = ssl.create_default_context(cafile=certs.ca)
-    if with_cert == "valid":
-        ctx.load_cert_chain(certs.client, certs.client_key)
-    elif with_cert == "rogue":
-        ctx.load_cert_chain(certs.rogue, certs.rogue_key)
-    return ctx
-
+# ---- certificates (tlscerts.py) -----------------------------------------------------------------
 
 # ---- raw connections ------------------------------------------------------------------------
 
@@ -362,7 +305,7 @@ def test_sighup_reloads_the_certificate_for_new_connections(start_broker, certs)
     cert, key = os.path.join(d, "cert.pem"), os.path.join(d, "key.pem")
     shutil.copy(certs.server, cert)
     shutil.copy(certs.server_key, key)
-    broker = start_broker("--tls-cert=" + cert, "--tls-key=" + key)
+    broker = start_broker("--tls-cert=" + cert, "--tls-key=" + key, "--https-address=127.0.0.1:0")
 
     def served():
         with identify_tls(broker, client_context(certs)) as c:

@@ -97,6 +97,18 @@ fn or_real(broadcast: u16, real: u16) -> u16 {
     }
 }
 
+/// A path of the TLS settings as given, "" without TLS.
+fn tls_path(
+    c: &crate::config::Config,
+    path: impl Fn(&crate::tls::TlsSettings) -> Option<&std::path::PathBuf>,
+) -> String {
+    c.tls
+        .as_ref()
+        .and_then(path)
+        .map(|p| p.display().to_string())
+        .unwrap_or_default()
+}
+
 /// The value of option `name` by nsqd's name, as JSON.
 fn option_value(shard: &Shard, name: &str) -> Option<Value> {
     let c = &shard.config;
@@ -104,7 +116,8 @@ fn option_value(shard: &Shard, name: &str) -> Option<Value> {
     Some(match name {
         "tcp_address" => json!(c.tcp_address.to_string()),
         "http_address" => json!(c.http_address.to_string()),
-        "https_address" => json!(""),
+        // The address HTTPS is bound to (its real port), "" when it is served nowhere.
+        "https_address" => json!(c.https_address.map(|a| a.to_string()).unwrap_or_default()),
         "broadcast_address" => json!(c.broadcast_address),
         // 0 means the listening port, which nsqd writes into the option at start.
         "broadcast_tcp_port" => json!(or_real(c.broadcast_tcp_port, c.tcp_address.port())),
@@ -133,10 +146,18 @@ fn option_value(shard: &Shard, name: &str) -> Option<Value> {
         "log_level" => json!(log_level_number(&shard.log_level()).unwrap_or(2)),
         "shards" => json!(c.shards),
         "id" => json!(c.node_id),
-        // Not built (the flags that would set them are refused): what is in effect.
-        "deflate" | "snappy" => json!(false),
+        "deflate" => json!(c.deflate),
+        "snappy" => json!(c.snappy),
         "auth_http_addresses" => json!([] as [&str; 0]),
-        "tls_cert" | "tls_key" => json!(""),
+        "tls_cert" => json!(tls_path(c, |t| Some(&t.cert))),
+        "tls_key" => json!(tls_path(c, |t| Some(&t.key))),
+        "tls_root_ca_file" => json!(tls_path(c, |t| t.root_ca_file.as_ref())),
+        // nsqd's numbers: 0 not required, 1 tcp-https, 2 required.
+        "tls_required" => json!(match c.tls_required {
+            crate::tls::TlsRequired::No => 0,
+            crate::tls::TlsRequired::ExceptHttp => 1,
+            crate::tls::TlsRequired::Yes => 2,
+        }),
         _ => return None,
     })
 }

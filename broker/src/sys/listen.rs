@@ -1,4 +1,4 @@
-//! The listening sockets: every shard's TCP and HTTP listener, opened by the main thread in a
+//! The listening sockets: every shard's TCP, HTTP and (with a certificate) HTTPS listener, opened by the main thread in a
 //! fixed order before the shards start, and the steering program that picks which shard's
 //! listener takes a new connection.
 //!
@@ -35,10 +35,12 @@ pub enum Steering {
 pub struct ShardListeners {
     pub tcp: OwnedFd,
     pub http: OwnedFd,
+    /// `--https-address`'s, when the HTTP API is also served over TLS.
+    pub https: Option<OwnedFd>,
 }
 
 /// Why a listening socket could not be opened on `addr`, named by its flag (`--tcp-address`,
-/// `--http-address`).
+/// `--http-address`, `--https-address`).
 #[derive(Debug, thiserror::Error)]
 pub enum ListenError {
     /// Something else holds the address: a process listening on the port, most often.
@@ -70,11 +72,13 @@ impl ListenError {
     }
 }
 
-/// Opens `cpus.len()` TCP and HTTP listeners (shard i pinned to `cpus[i]`) and installs the
-/// steering program. Returns them indexed by shard, and whether steering by CPU took effect.
+/// Opens `cpus.len()` TCP, HTTP and (when `https` is given) HTTPS listeners (shard i pinned to
+/// `cpus[i]`) and installs the steering program on each group. Returns them indexed by shard,
+/// and whether steering by CPU took effect.
 pub fn open(
     tcp: SocketAddr,
     http: SocketAddr,
+    https: Option<SocketAddr>,
     cpus: &[usize],
     steering: Steering,
 ) -> Result<(Vec<ShardListeners>, bool), ListenError> {
@@ -83,24 +87,34 @@ pub fn open(
     order.sort_by_key(|&i| (cpus[i], i));
     let tcp_socks = open_group("--tcp-address", tcp, &order)?;
     let http_socks = open_group("--http-address", http, &order)?;
+    let https_socks = match https {
+        Some(addr) => Some(open_group("--https-address", addr, &order)?),
+        None => None,
+    };
     let mut steered = false;
     if steering == Steering::Cpu {
         let program = cpu_program(&order.iter().map(|&i| cpus[i]).collect::<Vec<_>>());
-        let tcp_ok = attach(&tcp_socks[0], &program);
-        let http_ok = attach(&http_socks[0], &program);
-        match (&tcp_ok, &http_ok) {
-            (Ok(()), Ok(())) => steered = true,
-            (Err(e), _) | (_, Err(e)) => {
+        let firsts = [Some(&tcp_socks[0]), Some(&http_socks[0])]
+            .into_iter()
+            .chain([https_socks.as_ref().map(|g| &g[0])]);
+        match firsts.flatten().try_for_each(|s| attach(s, &program)) {
+            Ok(()) => steered = true,
+            Err(e) => {
                 tracing::warn!("connection steering by CPU unavailable, hashing instead: {e}");
             }
         }
     }
     // Back from group order to shard order.
+    let mut https_socks = https_socks.map(|g| g.into_iter());
     let mut by_shard: Vec<Option<ShardListeners>> = (0..cpus.len()).map(|_| None).collect();
     for ((shard, t), h) in order.iter().zip(tcp_socks).zip(http_socks) {
         by_shard[*shard] = Some(ShardListeners {
             tcp: t.into(),
             http: h.into(),
+            https: https_socks
+                .as_mut()
+                .and_then(|g| g.next())
+                .map(OwnedFd::from),
         });
     }
     Ok((by_shard.into_iter().flatten().collect(), steered))
@@ -265,19 +279,23 @@ mod tests {
         let port = |s: &Socket| s.local_addr().unwrap().as_socket().unwrap().port();
         let tcp = SocketAddr::from(([127, 0, 0, 1], port(&held_t[0])));
         let http = SocketAddr::from(([127, 0, 0, 1], port(&held_h[0])));
-        let (shards, steered) = open(tcp, http, &[1, 0, 1], Steering::Cpu).unwrap();
+        let held_s = open_group("--https-address", any, &[0]).unwrap();
+        let https = SocketAddr::from(([127, 0, 0, 1], port(&held_s[0])));
+        let (shards, steered) = open(tcp, http, Some(https), &[1, 0, 1], Steering::Cpu).unwrap();
         // The kernel checks a classic BPF program when it is attached: a malformed one is
         // refused, and the broker would fall back to hashing.
         assert!(steered, "SO_ATTACH_REUSEPORT_CBPF refused the program");
         assert_eq!(shards.len(), 3);
         for l in shards {
-            for (fd, want) in [(l.tcp, tcp), (l.http, http)] {
+            let https_fd = l.https.expect("an HTTPS listener per shard");
+            for (fd, want) in [(l.tcp, tcp), (l.http, http), (https_fd, https)] {
                 let sock = Socket::from(fd);
                 assert_eq!(sock.local_addr().unwrap().as_socket(), Some(want));
                 assert!(sock.is_listener().unwrap(), "{want} is not listening");
             }
         }
-        let (_, steered) = open(tcp, http, &[0], Steering::Hash).unwrap();
+        let (shards, steered) = open(tcp, http, None, &[0], Steering::Hash).unwrap();
         assert!(!steered);
+        assert!(shards[0].https.is_none());
     }
 }
