@@ -6,7 +6,7 @@
 use crate::admin;
 use crate::config::Config;
 use crate::startup::StartError;
-use crate::sys::listen::ListenError;
+use crate::sys::listen::{ListenAddr, ListenError};
 use crate::sys::{listen, rlimit};
 use crate::{control, shard, startup};
 use glommio::channels::channel_mesh::MeshBuilder;
@@ -84,9 +84,10 @@ pub fn run() -> ExitCode {
     let shard_cpus: Vec<usize> = (0..shards)
         .map(|i| config.cpus[i % config.cpus.len()])
         .collect();
-    let (listeners, steered) = match listen::open(
-        config.tcp_address,
-        config.http_address,
+    // Held until exit: unix socket files, removed at the end (a clean stop, or a failed start).
+    let (listeners, steered, _socket_files) = match listen::open(
+        &config.tcp_address,
+        &config.http_address,
         config.https_address,
         &shard_cpus,
         config.connection_steering,
@@ -268,8 +269,13 @@ fn stop_after_start_failure() {
 /// it.
 fn claim_ports(config: &mut Config) -> Result<Vec<std::os::fd::OwnedFd>, StartError> {
     let mut held = Vec::new();
-    let tcp = claim_port("--tcp-address", config.tcp_address, &mut held)?;
-    let http = claim_port("--http-address", config.http_address, &mut held)?;
+    let claim = |flag, addr: &ListenAddr, held: &mut Vec<std::os::fd::OwnedFd>| match addr {
+        ListenAddr::Tcp(a) => claim_port(flag, *a, held).map(ListenAddr::Tcp),
+        // A path is checked when its socket is made (`sys::unix_listen`).
+        ListenAddr::Unix(_) => Ok(addr.clone()),
+    };
+    let tcp = claim("--tcp-address", &config.tcp_address, &mut held)?;
+    let http = claim("--http-address", &config.http_address, &mut held)?;
     let https = match config.https_address {
         Some(addr) => Some(claim_port("--https-address", addr, &mut held)?),
         None => None,
@@ -411,8 +417,11 @@ fn start_front_ends(
     listeners: crate::sys::listen::ShardListeners,
 ) -> glommio::Task<()> {
     use std::os::fd::{FromRawFd, IntoRawFd};
-    // SAFETY: the fd is a bound, listening TCP socket this shard now owns alone.
-    let listener = unsafe { glommio::net::TcpListener::from_raw_fd(listeners.tcp.into_raw_fd()) };
+    // SAFETY: the fd is a bound, listening socket (TCP, or a unix socket, whose connections
+    // glommio's TcpStream reads and writes alike) this shard now owns alone.
+    let listener = listeners
+        .tcp
+        .map(|fd| unsafe { glommio::net::TcpListener::from_raw_fd(fd.into_raw_fd()) });
     crate::http::start(shard, listeners.http, listeners.https);
     let accept_shard = shard.clone();
     glommio::spawn_local(async move { crate::tcp::accept_loop(accept_shard, listener).await })

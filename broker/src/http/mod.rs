@@ -29,6 +29,10 @@ use crate::shard::Shard;
 use std::rc::Rc;
 
 /// Starts this shard's HTTP (and HTTPS) listeners and their accept loops.
-pub fn start(shard: &Rc<Shard>, http: std::os::fd::OwnedFd, https: Option<std::os::fd::OwnedFd>) {
+pub fn start(
+    shard: &Rc<Shard>,
+    http: Option<std::os::fd::OwnedFd>,
+    https: Option<std::os::fd::OwnedFd>,
+) {
     server::start(shard, http, https);
 }

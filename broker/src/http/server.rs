@@ -49,7 +49,7 @@ type Refusal = Option<Rc<http1::Response>>;
 
 /// Takes this shard's HTTP listener and, when the API is also served over TLS, its HTTPS one
 /// (bound and listening, see [`crate::sys::listen`]), and spawns their accept loops.
-pub fn start(shard: &Rc<Shard>, http: OwnedFd, https: Option<OwnedFd>) {
+pub fn start(shard: &Rc<Shard>, http: Option<OwnedFd>, https: Option<OwnedFd>) {
     let config = &shard.config;
     crate::stats::start_time();
     crate::stats::configure_e2e(
@@ -60,7 +60,11 @@ pub fn start(shard: &Rc<Shard>, http: OwnedFd, https: Option<OwnedFd>) {
         let port = config.https_address.map_or(0, |a| a.port());
         Rc::new(tls_required(port))
     });
-    let mut acceptors = vec![spawn_acceptor(shard, http, Accept::Plain(refusal))];
+    // A unix socket's listener is shard 0's alone.
+    let mut acceptors: Vec<_> = http
+        .map(|fd| spawn_acceptor(shard, fd, Accept::Plain(refusal)))
+        .into_iter()
+        .collect();
     if let Some(https) = https {
         acceptors.push(spawn_acceptor(shard, https, Accept::Tls));
     }
@@ -90,7 +94,8 @@ enum Accept {
 }
 
 fn spawn_acceptor(shard: &Rc<Shard>, fd: OwnedFd, accept: Accept) -> glommio::Task<()> {
-    // SAFETY: the fd is a bound, listening TCP socket this shard now owns alone.
+    // SAFETY: the fd is a bound, listening socket (TCP, or a unix socket, whose connections
+    // glommio's TcpStream reads and writes alike) this shard now owns alone.
     let listener = unsafe { TcpListener::from_raw_fd(fd.into_raw_fd()) };
     glommio::spawn_local(accept_loop(shard.clone(), listener, accept))
 }

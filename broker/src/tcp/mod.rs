@@ -159,8 +159,14 @@ impl Conn {
 }
 
 /// Accepts connections on this shard's TCP listener until the shard stops accepting, and
-/// serves each on this shard.
-pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
+/// serves each on this shard. A shard without one (the address is a unix socket, which
+/// shard 0 listens on) only waits for the stop.
+pub async fn accept_loop(shard: Rc<Shard>, listener: Option<TcpListener>) {
+    let Some(listener) = listener else {
+        shard.stop_accepting.notified().await;
+        shard.stopped_accepting();
+        return;
+    };
     let mut limit = crate::sys::accept_limit::AcceptLimit::new(shard.id, "TCP");
     loop {
         let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
@@ -183,10 +189,20 @@ pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
 /// Serves one accepted connection until it closes.
 pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
     let id = shard.next_conn_id();
+    // A unix socket's client has no address: nsqd (Go) writes it `@`.
     let remote = stream
         .peer_addr()
         .map(|a| a.to_string())
-        .unwrap_or_else(|_| "unknown".into());
+        .unwrap_or_else(|_| {
+            // SAFETY: the stream's descriptor is open for as long as `stream` lives.
+            let fd = unsafe {
+                std::os::fd::BorrowedFd::borrow_raw(std::os::fd::AsRawFd::as_raw_fd(&stream))
+            };
+            let unix = socket2::SockRef::from(&fd)
+                .local_addr()
+                .is_ok_and(|a| a.is_unix());
+            if unix { "@" } else { "unknown" }.into()
+        });
     // A debug span: at the default level it is disabled and costs nothing, where an enabled
     // one is recorded by the subscriber for every connection. The few events above debug
     // name the connection themselves.
