@@ -18,6 +18,7 @@ import time
 import pytest
 
 from conftest import broker_bin
+from brokerhttp import per_shard
 from nsqwire import Conn, wait_for
 
 
@@ -142,6 +143,45 @@ def test_v2_and_http_over_unix_sockets(unix_broker):
         assert listed()[0]["remote_address"] == "@", listed()
     assert b.stop() == 0
     assert not os.path.exists(b.tcp) and not os.path.exists(b.http), "removed at a clean stop"
+
+
+def _per_shard(http_path, family):
+    text = request(http_path, "GET", "/metrics")[1].decode()
+    return per_shard(text, family)
+
+
+def test_connections_are_dealt_to_every_shard(unix_broker, shards):
+    """Shard 0 accepts on the socket and gives the connections to the shards in turn."""
+    if shards < 2:
+        pytest.skip("one shard")
+    b = unix_broker()
+    held = [Conn(b.tcp) for _ in range(2 * shards)]
+    try:
+        for c in held:
+            c.identify()
+        wait_for(lambda: all(n >= 2 for n in
+                             _per_shard(b.http, "nsq_shard_tcp_connections").values()),
+                 10, what="TCP connections on every shard")
+        keep = []
+        for _ in range(2 * shards):
+            c = UnixHTTPConnection(b.http)
+            c.request("GET", "/ping")
+            assert c.getresponse().read() == b"OK"
+            keep.append(c)
+        counts = _per_shard(b.http, "nsq_shard_http_connections")
+        assert len(counts) == shards and all(n >= 1 for n in counts.values()), counts
+        for c in keep:
+            c.close()
+        # Each serves V2 wherever it landed: a publish on each, consumed on one.
+        for c in held:
+            c.pub("dealt", b"x")
+        with Conn(b.tcp) as sub:
+            sub.identify()
+            sub.sub("dealt", "c", rdy=100)
+            assert len(sub.read_messages(len(held))) == len(held)
+    finally:
+        for c in held:
+            c.close()
 
 
 def test_one_unix_socket_beside_tcp(unix_broker):

@@ -21,7 +21,7 @@ use super::routes::{self, Answer};
 use super::transport::{Plain, Tls, Transport};
 use crate::shard::Shard;
 use crate::sys::eager_read::EagerRead;
-use crate::sys::listen::Steering;
+use crate::sys::listen::{ListenAddr, Steering};
 use crate::sys::send_batch;
 use bytes::BytesMut;
 use futures_lite::AsyncReadExt;
@@ -62,13 +62,13 @@ pub fn start(shard: &Rc<Shard>, http: Option<OwnedFd>, https: Option<OwnedFd>) {
     });
     // A unix socket's listener is shard 0's alone.
     let mut acceptors: Vec<_> = http
-        .map(|fd| spawn_acceptor(shard, fd, Accept::Plain(refusal)))
+        .map(|fd| spawn_acceptor(shard, fd, Accept::Plain(refusal.clone())))
         .into_iter()
         .collect();
     if let Some(https) = https {
         acceptors.push(spawn_acceptor(shard, https, Accept::Tls));
     }
-    glommio::spawn_local(adopter(shard.clone())).detach();
+    glommio::spawn_local(adopter(shard.clone(), refusal.clone())).detach();
     let watcher = shard.clone();
     glommio::spawn_local(async move {
         // Dropping the accept task is the one way to interrupt a pending accept; do it once,
@@ -106,28 +106,45 @@ async fn accept_loop(shard: Rc<Shard>, listener: TcpListener, accept: Accept) {
         Accept::Tls => "HTTPS",
     };
     let mut limit = crate::sys::accept_limit::AcceptLimit::new(shard.id, what);
+    // A unix socket is shard 0's alone: its connections are dealt to the shards in turn.
+    // (HTTPS is TCP only, on every shard.)
+    let deal = matches!(accept, Accept::Plain(_))
+        && matches!(shard.config.http_address, ListenAddr::Unix(_));
+    let mut turn = 0usize;
     loop {
-        match listener.accept().await {
-            Ok(stream) => match &accept {
-                Accept::Plain(refusal) => {
-                    let served = serve(shard.clone(), stream, Plain, refusal.clone());
-                    glommio::spawn_local(served).detach();
-                }
-                Accept::Tls => {
-                    // The configuration in force now: a SIGHUP's reload reaches new connections.
-                    let Some(config) = shard.config.tls_server.as_ref().map(|s| s.get()) else {
-                        warn!("HTTPS connection refused: no TLS configuration");
-                        continue;
-                    };
-                    match Tls::new(config) {
-                        Ok(tls) => {
-                            glommio::spawn_local(serve(shard.clone(), stream, tls, None)).detach();
-                        }
-                        Err(e) => warn!("HTTPS connection refused: {e}"),
+        let stream = match listener.accept().await {
+            Ok(stream) => stream,
+            Err(e) => {
+                limit.on_error(&listener, e).await;
+                continue;
+            }
+        };
+        if deal {
+            turn = turn.wrapping_add(1);
+            let to = turn % shard.config.shards;
+            if to != shard.id {
+                give(&shard, stream, to);
+                continue;
+            }
+        }
+        match &accept {
+            Accept::Plain(refusal) => {
+                let served = serve(shard.clone(), stream, Plain, refusal.clone());
+                glommio::spawn_local(served).detach();
+            }
+            Accept::Tls => {
+                // The configuration in force now: a SIGHUP's reload reaches new connections.
+                let Some(config) = shard.config.tls_server.as_ref().map(|s| s.get()) else {
+                    warn!("HTTPS connection refused: no TLS configuration");
+                    continue;
+                };
+                match Tls::new(config) {
+                    Ok(tls) => {
+                        glommio::spawn_local(serve(shard.clone(), stream, tls, None)).detach();
                     }
+                    Err(e) => warn!("HTTPS connection refused: {e}"),
                 }
-            },
-            Err(e) => limit.on_error(&listener, e).await,
+            }
         }
     }
 }
@@ -181,34 +198,45 @@ enum End {
 /// this shard's stream is dropped (closing only this shard's descriptor). On failure the
 /// connection simply closes, as an idle keep-alive connection may.
 fn hand_over(shard: &Shard, stream: TcpStream, to: usize) {
-    let fd = crate::sys::listen::dup_socket(stream.as_raw_fd());
-    drop(stream);
-    let fd = match fd {
-        Ok(fd) => fd,
-        Err(e) => {
-            debug!("HTTP connection not handed over: dup failed ({e})");
-            return;
-        }
-    };
-    debug!(
-        to,
-        "HTTP connection handed over to the shard of its client's CPU"
-    );
-    let moved = &shard.admin.http_handovers;
-    moved.set(moved.get() + 1);
-    shard.route(to, crate::mailbox::Mail::HttpConn { fd });
+    if give(shard, stream, to) {
+        debug!(
+            to,
+            "HTTP connection handed over to the shard of its client's CPU"
+        );
+        let moved = &shard.admin.http_handovers;
+        moved.set(moved.get() + 1);
+    }
 }
 
-/// Serves the connections handed over to this shard.
-async fn adopter(shard: Rc<Shard>) {
+/// Sends a connection to shard `to` (a duplicate of its socket in the mail; this shard's
+/// stream is dropped); false when the duplicate failed and the connection closed.
+fn give(shard: &Shard, stream: TcpStream, to: usize) -> bool {
+    let fd = crate::sys::listen::dup_socket(stream.as_raw_fd());
+    drop(stream);
+    match fd {
+        Ok(fd) => {
+            shard.route(to, crate::mailbox::Mail::HttpConn { fd });
+            true
+        }
+        Err(e) => {
+            debug!("HTTP connection not handed over: dup failed ({e})");
+            false
+        }
+    }
+}
+
+/// Serves the connections handed over to this shard (moved by their client's CPU, or dealt
+/// from shard 0's unix socket), as the plain listener's: refused with `refusal` when TLS is
+/// required.
+async fn adopter(shard: Rc<Shard>, refusal: Refusal) {
     loop {
         shard.wake_adopter.notified().await;
         let fds = std::mem::take(&mut *shard.http_adopted.borrow_mut());
         for fd in fds {
             // SAFETY: the descriptor is a connected TCP socket this shard now owns alone.
             let stream = unsafe { TcpStream::from_raw_fd(fd.into_raw_fd()) };
-            // Only plain connections move, and a refusing listener's never do (see below).
-            glommio::spawn_local(serve(shard.clone(), stream, Plain, None)).detach();
+            // Only plain connections move.
+            glommio::spawn_local(serve(shard.clone(), stream, Plain, refusal.clone())).detach();
         }
     }
 }

@@ -159,14 +159,21 @@ impl Conn {
 }
 
 /// Accepts connections on this shard's TCP listener until the shard stops accepting, and
-/// serves each on this shard. A shard without one (the address is a unix socket, which
-/// shard 0 listens on) only waits for the stop.
+/// serves each on this shard. On a unix socket (shard 0's alone) the connections are dealt to
+/// the shards in turn (`Mail::TcpConn`); a shard without a listener serves those it is given
+/// and waits for the stop.
 pub async fn accept_loop(shard: Rc<Shard>, listener: Option<TcpListener>) {
+    glommio::spawn_local(adopter(shard.clone())).detach();
     let Some(listener) = listener else {
         shard.stop_accepting.notified().await;
         shard.stopped_accepting();
         return;
     };
+    let deal = matches!(
+        shard.config.tcp_address,
+        crate::sys::listen::ListenAddr::Unix(_)
+    );
+    let mut turn = 0usize;
     let mut limit = crate::sys::accept_limit::AcceptLimit::new(shard.id, "TCP");
     loop {
         let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
@@ -177,13 +184,51 @@ pub async fn accept_loop(shard: Rc<Shard>, listener: Option<TcpListener>) {
         match accepted {
             None => break,
             Some(Ok(stream)) => {
-                glommio::spawn_local(serve(shard.clone(), stream)).detach();
+                let to = if deal {
+                    turn = turn.wrapping_add(1);
+                    turn % shard.config.shards
+                } else {
+                    shard.id
+                };
+                if to == shard.id {
+                    glommio::spawn_local(serve(shard.clone(), stream)).detach();
+                } else {
+                    give(&shard, stream, to);
+                }
             }
             Some(Err(e)) => limit.on_error(&listener, e).await,
         }
     }
     info!(shard = shard.id, "stopped accepting");
     shard.stopped_accepting();
+}
+
+/// Gives a connection accepted here to shard `to` (a duplicate of its socket in the mail; this
+/// shard's stream is dropped). On failure the connection closes: its client sees it refused.
+fn give(shard: &Shard, stream: TcpStream, to: usize) {
+    let fd = crate::sys::listen::dup_socket(std::os::fd::AsRawFd::as_raw_fd(&stream));
+    drop(stream);
+    match fd {
+        Ok(fd) => shard.route(to, Mail::TcpConn { fd }),
+        Err(e) => warn!("TCP connection dropped: dup failed ({e})"),
+    }
+}
+
+/// Serves the connections other shards give this one.
+async fn adopter(shard: Rc<Shard>) {
+    loop {
+        shard.wake_tcp_adopter.notified().await;
+        let fds = std::mem::take(&mut *shard.tcp_adopted.borrow_mut());
+        for fd in fds {
+            // SAFETY: the descriptor is a connected socket this shard now owns alone.
+            let stream = unsafe {
+                <TcpStream as std::os::fd::FromRawFd>::from_raw_fd(
+                    std::os::fd::IntoRawFd::into_raw_fd(fd),
+                )
+            };
+            glommio::spawn_local(serve(shard.clone(), stream)).detach();
+        }
+    }
 }
 
 /// Serves one accepted connection until it closes.
