@@ -20,6 +20,7 @@ import pytest
 from conftest import broker_bin
 from brokerhttp import per_shard
 from nsqwire import Conn, wait_for
+from test_lookup import Lookup
 
 
 class UnixHTTPConnection(httpclient.HTTPConnection):
@@ -48,7 +49,7 @@ def request(path, method, target, body=None):
 class UnixBroker:
     """A broker whose TCP and HTTP listeners are unix sockets in a scratch directory."""
 
-    def __init__(self, shards, tcp=True, http=True):
+    def __init__(self, shards, tcp=True, http=True, extra=()):
         self.dir = tempfile.mkdtemp(prefix="broker-unix-")
         self.tcp = os.path.join(self.dir, "tcp.sock")
         self.http = os.path.join(self.dir, "http.sock")
@@ -56,7 +57,7 @@ class UnixBroker:
         self.args = [broker_bin(), "--data-path=" + os.path.join(self.dir, "data"),
                      "--shards=%d" % shards,
                      "--tcp-address=" + (self.tcp if tcp else "127.0.0.1:0"),
-                     "--http-address=" + (self.http if http else "127.0.0.1:0")]
+                     "--http-address=" + (self.http if http else "127.0.0.1:0")] + list(extra)
         self.proc = None
 
     def start(self, timeout=10):
@@ -189,6 +190,30 @@ def test_one_unix_socket_beside_tcp(unix_broker):
     b = unix_broker(tcp=False)
     info = json.loads(request(b.http, "GET", "/info")[1])
     assert info["tcp_port"] > 0 and info["http_port"] == -1, info
+
+
+def test_lookups_hear_the_broadcast_ports(unix_broker, tmp_path):
+    """A unix socket has no port; lookups refuse port 0 (nsqd would register it and be refused
+    for ever), so with lookups a broadcast port is required, and registered."""
+    lookup = Lookup(str(tmp_path)).start()
+    try:
+        code, err = _start_fails("--tcp-address=" + str(tmp_path / "t.sock"),
+                                 "--http-address=127.0.0.1:0",
+                                 "--lookupd-tcp-address=" + lookup.tcp_address)
+        assert code != 0 and "--broadcast-tcp-port" in err, err
+        b = unix_broker(extra=["--lookupd-tcp-address=" + lookup.tcp_address,
+                               "--broadcast-address=127.0.0.1", "--broadcast-tcp-port=14150",
+                               "--broadcast-http-port=14151"])
+        assert request(b.http, "POST", "/pub?topic=unix_registered", b"x") == (200, b"OK")
+
+        def registered():
+            status, body = lookup.get("/nodes")
+            return [p for p in json.loads(body)["producers"] if "unix_registered" in p["topics"]]
+        wait_for(lambda: registered(), 10, what="the broker's registration")
+        node = registered()[0]
+        assert (node["tcp_port"], node["http_port"]) == (14150, 14151), node
+    finally:
+        lookup.stop()
 
 
 def _start_fails(*flags):

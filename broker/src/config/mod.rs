@@ -502,6 +502,32 @@ impl Config {
         if shards == 0 || shards > 256 {
             return Err(bad(format!("--shards {shards} must be between 1 and 256")));
         }
+        // nsqd registers port 0 for a unix socket, which every lookup refuses (IDENTIFY
+        // missing fields), then retries for ever: say so at start-up instead.
+        if !a.lookupd_tcp_addresses.is_empty() {
+            for (flag, addr, broadcast, bflag) in [
+                (
+                    "--tcp-address",
+                    &tcp_address,
+                    a.broadcast_tcp_port,
+                    "--broadcast-tcp-port",
+                ),
+                (
+                    "--http-address",
+                    &http_address,
+                    a.broadcast_http_port,
+                    "--broadcast-http-port",
+                ),
+            ] {
+                if matches!(addr, ListenAddr::Unix(_)) && broadcast == 0 {
+                    return Err(bad(format!(
+                        "{flag} {addr} is a unix socket, which has no port to register with the \
+                         lookups (they refuse port 0, as nsqlookupd does); give {bflag} (where \
+                         clients reach this broker) or leave out --lookupd-tcp-address"
+                    )));
+                }
+            }
+        }
         let without_effect = a.without_effect();
         let broadcast_address = a.broadcast_address.unwrap_or_else(nsq_common::hostname);
         if a.statsd_interval.is_zero() {

@@ -50,6 +50,15 @@ fn bad_flags_are_clear_errors() {
     assert_eq!(c.tcp_address, ListenAddr::Unix("/run/b.sock".into()));
     assert_eq!((c.tcp_address.port(), c.tcp_address.info_port()), (0, -1));
     assert!(parse(&["--tcp-address=s.sock", "--http-address=s.sock"]).is_err());
+    // Lookups refuse port 0: a broadcast port is needed to register.
+    let err = parse(&["--tcp-address=t.sock", "--lookupd-tcp-address=l:4160"]).unwrap_err();
+    assert!(err.contains("--broadcast-tcp-port"), "{err}");
+    assert!(parse(&[
+        "--tcp-address=t.sock",
+        "--broadcast-tcp-port=4150",
+        "--lookupd-tcp-address=l:4160"
+    ])
+    .is_ok());
     // nsqd would silently not listen: no certificate, no HTTPS.
     let err = parse(&["--https-address", "127.0.0.1:4152"]).unwrap_err();
     assert!(err.contains("--tls-cert"), "{err}");
