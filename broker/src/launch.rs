@@ -6,7 +6,7 @@
 use crate::admin;
 use crate::config::Config;
 use crate::startup::StartError;
-use crate::sys::listen::ListenError;
+use crate::sys::listen::{ListenAddr, ListenError};
 use crate::sys::{listen, rlimit};
 use crate::{control, shard, startup};
 use glommio::channels::channel_mesh::MeshBuilder;
@@ -84,9 +84,11 @@ pub fn run() -> ExitCode {
     let shard_cpus: Vec<usize> = (0..shards)
         .map(|i| config.cpus[i % config.cpus.len()])
         .collect();
-    let (listeners, steered) = match listen::open(
-        config.tcp_address,
-        config.http_address,
+    // Held until exit: unix socket files, removed at the end (a clean stop, or a failed start).
+    let (listeners, steered, _socket_files) = match listen::open(
+        &config.tcp_address,
+        &config.http_address,
+        config.https_address,
         &shard_cpus,
         config.connection_steering,
     ) {
@@ -188,6 +190,15 @@ pub fn run() -> ExitCode {
     if serving {
         info!(tcp = %config.tcp_address, shards, steering = if steered { "cpu" } else { "hash" }, "TCP: listening");
         info!(http = %config.http_address, shards, "HTTP: listening");
+        if let Some(https) = config.https_address {
+            info!(https = %https, shards, "HTTPS: listening");
+        }
+        if config.tls_required == crate::tls::TlsRequired::Yes && config.https_address.is_none() {
+            warn!(
+                "--tls-required with --https-address \"\": the HTTP API answers every request \
+                 403 TLS_REQUIRED and is served over TLS nowhere (as nsqd)"
+            );
+        }
     } else if failed_shards.load(Ordering::SeqCst) < shards {
         // Some shards serve, but the topics of the failed ones cannot be reached: stop the
         // others the clean way (what they accepted meanwhile is handed over to storage).
@@ -241,7 +252,7 @@ fn stop_after_start_failure() {
         });
 }
 
-/// Checks the TCP and HTTP addresses are free, and resolves port 0 to one real port every
+/// Checks the TCP, HTTP and HTTPS addresses are free, and resolves port 0 to one real port every
 /// shard then shares (each shard binds it with SO_REUSEPORT). Returns what the process must
 /// hold until it exits.
 ///
@@ -258,10 +269,20 @@ fn stop_after_start_failure() {
 /// it.
 fn claim_ports(config: &mut Config) -> Result<Vec<std::os::fd::OwnedFd>, StartError> {
     let mut held = Vec::new();
-    let tcp = claim_port("--tcp-address", config.tcp_address, &mut held)?;
-    let http = claim_port("--http-address", config.http_address, &mut held)?;
+    let claim = |flag, addr: &ListenAddr, held: &mut Vec<std::os::fd::OwnedFd>| match addr {
+        ListenAddr::Tcp(a) => claim_port(flag, *a, held).map(ListenAddr::Tcp),
+        // A path is checked when its socket is made (`sys::unix_listen`).
+        ListenAddr::Unix(_) => Ok(addr.clone()),
+    };
+    let tcp = claim("--tcp-address", &config.tcp_address, &mut held)?;
+    let http = claim("--http-address", &config.http_address, &mut held)?;
+    let https = match config.https_address {
+        Some(addr) => Some(claim_port("--https-address", addr, &mut held)?),
+        None => None,
+    };
     config.tcp_address = tcp;
     config.http_address = http;
+    config.https_address = https;
     Ok(held)
 }
 
@@ -389,15 +410,19 @@ fn init_logging(level: &str) {
     }));
 }
 
-/// Starts a shard's servers: the TCP acceptor (its task is returned) and the HTTP server.
+/// Starts a shard's servers: the TCP acceptor (its task is returned) and the HTTP server (and
+/// HTTPS, on its own listener).
 fn start_front_ends(
     shard: &std::rc::Rc<shard::Shard>,
     listeners: crate::sys::listen::ShardListeners,
 ) -> glommio::Task<()> {
     use std::os::fd::{FromRawFd, IntoRawFd};
-    // SAFETY: the fd is a bound, listening TCP socket this shard now owns alone.
-    let listener = unsafe { glommio::net::TcpListener::from_raw_fd(listeners.tcp.into_raw_fd()) };
-    crate::http::start(shard, listeners.http);
+    // SAFETY: the fd is a bound, listening socket (TCP, or a unix socket, whose connections
+    // glommio's TcpStream reads and writes alike) this shard now owns alone.
+    let listener = listeners
+        .tcp
+        .map(|fd| unsafe { glommio::net::TcpListener::from_raw_fd(fd.into_raw_fd()) });
+    crate::http::start(shard, listeners.http, listeners.https);
     let accept_shard = shard.clone();
     glommio::spawn_local(async move { crate::tcp::accept_loop(accept_shard, listener).await })
 }

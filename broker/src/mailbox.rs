@@ -112,8 +112,12 @@ pub enum Mail {
     /// channel was deleted).
     CloseConn { conn: u64 },
     /// An HTTP connection whose client now sends from this shard's CPU, handed over between
-    /// two requests (see `http::server`): this shard serves it from now on.
+    /// two requests, or accepted on shard 0's unix socket and given to this shard in turn
+    /// (see `http::server`): this shard serves it from now on.
     HttpConn { fd: std::os::fd::OwnedFd },
+    /// A TCP (V2) connection accepted on shard 0's unix socket and given to this shard in
+    /// turn (see `tcp::accept_loop`): this shard serves it.
+    TcpConn { fd: std::os::fd::OwnedFd },
     /// From a topic's owner to the control thread: a topic (`channel: None`) or a channel was
     /// created (`Register`) or deleted (`Unregister`); the lookups are told.
     Registry {

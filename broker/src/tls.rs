@@ -128,6 +128,26 @@ pub fn settings(f: &Flags<'_>) -> Result<(Option<TlsSettings>, TlsRequired), Str
     Ok((Some(settings), required))
 }
 
+/// nsqd's `--https-address` default: where the HTTP API is served over TLS when a certificate
+/// is given and the flag is not.
+pub const DEFAULT_HTTPS_ADDRESS: &str = "0.0.0.0:4152";
+
+/// Where the HTTP API is served over TLS, from `--https-address` as given (`None`: not given)
+/// and whether a certificate is: as nsqd, only with a certificate, by default on
+/// [`DEFAULT_HTTPS_ADDRESS`], and nowhere when the flag is empty. An address given without a
+/// certificate, which nsqd silently leaves closed, is refused.
+pub fn https_address(given: Option<&str>, has_cert: bool) -> Result<Option<&str>, String> {
+    match (given, has_cert) {
+        (Some(""), _) | (None, false) => Ok(None),
+        (None, true) => Ok(Some(DEFAULT_HTTPS_ADDRESS)),
+        (Some(addr), true) => Ok(Some(addr)),
+        (Some(addr), false) => Err(format!(
+            "--https-address {addr}: the HTTP API over TLS needs a certificate (--tls-cert, \
+             --tls-key); nsqd would silently not listen. Give them, or leave the flag out"
+        )),
+    }
+}
+
 /// Why the TLS flags cannot be made into a server configuration.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
@@ -340,6 +360,16 @@ mod tests {
         assert!(parse(&["--tls-cert=/c.pem"]).is_err());
         // Files are read at start-up, not here.
         assert!(with(&[]).unwrap().tls_server.is_none());
+        // HTTPS as nsqd: with a certificate, on 0.0.0.0:4152 unless told otherwise.
+        let https = |extra: &[&str]| with(extra).unwrap().https_address.map(|a| a.to_string());
+        assert_eq!(https(&[]).as_deref(), Some("0.0.0.0:4152"));
+        assert_eq!(
+            https(&["--https-address=127.0.0.1:0"]).as_deref(),
+            Some("127.0.0.1:0")
+        );
+        assert_eq!(https(&["--https-address="]), None);
+        assert!(parse(&[]).unwrap().https_address.is_none());
+        assert!(with(&["--https-address=0.0.0.0:4150"]).is_err());
     }
 
     #[test]

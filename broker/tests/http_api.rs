@@ -945,6 +945,8 @@ fn http_ping_info_and_config() {
     assert_eq!(get("snappy"), true);
     assert_eq!(get("auth_http_addresses"), serde_json::json!([]));
     assert_eq!(get("tls_cert"), "");
+    assert_eq!(get("tls_required"), 0);
+    assert_eq!(get("https_address"), "");
     let r = support::request(broker.http, "PUT", "/config/log_level", Some(b"trace"));
     assert_eq!(
         (r.status, r.text()),

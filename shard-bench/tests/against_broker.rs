@@ -312,7 +312,17 @@ fn pubsub_runs_over_tls_snappy_and_deflate_and_records_them() {
     let scratch = std::env::temp_dir().join(format!("shard-bench-tls-{}", std::process::id()));
     std::fs::create_dir_all(&scratch).expect("scratch");
     let (ca, cert, key) = certificates(&scratch);
-    let (broker, addr) = start_with("features", &["--tls-cert", &cert, "--tls-key", &key]);
+    let (broker, addr) = start_with(
+        "features",
+        // HTTPS (on by default with a certificate) on a port of its own.
+        &[
+            "--tls-cert",
+            &cert,
+            "--tls-key",
+            &key,
+            "--https-address=127.0.0.1:0",
+        ],
+    );
     let cases: [(&[&str], &[&str]); 4] = [
         (&["--tls", "--tls-root-ca-file", &ca], &["tls"]),
         (&["--snappy"], &["snappy"]),

@@ -33,7 +33,7 @@ before(async () => {
   openssl('x509', '-req', '-in', 'server.csr', '-CA', 'ca.pem', '-CAkey', 'ca.key',
     '-CAcreateserial', '-out', 'server.pem', '-days', '2', '-extfile', 'server.ext')
   b = await startBroker([`--tls-cert=${path.join(dir, 'server.pem')}`,
-    `--tls-key=${path.join(dir, 'server.key')}`])
+    `--tls-key=${path.join(dir, 'server.key')}`, '--https-address=127.0.0.1:0'])
 })
 
 after(async () => {

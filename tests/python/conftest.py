@@ -138,6 +138,19 @@ class Broker:
         if tcp and http:
             self.port, self.http_port = int(tcp.group(1)), int(http.group(1))
 
+    @property
+    def https_port(self):
+        """The port the broker serves HTTPS on (its log's `HTTPS: listening`, written just after
+        the TCP and HTTP lines)."""
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            m = re.search(r"HTTPS: listening https=[^ ]*:(\d+)", self.stderr())
+            if m:
+                return int(m.group(1))
+            if time.monotonic() > deadline:
+                raise AssertionError("no `HTTPS: listening` in the broker's log:\n" + self.stderr())
+            time.sleep(0.05)
+
     def stderr(self, limit=20000):
         try:
             with open(self.stderr_path, "rb") as f:

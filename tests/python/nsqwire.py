@@ -70,12 +70,17 @@ def mpub_bytes(topic, bodies):
 
 
 class Conn:
-    """One raw TCP connection to the broker."""
+    """One raw connection to the broker: TCP to (host, port), or a unix socket path (a str)."""
 
     def __init__(self, addr, magic=MAGIC_V2, timeout=10.0):
         self.addr = addr
-        self.sock = socket.create_connection(addr, timeout=timeout)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if isinstance(addr, str):
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.sock.settimeout(timeout)
+            self.sock.connect(addr)
+        else:
+            self.sock = socket.create_connection(addr, timeout=timeout)
+            self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.buf = bytearray()
         self.default_timeout = timeout
         self.heartbeats = 0

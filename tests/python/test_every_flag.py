@@ -75,6 +75,7 @@ def nsqd_flags(certs, statsd_port):
          [0.99, 0.5, 1.0]),
         ("e2e-processing-latency-window-time", "5m", "e2e_processing_latency_window_time",
          300 * SEC),
+        ("https-address", "127.0.0.1:0", None, None),
         ("tls-cert", certs.server, "tls_cert", certs.server),
         ("tls-key", certs.server_key, "tls_key", certs.server_key),
         ("tls-client-auth-policy", "require-verify", "tls_client_auth_policy", "require-verify"),
@@ -264,7 +265,8 @@ def test_broker_reads_a_config_file_with_every_nsqd_key(start_broker, certs, tmp
         "statsd_exclude_ephemeral": False,
         "e2e_processing_latency_percentiles": [1.0, 0.99, 0.95],
         "e2e_processing_latency_window_time": "10m",
-        "tls_cert": certs.server, "tls_key": certs.server_key, "tls_client_auth_policy": "",
+        "https_address": "127.0.0.1:0", "tls_cert": certs.server,
+        "tls_key": certs.server_key, "tls_client_auth_policy": "",
         "tls_root_ca_file": "", "tls_required": False, "tls_min_version": "",
         "deflate": True, "max_deflate_level": 6, "snappy": True, "enable_experiment": [],
     }
@@ -278,5 +280,9 @@ def test_broker_reads_a_config_file_with_every_nsqd_key(start_broker, certs, tmp
                     min_output_buffer_timeout=25 * MS, output_buffer_timeout=250 * MS,
                     statsd_interval=60 * SEC, e2e_processing_latency_window_time=600 * SEC,
                     tls_required=0, tls_min_version=0x0303)
+    # nsqd reports the address HTTPS is bound to: the real port for 0.
+    del expected["https_address"]
+    assert config_value(broker, "https_address").startswith("127.0.0.1:")
+    assert config_value(broker, "https_address") != "127.0.0.1:0"
     for key, value in expected.items():
         assert config_value(broker, key) == value, key

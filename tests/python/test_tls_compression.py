@@ -294,7 +294,7 @@ def test_sighup_reloads_the_certificate_for_new_connections(start_broker, certs)
     cert, key = os.path.join(d, "cert.pem"), os.path.join(d, "key.pem")
     shutil.copy(certs.server, cert)
     shutil.copy(certs.server_key, key)
-    broker = start_broker("--tls-cert=" + cert, "--tls-key=" + key)
+    broker = start_broker("--tls-cert=" + cert, "--tls-key=" + key, "--https-address=127.0.0.1:0")
 
     def served():
         with identify_tls(broker, client_context(certs)) as c:

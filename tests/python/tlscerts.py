@@ -59,7 +59,10 @@ def make_certs(d):
 
 
 def tls_flags(certs, *extra):
-    return ("--tls-cert=" + certs.server, "--tls-key=" + certs.server_key) + extra
+    """A certificate and key; with them the broker also serves HTTPS (nsqd's default
+    0.0.0.0:4152), here on a port of its own."""
+    return ("--tls-cert=" + certs.server, "--tls-key=" + certs.server_key,
+            "--https-address=127.0.0.1:0") + extra
 
 
 def client_context(certs, with_cert=None):

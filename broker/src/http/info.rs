@@ -38,8 +38,8 @@ struct Info<'a> {
     version: &'static str,
     broadcast_address: &'a str,
     hostname: String,
-    http_port: u16,
-    tcp_port: u16,
+    http_port: i32,
+    tcp_port: i32,
     start_time: i64,
     max_heartbeat_interval: u64,
     max_output_buffer_size: u64,
@@ -55,8 +55,9 @@ pub fn info(shard: &Rc<Shard>) -> Answer {
         version: protocol::NSQD_COMPAT_VERSION,
         broadcast_address: &c.broadcast_address,
         hostname: nsq_common::hostname(),
-        http_port: c.http_address.port(),
-        tcp_port: c.tcp_address.port(),
+        // -1 for a unix socket, as nsqd.
+        http_port: c.http_address.info_port(),
+        tcp_port: c.tcp_address.info_port(),
         start_time: crate::stats::start_unix(),
         max_heartbeat_interval: nanos(c.max_heartbeat_interval),
         max_output_buffer_size: c.max_output_buffer_size,
@@ -104,7 +105,8 @@ fn option_value(shard: &Shard, name: &str) -> Option<Value> {
     Some(match name {
         "tcp_address" => json!(c.tcp_address.to_string()),
         "http_address" => json!(c.http_address.to_string()),
-        "https_address" => json!(""),
+        // The address HTTPS is bound to (its real port), "" when it is served nowhere.
+        "https_address" => json!(c.https_address.map(|a| a.to_string()).unwrap_or_default()),
         "broadcast_address" => json!(c.broadcast_address),
         // 0 means the listening port, which nsqd writes into the option at start.
         "broadcast_tcp_port" => json!(or_real(c.broadcast_tcp_port, c.tcp_address.port())),

@@ -1,4 +1,5 @@
-//! nsqd's HTTP API, served by every shard on `--http-address`.
+//! nsqd's HTTP API, served by every shard on `--http-address`, and over TLS on
+//! `--https-address`.
 //!
 //! Each shard binds its own listener (glommio sets SO_REUSEPORT), so the kernel spreads HTTP
 //! connections over the shards like TCP ones. A request is served by the shard that accepted
@@ -6,8 +7,8 @@
 //! (`Mail::Publish`, `Mail::Admin`), and `/stats`, `/metrics` and `/ping` ask every shard and
 //! merge the answers.
 //!
-//! - [`server`]: the accept loop and the per-connection loop (HTTP/1.1 keep-alive and
-//!   pipelining on `http1`);
+//! - [`server`]: the accept loops and the per-connection loop (HTTP/1.1 keep-alive and
+//!   pipelining on `http1`), generic over [`transport`] (plain, or TLS);
 //! - [`routes`]: path and method to handler, nsqd's 404 and 405;
 //! - [`publish`]: `/pub` and `/mpub`;
 //! - [`manage`]: `/topic/*` and `/channel/*`;
@@ -22,11 +23,16 @@ mod publish;
 mod report;
 mod routes;
 pub(crate) mod server;
+mod transport;
 
 use crate::shard::Shard;
 use std::rc::Rc;
 
-/// Starts this shard's HTTP listener and its accept loop.
-pub fn start(shard: &Rc<Shard>, listener: std::os::fd::OwnedFd) {
-    server::start(shard, listener);
+/// Starts this shard's HTTP (and HTTPS) listeners and their accept loops.
+pub fn start(
+    shard: &Rc<Shard>,
+    http: Option<std::os::fd::OwnedFd>,
+    https: Option<std::os::fd::OwnedFd>,
+) {
+    server::start(shard, http, https);
 }

@@ -1,4 +1,4 @@
-//! The HTTP listener of one shard and the loop that serves one connection.
+//! The HTTP and HTTPS listeners of one shard and the loop that serves one connection.
 //!
 //! A connection reads into a reused buffer, cuts every complete request off it
 //! (`http1::RequestDecoder`), answers them in order into one output buffer, and writes
@@ -7,23 +7,30 @@
 //! connections stay open unless the client says `Connection: close`; once the broker is
 //! shutting down every answer says `Connection: close`.
 //!
+//! The loop is generic over what lies between the socket and the decoder
+//! ([`super::transport`]): nothing on `--http-address`, TLS on `--https-address`; each is
+//! compiled for its own, so plain HTTP pays nothing for HTTPS. With `--tls-required` (true,
+//! not `tcp-https`) the plain listener answers every request as nsqd does: 403 with
+//! `{"message": "TLS_REQUIRED", "https_port": N}`.
+//!
 //! A request that cannot be framed (bad head, body over `--max-body-size`) is answered, then the
 //! connection is closed; what the client is still sending is read and dropped for a short while
 //! first, so that it gets the answer rather than a reset.
 
 use super::routes::{self, Answer};
+use super::transport::{Plain, Tls, Transport};
 use crate::shard::Shard;
 use crate::sys::eager_read::EagerRead;
-use crate::sys::listen::Steering;
+use crate::sys::listen::{ListenAddr, Steering};
 use crate::sys::send_batch;
 use bytes::BytesMut;
 use futures_lite::AsyncReadExt;
 use glommio::net::{TcpListener, TcpStream};
 use http1::{Decoded, HttpError, Limits, RequestDecoder, Version, CONTINUE_RESPONSE};
-use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 /// Read buffer per connection; requests larger than this grow it.
 const READ_BUF: usize = 8 * 1024;
@@ -37,38 +44,107 @@ const CPU_CHECK_EVERY: u64 = 64;
 const DRAIN_TIME: Duration = Duration::from_millis(500);
 const DRAIN_BYTES: usize = 16 * 1024 * 1024;
 
-/// Takes this shard's HTTP listener (bound and listening, see [`crate::sys::listen`]) and spawns its
-/// accept loop.
-pub fn start(shard: &Rc<Shard>, listener: std::os::fd::OwnedFd) {
+/// What the plain listener answers every request with `--tls-required` (`true`): nsqd's 403.
+type Refusal = Option<Rc<http1::Response>>;
+
+/// Takes this shard's HTTP listener and, when the API is also served over TLS, its HTTPS one
+/// (bound and listening, see [`crate::sys::listen`]), and spawns their accept loops.
+pub fn start(shard: &Rc<Shard>, http: Option<OwnedFd>, https: Option<OwnedFd>) {
     let config = &shard.config;
     crate::stats::start_time();
     crate::stats::configure_e2e(
         &config.e2e_processing_latency_percentiles,
         config.e2e_processing_latency_window_time,
     );
-    // SAFETY: the fd is a bound, listening TCP socket this shard now owns alone.
-    let listener = unsafe { TcpListener::from_raw_fd(listener.into_raw_fd()) };
-    let acceptor = glommio::spawn_local(accept_loop(shard.clone(), listener));
-    glommio::spawn_local(adopter(shard.clone())).detach();
+    let refusal: Refusal = (config.tls_required == crate::tls::TlsRequired::Yes).then(|| {
+        let port = config.https_address.map_or(0, |a| a.port());
+        Rc::new(tls_required(port))
+    });
+    // A unix socket's listener is shard 0's alone.
+    let mut acceptors: Vec<_> = http
+        .map(|fd| spawn_acceptor(shard, fd, Accept::Plain(refusal.clone())))
+        .into_iter()
+        .collect();
+    if let Some(https) = https {
+        acceptors.push(spawn_acceptor(shard, https, Accept::Tls));
+    }
+    glommio::spawn_local(adopter(shard.clone(), refusal.clone())).detach();
     let watcher = shard.clone();
     glommio::spawn_local(async move {
         // Dropping the accept task is the one way to interrupt a pending accept; do it once,
         // at shutdown (woken, never polled: an idle shard must not tick).
         watcher.http_stop.notified().await;
-        drop(acceptor);
+        drop(acceptors);
         info!(shard = watcher.id, "HTTP: stopped accepting");
     })
     .detach();
 }
 
-async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
-    let mut limit = crate::sys::accept_limit::AcceptLimit::new(shard.id, "HTTP");
+/// nsqd's answer on the plain listener when TLS is required: `https_port` is the port the
+/// HTTPS listener is bound to (0 when there is none).
+fn tls_required(https_port: u16) -> http1::Response {
+    let body = format!(r#"{{"message": "TLS_REQUIRED", "https_port": {https_port}}}"#);
+    http1::Response::json(403, body).nsq_v1()
+}
+
+/// What a listener's connections are served with.
+enum Accept {
+    Plain(Refusal),
+    Tls,
+}
+
+fn spawn_acceptor(shard: &Rc<Shard>, fd: OwnedFd, accept: Accept) -> glommio::Task<()> {
+    // SAFETY: the fd is a bound, listening socket (TCP, or a unix socket, whose connections
+    // glommio's TcpStream reads and writes alike) this shard now owns alone.
+    let listener = unsafe { TcpListener::from_raw_fd(fd.into_raw_fd()) };
+    glommio::spawn_local(accept_loop(shard.clone(), listener, accept))
+}
+
+async fn accept_loop(shard: Rc<Shard>, listener: TcpListener, accept: Accept) {
+    let what = match accept {
+        Accept::Plain(_) => "HTTP",
+        Accept::Tls => "HTTPS",
+    };
+    let mut limit = crate::sys::accept_limit::AcceptLimit::new(shard.id, what);
+    // A unix socket is shard 0's alone: its connections are dealt to the shards in turn.
+    // (HTTPS is TCP only, on every shard.)
+    let deal = matches!(accept, Accept::Plain(_))
+        && matches!(shard.config.http_address, ListenAddr::Unix(_));
+    let mut turn = 0usize;
     loop {
-        match listener.accept().await {
-            Ok(stream) => {
-                glommio::spawn_local(serve(shard.clone(), stream)).detach();
+        let stream = match listener.accept().await {
+            Ok(stream) => stream,
+            Err(e) => {
+                limit.on_error(&listener, e).await;
+                continue;
             }
-            Err(e) => limit.on_error(&listener, e).await,
+        };
+        if deal {
+            turn = turn.wrapping_add(1);
+            let to = turn % shard.config.shards;
+            if to != shard.id {
+                give(&shard, stream, to);
+                continue;
+            }
+        }
+        match &accept {
+            Accept::Plain(refusal) => {
+                let served = serve(shard.clone(), stream, Plain, refusal.clone());
+                glommio::spawn_local(served).detach();
+            }
+            Accept::Tls => {
+                // The configuration in force now: a SIGHUP's reload reaches new connections.
+                let Some(config) = shard.config.tls_server.as_ref().map(|s| s.get()) else {
+                    warn!("HTTPS connection refused: no TLS configuration");
+                    continue;
+                };
+                match Tls::new(config) {
+                    Ok(tls) => {
+                        glommio::spawn_local(serve(shard.clone(), stream, tls, None)).detach();
+                    }
+                    Err(e) => warn!("HTTPS connection refused: {e}"),
+                }
+            }
         }
     }
 }
@@ -82,13 +158,19 @@ fn limits(shard: &Shard) -> Limits {
 }
 
 /// Serves one connection until it closes.
-async fn serve(shard: Rc<Shard>, mut stream: TcpStream) {
+async fn serve<T: Transport>(
+    shard: Rc<Shard>,
+    mut stream: TcpStream,
+    mut transport: T,
+    refusal: Refusal,
+) {
     let counter = &shard.admin.http_connections;
     counter.set(counter.get() + 1);
     let _ = stream.set_nodelay(true);
-    let _ = stream.set_read_timeout(Some(IDLE_TIMEOUT));
+    let _ = stream.set_read_timeout(Some(T::HANDSHAKE_TIMEOUT.unwrap_or(IDLE_TIMEOUT)));
     let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
-    match serve_requests(&shard, &mut stream).await {
+    let served = serve_requests(&shard, &mut stream, &mut transport, refusal.as_deref()).await;
+    match served {
         Ok(End::Close) => {}
         Ok(End::Drain) => drain(&mut stream).await,
         Ok(End::Move(to)) => {
@@ -116,33 +198,45 @@ enum End {
 /// this shard's stream is dropped (closing only this shard's descriptor). On failure the
 /// connection simply closes, as an idle keep-alive connection may.
 fn hand_over(shard: &Shard, stream: TcpStream, to: usize) {
-    let fd = crate::sys::listen::dup_socket(stream.as_raw_fd());
-    drop(stream);
-    let fd = match fd {
-        Ok(fd) => fd,
-        Err(e) => {
-            debug!("HTTP connection not handed over: dup failed ({e})");
-            return;
-        }
-    };
-    debug!(
-        to,
-        "HTTP connection handed over to the shard of its client's CPU"
-    );
-    let moved = &shard.admin.http_handovers;
-    moved.set(moved.get() + 1);
-    shard.route(to, crate::mailbox::Mail::HttpConn { fd });
+    if give(shard, stream, to) {
+        debug!(
+            to,
+            "HTTP connection handed over to the shard of its client's CPU"
+        );
+        let moved = &shard.admin.http_handovers;
+        moved.set(moved.get() + 1);
+    }
 }
 
-/// Serves the connections handed over to this shard.
-async fn adopter(shard: Rc<Shard>) {
+/// Sends a connection to shard `to` (a duplicate of its socket in the mail; this shard's
+/// stream is dropped); false when the duplicate failed and the connection closed.
+fn give(shard: &Shard, stream: TcpStream, to: usize) -> bool {
+    let fd = crate::sys::listen::dup_socket(stream.as_raw_fd());
+    drop(stream);
+    match fd {
+        Ok(fd) => {
+            shard.route(to, crate::mailbox::Mail::HttpConn { fd });
+            true
+        }
+        Err(e) => {
+            debug!("HTTP connection not handed over: dup failed ({e})");
+            false
+        }
+    }
+}
+
+/// Serves the connections handed over to this shard (moved by their client's CPU, or dealt
+/// from shard 0's unix socket), as the plain listener's: refused with `refusal` when TLS is
+/// required.
+async fn adopter(shard: Rc<Shard>, refusal: Refusal) {
     loop {
         shard.wake_adopter.notified().await;
         let fds = std::mem::take(&mut *shard.http_adopted.borrow_mut());
         for fd in fds {
             // SAFETY: the descriptor is a connected TCP socket this shard now owns alone.
             let stream = unsafe { TcpStream::from_raw_fd(fd.into_raw_fd()) };
-            glommio::spawn_local(serve(shard.clone(), stream)).detach();
+            // Only plain connections move.
+            glommio::spawn_local(serve(shard.clone(), stream, Plain, refusal.clone())).detach();
         }
     }
 }
@@ -180,7 +274,12 @@ fn shard_of_client_cpu(shard: &Shard, stream: &TcpStream) -> Option<usize> {
     Some(target)
 }
 
-async fn serve_requests(shard: &Rc<Shard>, stream: &mut TcpStream) -> std::io::Result<End> {
+async fn serve_requests<T: Transport>(
+    shard: &Rc<Shard>,
+    stream: &mut TcpStream,
+    transport: &mut T,
+    refusal: Option<&http1::Response>,
+) -> std::io::Result<End> {
     let mut decoder = RequestDecoder::new(limits(shard));
     let mut rbuf = BytesMut::with_capacity(READ_BUF);
     let mut scratch = vec![0u8; READ_BUF];
@@ -191,6 +290,8 @@ async fn serve_requests(shard: &Rc<Shard>, stream: &mut TcpStream) -> std::io::R
     let mut served: u64 = 0;
     let mut next_cpu_check: u64 = CPU_CHECK_EVERY;
     let mut moving_to: Option<usize> = None;
+    // The peer ended its TLS session: answer what came before, then close.
+    let mut peer_closed = false;
     loop {
         let mut end = None;
         loop {
@@ -200,8 +301,13 @@ async fn serve_requests(shard: &Rc<Shard>, stream: &mut TcpStream) -> std::io::R
                     requests.set(requests.get() + 1);
                     served += 1;
                     let keep_alive = req.head.keep_alive && !shard.is_stopping();
-                    let answer = routes::handle(shard, &req).await;
-                    write_answer(answer, &req.head, keep_alive, &mut out);
+                    match refusal {
+                        Some(refused) => write_response(refused, &req.head, keep_alive, &mut out),
+                        None => {
+                            let answer = routes::handle(shard, &req).await;
+                            write_answer(answer, &req.head, keep_alive, &mut out);
+                        }
+                    }
                     if !keep_alive {
                         end = Some(End::Close);
                         break;
@@ -221,16 +327,31 @@ async fn serve_requests(shard: &Rc<Shard>, stream: &mut TcpStream) -> std::io::R
                 }
             }
         }
-        let answered = !out.is_empty();
-        if answered {
-            out = send_batch::send_all(&shard.sends, stream, out).await?;
-            out.clear();
+        if end.is_none() && peer_closed {
+            end = Some(End::Close);
+        }
+        let mut answered = false;
+        if !out.is_empty() || transport.has_output() || end.is_some() {
+            let wire = transport.seal(out, end.is_some())?;
+            answered = !wire.is_empty();
+            let sent = if answered {
+                send_batch::send_all(&shard.sends, stream, wire).await?
+            } else {
+                wire
+            };
+            out = transport.recycle(sent);
         }
         if let Some(end) = end {
             return Ok(end);
         }
-        // Now and then, between requests: has the client moved to another shard's CPU?
-        if served >= next_cpu_check && rbuf.is_empty() && decoder.is_idle() {
+        // Now and then, between requests: has the client moved to another shard's CPU? (A
+        // refusing listener's clients do not stay long enough to matter.)
+        if T::MOVABLE
+            && refusal.is_none()
+            && served >= next_cpu_check
+            && rbuf.is_empty()
+            && decoder.is_idle()
+        {
             next_cpu_check = served + CPU_CHECK_EVERY;
             match shard_of_client_cpu(shard, stream) {
                 Some(to) if moving_to == Some(to) => return Ok(End::Move(to)),
@@ -252,7 +373,23 @@ async fn serve_requests(shard: &Rc<Shard>, stream: &mut TcpStream) -> std::io::R
         if n == 0 {
             return Ok(End::Close);
         }
-        rbuf.extend_from_slice(&scratch[..n]);
+        match transport.input(&scratch[..n], &mut rbuf) {
+            Ok(input) => {
+                if input.handshake_done {
+                    let _ = stream.set_read_timeout(Some(IDLE_TIMEOUT));
+                }
+                peer_closed = input.closed;
+            }
+            Err(e) => {
+                // A TLS alert for the peer, if the socket takes it; then the end.
+                if transport.has_output() {
+                    if let Ok(alert) = transport.seal(BytesMut::new(), false) {
+                        let _ = send_batch::send_all(&shard.sends, stream, alert).await;
+                    }
+                }
+                return Err(e);
+            }
+        }
     }
 }
 

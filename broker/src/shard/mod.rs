@@ -103,6 +103,9 @@ pub struct Shard {
     /// HTTP connections handed over by other shards, for the adopter task.
     pub(crate) http_adopted: RefCell<Vec<std::os::fd::OwnedFd>>,
     pub(crate) wake_adopter: Notify,
+    /// TCP connections given by shard 0 (accepted on a unix socket), for the TCP adopter task.
+    pub(crate) tcp_adopted: RefCell<Vec<std::os::fd::OwnedFd>>,
+    pub(crate) wake_tcp_adopter: Notify,
     /// The HTTP connections' answers, sent in one submission per turn ([`crate::sys::send_batch`]).
     pub(crate) sends: crate::sys::send_batch::SendBatch,
     pub(crate) exit: Notify,
@@ -151,6 +154,8 @@ impl Shard {
             http_stop: Notify::new(),
             http_adopted: RefCell::new(Vec::new()),
             wake_adopter: Notify::new(),
+            tcp_adopted: RefCell::new(Vec::new()),
+            wake_tcp_adopter: Notify::new(),
             sends: crate::sys::send_batch::SendBatch::new(),
             exit: Notify::new(),
             conns_changed: Notify::new(),
@@ -239,6 +244,16 @@ impl Shard {
         self.wake_adopter.notify();
     }
 
+    /// Takes a TCP connection shard 0 gave (`Mail::TcpConn`) for the TCP adopter task; while
+    /// stopping, it is closed instead.
+    fn adopt_tcp_conn(&self, fd: std::os::fd::OwnedFd) {
+        if self.is_stopping() {
+            return;
+        }
+        self.tcp_adopted.borrow_mut().push(fd);
+        self.wake_tcp_adopter.notify();
+    }
+
     pub fn next_conn_id(&self) -> u64 {
         let id = self.next_conn.get() + 1;
         self.next_conn.set(id);
@@ -309,6 +324,7 @@ impl Shard {
             }
             Mail::CloseConn { conn } => self.close_conn_here(conn),
             Mail::HttpConn { fd } => self.adopt_http_conn(fd),
+            Mail::TcpConn { fd } => self.adopt_tcp_conn(fd),
             Mail::Shutdown => self.begin_shutdown(),
             Mail::Exit => self.exit.notify(),
             // For the control thread only.

@@ -1,4 +1,4 @@
-//! The listening sockets: every shard's TCP and HTTP listener, opened by the main thread in a
+//! The listening sockets: every shard's TCP, HTTP and (with a certificate) HTTPS listener, opened by the main thread in a
 //! fixed order before the shards start, and the steering program that picks which shard's
 //! listener takes a new connection.
 //!
@@ -16,11 +16,52 @@
 //! sockets started listening: that is why the main thread opens them, in the order it sorts
 //! shards by CPU, rather than each shard binding its own.
 //!
+//! An address may also be a unix socket path ([`ListenAddr::Unix`], nsqd 1.3): one socket for
+//! the path (see [`super::unix_listen`]), given to shard 0 alone, not steered.
+//!
 //! Also [`dup_socket`], the one way the broker takes a second descriptor of a connection.
 
+use super::unix_listen::{self, SocketFile, UnixListenError};
 use socket2::{Domain, Protocol, Socket, Type};
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::path::PathBuf;
+
+/// Where `--tcp-address` or `--http-address` listens: `host:port`, or a unix socket path (an
+/// address Go's `net.SplitHostPort` refuses, as nsqd 1.3 decides).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ListenAddr {
+    Tcp(SocketAddr),
+    Unix(PathBuf),
+}
+
+impl ListenAddr {
+    /// The TCP port; 0 for a unix socket (what nsqd's broadcast ports keep then: lookups,
+    /// statsd's host key).
+    pub fn port(&self) -> u16 {
+        match self {
+            ListenAddr::Tcp(a) => a.port(),
+            ListenAddr::Unix(_) => 0,
+        }
+    }
+
+    /// The port as nsqd's `/info` reports it: -1 for a unix socket.
+    pub fn info_port(&self) -> i32 {
+        match self {
+            ListenAddr::Tcp(a) => i32::from(a.port()),
+            ListenAddr::Unix(_) => -1,
+        }
+    }
+}
+
+impl std::fmt::Display for ListenAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ListenAddr::Tcp(a) => a.fmt(f),
+            ListenAddr::Unix(p) => p.display().fmt(f),
+        }
+    }
+}
 
 /// How a new connection picks its shard.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -31,14 +72,17 @@ pub enum Steering {
     Hash,
 }
 
-/// One shard's listeners, bound and listening, handed to the shard's thread.
+/// One shard's listeners, bound and listening, handed to the shard's thread. A unix socket's
+/// listener is shard 0's alone (`None` on the others).
 pub struct ShardListeners {
-    pub tcp: OwnedFd,
-    pub http: OwnedFd,
+    pub tcp: Option<OwnedFd>,
+    pub http: Option<OwnedFd>,
+    /// `--https-address`'s, when the HTTP API is also served over TLS.
+    pub https: Option<OwnedFd>,
 }
 
 /// Why a listening socket could not be opened on `addr`, named by its flag (`--tcp-address`,
-/// `--http-address`).
+/// `--http-address`, `--https-address`).
 #[derive(Debug, thiserror::Error)]
 pub enum ListenError {
     /// Something else holds the address: a process listening on the port, most often.
@@ -57,6 +101,8 @@ pub enum ListenError {
         addr: SocketAddr,
         source: std::io::Error,
     },
+    #[error("{0}")]
+    Unix(#[from] UnixListenError),
 }
 
 impl ListenError {
@@ -70,40 +116,98 @@ impl ListenError {
     }
 }
 
-/// Opens `cpus.len()` TCP and HTTP listeners (shard i pinned to `cpus[i]`) and installs the
-/// steering program. Returns them indexed by shard, and whether steering by CPU took effect.
+/// Opens `cpus.len()` TCP, HTTP and (when `https` is given) HTTPS listeners (shard i pinned to
+/// `cpus[i]`) and installs the steering program on each group; a unix socket address gets one
+/// listener, shard 0's. Returns them indexed by shard, whether steering by CPU took effect, and
+/// the socket files made (removed when dropped).
 pub fn open(
-    tcp: SocketAddr,
-    http: SocketAddr,
+    tcp: &ListenAddr,
+    http: &ListenAddr,
+    https: Option<SocketAddr>,
     cpus: &[usize],
     steering: Steering,
-) -> Result<(Vec<ShardListeners>, bool), ListenError> {
+) -> Result<(Vec<ShardListeners>, bool, Vec<SocketFile>), ListenError> {
     // Group order: shards sorted by CPU, so that one CPU's shards sit side by side.
     let mut order: Vec<usize> = (0..cpus.len()).collect();
     order.sort_by_key(|&i| (cpus[i], i));
-    let tcp_socks = open_group("--tcp-address", tcp, &order)?;
-    let http_socks = open_group("--http-address", http, &order)?;
+    let mut files = Vec::new();
+    let tcp_group = open_any("--tcp-address", tcp, &order, &mut files)?;
+    let http_group = open_any("--http-address", http, &order, &mut files)?;
+    let https_group = match https {
+        Some(addr) => Group::Tcp(open_group("--https-address", addr, &order)?),
+        None => Group::None,
+    };
     let mut steered = false;
     if steering == Steering::Cpu {
         let program = cpu_program(&order.iter().map(|&i| cpus[i]).collect::<Vec<_>>());
-        let tcp_ok = attach(&tcp_socks[0], &program);
-        let http_ok = attach(&http_socks[0], &program);
-        match (&tcp_ok, &http_ok) {
-            (Ok(()), Ok(())) => steered = true,
-            (Err(e), _) | (_, Err(e)) => {
+        let firsts = [&tcp_group, &http_group, &https_group]
+            .into_iter()
+            .filter_map(|g| match g {
+                Group::Tcp(socks) => socks.first(),
+                _ => None,
+            });
+        match firsts
+            .map(|s| attach(s, &program))
+            .collect::<Result<Vec<()>, _>>()
+        {
+            Ok(attached) => steered = !attached.is_empty(),
+            Err(e) => {
                 tracing::warn!("connection steering by CPU unavailable, hashing instead: {e}");
             }
         }
     }
     // Back from group order to shard order.
-    let mut by_shard: Vec<Option<ShardListeners>> = (0..cpus.len()).map(|_| None).collect();
-    for ((shard, t), h) in order.iter().zip(tcp_socks).zip(http_socks) {
-        by_shard[*shard] = Some(ShardListeners {
-            tcp: t.into(),
-            http: h.into(),
-        });
+    let mut tcp_socks = tcp_group.by_shard(&order);
+    let mut http_socks = http_group.by_shard(&order);
+    let mut https_socks = https_group.by_shard(&order);
+    let listeners = (0..cpus.len())
+        .map(|shard| ShardListeners {
+            tcp: tcp_socks[shard].take(),
+            http: http_socks[shard].take(),
+            https: https_socks[shard].take(),
+        })
+        .collect();
+    Ok((listeners, steered, files))
+}
+
+/// The listeners of one address: one per shard (TCP), one for shard 0 (a unix socket), or none.
+enum Group {
+    Tcp(Vec<Socket>),
+    Unix(OwnedFd),
+    None,
+}
+
+impl Group {
+    /// Each shard's listener, by shard index (`order` is the group order of [`open`]).
+    fn by_shard(self, order: &[usize]) -> Vec<Option<OwnedFd>> {
+        let mut out: Vec<Option<OwnedFd>> = order.iter().map(|_| None).collect();
+        match self {
+            Group::Tcp(socks) => {
+                for (&shard, s) in order.iter().zip(socks) {
+                    out[shard] = Some(s.into());
+                }
+            }
+            Group::Unix(fd) => out[0] = Some(fd),
+            Group::None => {}
+        }
+        out
     }
-    Ok((by_shard.into_iter().flatten().collect(), steered))
+}
+
+fn open_any(
+    flag: &'static str,
+    addr: &ListenAddr,
+    order: &[usize],
+    files: &mut Vec<SocketFile>,
+) -> Result<Group, ListenError> {
+    match addr {
+        ListenAddr::Tcp(a) => Ok(Group::Tcp(open_group(flag, *a, order)?)),
+        ListenAddr::Unix(path) => {
+            let (fd, file) = unix_listen::open(flag, path)?;
+            files.push(file);
+            Ok(Group::Unix(fd))
+        }
+    }
 }
 
 /// One listener per shard on `addr`, listening in group order.
@@ -265,19 +369,42 @@ mod tests {
         let port = |s: &Socket| s.local_addr().unwrap().as_socket().unwrap().port();
         let tcp = SocketAddr::from(([127, 0, 0, 1], port(&held_t[0])));
         let http = SocketAddr::from(([127, 0, 0, 1], port(&held_h[0])));
-        let (shards, steered) = open(tcp, http, &[1, 0, 1], Steering::Cpu).unwrap();
+        let held_s = open_group("--https-address", any, &[0]).unwrap();
+        let https = SocketAddr::from(([127, 0, 0, 1], port(&held_s[0])));
+        let (tcp, http) = (ListenAddr::Tcp(tcp), ListenAddr::Tcp(http));
+        let (shards, steered, _) =
+            open(&tcp, &http, Some(https), &[1, 0, 1], Steering::Cpu).unwrap();
         // The kernel checks a classic BPF program when it is attached: a malformed one is
         // refused, and the broker would fall back to hashing.
         assert!(steered, "SO_ATTACH_REUSEPORT_CBPF refused the program");
         assert_eq!(shards.len(), 3);
         for l in shards {
-            for (fd, want) in [(l.tcp, tcp), (l.http, http)] {
+            let fds = [l.tcp, l.http, l.https].map(|fd| fd.expect("a listener of each kind"));
+            let [t, h, s] = fds;
+            for (fd, want) in [(t, &tcp), (h, &http), (s, &ListenAddr::Tcp(https))] {
                 let sock = Socket::from(fd);
-                assert_eq!(sock.local_addr().unwrap().as_socket(), Some(want));
+                assert_eq!(
+                    sock.local_addr()
+                        .unwrap()
+                        .as_socket()
+                        .map(ListenAddr::Tcp)
+                        .as_ref(),
+                    Some(want)
+                );
                 assert!(sock.is_listener().unwrap(), "{want} is not listening");
             }
         }
-        let (_, steered) = open(tcp, http, &[0], Steering::Hash).unwrap();
+        let (shards, steered, _) = open(&tcp, &http, None, &[0], Steering::Hash).unwrap();
         assert!(!steered);
+        assert!(shards[0].https.is_none());
+        // A unix socket: one listener, shard 0's; TCP still on every shard.
+        let path = std::env::temp_dir().join(format!("listen-test-{}.sock", std::process::id()));
+        let unix = ListenAddr::Unix(path.clone());
+        let (shards, _, files) = open(&tcp, &unix, None, &[1, 0], Steering::Hash).unwrap();
+        assert!(shards[0].http.is_some() && shards[1].http.is_none());
+        assert!(shards.iter().all(|l| l.tcp.is_some()));
+        assert!(path.exists());
+        drop(files);
+        assert!(!path.exists());
     }
 }

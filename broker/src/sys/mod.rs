@@ -6,6 +6,7 @@
 //! types; [`crate::startup::StartError`] says what they mean to the operator.
 //!
 //! - [`listen`]: every shard's listening sockets (SO_REUSEPORT) and the CPU steering program;
+//! - [`unix_listen`]: a listener on a unix socket path (nsqd 1.3's non-`host:port` addresses);
 //! - [`accept_limit`]: accepting at the descriptor limit;
 //! - [`conn_socket`]: one connected socket shared by a connection's reader and writer;
 //! - [`eager_read`]: a non-blocking read of a request that has probably arrived;
@@ -20,3 +21,4 @@ pub mod listen;
 pub mod mem_trim;
 pub mod rlimit;
 pub mod send_batch;
+pub mod unix_listen;

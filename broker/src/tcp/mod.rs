@@ -159,8 +159,21 @@ impl Conn {
 }
 
 /// Accepts connections on this shard's TCP listener until the shard stops accepting, and
-/// serves each on this shard.
-pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
+/// serves each on this shard. On a unix socket (shard 0's alone) the connections are dealt to
+/// the shards in turn (`Mail::TcpConn`); a shard without a listener serves those it is given
+/// and waits for the stop.
+pub async fn accept_loop(shard: Rc<Shard>, listener: Option<TcpListener>) {
+    glommio::spawn_local(adopter(shard.clone())).detach();
+    let Some(listener) = listener else {
+        shard.stop_accepting.notified().await;
+        shard.stopped_accepting();
+        return;
+    };
+    let deal = matches!(
+        shard.config.tcp_address,
+        crate::sys::listen::ListenAddr::Unix(_)
+    );
+    let mut turn = 0usize;
     let mut limit = crate::sys::accept_limit::AcceptLimit::new(shard.id, "TCP");
     loop {
         let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
@@ -171,7 +184,17 @@ pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
         match accepted {
             None => break,
             Some(Ok(stream)) => {
-                glommio::spawn_local(serve(shard.clone(), stream)).detach();
+                let to = if deal {
+                    turn = turn.wrapping_add(1);
+                    turn % shard.config.shards
+                } else {
+                    shard.id
+                };
+                if to == shard.id {
+                    glommio::spawn_local(serve(shard.clone(), stream)).detach();
+                } else {
+                    give(&shard, stream, to);
+                }
             }
             Some(Err(e)) => limit.on_error(&listener, e).await,
         }
@@ -180,13 +203,51 @@ pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
     shard.stopped_accepting();
 }
 
+/// Gives a connection accepted here to shard `to` (a duplicate of its socket in the mail; this
+/// shard's stream is dropped). On failure the connection closes: its client sees it refused.
+fn give(shard: &Shard, stream: TcpStream, to: usize) {
+    let fd = crate::sys::listen::dup_socket(std::os::fd::AsRawFd::as_raw_fd(&stream));
+    drop(stream);
+    match fd {
+        Ok(fd) => shard.route(to, Mail::TcpConn { fd }),
+        Err(e) => warn!("TCP connection dropped: dup failed ({e})"),
+    }
+}
+
+/// Serves the connections other shards give this one.
+async fn adopter(shard: Rc<Shard>) {
+    loop {
+        shard.wake_tcp_adopter.notified().await;
+        let fds = std::mem::take(&mut *shard.tcp_adopted.borrow_mut());
+        for fd in fds {
+            // SAFETY: the descriptor is a connected socket this shard now owns alone.
+            let stream = unsafe {
+                <TcpStream as std::os::fd::FromRawFd>::from_raw_fd(
+                    std::os::fd::IntoRawFd::into_raw_fd(fd),
+                )
+            };
+            glommio::spawn_local(serve(shard.clone(), stream)).detach();
+        }
+    }
+}
+
 /// Serves one accepted connection until it closes.
 pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
     let id = shard.next_conn_id();
+    // A unix socket's client has no address: nsqd (Go) writes it `@`.
     let remote = stream
         .peer_addr()
         .map(|a| a.to_string())
-        .unwrap_or_else(|_| "unknown".into());
+        .unwrap_or_else(|_| {
+            // SAFETY: the stream's descriptor is open for as long as `stream` lives.
+            let fd = unsafe {
+                std::os::fd::BorrowedFd::borrow_raw(std::os::fd::AsRawFd::as_raw_fd(&stream))
+            };
+            let unix = socket2::SockRef::from(&fd)
+                .local_addr()
+                .is_ok_and(|a| a.is_unix());
+            if unix { "@" } else { "unknown" }.into()
+        });
     // A debug span: at the default level it is disabled and costs nothing, where an enabled
     // one is recorded by the subscriber for every connection. The few events above debug
     // name the connection themselves.

@@ -3,9 +3,10 @@
 //!
 //! Go programs accept `-flag value` as well as `--flag value`; so do we, so that existing
 //! nsqd command lines and unit files work unchanged. Durations take Go's forms (`60s`,
-//! `250ms`, `1m30s`). Anything we do not understand, or do not implement yet (TLS), is
-//! refused at start-up with a clear message rather than silently ignored.
+//! `250ms`, `1m30s`). Anything we do not understand, or that nsqd would silently ignore
+//! (`--https-address` without a certificate), is refused at start-up with a clear message rather than silently ignored.
 
+use crate::sys::listen::ListenAddr;
 use clap::Parser;
 use protocol::duration::parse_flag_duration;
 use protocol::identify::IdentifyLimits;
@@ -25,15 +26,16 @@ use std::time::Duration;
     args_override_self = true
 )]
 pub struct Args {
-    /// <addr>:<port> to listen on for TCP clients
+    /// address to listen on for TCP clients (<addr>:<port> for TCP/IP or <path> for unix socket)
     #[arg(long, default_value = "0.0.0.0:4150")]
     pub tcp_address: String,
-    /// <addr>:<port> to listen on for HTTP clients
+    /// address to listen on for HTTP clients (<addr>:<port> for TCP/IP or <path> for unix socket)
     #[arg(long, default_value = "0.0.0.0:4151")]
     pub http_address: String,
-    /// <addr>:<port> to listen on for HTTPS clients (needs TLS, not built yet)
-    #[arg(long, default_value = "")]
-    pub https_address: String,
+    /// <addr>:<port> to listen on for HTTPS clients: the HTTP API over TLS, with --tls-cert
+    /// and --tls-key (default 0.0.0.0:4152 when they are given; "" for none)
+    #[arg(long)]
+    pub https_address: Option<String>,
     /// address that will be registered with lookupd (defaults to the OS hostname)
     #[arg(long)]
     pub broadcast_address: Option<String>,
@@ -269,8 +271,11 @@ impl Args {
 /// The validated configuration every shard reads. Immutable after start-up.
 #[derive(Debug, Clone)]
 pub struct Config {
-    pub tcp_address: SocketAddr,
-    pub http_address: SocketAddr,
+    pub tcp_address: ListenAddr,
+    pub http_address: ListenAddr,
+    /// Where the HTTP API is served over TLS (`--https-address`, with a certificate only; its
+    /// port 0 becomes the real port at start-up, as for the others).
+    pub https_address: Option<SocketAddr>,
     pub broadcast_address: String,
     pub broadcast_tcp_port: u16,
     pub broadcast_http_port: u16,
@@ -417,12 +422,6 @@ impl Config {
     fn from_args(a: Args) -> Result<Config, ConfigError> {
         let given = a.clone();
         let auth = auth_settings(&a)?;
-        if !a.https_address.is_empty() {
-            return Err(bad(
-                "--https-address: the HTTP API over TLS is not supported by this broker yet; \
-                 remove the flag (TLS on TCP connections is: --tls-cert, --tls-key)",
-            ));
-        }
         let (tls, tls_required) = crate::tls::settings(&crate::tls::Flags {
             cert: &a.tls_cert,
             key: &a.tls_key,
@@ -483,17 +482,56 @@ impl Config {
                 )))
             }
         }
-        let tcp_address = resolve("--tcp-address", &a.tcp_address)?;
-        let http_address = resolve("--http-address", &a.http_address)?;
-        if tcp_address.port() != 0 && tcp_address == http_address {
+        let tcp_address = listen_addr("--tcp-address", &a.tcp_address)?;
+        let http_address = listen_addr("--http-address", &a.http_address)?;
+        let is_port_0 = |a: &ListenAddr| matches!(a, ListenAddr::Tcp(t) if t.port() == 0);
+        if !is_port_0(&tcp_address) && tcp_address == http_address {
             return Err(bad(format!(
-                "--tcp-address and --http-address are both {tcp_address}: they need two ports"
+                "--tcp-address and --http-address are both {tcp_address}: they need two addresses"
             )));
+        }
+        let https_address = crate::tls::https_address(a.https_address.as_deref(), tls.is_some())
+            .map_err(bad)?
+            .map(|addr| resolve("--https-address", addr))
+            .transpose()?;
+        if let Some(https) = https_address.filter(|a| a.port() != 0) {
+            if [&tcp_address, &http_address].contains(&&ListenAddr::Tcp(https)) {
+                return Err(bad(format!(
+                    "--https-address {https} is also --tcp-address or --http-address: give it \
+                     its own port"
+                )));
+            }
         }
         let cpus = allowed_cpus();
         let shards = a.shards.unwrap_or(cpus.len());
         if shards == 0 || shards > 256 {
             return Err(bad(format!("--shards {shards} must be between 1 and 256")));
+        }
+        // nsqd registers port 0 for a unix socket, which every lookup refuses (IDENTIFY
+        // missing fields), then retries for ever: say so at start-up instead.
+        if !a.lookupd_tcp_addresses.is_empty() {
+            for (flag, addr, broadcast, bflag) in [
+                (
+                    "--tcp-address",
+                    &tcp_address,
+                    a.broadcast_tcp_port,
+                    "--broadcast-tcp-port",
+                ),
+                (
+                    "--http-address",
+                    &http_address,
+                    a.broadcast_http_port,
+                    "--broadcast-http-port",
+                ),
+            ] {
+                if matches!(addr, ListenAddr::Unix(_)) && broadcast == 0 {
+                    return Err(bad(format!(
+                        "{flag} {addr} is a unix socket, which has no port to register with the \
+                         lookups (they refuse port 0, as nsqlookupd does); give {bflag} (where \
+                         clients reach this broker) or leave out --lookupd-tcp-address"
+                    )));
+                }
+            }
         }
         let without_effect = a.without_effect();
         let broadcast_address = a.broadcast_address.unwrap_or_else(nsq_common::hostname);
@@ -517,6 +555,7 @@ impl Config {
         Ok(Config {
             tcp_address,
             http_address,
+            https_address,
             broadcast_address,
             broadcast_tcp_port: a.broadcast_tcp_port,
             broadcast_http_port: a.broadcast_http_port,
@@ -672,6 +711,15 @@ fn mix32(mut h: u32) -> u32 {
     h ^ (h >> 16)
 }
 
+/// `--tcp-address` or `--http-address`: a unix socket path when Go cannot split it into host
+/// and port (nsqd 1.3), else `host:port` resolved.
+fn listen_addr(flag: &'static str, addr: &str) -> Result<ListenAddr, ConfigError> {
+    if !addr.is_empty() && crate::sys::unix_listen::is_path(addr) {
+        return Ok(ListenAddr::Unix(PathBuf::from(addr)));
+    }
+    resolve(flag, addr).map(ListenAddr::Tcp)
+}
+
 /// Resolves `host:port`; an empty host (`:4150`) means every interface, as in Go.
 fn resolve(flag: &'static str, addr: &str) -> Result<SocketAddr, ConfigError> {
     let full = if addr.starts_with(':') {
@@ -716,151 +764,4 @@ pub fn allowed_cpus() -> Vec<usize> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn parse(args: &[&str]) -> Result<Config, String> {
-        let mut v = vec!["broker".to_string()];
-        v.extend(args.iter().map(|s| s.to_string()));
-        Config::parse_from(v).map_err(|e| e.to_string())
-    }
-
-    #[test]
-    fn defaults_are_nsqds() {
-        let c = parse(&[]).unwrap();
-        assert_eq!(c.tcp_address.port(), 4150);
-        assert_eq!(c.http_address.port(), 4151);
-        assert_eq!(c.mem_queue_size, 10_000);
-        assert_eq!(c.msg_timeout, Duration::from_secs(60));
-        assert_eq!(c.max_req_timeout, Duration::from_secs(3600));
-        assert_eq!(c.max_rdy_count, 2500);
-        assert!(c.shards >= 1);
-    }
-
-    #[test]
-    fn go_style_flags_and_durations() {
-        let c = parse(&[
-            "-tcp-address=127.0.0.1:5000",
-            "--max-req-timeout=60000ms",
-            "-msg-timeout",
-            "1m30s",
-            "--shards",
-            "3",
-        ])
-        .unwrap();
-        assert_eq!(c.tcp_address.port(), 5000);
-        assert_eq!(c.max_req_timeout, Duration::from_secs(60));
-        assert_eq!(c.msg_timeout, Duration::from_secs(90));
-        assert_eq!(c.shards, 3);
-    }
-
-    #[test]
-    fn bad_flags_are_clear_errors() {
-        assert!(parse(&["--no-such-flag"]).is_err());
-        assert!(parse(&["--msg-timeout", "60"])
-            .unwrap_err()
-            .contains("unit"));
-        assert!(parse(&["--shards", "0"]).is_err());
-        assert!(parse(&["--tcp-address", "nonsense"]).is_err());
-        assert!(parse(&["--https-address", "127.0.0.1:4152"]).is_err());
-        // Independent limits, as in nsqd: a body limit below the message limit is allowed.
-        assert!(parse(&["--max-msg-size", "10", "--max-body-size", "5"]).is_ok());
-        assert!(parse(&["--max-body-size", "0"]).is_err());
-        assert!(parse(&["--node-id", "1024"])
-            .unwrap_err()
-            .contains("[0,1024)"));
-        assert!(parse(&[
-            "--tcp-address=127.0.0.1:5000",
-            "--http-address=127.0.0.1:5000"
-        ])
-        .unwrap_err()
-        .contains("two ports"));
-    }
-
-    /// As Go's flag package: the last of a repeated flag wins; list flags add up.
-    #[test]
-    fn a_repeated_flag_takes_its_last_value() {
-        let c = parse(&[
-            "--data-path=/a",
-            "--mem-queue-size=5",
-            "--data-path=/b",
-            "--lookupd-tcp-address=127.0.0.1:1",
-            "--lookupd-tcp-address=127.0.0.1:2",
-        ])
-        .unwrap();
-        assert_eq!(c.data_path, PathBuf::from("/b"));
-        assert_eq!(c.mem_queue_size, 5);
-        assert_eq!(c.lookupd_tcp_addresses.len(), 2);
-    }
-
-    #[test]
-    fn auth_flags() {
-        let c = parse(&[]).unwrap();
-        assert!(!c.auth.enabled());
-        assert_eq!(c.auth.method, crate::auth::AuthMethod::Get);
-        assert_eq!(c.auth.connect_timeout, Duration::from_secs(2));
-        assert_eq!(c.auth.request_timeout, Duration::from_secs(5));
-        let c = parse(&[
-            "--auth-http-address=127.0.0.1:4181",
-            "--auth-http-address",
-            "http://auth.local:8080/check",
-            "--auth-http-request-method=post",
-            "--http-client-connect-timeout=500ms",
-            "--http-client-request-timeout=1s",
-        ])
-        .unwrap();
-        assert!(c.auth.enabled());
-        assert_eq!(c.auth.servers.len(), 2);
-        assert_eq!(c.auth.servers[1].path, "/check");
-        assert_eq!(c.auth.method, crate::auth::AuthMethod::Post);
-        assert_eq!(c.auth.connect_timeout, Duration::from_millis(500));
-        assert_eq!(c.auth.request_timeout, Duration::from_secs(1));
-        assert!(parse(&["--auth-http-request-method=put"])
-            .unwrap_err()
-            .contains("must be post or get"));
-        assert!(parse(&["--auth-http-address=https://a/auth"])
-            .unwrap_err()
-            .contains("https"));
-        assert!(parse(&["--auth-http-address=a:b:c"]).is_err());
-        assert!(parse(&["--http-client-request-timeout=0s"]).is_err());
-    }
-
-    #[test]
-    fn owner_is_stable() {
-        let c = parse(&["--shards", "4"]).unwrap();
-        let o = c.owner_of("events");
-        assert!(o < 4);
-        assert_eq!(o, c.owner_of("events"));
-    }
-
-    #[test]
-    fn owners_spread_names_that_differ_in_one_character() {
-        let c = parse(&["--shards", "2"]).unwrap();
-        let owners: std::collections::BTreeSet<usize> =
-            ["e2e1", "e2e2", "e2e3", "e2eX", "e2eY", "e2eZ"]
-                .iter()
-                .map(|t| c.owner_of(t))
-                .collect();
-        assert_eq!(owners.len(), 2, "all on one shard");
-        let c = parse(&["--shards", "4"]).unwrap();
-        let mut per_shard = [0usize; 4];
-        for i in 0..4000 {
-            per_shard[c.owner_of(&format!("topic.{i}"))] += 1;
-        }
-        for n in per_shard {
-            assert!((900..=1100).contains(&n), "{per_shard:?}");
-        }
-    }
-
-    #[test]
-    fn version_names_the_nsqd_it_stands_for() {
-        let version = <Args as clap::CommandFactory>::command()
-            .get_version()
-            .unwrap_or_default()
-            .to_string();
-        assert!(
-            version.contains(&format!("nsqd v{}", protocol::NSQD_COMPAT_VERSION)),
-            "{version}"
-        );
-    }
-}
+mod tests;

@@ -1,0 +1,168 @@
+//! Unit tests of the flags: nsqd's defaults, Go's forms, and what is refused.
+
+use super::*;
+
+fn parse(args: &[&str]) -> Result<Config, String> {
+    let mut v = vec!["broker".to_string()];
+    v.extend(args.iter().map(|s| s.to_string()));
+    Config::parse_from(v).map_err(|e| e.to_string())
+}
+
+#[test]
+fn defaults_are_nsqds() {
+    let c = parse(&[]).unwrap();
+    assert_eq!(c.tcp_address.port(), 4150);
+    assert_eq!(c.http_address.port(), 4151);
+    assert_eq!(c.mem_queue_size, 10_000);
+    assert_eq!(c.msg_timeout, Duration::from_secs(60));
+    assert_eq!(c.max_req_timeout, Duration::from_secs(3600));
+    assert_eq!(c.max_rdy_count, 2500);
+    assert!(c.shards >= 1);
+}
+
+#[test]
+fn go_style_flags_and_durations() {
+    let c = parse(&[
+        "-tcp-address=127.0.0.1:5000",
+        "--max-req-timeout=60000ms",
+        "-msg-timeout",
+        "1m30s",
+        "--shards",
+        "3",
+    ])
+    .unwrap();
+    assert_eq!(c.tcp_address.port(), 5000);
+    assert_eq!(c.max_req_timeout, Duration::from_secs(60));
+    assert_eq!(c.msg_timeout, Duration::from_secs(90));
+    assert_eq!(c.shards, 3);
+}
+
+#[test]
+fn bad_flags_are_clear_errors() {
+    assert!(parse(&["--no-such-flag"]).is_err());
+    assert!(parse(&["--msg-timeout", "60"])
+        .unwrap_err()
+        .contains("unit"));
+    assert!(parse(&["--shards", "0"]).is_err());
+    assert!(parse(&["--tcp-address", "127.0.0.1:99999"]).is_err());
+    // Not host:port: a unix socket path, as nsqd 1.3 takes it.
+    let c = parse(&["--tcp-address", "/run/b.sock", "--http-address=h.sock"]).unwrap();
+    assert_eq!(c.tcp_address, ListenAddr::Unix("/run/b.sock".into()));
+    assert_eq!((c.tcp_address.port(), c.tcp_address.info_port()), (0, -1));
+    assert!(parse(&["--tcp-address=s.sock", "--http-address=s.sock"]).is_err());
+    // Lookups refuse port 0: a broadcast port is needed to register.
+    let err = parse(&["--tcp-address=t.sock", "--lookupd-tcp-address=l:4160"]).unwrap_err();
+    assert!(err.contains("--broadcast-tcp-port"), "{err}");
+    assert!(parse(&[
+        "--tcp-address=t.sock",
+        "--broadcast-tcp-port=4150",
+        "--lookupd-tcp-address=l:4160"
+    ])
+    .is_ok());
+    // nsqd would silently not listen: no certificate, no HTTPS.
+    let err = parse(&["--https-address", "127.0.0.1:4152"]).unwrap_err();
+    assert!(err.contains("--tls-cert"), "{err}");
+    assert!(parse(&["--https-address="])
+        .unwrap()
+        .https_address
+        .is_none());
+    // Independent limits, as in nsqd: a body limit below the message limit is allowed.
+    assert!(parse(&["--max-msg-size", "10", "--max-body-size", "5"]).is_ok());
+    assert!(parse(&["--max-body-size", "0"]).is_err());
+    assert!(parse(&["--node-id", "1024"])
+        .unwrap_err()
+        .contains("[0,1024)"));
+    assert!(parse(&[
+        "--tcp-address=127.0.0.1:5000",
+        "--http-address=127.0.0.1:5000"
+    ])
+    .unwrap_err()
+    .contains("two addresses"));
+}
+
+/// As Go's flag package: the last of a repeated flag wins; list flags add up.
+#[test]
+fn a_repeated_flag_takes_its_last_value() {
+    let c = parse(&[
+        "--data-path=/a",
+        "--mem-queue-size=5",
+        "--data-path=/b",
+        "--lookupd-tcp-address=127.0.0.1:1",
+        "--lookupd-tcp-address=127.0.0.1:2",
+    ])
+    .unwrap();
+    assert_eq!(c.data_path, PathBuf::from("/b"));
+    assert_eq!(c.mem_queue_size, 5);
+    assert_eq!(c.lookupd_tcp_addresses.len(), 2);
+}
+
+#[test]
+fn auth_flags() {
+    let c = parse(&[]).unwrap();
+    assert!(!c.auth.enabled());
+    assert_eq!(c.auth.method, crate::auth::AuthMethod::Get);
+    assert_eq!(c.auth.connect_timeout, Duration::from_secs(2));
+    assert_eq!(c.auth.request_timeout, Duration::from_secs(5));
+    let c = parse(&[
+        "--auth-http-address=127.0.0.1:4181",
+        "--auth-http-address",
+        "http://auth.local:8080/check",
+        "--auth-http-request-method=post",
+        "--http-client-connect-timeout=500ms",
+        "--http-client-request-timeout=1s",
+    ])
+    .unwrap();
+    assert!(c.auth.enabled());
+    assert_eq!(c.auth.servers.len(), 2);
+    assert_eq!(c.auth.servers[1].path, "/check");
+    assert_eq!(c.auth.method, crate::auth::AuthMethod::Post);
+    assert_eq!(c.auth.connect_timeout, Duration::from_millis(500));
+    assert_eq!(c.auth.request_timeout, Duration::from_secs(1));
+    assert!(parse(&["--auth-http-request-method=put"])
+        .unwrap_err()
+        .contains("must be post or get"));
+    assert!(parse(&["--auth-http-address=https://a/auth"])
+        .unwrap_err()
+        .contains("https"));
+    assert!(parse(&["--auth-http-address=a:b:c"]).is_err());
+    assert!(parse(&["--http-client-request-timeout=0s"]).is_err());
+}
+
+#[test]
+fn owner_is_stable() {
+    let c = parse(&["--shards", "4"]).unwrap();
+    let o = c.owner_of("events");
+    assert!(o < 4);
+    assert_eq!(o, c.owner_of("events"));
+}
+
+#[test]
+fn owners_spread_names_that_differ_in_one_character() {
+    let c = parse(&["--shards", "2"]).unwrap();
+    let owners: std::collections::BTreeSet<usize> =
+        ["e2e1", "e2e2", "e2e3", "e2eX", "e2eY", "e2eZ"]
+            .iter()
+            .map(|t| c.owner_of(t))
+            .collect();
+    assert_eq!(owners.len(), 2, "all on one shard");
+    let c = parse(&["--shards", "4"]).unwrap();
+    let mut per_shard = [0usize; 4];
+    for i in 0..4000 {
+        per_shard[c.owner_of(&format!("topic.{i}"))] += 1;
+    }
+    for n in per_shard {
+        assert!((900..=1100).contains(&n), "{per_shard:?}");
+    }
+}
+
+#[test]
+fn version_names_the_nsqd_it_stands_for() {
+    let version = <Args as clap::CommandFactory>::command()
+        .get_version()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        version.contains(&format!("nsqd v{}", protocol::NSQD_COMPAT_VERSION)),
+        "{version}"
+    );
+}
