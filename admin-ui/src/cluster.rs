@@ -212,7 +212,7 @@ impl Cluster {
     }
 
     /// Every node's `/stats` (for one topic when given), and every node's host name.
-    fn stats(&self, topic: Option<&str>) -> (Gathered<Value>, BTreeMap<String, String>) {
+    pub fn stats(&self, topic: Option<&str>) -> (Gathered<Value>, BTreeMap<String, String>) {
         let (hosts, warnings) = self.node_hosts();
         let names: Vec<String> = hosts.keys().cloned().collect();
         let path = match topic {
@@ -428,7 +428,8 @@ impl Cluster {
     }
 
     /// `GET /api/nodes/{node}`: its topics (nsqadmin's `TopicStats`, channels and clients
-    /// included) and totals, plus its version, health and start time.
+    /// included) and totals, plus its version, health, start time and memory (the broker's
+    /// `memory` object, `null` when it reports none).
     pub fn node(&self, node: &str) -> Result<Value, Failure> {
         let (hosts, mut warnings) = self.node_hosts();
         let Some(hostname) = hosts.get(node) else {
@@ -461,6 +462,7 @@ impl Cluster {
                 "version": text(&stats, "version"),
                 "health": text(&stats, "health"),
                 "start_time": num(&stats, "start_time"),
+                "memory": stats.get("memory").cloned().unwrap_or(Value::Null),
             }),
             warnings,
         ))

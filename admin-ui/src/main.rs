@@ -26,6 +26,8 @@ mod config;
 mod graphite;
 mod live_config;
 mod pages;
+mod rates;
+mod sampler;
 mod server;
 mod shapes;
 mod tls;
