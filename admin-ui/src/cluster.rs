@@ -156,7 +156,7 @@ impl Cluster {
     }
 
     /// Every node with its host name: the lookups' producers and the configured brokers.
-    fn node_hosts(&self) -> (BTreeMap<String, String>, Vec<String>) {
+    pub fn node_hosts(&self) -> (BTreeMap<String, String>, Vec<String>) {
         let (producers, warnings) = self.producers();
         let mut names: BTreeMap<String, String> = producers
             .into_iter()
@@ -212,7 +212,7 @@ impl Cluster {
     }
 
     /// Every node's `/stats` (for one topic when given), and every node's host name.
-    pub fn stats(&self, topic: Option<&str>) -> (Gathered<Value>, BTreeMap<String, String>) {
+    fn stats(&self, topic: Option<&str>) -> (Gathered<Value>, BTreeMap<String, String>) {
         let (hosts, warnings) = self.node_hosts();
         let names: Vec<String> = hosts.keys().cloned().collect();
         let path = match topic {

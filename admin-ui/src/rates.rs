@@ -206,19 +206,19 @@ impl Store {
         }
     }
 
-    /// Records one round: `answers` are the `/stats?format=json` of the nodes that answered,
-    /// read at `now_ms` (Unix) / `mono_secs` (a monotonic clock); `known` every node asked;
-    /// `complete` whether all of them answered.
+    /// Records one round, stamped `now_ms` (Unix): `answers` are the `/stats?format=json` of
+    /// the nodes that answered, each with when it was read (seconds on a monotonic clock);
+    /// `known` every node asked; `complete` whether all of them (and the lookups) answered.
     pub fn record(
         &mut self,
         now_ms: u64,
-        mono_secs: f64,
         known: &[String],
-        answers: &[(String, Value)],
+        answers: &[(String, Value, f64)],
         complete: bool,
     ) {
         let mut round: BTreeMap<Key, Acc> = BTreeMap::new();
-        for (node, stats) in answers {
+        for (node, stats, at_secs) in answers {
+            let mono_secs = *at_secs;
             let base = self
                 .bases
                 .remove(node)

@@ -25,6 +25,11 @@ fn keys(store: &Store) -> std::collections::BTreeSet<Key> {
     store.series.keys().cloned().collect()
 }
 
+/// `answers` as read at `secs`.
+fn at(secs: f64, answers: impl IntoIterator<Item = (String, Value)>) -> Vec<(String, Value, f64)> {
+    answers.into_iter().map(|(n, v)| (n, v, secs)).collect()
+}
+
 fn nodes(names: &[&str]) -> Vec<String> {
     names.iter().map(|s| s.to_string()).collect()
 }
@@ -87,12 +92,12 @@ fn ring_length_and_series_cap_follow_the_interval() {
 fn rates_in_and_out_from_two_readings() {
     let mut s = Store::new(Duration::from_secs(1));
     let n = nodes(&["a"]);
-    s.record(1000, 10.0, &n, &[("a".into(), one(1, 100, 10))], true);
+    s.record(1000, &n, &at(10.0, [("a".into(), one(1, 100, 10))]), true);
     // First reading: figures but no rate.
     assert_eq!(last(&s, &topic(), IN), None);
     assert_eq!(last(&s, &topic(), DEPTH), Some(5.0));
     assert_eq!(last(&s, &channel(), IN_FLIGHT), Some(2.0));
-    s.record(3000, 12.0, &n, &[("a".into(), one(1, 500, 110))], true);
+    s.record(3000, &n, &at(12.0, [("a".into(), one(1, 500, 110))]), true);
     assert_eq!(last(&s, &topic(), IN), Some(200.0));
     assert_eq!(last(&s, &channel(), IN), Some(200.0));
     assert_eq!(last(&s, &channel(), OUT), Some(50.0));
@@ -113,19 +118,19 @@ fn rates_in_and_out_from_two_readings() {
 fn a_counter_reset_or_a_restart_gives_no_rate_then_counts_again() {
     let mut s = Store::new(Duration::from_secs(1));
     let n = nodes(&["a"]);
-    s.record(1000, 1.0, &n, &[("a".into(), one(1, 1000, 0))], true);
-    s.record(2000, 2.0, &n, &[("a".into(), one(1, 1100, 0))], true);
+    s.record(1000, &n, &at(1.0, [("a".into(), one(1, 1000, 0))]), true);
+    s.record(2000, &n, &at(2.0, [("a".into(), one(1, 1100, 0))]), true);
     assert_eq!(last(&s, &topic(), IN), Some(100.0));
     // The counter went down (same start time): no rate, never negative nor huge.
-    s.record(3000, 3.0, &n, &[("a".into(), one(1, 40, 0))], true);
+    s.record(3000, &n, &at(3.0, [("a".into(), one(1, 40, 0))]), true);
     assert_eq!(last(&s, &topic(), IN), None);
-    s.record(4000, 4.0, &n, &[("a".into(), one(1, 90, 0))], true);
+    s.record(4000, &n, &at(4.0, [("a".into(), one(1, 90, 0))]), true);
     assert_eq!(last(&s, &topic(), IN), Some(50.0));
     // A restart (new start_time) with a counter that happens to be higher: no rate either.
-    s.record(5000, 5.0, &n, &[("a".into(), one(2, 5000, 0))], true);
+    s.record(5000, &n, &at(5.0, [("a".into(), one(2, 5000, 0))]), true);
     assert_eq!(last(&s, &topic(), IN), None);
     assert_eq!(last(&s, &channel(), OUT), None);
-    s.record(6000, 6.0, &n, &[("a".into(), one(2, 5010, 0))], true);
+    s.record(6000, &n, &at(6.0, [("a".into(), one(2, 5010, 0))]), true);
     assert_eq!(last(&s, &topic(), IN), Some(10.0));
 }
 
@@ -134,16 +139,16 @@ fn a_gap_gives_the_average_over_it() {
     let mut s = Store::new(Duration::from_secs(1));
     let n = nodes(&["a", "b"]);
     let both = |c: u64| vec![("a".into(), one(1, c, 0)), ("b".into(), one(1, c, 0))];
-    s.record(1000, 1.0, &n, &both(0), true);
-    s.record(2000, 2.0, &n, &both(100), true);
+    s.record(1000, &n, &at(1.0, both(0)), true);
+    s.record(2000, &n, &at(2.0, both(100)), true);
     assert_eq!(last(&s, &topic(), IN), Some(200.0), "summed over the nodes");
     // b does not answer for two rounds: the topic keeps a's part, the series are kept.
-    s.record(3000, 3.0, &n, &[("a".into(), one(1, 200, 0))], false);
-    s.record(4000, 4.0, &n, &[("a".into(), one(1, 300, 0))], false);
+    s.record(3000, &n, &at(3.0, [("a".into(), one(1, 200, 0))]), false);
+    s.record(4000, &n, &at(4.0, [("a".into(), one(1, 300, 0))]), false);
     assert_eq!(last(&s, &topic(), IN), Some(100.0));
     assert!(keys(&s).contains(&Key::Node("b".into())));
     // b answers again: its 300 messages over the 3 s since its last answer.
-    s.record(5000, 5.0, &n, &both(400), true);
+    s.record(5000, &n, &at(5.0, both(400)), true);
     assert_eq!(last(&s, &topic(), IN), Some(100.0 + 100.0));
     assert_eq!(s.series[&topic()].ring.iter().count(), 5);
 }
@@ -163,33 +168,32 @@ fn new_clients_count_from_zero_and_gone_ones_are_forgotten() {
     let c = |addr: &str, fin: u64| json!({"remote_address": addr, "connect_ts": 1, "finish_count": fin});
     s.record(
         1000,
-        1.0,
         &n,
-        &[("a".into(), with(json!([c("x:1", 50)])))],
+        &at(1.0, [("a".into(), with(json!([c("x:1", 50)])))]),
         true,
     );
     s.record(
         2000,
-        2.0,
         &n,
-        &[("a".into(), with(json!([c("x:1", 60), c("y:1", 5)])))],
+        &at(
+            2.0,
+            [("a".into(), with(json!([c("x:1", 60), c("y:1", 5)])))],
+        ),
         true,
     );
     assert_eq!(last(&s, &channel(), OUT), Some(15.0));
     // x left, y stays; x's address comes back as a new connection later.
     s.record(
         3000,
-        3.0,
         &n,
-        &[("a".into(), with(json!([c("y:1", 9)])))],
+        &at(3.0, [("a".into(), with(json!([c("y:1", 9)])))]),
         true,
     );
     assert_eq!(last(&s, &channel(), OUT), Some(4.0));
     s.record(
         4000,
-        4.0,
         &n,
-        &[("a".into(), with(json!([c("x:1", 3), c("y:1", 9)])))],
+        &at(4.0, [("a".into(), with(json!([c("x:1", 3), c("y:1", 9)])))]),
         true,
     );
     assert_eq!(last(&s, &channel(), OUT), Some(3.0));
@@ -201,24 +205,31 @@ fn series_of_what_disappeared_are_dropped_only_when_everything_answered() {
     let n = nodes(&["a", "b"]);
     s.record(
         1000,
-        1.0,
         &n,
-        &[
-            ("a".into(), one(1, 1, 0)),
-            ("b".into(), stats(1, json!([]))),
-        ],
+        &at(
+            1.0,
+            [
+                ("a".into(), one(1, 1, 0)),
+                ("b".into(), stats(1, json!([]))),
+            ],
+        ),
         true,
     );
     assert!(keys(&s).contains(&topic()));
     // a does not answer: its topic is kept.
-    s.record(2000, 2.0, &n, &[("b".into(), stats(1, json!([])))], false);
+    s.record(
+        2000,
+        &n,
+        &at(2.0, [("b".into(), stats(1, json!([])))]),
+        false,
+    );
     assert!(keys(&s).contains(&topic()));
     // everything answered and no node has it: dropped.
     let gone = [
         ("a".into(), stats(1, json!([]))),
         ("b".into(), stats(1, json!([]))),
     ];
-    s.record(3000, 3.0, &n, &gone, true);
+    s.record(3000, &n, &at(3.0, gone), true);
     assert!(!keys(&s).contains(&topic()) && !keys(&s).contains(&channel()));
     assert_eq!(
         keys(&s),
@@ -228,9 +239,8 @@ fn series_of_what_disappeared_are_dropped_only_when_everything_answered() {
     let only_b = nodes(&["b"]);
     s.record(
         4000,
-        4.0,
         &only_b,
-        &[("b".into(), stats(1, json!([])))],
+        &at(4.0, [("b".into(), stats(1, json!([])))]),
         true,
     );
     assert_eq!(keys(&s), [Key::Node("b".into())].into());
@@ -242,13 +252,13 @@ fn past_the_cap_new_series_are_refused_and_old_ones_go_on() {
     let mut s = Store::new(Duration::from_secs(1));
     s.cap = 3; // node a, topic t, channel t/c
     let n = nodes(&["a"]);
-    s.record(1000, 1.0, &n, &[("a".into(), one(1, 0, 0))], true);
+    s.record(1000, &n, &at(1.0, [("a".into(), one(1, 0, 0))]), true);
     let two = stats(
         1,
         json!([{"topic_name": "t", "message_count": 10, "channels": []},
                {"topic_name": "u", "message_count": 10, "channels": []}]),
     );
-    s.record(2000, 2.0, &n, &[("a".into(), two)], true);
+    s.record(2000, &n, &at(2.0, [("a".into(), two)]), true);
     assert_eq!(s.refused, 1);
     assert!(!keys(&s).contains(&Key::Topic("u".into())));
     assert_eq!(last(&s, &topic(), IN), Some(10.0));
@@ -259,8 +269,8 @@ fn past_the_cap_new_series_are_refused_and_old_ones_go_on() {
 fn json_columns_with_nulls_for_what_is_not_known() {
     let mut s = Store::new(Duration::from_secs(1));
     let n = nodes(&["a"]);
-    s.record(1000, 1.0, &n, &[("a".into(), one(1, 0, 0))], true);
-    s.record(2000, 2.0, &n, &[("a".into(), one(1, 3, 1))], true);
+    s.record(1000, &n, &at(1.0, [("a".into(), one(1, 0, 0))]), true);
+    s.record(2000, &n, &at(2.0, [("a".into(), one(1, 3, 1))]), true);
     let j = s.series_json(&channel());
     assert_eq!(j["t"], json!([1000, 2000]));
     assert_eq!(j["in"], json!([null, 3.0]));
@@ -279,4 +289,24 @@ fn json_columns_with_nulls_for_what_is_not_known() {
     assert_eq!(sum["topics"]["t"]["in_series"], json!([null, 3.0]));
     assert_eq!(sum["channels"]["t"]["c"]["out"], 1.0);
     assert_eq!(sum["nodes"]["a"]["memory"], 1000.0);
+}
+
+#[test]
+fn each_node_is_timed_by_its_own_reading() {
+    let mut s = Store::new(Duration::from_secs(1));
+    let n = nodes(&["a", "b"]);
+    let first = [
+        ("a".into(), one(1, 0, 0), 1.0),
+        ("b".into(), one(1, 0, 0), 1.0),
+    ];
+    s.record(1000, &n, &first, true);
+    // b answered half a second later than a in the second round.
+    let second = [
+        ("a".into(), one(1, 100, 0), 2.0),
+        ("b".into(), one(1, 150, 0), 2.5),
+    ];
+    s.record(2000, &n, &second, true);
+    assert_eq!(last(&s, &Key::Node("a".into()), IN), Some(100.0));
+    assert_eq!(last(&s, &Key::Node("b".into()), IN), Some(100.0));
+    assert_eq!(last(&s, &topic(), IN), Some(200.0));
 }

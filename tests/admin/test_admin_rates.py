@@ -25,7 +25,7 @@ import time
 
 import pytest
 
-from adminlib import Broker, crash_report, q, wait_until
+from adminlib import Broker, assert_error, closed_port, crash_report, q, wait_until
 from test_admin_browser import Page, driver, page  # noqa: F401  (its browser fixtures)
 
 RATE = 200          # messages per second published
@@ -223,3 +223,53 @@ def test_sampler_off(cluster, driver, start_admin):
     page.open("/topics/rates_off", "topic")
     page.wait(lambda: page.all('#rates[data-loaded="true"]'), "#rates")
     assert "sampler is off" in page.text("#rates")
+
+
+def test_rates_api_through_a_broker_restart(start_admin):
+    """A broker restarted behind the same address (its counters start again from 0, its
+    start_time changes) never gives a negative or huge rate: the sample across the restart is
+    null, the next ones count again. And /api/rates' arguments are checked."""
+    port = closed_port()
+    topic = "rates_restart"
+    brokers = [Broker(["--http-address=127.0.0.1:%d" % port]).start()]
+    try:
+        admin = start_admin(nsqds=["127.0.0.1:%d" % port], extra=["--sample-interval=1s"])
+        path = "/api/rates?topic=" + topic
+
+        def series_with(check, what):
+            return wait_until(lambda: check(admin.get(path)), what, timeout=15)
+
+        def positive_since(since):
+            return lambda s: any(v for t, v in zip(s["t"], s["in"]) if t > since) and s
+
+        brokers[0].publish(topic, 1)
+        series_with(lambda s: s["t"] and s, "a first sample of the topic")
+        brokers[0].post("/mpub?topic=" + topic, "\n".join(["m"] * 5000))
+        before = series_with(positive_since(0), "a rate before the restart")
+        assert all(0 <= v <= 5000 * 2 for v in before["in"] if v is not None), before["in"]
+        assert not brokers[0].stop(), crash_report([brokers[0]])
+        brokers.append(Broker(["--http-address=127.0.0.1:%d" % port]).start())
+        brokers[1].publish(topic, 1)
+        restarted_at = int(time.time() * 1000)
+        series_with(lambda s: any(t > restarted_at for t in s["t"]) and s,
+                    "a sample after the restart")
+        brokers[1].publish(topic, 10)
+        after = series_with(positive_since(restarted_at), "a rate after the restart")
+        rates_after = [v for t, v in zip(after["t"], after["in"]) if t > restarted_at]
+        # 11 messages in all since the restart: no rate across it is negative or huge.
+        assert all(v is None or 0 <= v <= 11 for v in rates_after), rates_after
+        assert after["latest"]["depth"] == 11
+        print("\nin before the restart %r; after %r" % (before["in"], rates_after))
+        for bad, message in (("?channel=c", "INVALID_ARGS"), ("?topic=bad!", "INVALID_TOPIC"),
+                             ("?topic=t&channel=bad!", "INVALID_CHANNEL"),
+                             ("?topic=t&node=n", "INVALID_ARGS")):
+            assert_error(admin.call("GET", "/api/rates" + bad), 400, message, bad)
+        summary = admin.get("/api/rates")
+        assert summary["enabled"] is True and summary["interval"] == 1.0
+        assert summary["window"] == 1800 and summary["refused_series"] == 0
+        assert topic in summary["topics"] and "127.0.0.1:%d" % port in summary["nodes"]
+    finally:
+        crashed = [b for b in brokers if b.stop()]
+        for b in brokers:
+            b.cleanup()
+    assert not crashed, crash_report(crashed)
