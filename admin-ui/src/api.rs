@@ -11,13 +11,16 @@ use crate::cluster::{Cluster, Failure};
 use crate::graphite::GraphiteSettings;
 use crate::live_config::LiveConfig;
 use crate::pages::{is_page, Pages};
+use crate::rates::{Key, Store};
 use http1::{Request, Response};
 use protocol::names::{is_valid_channel_name, is_valid_topic_name};
 use serde_json::{json, Value};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// Everything a request may need.
 pub struct App {
+    /// The live rates' series, when `--sample-interval` is not 0.
+    pub rates: Option<Arc<Mutex<Store>>>,
     pub cluster: Arc<Cluster>,
     pub audit: Audit,
     pub pages: Pages,
@@ -180,6 +183,9 @@ fn handle_api(app: &App, req: &Request, parts: &[&str], peer: &str) -> Response 
                 .graphite
                 .rate(&cluster.upstream, head.query().ok().as_ref());
         }
+        if parts == ["rates"] {
+            return rates(app, head.query().ok().as_ref());
+        }
         let inactive = head
             .query()
             .ok()
@@ -225,7 +231,9 @@ fn action_route(parts: &[&str], method: &str) -> Result<bool, Response> {
         (["topics"], _) => Err(not_allowed("GET, POST")),
         (["topics", _] | ["topics", _, _], _) => Err(not_allowed("GET, POST, DELETE")),
         (["nodes", _], _) => Err(not_allowed("GET, DELETE")),
-        (["nodes"] | ["counter"] | ["lookups"] | ["graphite"], _) => Err(not_allowed("GET")),
+        (["nodes"] | ["counter"] | ["lookups"] | ["graphite"] | ["rates"], _) => {
+            Err(not_allowed("GET"))
+        }
         _ => Ok(false),
     }
 }
@@ -249,6 +257,36 @@ fn read(cluster: &Cluster, parts: &[&str], inactive: bool) -> Response {
         ["lookups"] => ok(cluster.lookups()),
         _ => fail(404, "NOT_FOUND"),
     }
+}
+
+/// `GET /api/rates`: every series' latest values, or with `topic` (and `channel`) or `node`
+/// one series' points (see [`crate::rates`]).
+fn rates(app: &App, query: Option<&http1::Query<'_>>) -> Response {
+    let Some(store) = &app.rates else {
+        return ok(crate::rates::disabled());
+    };
+    let get = |k: &str| query.and_then(|q| q.get(k));
+    let key = match (get("topic"), get("channel"), get("node")) {
+        (None, None, None) => None,
+        (Some(t), c, None) => {
+            if let Err(r) = check_names(t, c) {
+                return r;
+            }
+            Some(match c {
+                Some(c) => Key::Channel(t.to_owned(), c.to_owned()),
+                None => Key::Topic(t.to_owned()),
+            })
+        }
+        (None, None, Some(n)) if !n.is_empty() => Some(Key::Node(n.to_owned())),
+        _ => return fail(400, "INVALID_ARGS"),
+    };
+    let Ok(store) = store.lock() else {
+        return fail(500, "INTERNAL_ERROR");
+    };
+    ok(match key {
+        None => store.summary(),
+        Some(k) => store.series_json(&k),
+    })
 }
 
 /// The action a POST or DELETE under `/api/` asks for, or the answer refusing it.

@@ -156,7 +156,7 @@ impl Cluster {
     }
 
     /// Every node with its host name: the lookups' producers and the configured brokers.
-    fn node_hosts(&self) -> (BTreeMap<String, String>, Vec<String>) {
+    pub fn node_hosts(&self) -> (BTreeMap<String, String>, Vec<String>) {
         let (producers, warnings) = self.producers();
         let mut names: BTreeMap<String, String> = producers
             .into_iter()
@@ -428,7 +428,8 @@ impl Cluster {
     }
 
     /// `GET /api/nodes/{node}`: its topics (nsqadmin's `TopicStats`, channels and clients
-    /// included) and totals, plus its version, health and start time.
+    /// included) and totals, plus its version, health, start time and memory (the broker's
+    /// `memory` object, `null` when it reports none).
     pub fn node(&self, node: &str) -> Result<Value, Failure> {
         let (hosts, mut warnings) = self.node_hosts();
         let Some(hostname) = hosts.get(node) else {
@@ -461,6 +462,7 @@ impl Cluster {
                 "version": text(&stats, "version"),
                 "health": text(&stats, "health"),
                 "start_time": num(&stats, "start_time"),
+                "memory": stats.get("memory").cloned().unwrap_or(Value::Null),
             }),
             warnings,
         ))

@@ -121,6 +121,11 @@ struct Flags {
     #[arg(long, default_value = "60s", value_parser = positive_duration)]
     statsd_interval: Duration,
 
+    /// admin-ui's own: how often every node's /stats is sampled for the live rates and
+    /// sparklines (GET /api/rates); 0 turns the sampler off
+    #[arg(long, default_value = "10s", value_parser = protocol::duration::parse_flag_duration)]
+    sample_interval: Duration,
+
     /// a CIDR from which to allow HTTP requests to the /config endpoint (empty: from anywhere)
     #[arg(long, default_value = "127.0.0.1/8", value_parser = cidr_or_empty)]
     allow_config_from_cidr: CidrFlag,
@@ -162,6 +167,8 @@ pub struct Config {
     pub without_effect: Vec<String>,
     /// Every option by its config-file name, as nsqadmin's `/config/:opt` answers it.
     pub options: Map<String, Value>,
+    /// `--sample-interval` (admin-ui's): zero when the rates sampler is off.
+    pub sample_interval: Duration,
 }
 
 impl Config {
@@ -242,6 +249,7 @@ impl Config {
                 statsd_interval: flags.statsd_interval,
             },
             allow_config_from: flags.allow_config_from_cidr.0,
+            sample_interval: flags.sample_interval,
             without_effect,
             options,
             http_address: flags.http_address,

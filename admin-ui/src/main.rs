@@ -12,6 +12,8 @@
 //! - [`live_config`]: `/config/:opt`, the options read and changed while running;
 //! - [`graphite`]: the Graphite proxy, `/api/graphite` and the statsd key settings;
 //! - [`audit`]: who may take actions, and the notification of each one;
+//! - [`rates`]: the live rates' series kept from the brokers' `/stats` (`/api/rates`);
+//! - [`sampler`]: the thread that samples every node for [`rates`];
 //! - [`shapes`]: nsqadmin's JSON shapes of topics, channels, clients and nodes;
 //! - [`cluster`]: what the cluster looks like, gathered from lookups and brokers, and the
 //!   actions fanned out to them;
@@ -26,6 +28,8 @@ mod config;
 mod graphite;
 mod live_config;
 mod pages;
+mod rates;
+mod sampler;
 mod server;
 mod shapes;
 mod tls;

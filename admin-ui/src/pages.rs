@@ -15,6 +15,7 @@ use std::path::PathBuf;
 
 const INDEX_HTML: &str = include_str!("../static/index.html");
 const APP_JS: &str = include_str!("../static/app.js");
+const RATES_JS: &str = include_str!("../static/rates.js");
 const STYLE_CSS: &str = include_str!("../static/style.css");
 
 /// The rendered page and where the static files come from.
@@ -123,6 +124,7 @@ impl Pages {
             }
             None => match name {
                 "app.js" => APP_JS.into(),
+                "rates.js" => RATES_JS.into(),
                 "style.css" => STYLE_CSS.into(),
                 _ => return not_found(),
             },

@@ -52,7 +52,17 @@ pub fn run(
         config.brokers,
         upstream.clone(),
     ));
+    let rates = if config.sample_interval.is_zero() {
+        info!("rates: --sample-interval 0, the sampler is off");
+        None
+    } else {
+        Some(crate::sampler::start(
+            cluster.clone(),
+            config.sample_interval,
+        )?)
+    };
     let app = Arc::new(App {
+        rates,
         audit: Audit {
             admin_users: config.admin_users,
             acl_http_header: config.acl_http_header,

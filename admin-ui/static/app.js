@@ -4,7 +4,8 @@
  * This file owns the router (path-style URLs as nsqadmin's: /topics, /topics/<t>/<c>, ...,
  * under the --base-path the page names in <body data-base-path>; the old #/... links are
  * redirected to them), one render function per page (topics, topic, channel,
- * nodes, node, counter, lookup), the calls to the JSON API described in admin-ui/API.md,
+ * nodes, node, counter, lookup; the live rates they show are rates.js's), the calls to the
+ * JSON API described in admin-ui/API.md,
  * and the DOM contract of admin-ui/UI.md that the browser tests rely on: #app's
  * data-page / data-loaded attributes, #error, #warnings, and each page's ids and data
  * attributes.
@@ -198,6 +199,7 @@ function navigate(path) {
 /* Shows the page the URL names (unknown ones become <base>/topics), from fresh data. */
 async function route() {
   clearInterval(pollTimer);
+  stopRates();
   const gen = ++generation;
   redirectHash();
   let target = parsePath(location.pathname);
@@ -365,8 +367,11 @@ function topicGraphite(topic) {
 
 function renderTopics(data) {
   const rows = data.topics.map((name) =>
-    el('tr', { 'data-topic': name }, el('td', {}, link(href(`/topics/${enc(name)}`), name))));
-  return [el('h1', {}, 'Topics'), table('topics', ['Topic'], rows, 'No topics.')];
+    el('tr', { 'data-topic': name }, el('td', {}, link(href(`/topics/${enc(name)}`), name)),
+      rateCells()));
+  const topics = table('topics', ['Topic', ...RATE_HEADINGS], rows, 'No topics.');
+  fillRateCells(topics, 'topic', (rates, name) => rates.topics[name]);
+  return [el('h1', {}, 'Topics'), topics];
 }
 
 function renderTopic(data, topic) {
@@ -384,7 +389,10 @@ function renderTopic(data, topic) {
       el('td', {}, link(`${topicHash}/${enc(c.channel_name)}`, c.channel_name)),
       [c.depth, c.in_flight_count, c.deferred_count, c.requeue_count, c.timeout_count,
         c.message_count, c.client_count].map(numCell),
-      stateCell(c.paused)));
+      stateCell(c.paused), rateCells()));
+  const channels = table('channels', ['Channel', 'Depth', 'In flight', 'Deferred', 'Requeued',
+    'Timed out', 'Messages', 'Clients', 'State', ...RATE_HEADINGS], channelRows, 'No channels.');
+  fillRateCells(channels, 'channel', (rates, name) => (rates.channels[topic] || {})[name]);
   return [
     kicker(link(href('/topics'), 'Topics'), ' › topic'),
     el('h1', {}, topic),
@@ -394,13 +402,13 @@ function renderTopic(data, topic) {
       ['Backend depth', num(data.backend_depth)], ['Messages', num(data.message_count)],
     ]),
     ...topicGraphite(topic),
+    ratesSection({ topic }),
     entityActions('topic-actions', `/api/topics/${enc(topic)}`, data.paused, `topic "${topic}"`, href('/topics')),
     el('h2', {}, 'Nodes'),
     table('topic-nodes', ['Node', 'Depth', 'Memory', 'Backend', 'Messages', 'Channels', 'State', ''],
       nodeRows, 'No node has this topic.'),
     el('h2', {}, 'Channels'),
-    table('channels', ['Channel', 'Depth', 'In flight', 'Deferred', 'Requeued', 'Timed out',
-      'Messages', 'Clients', 'State'], channelRows, 'No channels.'),
+    channels,
   ];
 }
 
@@ -428,6 +436,7 @@ function renderChannel(data, topic, channel) {
       ['Timed out', num(data.timeout_count)], ['Messages', num(data.message_count)],
       ['Clients', num(data.client_count)],
     ]),
+    ratesSection({ topic, channel }),
     entityActions('channel-actions', `/api/topics/${enc(topic)}/${enc(channel)}`, data.paused,
       `channel "${channel}" of topic "${topic}"`, topicHash),
     el('h2', {}, 'Nodes'),
@@ -447,11 +456,12 @@ function renderNodes(data) {
     el('td', {}, n.version ?? ''),
     plainCell(n.tcp_port),
     plainCell(n.http_port),
-    numCell(n.topics.length)));
-  return [
-    el('h1', {}, 'Nodes'),
-    table('nodes', ['Node', 'Hostname', 'Version', 'TCP port', 'HTTP port', 'Topics'], rows, 'No nodes.'),
-  ];
+    numCell(n.topics.length),
+    rateCells()));
+  const nodes = table('nodes', ['Node', 'Hostname', 'Version', 'TCP port', 'HTTP port', 'Topics',
+    ...RATE_HEADINGS], rows, 'No nodes.');
+  fillRateCells(nodes, 'node', (rates, name) => rates.nodes[name]);
+  return [el('h1', {}, 'Nodes'), nodes];
 }
 
 function renderNode(data, node) {
@@ -481,7 +491,9 @@ function renderNode(data, node) {
     facts('node-info', [
       ['Version', data.version ?? ''], ['Health', data.health ?? ''], ['Started', time(data.start_time)],
       ['Messages', num(data.total_messages)], ['Clients', num(data.total_clients)],
+      ['Memory (heap in use)', data.memory ? bytesText(data.memory.heap_in_use_bytes) : '—'],
     ]),
+    ratesSection({ node }),
     el('h2', {}, 'Topics and channels'),
     table('node-topics', ['Topic / channel', 'Depth', 'Memory / backend', 'In flight', 'Deferred',
       'Messages', 'Clients', 'State'], rows, 'No topics on this node.'),
@@ -570,6 +582,8 @@ function renderLookup(data) {
   return [
     el('h1', {}, 'Lookup'),
     table('lookups', ['Address', 'Status', 'Topics and channels'], rows, 'No lookups configured.'),
+    el('h2', {}, 'Inactive topics (no producer)'),
+    inactiveTopics(),
     el('h2', {}, 'Create a topic (and channel)'),
     createForm(),
   ];
