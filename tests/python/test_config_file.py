@@ -117,8 +117,10 @@ def test_deprecated_and_scan_flags_accepted_and_logged(start_broker):
         assert "flag accepted without effect: %s" % flag in log, (flag, log)
 
 
+# Every key of nsqlookupd's Options.
 LOOKUP_CFG = """
 log_level = "info"
+log_prefix = "[nsqlookupd] "
 tcp_address = "127.0.0.1:0"
 http_address = "127.0.0.1:0"
 broadcast_address = "lookup.example"
