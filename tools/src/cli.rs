@@ -33,7 +33,31 @@ pub fn user_agent(tool: &str) -> String {
 /// clap's message (it names the flag) and status 2; `--help` prints and exits 0.
 pub fn parse_args<T: Parser>() -> T {
     let args = nsq_common::cli::go_style_flags::<T, _>(std::env::args());
-    T::try_parse_from(args).unwrap_or_else(|e| e.exit())
+    T::try_parse_from(&args).unwrap_or_else(|e| {
+        if e.kind() == clap::error::ErrorKind::UnknownArgument {
+            // clap names `-bogus` by its first letter; Go's words name the whole flag.
+            if let Some(flag) = args.iter().skip(1).find(|a| is_unknown_go_flag::<T>(a)) {
+                eprintln!("flag provided but not defined: {flag}");
+                eprintln!("Run with --help for the flags.");
+                std::process::exit(2);
+            }
+        }
+        e.exit()
+    })
+}
+
+/// `-name` or `-name=value` where `name` (two letters or more) is no flag of `T`.
+fn is_unknown_go_flag<T: Parser>(arg: &str) -> bool {
+    let Some(rest) = arg.strip_prefix('-') else {
+        return false;
+    };
+    let name = rest.split('=').next().unwrap_or_default();
+    if name.len() < 2 || rest.starts_with('-') || name.parse::<f64>().is_ok() {
+        return false;
+    }
+    !T::command()
+        .get_arguments()
+        .any(|a| a.get_long() == Some(name))
 }
 
 /// Ends the process for a bad flag value found after parsing: the message and status 2.
