@@ -7,6 +7,8 @@ brokers (and a lookup) the tests start: by their files and their output.
   lookup; every flag of NSQ 1.3's nsq_to_file is accepted in both forms.
 - to_nsq -> broker -> nsq_tail round trips (several destinations, --delimiter, --rate,
   --print-topic, several topics, -n exits); to_nsq fails with a message naming what failed.
+- TLS with a client certificate, snappy, deflate and AUTH through --consumer-opt /
+  --producer-opt.
 - Bad flags end each tool with status 1 or 2 and a message naming the flag.
 """
 
@@ -23,7 +25,9 @@ import pytest
 
 from brokerhttp import http
 from conftest import REPO
+from test_auth import AuthServer, grant
 from test_lookup import registered_broker, start_lookup, wait_registered  # noqa: F401
+from test_tls_compression import certs  # noqa: F401 (a fixture)
 
 N = 100_000
 WAIT = 120
@@ -364,3 +368,46 @@ def test_every_flag_of_each_tool(broker, tmp_path, form):
     out, _ = t.proc.communicate(timeout=60)
     assert t.proc.returncode == 0, t.stderr()
     assert sorted(out.split(b"\n")[:-1]) == [b"%s | p" % topic.encode(), b"%s | q" % topic.encode()]
+
+
+@pytest.mark.timeout(120)
+def test_tls_client_certificate_compression_and_auth_through_the_opts(start_broker, certs,  # noqa: F811
+                                                                      tmp_path):
+    """--consumer-opt / --producer-opt with go-nsq's keys: TLS with a client certificate (the
+    broker requires and verifies one), snappy and deflate, AUTH against an auth server."""
+    server = AuthServer()
+    server.answers["s3"] = grant({"topic": "^sec$", "channels": [".*"],
+                                  "permissions": ["subscribe", "publish"]})
+    try:
+        b = start_broker("--tls-cert=" + certs.server, "--tls-key=" + certs.server_key,
+                         "--tls-client-auth-policy=require-verify",
+                         "--tls-root-ca-file=" + certs.ca,
+                         "--auth-http-address=%s" % server.address)
+        sec = ["tls_v1", "tls_root_ca_file,%s" % certs.ca, "tls_cert,%s" % certs.client,
+               "tls_key,%s" % certs.client_key, "auth_secret,s3"]
+        create_channel(b, "sec", "nsq_to_file")
+        out_dir = str(tmp_path / "out")
+        p = Proc([tool("nsq_to_file"), "--nsqd-tcp-address", b.tcp_address, "--topic", "sec",
+                  "--output-dir", out_dir, "--sync-interval", "1s"]
+                 + ["--consumer-opt=%s" % o for o in sec + ["snappy"]], str(tmp_path), "to_file")
+        t = tail([b.tcp_address], ["sec"], "-n", "3",
+                 *["-consumer-opt=%s" % o for o in sec + ["deflate", "deflate_level,3"]],
+                 workdir=str(tmp_path))
+        wait_until(lambda: tail_channel(b, "sec"), 30, "tail subscribed")
+        r = to_nsq([b.tcp_address], "sec", b"a\nb\nc\n",
+                   *["--producer-opt=%s" % o for o in sec + ["snappy"]])
+        assert r.returncode == 0, r.stderr
+        out, _ = t.proc.communicate(timeout=60)
+        assert t.proc.returncode == 0, t.stderr()
+        assert sorted(out.split(b"\n")[:-1]) == [b"a", b"b", b"c"]
+        wait_until(lambda: drained(b, "sec", "nsq_to_file")
+                   and channel_stats(b, "sec", "nsq_to_file")["message_count"] == 3, 60,
+                   "archived")
+        assert p.stop() == 0, p.stderr()
+        assert sorted(archived(out_dir)[1]) == [b"a", b"b", b"c"]
+        # Without the TLS options the broker refuses the connection: a message and status 1.
+        r = to_nsq([b.tcp_address], "sec", b"x\n")
+        assert r.returncode == 1 and b.tcp_address.encode() in r.stderr, r
+        assert any("secret=s3" in q or "s3" in q for q in map(str, server.requests))
+    finally:
+        server.close()
