@@ -411,3 +411,29 @@ def test_tls_client_certificate_compression_and_auth_through_the_opts(start_brok
         assert any("secret=s3" in q or "s3" in q for q in map(str, server.requests))
     finally:
         server.close()
+
+
+@pytest.mark.timeout(120)
+def test_nsq_to_file_rotates_on_a_new_datetime_and_closes_on_sighup(broker, tmp_path):
+    """<DATETIME> to the second: a new name each second is a rotation (each file named by the
+    second it was opened in); SIGHUP closes the open file, which moves to the output dir at
+    once, and the next message opens a new one."""
+    topic = "by_second"
+    out_dir, work_dir = str(tmp_path / "out"), str(tmp_path / "work")
+    create_channel(broker, topic, "nsq_to_file")
+    p = Proc(to_file_args(broker, out_dir, work_dir, topic, "--datetime-format=%Y%m%d%H%M%S",
+                          "--max-in-flight=1"), str(tmp_path), "to_file")
+    lines = [b"s%03d" % i for i in range(25)]
+    r = to_nsq([broker.tcp_address], topic, b"\n".join(lines) + b"\n", "--rate", "10")
+    assert r.returncode == 0, r.stderr
+    wait_until(lambda: drained(broker, topic, "nsq_to_file"), 60, "drained")
+    files_before = archived(out_dir)[0]
+    assert len(files_before) >= 2, "a new second, a new file: %s" % files_before
+    p.proc.send_signal(signal.SIGHUP)
+    wait_until(lambda: os.listdir(work_dir) == [], 30, "the open file closed and moved")
+    mpub(broker, topic, [b"after-hup"])
+    wait_until(lambda: os.listdir(work_dir) != [], 30, "a new file opened")
+    assert p.stop() == 0, p.stderr()
+    files, records = archived(out_dir)
+    assert sorted(records) == sorted(lines + [b"after-hup"])
+    assert len(files) == len(set(files)) >= len(files_before) + 1
