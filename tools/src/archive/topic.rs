@@ -2,10 +2,11 @@
 //! waits, and a writer task that hands batches to a blocking thread ([`OutputFile::run`]) and
 //! releases the waiting handlers when their batch is synced; the consumer then FINs them.
 //!
-//! When a batch is written (NSQ's router): when the pending messages reach `--max-in-flight`
-//! or the consumer is starved (a connection has 85% of its RDY in flight: it would stall
-//! otherwise), every `--sync-interval`, on SIGHUP (which also closes the file), and at once
-//! while stopping. While one batch is being written and synced the next one fills.
+//! When a batch is written (NSQ's router, pipelined): when the pending messages reach half of
+//! `--max-in-flight` (NSQ: all of it; half lets the other half fill while this one is written
+//! and synced, instead of stalling the consumer for every sync) or the consumer is starved (a
+//! connection has 85% of its RDY in flight: it would stall otherwise), every
+//! `--sync-interval`, on SIGHUP (which also closes the file), and at once while stopping.
 //!
 //! Invariants: a message's handler returns `Finish` only after the batch holding it was
 //! written and synced (at-least-once: a crash loses nothing acknowledged); batches reach the
@@ -16,18 +17,27 @@ use crate::archive::file::{Batch, OutputFile};
 use client::{Consumer, ConsumerConfig, HandlerResult, Message};
 use nsq_common::local_sync::Notify;
 use std::cell::{Cell, OnceCell, RefCell};
+use std::future::Future;
+use std::pin::Pin;
 use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 /// The shared state of one topic's consumer and writer.
 pub struct Topic {
     pub name: String,
-    max_in_flight: u64,
+    /// Pending messages that make a batch worth writing at once: half of `--max-in-flight`,
+    /// so that the other half fills while it is written and synced.
+    batch_target: u64,
     sync_interval: Duration,
     pending: RefCell<Batch>,
     /// Generation of the batch filling now; a handler waits for `synced >= ` its generation.
     filling: Cell<u64>,
     synced: Cell<u64>,
+    /// Handlers waiting for their batch: (generation, waker), woken when it is synced. A plain
+    /// list: each handler registers once per poll, and a sync wakes and drops the ones done.
+    waiters: RefCell<Vec<(u64, Waker)>>,
+    /// Poked after each sync and when the writer ends ([`Topic::stop`] waits on it).
     synced_notify: Notify,
     /// Poked when the filling batch should be written now.
     wake: Notify,
@@ -52,11 +62,12 @@ impl Topic {
     ) -> client::Result<Rc<Topic>> {
         let topic = Rc::new(Topic {
             name: config.topic.clone(),
-            max_in_flight: config.max_in_flight.max(1),
+            batch_target: (config.max_in_flight / 2).max(1),
             sync_interval,
             pending: RefCell::new(Batch::default()),
             filling: Cell::new(1),
             synced: Cell::new(0),
+            waiters: RefCell::new(Vec::new()),
             synced_notify: Notify::new(),
             wake: Notify::new(),
             consumer: OnceCell::new(),
@@ -70,9 +81,12 @@ impl Topic {
             let generation = t.append(&msg);
             let t = t.clone();
             async move {
-                while t.synced.get() < generation {
-                    t.synced_notify.changed().await;
+                Synced {
+                    topic: &t,
+                    generation,
+                    registered: None,
                 }
+                .await;
                 HandlerResult::Finish
             }
         })?;
@@ -101,7 +115,7 @@ impl Topic {
             p.data.push(b'\n');
             let end = p.data.len();
             p.ends.push(end);
-            p.ends.len() as u64 >= self.max_in_flight
+            p.ends.len() as u64 >= self.batch_target
         };
         self.messages.set(self.messages.get() + 1);
         let starved = self.consumer.get().is_some_and(|c| c.is_starved());
@@ -133,6 +147,24 @@ impl Topic {
         }
     }
 
+    /// Wakes the handlers whose batch is synced (their wakers moved out, not cloned).
+    fn wake_synced(&self, synced: u64) {
+        let all = std::mem::take(&mut *self.waiters.borrow_mut());
+        let mut later = Vec::new();
+        let mut done = Vec::with_capacity(all.len());
+        for (generation, waker) in all {
+            if generation <= synced {
+                done.push(waker);
+            } else {
+                later.push((generation, waker));
+            }
+        }
+        self.waiters.borrow_mut().extend(later);
+        for waker in done {
+            waker.wake();
+        }
+    }
+
     /// The writer task: waits for a reason to write, writes and syncs the filling batch on a
     /// blocking thread, then releases its handlers.
     async fn writer(self: Rc<Self>, mut file: OutputFile) {
@@ -144,7 +176,7 @@ impl Topic {
                 next_tick = now + self.sync_interval;
             }
             let has_records = !self.pending.borrow().ends.is_empty();
-            let full = self.pending.borrow().ends.len() as u64 >= self.max_in_flight;
+            let full = self.pending.borrow().ends.len() as u64 >= self.batch_target;
             let starved = self.consumer.get().is_some_and(|c| c.is_starved());
             let hup = self.hup.replace(false);
             let finishing = self.stopped.get();
@@ -183,6 +215,7 @@ impl Topic {
                 }
             }
             self.synced.set(generation);
+            self.wake_synced(generation);
             self.synced_notify.notify();
             if finishing && self.pending.borrow().ends.is_empty() {
                 self.stopped.set(false);
@@ -190,5 +223,35 @@ impl Topic {
                 return;
             }
         }
+    }
+}
+
+/// Resolves once the batch of `generation` is synced.
+struct Synced<'a> {
+    topic: &'a Topic,
+    generation: u64,
+    /// The waker last registered, so that a poll with the same one adds nothing.
+    registered: Option<Waker>,
+}
+
+impl Future for Synced<'_> {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.topic.synced.get() >= self.generation {
+            return Poll::Ready(());
+        }
+        if !self
+            .registered
+            .as_ref()
+            .is_some_and(|w| w.will_wake(cx.waker()))
+        {
+            let waker = cx.waker().clone();
+            self.topic
+                .waiters
+                .borrow_mut()
+                .push((self.generation, waker.clone()));
+            self.registered = Some(waker);
+        }
+        Poll::Pending
     }
 }
