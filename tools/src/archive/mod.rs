@@ -74,10 +74,14 @@ async fn run(opts: Options, go: GoConfig, signals: Signals) -> i32 {
     let mut topics: BTreeMap<String, Rc<Topic>> = BTreeMap::new();
     let discover = opts.topic.is_empty();
     let mut next_refresh = Instant::now();
+    // The first round of topics starts (and finishes the work dir's leftovers) even when a
+    // signal came during start-up; they stop right after.
+    let mut first = true;
     loop {
-        if signals.terminating() {
+        if signals.terminating() && !first {
             break;
         }
+        first = false;
         if signals.take_hup() {
             for t in topics.values() {
                 t.hup();
