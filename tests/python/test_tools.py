@@ -88,13 +88,28 @@ def drained(broker, topic, channel):
         c["deferred_count"] == 0
 
 
+STARTED = []
+
+
+@pytest.fixture(autouse=True)
+def _kill_leftover_tools():
+    """A test that fails half-way leaves no tool process running."""
+    yield
+    while STARTED:
+        p = STARTED.pop()
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
 class Proc:
-    """A tool process with its stderr in a file."""
+    """A tool process with its stderr in a file (killed at the end of the test if still up)."""
 
     def __init__(self, args, workdir, name, **kw):
         self.err_path = os.path.join(workdir, "%s.%d.stderr" % (name, time.monotonic_ns()))
         self._err = open(self.err_path, "wb")
         self.proc = subprocess.Popen(args, stderr=self._err, **kw)
+        STARTED.append(self.proc)
 
     def stderr(self):
         with open(self.err_path, "rb") as f:
