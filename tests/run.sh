@@ -13,7 +13,7 @@
 #   SKIP_CARGO_TEST=1       skip `cargo test --workspace` (the wire tests still build the broker)
 #   SKIP_NODE=1             skip the nsqjs tests
 #   SERIAL=1                run the shard counts one after another (default: side by side)
-#   SKIP_BUILD=1            skip `cargo build --release -p broker -p lookup -p admin-ui`
+#   SKIP_BUILD=1            skip `cargo build --release -p broker -p lookup -p admin-ui -p tools`
 #   SKIP_ADMIN=1            skip the admin-ui tests (tests/admin)
 #   SKIP_LINT=1             skip `cargo fmt --check` and clippy
 #   SKIP_WIRE=1             skip the pytest wire tests (tests/python)
@@ -90,8 +90,9 @@ fi
 
 # ---- build and unit tests ---------------------------------------------------------------
 if [ "${SKIP_BUILD:-0}" != "1" ]; then
-  step "cargo build --release -p broker -p lookup -p admin-ui"
-  cargo build --release -p broker -p lookup -p admin-ui
+  step "cargo build --release -p broker -p lookup -p admin-ui -p tools"
+  # tools: nsq_to_file, nsq_tail and to_nsq, which tests/python/test_tools.py runs.
+  cargo build --release -p broker -p lookup -p admin-ui -p tools
 fi
 
 if [ "${SKIP_CARGO_TEST:-0}" != "1" ]; then

@@ -1,4 +1,5 @@
-//! Discovery: asking lookups which brokers have a topic.
+//! Discovery: asking lookups which brokers have a topic, and which topics they know
+//! ([`topics`], `GET /topics`).
 //!
 //! One query is `GET /lookup?topic=<topic>` over a fresh HTTP/1.1 connection
 //! (`Connection: close`), answered with
@@ -70,22 +71,38 @@ struct Wrapped {
 /// Asks the lookup at `lookupd` (`host:port`, optionally prefixed with `http://`) for the
 /// brokers of `topic`.
 pub async fn query(lookupd: &str, topic: &str, timeout: Duration) -> Result<LookupResponse> {
+    let target = format!("/lookup?topic={}", http1::percent_encode(topic));
+    let response = get(lookupd, &target, timeout).await?;
+    lookup_answer(&response)
+}
+
+/// Asks the lookup at `lookupd` for every topic it knows (`GET /topics`), as nsq_to_file's
+/// `--topic-pattern` discovers topics.
+pub async fn topics(lookupd: &str, timeout: Duration) -> Result<Vec<String>> {
+    let response = get(lookupd, "/topics", timeout).await?;
+    match response.status {
+        200 => parse_topics_body(&response.body),
+        status => Err(Error::Http { status }),
+    }
+}
+
+/// One `GET target` to the lookup at `lookupd`, bounded by `timeout` as a whole.
+async fn get(lookupd: &str, target: &str, timeout: Duration) -> Result<ReceivedResponse> {
     let host = lookupd
         .trim_start_matches("http://")
         .trim_end_matches('/')
         .to_string();
-    let target = format!("/lookup?topic={}", http1::percent_encode(topic));
     let request = request_bytes(
         "GET",
         &host,
-        &target,
+        target,
         &[
             ("Accept", ACCEPT_NSQ_V1),
             ("User-Agent", crate::config::DEFAULT_USER_AGENT),
         ],
         b"",
     );
-    let response = rt::with_timeout(timeout, async {
+    rt::with_timeout(timeout, async {
         let mut stream = rt::connect_tcp(&host, timeout).await?;
         exchange(&mut stream, &request, &RESPONSE_LIMITS)
             .await
@@ -94,8 +111,23 @@ pub async fn query(lookupd: &str, topic: &str, timeout: Duration) -> Result<Look
                 ExchangeError::Response(e) => Error::BadHttpResponse(e.as_str()),
             })
     })
-    .await?;
-    lookup_answer(&response)
+    .await
+}
+
+/// Parses a `/topics` JSON body (`{"topics": [...]}`), bare or wrapped in `data`.
+pub fn parse_topics_body(body: &[u8]) -> Result<Vec<String>> {
+    #[derive(Deserialize)]
+    struct Topics {
+        #[serde(default)]
+        topics: Vec<String>,
+    }
+    let value: serde_json::Value = serde_json::from_slice(body)?;
+    let value = match value.get("data") {
+        Some(data) if data.is_object() => data.clone(),
+        _ => value,
+    };
+    let topics: Topics = serde_json::from_value(value)?;
+    Ok(topics.topics)
 }
 
 /// The union of the brokers in several answers, as `host:port` strings.
@@ -223,6 +255,20 @@ mod tests {
         .expect("b");
         let all: Vec<_> = broker_addresses([&a, &b]).into_iter().collect();
         assert_eq!(all, ["10.0.0.1:4150", "10.0.0.2:4150", "[::1]:4250"]);
+    }
+
+    #[test]
+    fn topics_bare_and_wrapped() {
+        assert_eq!(
+            parse_topics_body(br#"{"topics":["a","b"]}"#).expect("bare"),
+            ["a", "b"]
+        );
+        assert_eq!(
+            parse_topics_body(br#"{"status_code":200,"status_txt":"OK","data":{"topics":["x"]}}"#)
+                .expect("wrapped"),
+            ["x"]
+        );
+        assert!(parse_topics_body(br#"{"topics":"nope"}"#).is_err());
     }
 
     #[test]

@@ -690,7 +690,8 @@ fn stop_sends_cls_waits_for_handlers_in_flight_then_closes() {
 
 /// Rules: with only a lookup address, the consumer polls it (short interval) and connects to
 /// a broker that registers later, then to a second one, and drops a broker the lookup no
-/// longer lists (tombstoned: CLS, its /stats shows no consumer) and one that dies.
+/// longer lists (tombstoned: CLS, its /stats shows no consumer) and one that dies. The
+/// lookup's `/topics` lists the topic once a broker registered it.
 #[test]
 fn lookup_polling_finds_brokers_that_register_later_and_drops_vanished_ones() {
     let lookup = LookupProc::start();
@@ -723,6 +724,11 @@ fn lookup_polling_finds_brokers_that_register_later_and_drops_vanished_ones() {
             }
         };
         registered(a.tcp.clone()).await;
+        // The lookup's topic list (`/topics`, what nsq_to_file's --topic-pattern polls).
+        let topics = client::lookup::topics(&lookup.http, WAIT)
+            .await
+            .expect("/topics");
+        assert_eq!(topics, [TOPIC]);
         c.wait_for_connections(1, WAIT)
             .await
             .expect("broker a found");

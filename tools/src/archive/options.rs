@@ -1,0 +1,257 @@
+//! nsq_to_file's command line: every flag of NSQ 1.3's nsq_to_file, its defaults, and its
+//! checks in its order and words (`log.Fatal`: status 1). Parsing errors (an unknown flag, a
+//! value of the wrong type) are clap's, status 2.
+
+use crate::cli::{go_bool, go_duration};
+use clap::Parser;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Parser, Debug, Clone)]
+#[command(
+    name = "nsq_to_file",
+    about = "Writes the messages of NSQ topics to files, rotating them (NSQ's nsq_to_file)",
+    disable_version_flag = true,
+    args_override_self = true
+)]
+pub struct Options {
+    /// print version string
+    #[arg(long, value_parser = go_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false")]
+    pub version: bool,
+    /// set log verbosity: debug, info, warn, error, or fatal
+    #[arg(long = "log-level", default_value = "info", value_parser = nsq_common::cli::parse_log_level)]
+    pub log_level: tracing::Level,
+    /// log message prefix (accepted for NSQ's command lines; the log format is tracing's)
+    #[arg(long = "log-prefix", default_value = "[nsq_to_file] ")]
+    pub log_prefix: String,
+    /// nsq channel
+    #[arg(long, default_value = "nsq_to_file")]
+    pub channel: String,
+    /// max number of messages to allow in flight
+    #[arg(long = "max-in-flight", default_value_t = 200)]
+    pub max_in_flight: u64,
+    /// directory to write output files to
+    #[arg(long = "output-dir", default_value = "/tmp")]
+    pub output_dir: PathBuf,
+    /// directory for in-progress files before moving to output-dir
+    #[arg(long = "work-dir", default_value = "")]
+    pub work_dir_arg: String,
+    /// `--work-dir`, or the output dir when not given (set by [`Options::check`]).
+    #[arg(skip)]
+    pub work_dir: PathBuf,
+    /// strftime compatible format for <DATETIME> in filename format
+    #[arg(long = "datetime-format", default_value = "%Y-%m-%d_%H")]
+    pub datetime_format: String,
+    /// output filename format (<TOPIC>, <HOST>, <PID>, <DATETIME>, <REV> are replaced. <REV> is
+    /// increased when file already exists)
+    #[arg(
+        long = "filename-format",
+        default_value = "<TOPIC>.<HOST><REV>.<DATETIME>.log"
+    )]
+    pub filename_format: String,
+    /// value to output in log filename in place of hostname. <SHORT_HOST> and <HOSTNAME> are
+    /// valid replacement tokens
+    #[arg(long = "host-identifier", default_value = "")]
+    pub host_identifier: String,
+    /// gzip compression level (1-9, 1=BestSpeed, 9=BestCompression)
+    #[arg(
+        long = "gzip-level",
+        default_value_t = 6,
+        allow_negative_numbers = true
+    )]
+    pub gzip_level: i64,
+    /// gzip output files.
+    #[arg(long, value_parser = go_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false")]
+    pub gzip: bool,
+    /// skip writing empty files
+    #[arg(long = "skip-empty-files", value_parser = go_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false")]
+    pub skip_empty_files: bool,
+    /// how frequently the topic list should be refreshed
+    #[arg(long = "topic-refresh", value_parser = go_duration, default_value = "1m")]
+    pub topic_refresh: Duration,
+    /// only log topics matching the following pattern
+    #[arg(long = "topic-pattern", default_value = "")]
+    pub topic_pattern: String,
+    /// rotate the file when it grows bigger than `rotate-size` bytes
+    #[arg(
+        long = "rotate-size",
+        default_value_t = 0,
+        allow_negative_numbers = true
+    )]
+    pub rotate_size: i64,
+    /// rotate the file every duration
+    #[arg(long = "rotate-interval", value_parser = go_duration, default_value = "0")]
+    pub rotate_interval: Duration,
+    /// sync file to disk every duration
+    #[arg(long = "sync-interval", value_parser = go_duration, default_value = "30s")]
+    pub sync_interval: Duration,
+    /// timeout for HTTP connect
+    #[arg(long = "http-client-connect-timeout", value_parser = go_duration, default_value = "2s")]
+    pub http_client_connect_timeout: Duration,
+    /// timeout for HTTP request
+    #[arg(long = "http-client-request-timeout", value_parser = go_duration, default_value = "5s")]
+    pub http_client_request_timeout: Duration,
+    /// nsqd TCP address (may be given multiple times)
+    #[arg(long = "nsqd-tcp-address")]
+    pub nsqd_tcp_address: Vec<String>,
+    /// lookupd HTTP address (may be given multiple times)
+    #[arg(long = "lookupd-http-address")]
+    pub lookupd_http_address: Vec<String>,
+    /// nsq topic (may be given multiple times)
+    #[arg(long)]
+    pub topic: Vec<String>,
+    /// option to passthrough to nsq.Consumer (may be given multiple times,
+    /// http://godoc.org/github.com/nsqio/go-nsq#Config)
+    #[arg(long = "consumer-opt")]
+    pub consumer_opt: Vec<String>,
+}
+
+impl Options {
+    /// NSQ's checks after parsing, in its order; the error is its message. Fills in the work
+    /// dir (the output dir when not given).
+    pub fn check(&mut self) -> Result<(), String> {
+        if self.channel.is_empty() {
+            return Err("--channel is required".into());
+        }
+        if self.http_client_connect_timeout.is_zero() {
+            return Err("--http-client-connect-timeout should be positive".into());
+        }
+        if self.http_client_request_timeout.is_zero() {
+            return Err("--http-client-request-timeout should be positive".into());
+        }
+        if self.nsqd_tcp_address.is_empty() && self.lookupd_http_address.is_empty() {
+            return Err("--nsqd-tcp-address or --lookupd-http-address required.".into());
+        }
+        if !self.nsqd_tcp_address.is_empty() && !self.lookupd_http_address.is_empty() {
+            return Err("use --nsqd-tcp-address or --lookupd-http-address not both".into());
+        }
+        if !(1..=9).contains(&self.gzip_level) {
+            return Err(format!(
+                "invalid --gzip-level value ({}), should be 1-9",
+                self.gzip_level
+            ));
+        }
+        if self.topic.is_empty() && self.topic_pattern.is_empty() {
+            return Err("--topic or --topic-pattern required".into());
+        }
+        if self.topic.is_empty() && self.lookupd_http_address.is_empty() {
+            return Err(
+                "--lookupd-http-address must be specified when no --topic specified".into(),
+            );
+        }
+        // Go's time.NewTicker panics on these; a message is kinder.
+        if self.sync_interval.is_zero() {
+            return Err("--sync-interval should be positive".into());
+        }
+        if self.topic.is_empty() && self.topic_refresh.is_zero() {
+            return Err("--topic-refresh should be positive".into());
+        }
+        if self.max_in_flight == 0 {
+            return Err("--max-in-flight should be positive".into());
+        }
+        if let Err(e) = regex::Regex::new(&self.topic_pattern) {
+            return Err(format!("invalid --topic-pattern: {e}"));
+        }
+        self.work_dir = if self.work_dir_arg.is_empty() {
+            self.output_dir.clone()
+        } else {
+            PathBuf::from(&self.work_dir_arg)
+        };
+        Ok(())
+    }
+
+    /// True when in-progress files live apart from finished ones.
+    pub fn separate_work_dir(&self) -> bool {
+        self.work_dir != self.output_dir
+    }
+
+    /// Rotation by size or by time is on.
+    pub fn rotating(&self) -> bool {
+        self.rotate_size > 0 || !self.rotate_interval.is_zero()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Options, String> {
+        let argv =
+            std::iter::once("nsq_to_file".to_string()).chain(args.iter().map(|s| s.to_string()));
+        let argv = nsq_common::cli::go_style_flags::<Options, _>(argv);
+        let mut o = Options::try_parse_from(argv).map_err(|e| e.to_string())?;
+        o.check()?;
+        Ok(o)
+    }
+
+    #[test]
+    fn defaults_are_nsqs() {
+        let o = parse(&["--topic", "t", "--nsqd-tcp-address", "h:1"]).expect("valid");
+        assert_eq!(o.channel, "nsq_to_file");
+        assert_eq!(o.max_in_flight, 200);
+        assert_eq!(o.output_dir, PathBuf::from("/tmp"));
+        assert_eq!(o.work_dir, o.output_dir);
+        assert_eq!(o.sync_interval, Duration::from_secs(30));
+        assert_eq!(o.topic_refresh, Duration::from_secs(60));
+        assert_eq!(o.gzip_level, 6);
+        assert!(!o.gzip && !o.skip_empty_files);
+    }
+
+    #[test]
+    fn go_forms_and_repeats() {
+        let o = parse(&[
+            "-topic=a",
+            "-topic",
+            "b",
+            "-nsqd-tcp-address=h:1",
+            "-gzip",
+            "-skip-empty-files=false",
+            "-rotate-interval=1m",
+            "-channel=x",
+            "-channel=y",
+        ])
+        .expect("valid");
+        assert_eq!(o.topic, ["a", "b"]);
+        assert!(o.gzip && !o.skip_empty_files);
+        assert_eq!(o.channel, "y", "the last value wins, as in Go");
+        assert_eq!(o.rotate_interval, Duration::from_secs(60));
+    }
+
+    #[test]
+    fn nsq_checks_and_messages() {
+        let err = |a: &[&str]| parse(a).expect_err("refused");
+        assert!(err(&["--topic", "t"])
+            .contains("--nsqd-tcp-address or --lookupd-http-address required"));
+        assert!(err(&[
+            "--topic",
+            "t",
+            "--nsqd-tcp-address",
+            "a",
+            "--lookupd-http-address",
+            "b"
+        ])
+        .contains("not both"));
+        assert!(err(&[
+            "--topic",
+            "t",
+            "--nsqd-tcp-address",
+            "a",
+            "--gzip-level",
+            "0"
+        ])
+        .contains("invalid --gzip-level value (0), should be 1-9"));
+        assert!(err(&["--nsqd-tcp-address", "a"]).contains("--topic or --topic-pattern required"));
+        assert!(err(&["--topic-pattern", "x", "--nsqd-tcp-address", "a"])
+            .contains("--lookupd-http-address must be specified"));
+        assert!(err(&[
+            "--topic",
+            "t",
+            "--nsqd-tcp-address",
+            "a",
+            "--sync-interval",
+            "10"
+        ])
+        .contains("sync-interval"));
+        assert!(err(&["--topic", "t", "--nsqd-tcp-address", "a", "--bogus"]).contains("--bogus"));
+    }
+}

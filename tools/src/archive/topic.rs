@@ -1,0 +1,257 @@
+//! One archived topic: a consumer whose handler appends each message to the pending batch and
+//! waits, and a writer task that hands batches to a blocking thread ([`OutputFile::run`]) and
+//! releases the waiting handlers when their batch is synced; the consumer then FINs them.
+//!
+//! When a batch is written (NSQ's router, pipelined): when the pending messages reach half of
+//! `--max-in-flight` (NSQ: all of it; half lets the other half fill while this one is written
+//! and synced, instead of stalling the consumer for every sync) or the consumer is starved (a
+//! connection has 85% of its RDY in flight: it would stall otherwise), every
+//! `--sync-interval`, on SIGHUP (which also closes the file), and at once while stopping.
+//!
+//! Invariants: a message's handler returns `Finish` only after the batch holding it was
+//! written and synced (at-least-once: a crash loses nothing acknowledged); batches reach the
+//! file in the order their messages arrived; a write or sync error ends the process with status
+//! 1 (as NSQ), so the broker requeues every message not FINished.
+
+use crate::archive::file::{Batch, OutputFile};
+use client::{Consumer, ConsumerConfig, HandlerResult, Message};
+use nsq_common::local_sync::Notify;
+use std::cell::{Cell, OnceCell, RefCell};
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+/// The shared state of one topic's consumer and writer.
+pub struct Topic {
+    pub name: String,
+    /// Pending messages that make a batch worth writing at once: half of `--max-in-flight`,
+    /// so that the other half fills while it is written and synced.
+    batch_target: u64,
+    sync_interval: Duration,
+    pending: RefCell<Batch>,
+    /// Generation of the batch filling now; a handler waits for `synced >= ` its generation.
+    filling: Cell<u64>,
+    synced: Cell<u64>,
+    /// Handlers waiting for their batch: (generation, waker), woken when it is synced. A plain
+    /// list: each handler registers once per poll, and a sync wakes and drops the ones done.
+    waiters: RefCell<Vec<(u64, Waker)>>,
+    /// Poked after each sync and when the writer ends ([`Topic::stop`] waits on it).
+    synced_notify: Notify,
+    /// Poked when the filling batch should be written now.
+    wake: Notify,
+    consumer: OnceCell<Consumer>,
+    /// Set by [`Topic::stop`]: write at once; `stopped` once the consumer has stopped.
+    stopping: Cell<bool>,
+    stopped: Cell<bool>,
+    hup: Cell<bool>,
+    pub messages: Cell<u64>,
+}
+
+impl Topic {
+    /// Starts consuming `config` (its topic) into `file`: the consumer and the writer task.
+    /// The consumer connects to `nsqds` or `lookupds`; a failed first connection is logged
+    /// and retried by the client.
+    pub fn start(
+        config: ConsumerConfig,
+        file: OutputFile,
+        sync_interval: Duration,
+        nsqds: Vec<String>,
+        lookupds: Vec<String>,
+    ) -> client::Result<Rc<Topic>> {
+        let topic = Rc::new(Topic {
+            name: config.topic.clone(),
+            batch_target: (config.max_in_flight / 2).max(1),
+            sync_interval,
+            pending: RefCell::new(Batch::default()),
+            filling: Cell::new(1),
+            synced: Cell::new(0),
+            waiters: RefCell::new(Vec::new()),
+            synced_notify: Notify::new(),
+            wake: Notify::new(),
+            consumer: OnceCell::new(),
+            stopping: Cell::new(false),
+            stopped: Cell::new(false),
+            hup: Cell::new(false),
+            messages: Cell::new(0),
+        });
+        let t = topic.clone();
+        let consumer = Consumer::new(config, move |msg: Message| {
+            let generation = t.append(&msg);
+            let t = t.clone();
+            async move {
+                Synced {
+                    topic: &t,
+                    generation,
+                    registered: None,
+                }
+                .await;
+                HandlerResult::Finish
+            }
+        })?;
+        let _ = topic.consumer.set(consumer.clone());
+        glommio::spawn_local(topic.clone().writer(file)).detach();
+        let name = topic.name.clone();
+        glommio::spawn_local(async move {
+            if let Err(e) = consumer.connect_to_nsqds(nsqds).await {
+                tracing::error!(topic = %name, error = %e, "connecting to nsqd (retrying)");
+            }
+            for lookupd in lookupds {
+                if let Err(e) = consumer.connect_to_lookupd(lookupd.clone()).await {
+                    tracing::error!(topic = %name, lookupd, error = %e, "querying lookupd (retrying)");
+                }
+            }
+        })
+        .detach();
+        Ok(topic)
+    }
+
+    /// Appends the message's record; returns the generation of the batch it is in.
+    fn append(&self, msg: &Message) -> u64 {
+        let full = {
+            let mut p = self.pending.borrow_mut();
+            p.data.extend_from_slice(msg.body());
+            p.data.push(b'\n');
+            let end = p.data.len();
+            p.ends.push(end);
+            p.ends.len() as u64 >= self.batch_target
+        };
+        self.messages.set(self.messages.get() + 1);
+        let starved = self.consumer.get().is_some_and(|c| c.is_starved());
+        if full || starved || self.stopping.get() {
+            self.wake.notify();
+        }
+        self.filling.get()
+    }
+
+    /// SIGHUP: sync and close the file (the next message opens a new one).
+    pub fn hup(&self) {
+        self.hup.set(true);
+        self.wake.notify();
+    }
+
+    /// Stops consuming (CLS, then waits for the messages in flight, which the writer syncs at
+    /// once), then closes the file; returns when all is done.
+    pub async fn stop(self: &Rc<Self>) {
+        self.stopping.set(true);
+        self.wake.notify();
+        if let Some(c) = self.consumer.get() {
+            c.stop().await;
+        }
+        self.stopped.set(true);
+        self.wake.notify();
+        while self.stopped.get() {
+            // the writer clears `stopped` when the file is closed
+            self.synced_notify.changed().await;
+        }
+    }
+
+    /// Wakes the handlers whose batch is synced (their wakers moved out, not cloned).
+    fn wake_synced(&self, synced: u64) {
+        let all = std::mem::take(&mut *self.waiters.borrow_mut());
+        let mut later = Vec::new();
+        let mut done = Vec::with_capacity(all.len());
+        for (generation, waker) in all {
+            if generation <= synced {
+                done.push(waker);
+            } else {
+                later.push((generation, waker));
+            }
+        }
+        self.waiters.borrow_mut().extend(later);
+        for waker in done {
+            waker.wake();
+        }
+    }
+
+    /// The writer task: waits for a reason to write, writes and syncs the filling batch on a
+    /// blocking thread, then releases its handlers.
+    async fn writer(self: Rc<Self>, mut file: OutputFile) {
+        let mut next_tick = Instant::now() + self.sync_interval;
+        loop {
+            let now = Instant::now();
+            let tick = now >= next_tick;
+            if tick {
+                next_tick = now + self.sync_interval;
+            }
+            let has_records = !self.pending.borrow().ends.is_empty();
+            let full = self.pending.borrow().ends.len() as u64 >= self.batch_target;
+            let starved = self.consumer.get().is_some_and(|c| c.is_starved());
+            let hup = self.hup.replace(false);
+            let finishing = self.stopped.get();
+            let now_please = has_records && (full || starved || self.stopping.get());
+            if !(tick || hup || finishing || now_please) {
+                let wait = next_tick.saturating_duration_since(now);
+                futures_lite::future::or(self.wake.notified(), glommio::timer::sleep(wait)).await;
+                continue;
+            }
+            let mut batch = std::mem::take(&mut *self.pending.borrow_mut());
+            batch.tick = tick;
+            batch.close = hup || finishing;
+            let generation = self.filling.replace(self.filling.get() + 1);
+            let job = glommio::executor().spawn_blocking(move || {
+                let result = file.run(&batch);
+                (file, batch, result)
+            });
+            let (f, batch, result) = job.await;
+            file = f;
+            if let Err(e) = result {
+                tracing::error!(topic = %self.name, error = %e, "writing or syncing the file; exiting");
+                std::process::exit(1);
+            }
+            if !batch.ends.is_empty() {
+                tracing::debug!(topic = %self.name, records = batch.ends.len(), "synced records to disk");
+            }
+            // Reuse the allocation for a later batch when nothing filled meanwhile.
+            {
+                let mut p = self.pending.borrow_mut();
+                if p.ends.is_empty() && p.data.capacity() < batch.data.capacity() {
+                    let (mut data, mut ends) = (batch.data, batch.ends);
+                    data.clear();
+                    ends.clear();
+                    p.data = data;
+                    p.ends = ends;
+                }
+            }
+            self.synced.set(generation);
+            self.wake_synced(generation);
+            self.synced_notify.notify();
+            if finishing && self.pending.borrow().ends.is_empty() {
+                self.stopped.set(false);
+                self.synced_notify.notify();
+                return;
+            }
+        }
+    }
+}
+
+/// Resolves once the batch of `generation` is synced.
+struct Synced<'a> {
+    topic: &'a Topic,
+    generation: u64,
+    /// The waker last registered, so that a poll with the same one adds nothing.
+    registered: Option<Waker>,
+}
+
+impl Future for Synced<'_> {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.topic.synced.get() >= self.generation {
+            return Poll::Ready(());
+        }
+        if !self
+            .registered
+            .as_ref()
+            .is_some_and(|w| w.will_wake(cx.waker()))
+        {
+            let waker = cx.waker().clone();
+            self.topic
+                .waiters
+                .borrow_mut()
+                .push((self.generation, waker.clone()));
+            self.registered = Some(waker);
+        }
+        Poll::Pending
+    }
+}

@@ -1,0 +1,5 @@
+//! `nsq_to_file`: see [`tools::archive`].
+
+fn main() {
+    std::process::exit(tools::archive::main());
+}

@@ -1,0 +1,20 @@
+//! NSQ's utilities on the workspace's `client` crate, with NSQ's names, flags, defaults and
+//! output formats, so that existing command lines, cron jobs and systemd units keep working.
+//! Each binary (`src/bin/<name>.rs`) calls one `main` here.
+//!
+//! - [`archive`]: `nsq_to_file` (topics to files; FIN only after the sync);
+//! - [`tail`]: `nsq_tail` (topics to stdout);
+//! - [`publish`]: `to_nsq` (stdin to a topic);
+//! - shared: [`cli`] (Go-style flags, `--version`, logging, signals), [`goconfig`]
+//!   (`--consumer-opt` / `--producer-opt`: go-nsq's config keys), [`filename`] and
+//!   [`strftime`] (nsq_to_file's file names).
+//!
+//! No protocol code lives here: connections, TLS, compression and AUTH are the client's.
+
+pub mod archive;
+pub mod cli;
+pub mod filename;
+pub mod goconfig;
+pub mod publish;
+pub mod strftime;
+pub mod tail;
