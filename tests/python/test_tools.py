@@ -27,7 +27,6 @@ from brokerhttp import http
 from conftest import REPO
 from test_auth import AuthServer, grant
 from test_lookup import registered_broker, start_lookup, wait_registered  # noqa: F401
-from test_tls_compression import certs  # noqa: F401 (a fixture)
 
 N = 100_000
 WAIT = 120
@@ -390,7 +389,7 @@ def test_every_flag_of_each_tool(broker, tmp_path, form):
 
 
 @pytest.mark.timeout(120)
-def test_tls_client_certificate_compression_and_auth_through_the_opts(start_broker, certs,  # noqa: F811
+def test_tls_client_certificate_compression_and_auth_through_the_opts(start_broker, certs,
                                                                       tmp_path):
     """--consumer-opt / --producer-opt with go-nsq's keys: TLS with a client certificate (the
     broker requires and verifies one), snappy and deflate, AUTH against an auth server."""
@@ -399,6 +398,7 @@ def test_tls_client_certificate_compression_and_auth_through_the_opts(start_brok
                                   "permissions": ["subscribe", "publish"]})
     try:
         b = start_broker("--tls-cert=" + certs.server, "--tls-key=" + certs.server_key,
+                         "--https-address=127.0.0.1:0", "--tls-required=tcp-https",
                          "--tls-client-auth-policy=require-verify",
                          "--tls-root-ca-file=" + certs.ca,
                          "--auth-http-address=%s" % server.address)
