@@ -97,7 +97,13 @@ pub enum Mail {
     /// The frames are encoded by the owner, so the consumer's shard only copies bytes and never
     /// touches the bodies' reference counts (shared with the owner's log: a cache line bouncing
     /// between cores for every message otherwise).
-    Deliver { conn: u64, frames: Bytes },
+    /// `full`: the consumer can take no more after these (see `channel::Batch::full`), so
+    /// the connection writes them at once instead of holding them in its output buffer.
+    Deliver {
+        conn: u64,
+        frames: Bytes,
+        full: bool,
+    },
     /// From an owner to a consumer's shard: a non-fatal error frame for connection `conn`.
     ConnError { conn: u64, error: ProtocolError },
     /// The answer to a request, for the waiting `token` on this shard.

@@ -15,6 +15,11 @@ use std::time::Duration;
 /// The `user_agent` sent in IDENTIFY unless set.
 pub const DEFAULT_USER_AGENT: &str = concat!("nsq-client-rs/", env!("CARGO_PKG_VERSION"));
 
+/// go-nsq's `output_buffer_size`, sent in IDENTIFY unless set.
+pub const DEFAULT_OUTPUT_BUFFER_SIZE: u64 = 16 * 1024;
+/// go-nsq's `output_buffer_timeout`, sent in IDENTIFY unless set.
+pub const DEFAULT_OUTPUT_BUFFER_TIMEOUT: Duration = Duration::from_millis(250);
+
 /// How a client introduces itself in IDENTIFY; shared by producers and consumers.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Identity {
@@ -25,6 +30,26 @@ pub struct Identity {
     pub heartbeat_interval: Duration,
     /// Per-message timeout asked of the broker; `None` takes the broker's default.
     pub msg_timeout: Option<Duration>,
+    /// Bytes the broker may buffer before writing messages to this client (go-nsq's
+    /// `output_buffer_size`, 16 KiB by default; 64 ..= the broker's
+    /// `--max-output-buffer-size`).
+    pub output_buffer_size: OutputBufferSize,
+    /// Longest the broker holds a message in that buffer (go-nsq's `output_buffer_timeout`,
+    /// 250 ms; within the broker's `--min/max-output-buffer-timeout`). `None` asks for no
+    /// holding at all (IDENTIFY's -1): each message written at once, at some throughput cost.
+    pub output_buffer_timeout: Option<Duration>,
+}
+
+/// The output buffer size asked of the broker in IDENTIFY.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutputBufferSize {
+    /// The broker's default (IDENTIFY's 0).
+    BrokerDefault,
+    /// This many bytes (64 ..= the broker's maximum).
+    Bytes(u64),
+    /// No buffering at all (IDENTIFY's -1; the broker then holds nothing, whatever the
+    /// timeout).
+    Disabled,
 }
 
 impl Default for Identity {
@@ -36,6 +61,8 @@ impl Default for Identity {
             user_agent: DEFAULT_USER_AGENT.to_string(),
             heartbeat_interval: Duration::from_secs(30),
             msg_timeout: None,
+            output_buffer_size: OutputBufferSize::Bytes(DEFAULT_OUTPUT_BUFFER_SIZE),
+            output_buffer_timeout: Some(DEFAULT_OUTPUT_BUFFER_TIMEOUT),
         }
     }
 }
@@ -50,6 +77,14 @@ impl Identity {
             feature_negotiation: true,
             heartbeat_interval: self.heartbeat_interval.as_millis() as i64,
             msg_timeout: self.msg_timeout.map_or(0, |d| d.as_millis() as i64),
+            output_buffer_size: match self.output_buffer_size {
+                OutputBufferSize::BrokerDefault => 0,
+                OutputBufferSize::Bytes(n) => i64::try_from(n).unwrap_or(i64::MAX),
+                OutputBufferSize::Disabled => -1,
+            },
+            output_buffer_timeout: self
+                .output_buffer_timeout
+                .map_or(-1, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
             ..IdentifyRequest::default()
         }
     }
@@ -62,6 +97,21 @@ impl Identity {
         }
         if self.msg_timeout.is_some_and(|d| d < Duration::from_secs(1)) {
             return Err(Error::InvalidConfig("msg_timeout must be at least 1s"));
+        }
+        if matches!(self.output_buffer_size, OutputBufferSize::Bytes(n) if n < 64) {
+            return Err(Error::InvalidConfig(
+                "output_buffer_size must be at least 64 bytes",
+            ));
+        }
+        // The broker's minimum is 25 ms by default; below 1 ms IDENTIFY would say 0, which
+        // asks for the broker's default instead.
+        if self
+            .output_buffer_timeout
+            .is_some_and(|d| d < Duration::from_millis(1))
+        {
+            return Err(Error::InvalidConfig(
+                "output_buffer_timeout must be at least 1ms (None: no buffering)",
+            ));
         }
         Ok(())
     }
@@ -196,6 +246,17 @@ macro_rules! identity_setters {
         /// Per-message timeout asked of the broker.
         pub fn msg_timeout(mut self, value: std::time::Duration) -> Self {
             self.identity.msg_timeout = Some(value);
+            self
+        }
+        /// Output buffer size asked of the broker (go-nsq's `output_buffer_size`).
+        pub fn output_buffer_size(mut self, value: crate::config::OutputBufferSize) -> Self {
+            self.identity.output_buffer_size = value;
+            self
+        }
+        /// Longest the broker may hold a message before writing it (go-nsq's
+        /// `output_buffer_timeout`); `None`: written at once (IDENTIFY's -1).
+        pub fn output_buffer_timeout(mut self, value: Option<std::time::Duration>) -> Self {
+            self.identity.output_buffer_timeout = value;
             self
         }
         /// Upgrade connections to TLS (go-nsq's `tls_v1`); see [`Features`].
@@ -434,6 +495,25 @@ mod tests {
         assert_eq!(req.client_id, "me");
         assert_eq!(req.msg_timeout, 5000);
         assert_eq!(req.heartbeat_interval, 30000);
+        assert_eq!(req.output_buffer_size, 16384, "go-nsq's default");
+        assert_eq!(req.output_buffer_timeout, 250, "go-nsq's default");
+        let off = ConsumerConfig::new("t", "c")
+            .output_buffer_timeout(None)
+            .output_buffer_size(OutputBufferSize::Disabled)
+            .identity
+            .identify_request();
+        assert_eq!(
+            (off.output_buffer_size, off.output_buffer_timeout),
+            (-1, -1)
+        );
+        assert!(ConsumerConfig::new("t", "c")
+            .output_buffer_size(OutputBufferSize::Bytes(63))
+            .validate()
+            .is_err());
+        assert!(ConsumerConfig::new("t", "c")
+            .output_buffer_timeout(Some(Duration::ZERO))
+            .validate()
+            .is_err());
         assert!(ConsumerConfig::new("bad topic", "c").validate().is_err());
         assert!(ConsumerConfig::new("t", "").validate().is_err());
         assert!(ConsumerConfig::new("t", "c")

@@ -100,7 +100,7 @@ mod rt;
 pub mod tls;
 pub mod transport;
 
-pub use config::{ConsumerConfig, Features, Identity, ProducerConfig};
+pub use config::{ConsumerConfig, Features, Identity, OutputBufferSize, ProducerConfig};
 pub use consumer::{Consumer, ConsumerStats};
 pub use error::{Error, Result};
 pub use handshake::{AuthAnswer, Negotiated};

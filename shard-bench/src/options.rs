@@ -71,6 +71,12 @@ pub struct LoadArgs {
     /// Most messages in flight per consumer connection (its RDY).
     #[arg(long, default_value_t = 2500)]
     pub max_in_flight: u64,
+    /// How long the broker may hold messages in a consumer connection's output buffer
+    /// (IDENTIFY's `output_buffer_timeout`; go-nsq's 250ms by default). `-1`: written at once.
+    #[arg(long, default_value = "250ms", value_parser = parse_output_buffer_timeout,
+          allow_hyphen_values = true)]
+    // Spelled out so that clap takes the parser's `Option` as the value, not as "optional".
+    pub output_buffer_timeout: ::std::option::Option<Duration>,
     /// Publish commands outstanding per connection when not rate-limited (1: send, wait for
     /// OK, send the next).
     #[arg(long, default_value_t = 1)]
@@ -292,6 +298,8 @@ pub struct LoadPlan {
     pub connections: usize,
     pub sub_connections: usize,
     pub max_in_flight: u64,
+    /// IDENTIFY's `output_buffer_timeout` of the consumers (`None`: -1, no holding).
+    pub output_buffer_timeout: Option<Duration>,
     pub pipeline: usize,
     pub duration: Duration,
     pub warmup: Duration,
@@ -412,6 +420,7 @@ impl LoadArgs {
             connections: self.connections,
             sub_connections,
             max_in_flight: self.max_in_flight,
+            output_buffer_timeout: self.output_buffer_timeout,
             pipeline: self.pipeline,
             duration: self.duration,
             warmup: self.warmup,
@@ -487,4 +496,16 @@ impl LoadPlan {
     pub fn hard_limit(&self) -> Duration {
         self.warmup + self.duration + Duration::from_secs(20)
     }
+}
+
+/// `--output-buffer-timeout`: a Go duration, or `-1` for none.
+fn parse_output_buffer_timeout(s: &str) -> std::result::Result<Option<Duration>, String> {
+    if s.trim() == "-1" {
+        return Ok(None);
+    }
+    let d = protocol::duration::parse_flag_duration(s)?;
+    if d < Duration::from_millis(1) {
+        return Err("at least 1ms, or -1 for none".to_string());
+    }
+    Ok(Some(d))
 }

@@ -54,6 +54,9 @@ pub struct Settings {
     pub connections: usize,
     pub sub_connections: usize,
     pub max_in_flight: u64,
+    /// The consumers' IDENTIFY `output_buffer_timeout` in ms (-1: none).
+    #[serde(default)]
+    pub output_buffer_timeout_ms: i64,
     pub pipeline: usize,
     pub duration_s: f64,
     pub warmup_s: f64,

@@ -394,6 +394,9 @@ fn build_result(
             connections: plan.connections,
             sub_connections: plan.sub_connections,
             max_in_flight: plan.max_in_flight,
+            output_buffer_timeout_ms: plan
+                .output_buffer_timeout
+                .map_or(-1, |d| d.as_millis() as i64),
             pipeline: plan.pipeline,
             duration_s: plan.duration.as_secs_f64(),
             warmup_s: plan.warmup.as_secs_f64(),

@@ -23,6 +23,7 @@ pub async fn subscribe(
     let mut config = ConsumerConfig::new(plan.topic.clone(), channel)
         .client_id("shard-bench")
         .max_in_flight(plan.max_in_flight)
+        .output_buffer_timeout(plan.output_buffer_timeout)
         // Every message is FINned; nothing should ever be given up or slow us down.
         .max_attempts(0)
         .backoff_multiplier(Duration::ZERO)

@@ -84,11 +84,27 @@ fn defaults_are_the_standard_workload_on_the_default_broker() {
     assert_eq!(plan.connections, 4);
     assert_eq!(plan.sub_connections, 4);
     assert_eq!(plan.max_in_flight, 2500);
+    assert_eq!(
+        plan.output_buffer_timeout,
+        Some(Duration::from_millis(250)),
+        "go-nsq's"
+    );
     assert_eq!(plan.duration, Duration::from_secs(10));
     assert_eq!(plan.rate, None);
     assert_eq!(plan.threads, 1);
     assert_eq!(plan.placement(0), None);
     assert_eq!(plan.executors(), 1);
+}
+
+#[test]
+fn output_buffer_timeout_takes_a_duration_or_minus_one() {
+    let plan = |v: &str| {
+        load_args(&["pubsub", "--output-buffer-timeout", v])
+            .plan(Mode::PubSub, "pubsub")
+            .map(|p| p.output_buffer_timeout)
+    };
+    assert_eq!(plan("1s").unwrap(), Some(Duration::from_secs(1)));
+    assert_eq!(plan("-1").unwrap(), None);
 }
 
 #[test]

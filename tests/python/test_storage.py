@@ -824,6 +824,9 @@ def test_messages_finished_before_the_write_are_never_written(restartable):
     r = restartable()
     r.start()
     with Conn(r.addr) as p, Conn(r.addr) as c:
+        # Each batch must come at once (RDY 100 for 50 messages would be held for the
+        # output buffer timeout, and the flusher would write them all meanwhile).
+        c.identify(output_buffer_timeout=-1)
         c.sub(TOPIC, "a", rdy=100)
         _publish_and_consume(p, c, "early", 200)
         time.sleep(0.5)  # the flusher's round (10 ms) has come and gone
@@ -855,6 +858,7 @@ def test_messages_finished_before_the_write_are_never_written(restartable):
     with urllib.request.urlopen(req, timeout=5) as resp:
         assert resp.status == 200
     with Conn(r.addr) as p, Conn(r.addr) as c:
+        c.identify(output_buffer_timeout=-1)
         c.sub(TOPIC, "a", rdy=100)
         _publish_and_consume(p, c, "again", 100)
         crash = set("crash-%d" % i for i in range(300))

@@ -82,7 +82,7 @@ pub struct Consumer {
 }
 
 impl Consumer {
-    fn is_ready(&self) -> bool {
+    pub(super) fn is_ready(&self) -> bool {
         !self.closing && self.in_flight < self.rdy && self.unwritten < self.spec.output_window
     }
 }

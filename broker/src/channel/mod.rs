@@ -60,7 +60,7 @@ mod persist;
 mod timeouts;
 
 pub use consumers::{ClientAuth, ClientInfo, Consumer, ConsumerKey, ConsumerSpec, TlsInfo};
-pub use deliveries::Deliveries;
+pub use deliveries::{Batch, Deliveries};
 pub use figures::Figures;
 
 use crate::deadlines::{DeadlineQueue, Slot};
@@ -323,6 +323,7 @@ impl Channel {
             let deadline = now + timeout;
             let id = stored.msg.id;
             c.unwritten += out.push(key, &stored.msg, credit);
+            out.set_last_full(!c.is_ready());
             let slot = self.in_flight_order.push(deadline, id);
             self.in_flight.insert(
                 id,

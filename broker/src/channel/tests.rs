@@ -61,6 +61,31 @@ fn rdy_bounds_in_flight_and_delivery_is_round_robin() {
     assert_eq!(c.floor(), 1, "message 0 is finished, 1 is still in flight");
 }
 
+/// Each consumer's batch says whether it can take more: full once its in-flight count
+/// reached its RDY, still ready when the channel ran out first.
+#[test]
+fn batches_say_when_their_consumer_is_full() {
+    let timers = TimerQueue::default();
+    let (log, ch) = setup("c", 5, 0);
+    let mut c = ch.borrow_mut();
+    let now = Instant::now();
+    c.add_consumer(spec(1), 0).unwrap();
+    c.add_consumer(spec(2), 0).unwrap();
+    c.set_rdy(spec(1).key, 1);
+    c.set_rdy(spec(2).key, 100);
+    let mut out = Deliveries::default();
+    c.dispatch(&log, now, MAX, &timers, &mut out);
+    assert_eq!(out.len(), 5);
+    let full = |conn: u64| {
+        out.batches
+            .iter()
+            .find(|b| b.to.conn == conn)
+            .map(|b| b.full)
+    };
+    assert_eq!(full(1), Some(true), "RDY 1, one in flight");
+    assert_eq!(full(2), Some(false), "RDY 100, four in flight");
+}
+
 /// A consumer whose connection has not written what it was given gets nothing more past
 /// its window, whatever its RDY; the others take the messages; a report of the bytes
 /// written lets it take more.
@@ -79,7 +104,8 @@ fn unwritten_frames_past_the_window_pause_a_consumer() {
     let mut out = Deliveries::default();
     c.dispatch(&log, now, MAX, &timers, &mut out);
     assert_eq!(out.len(), 1, "one frame fills a window of one byte");
-    let frame = out.batches[0].1.len() as u64;
+    let frame = out.batches[0].frames.len() as u64;
+    assert!(out.batches[0].full, "its window is full");
     assert_eq!(c.consumers()[0].unwritten, frame);
     let mut none = Deliveries::default();
     c.dispatch(&log, now, MAX, &timers, &mut none);

@@ -8,7 +8,7 @@
 
 use super::Shard;
 use crate::channel::TimerEntry;
-use crate::channel::{ConsumerKey, ConsumerSpec, Deliveries};
+use crate::channel::{Batch, ConsumerKey, ConsumerSpec, Deliveries};
 use crate::mailbox::{ChannelOp, Mail, RegistryOp};
 use crate::topic::{ChannelRef, Topic};
 use protocol::{ErrorCode, ProtocolError};
@@ -206,12 +206,17 @@ impl Shard {
     /// Hands each consumer's frames to its connection: here, or through the mailbox of the
     /// connection's shard.
     fn route_deliveries(&self, out: Deliveries) {
-        for (key, frames) in out.batches {
+        for Batch {
+            to: key,
+            frames,
+            full,
+        } in out.batches
+        {
             if key.shard == self.id {
                 let c = self.conns.borrow().get(&key.conn).cloned();
                 // A connection that is gone has already sent Leave; that requeues these.
                 if let Some(c) = c {
-                    c.deliver_frames(frames);
+                    c.deliver_frames(frames, full);
                 }
                 continue;
             }
@@ -220,6 +225,7 @@ impl Shard {
                 Mail::Deliver {
                     conn: key.conn,
                     frames: frames.freeze(),
+                    full,
                 },
             );
         }

@@ -70,8 +70,9 @@ use tracing::{error, info};
 /// the owner side hands it frames and errors and closes it through this, so the shard does not
 /// depend on the connection code above it.
 pub trait ConnHandle {
-    /// Appends delivered message frames (encoded by the channel's owner) to its output.
-    fn deliver_frames(&self, frames: BytesMut);
+    /// Appends delivered message frames (encoded by the channel's owner) to its output;
+    /// `full`: the consumer can take no more for now, so they are written at once.
+    fn deliver_frames(&self, frames: BytesMut, full: bool);
     /// Writes an error frame (and closes the connection if the error is fatal).
     fn push_error(&self, error: &protocol::ProtocolError);
     /// Closes it now (its topic or channel was deleted, or a stop ran out of time).
@@ -290,7 +291,7 @@ impl Shard {
                 key,
                 op,
             } => self.channel_op_here(&topic, &channel, key, op),
-            Mail::Deliver { conn, frames } => {
+            Mail::Deliver { conn, frames, full } => {
                 let c = self.conns.borrow().get(&conn).cloned();
                 // A connection that is gone has already sent Leave; its owner requeues these.
                 if let Some(c) = c {
@@ -298,7 +299,7 @@ impl Shard {
                     let frames = frames
                         .try_into_mut()
                         .unwrap_or_else(|shared| BytesMut::from(&shared[..]));
-                    c.deliver_frames(frames);
+                    c.deliver_frames(frames, full);
                 }
             }
             Mail::ConnError { conn, error } => {

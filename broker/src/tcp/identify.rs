@@ -1,12 +1,13 @@
 //! IDENTIFY: who the client is, and the negotiation of its heartbeat interval, message timeout,
-//! sample rate and features against the broker's limits (`Config::identify_limits`).
+//! output buffer, sample rate and features against the broker's limits (`Config::identify_limits`).
 //!
 //! Invariants: a negotiated heartbeat interval takes effect at once for the heartbeat ticker,
-//! the write deadline and the reader's read timeout (two intervals). The answer is the JSON of
-//! the negotiated settings when the client asked for feature negotiation, else `OK`. TLS,
-//! snappy and deflate go on right after the answer (nsqd's order: TLS, then the compression,
-//! each followed by an `OK` through it); a connection is upgraded once, and a client gets
-//! [`TLS_HANDSHAKE_TIMEOUT`] for its handshake.
+//! the write deadline and the reader's read timeout (two intervals); the negotiated output
+//! buffer size and timeout, for the message frames delivered after it (`writer.rs`). The
+//! answer is the JSON of the negotiated settings when the client asked for feature
+//! negotiation, else `OK`. TLS, snappy and deflate go on right after the answer (nsqd's
+//! order: TLS, then the compression, each followed by an `OK` through it); a connection is
+//! upgraded once, and a client gets [`TLS_HANDSHAKE_TIMEOUT`] for its handshake.
 
 use super::reader::Session;
 use super::transport::Layers;
@@ -45,6 +46,10 @@ pub(super) fn identify(
     conn.heartbeat.set(hb);
     conn.heartbeat_changed.notify();
     stream.set_read_timeout(hb.map(|d| d * 2));
+    conn.out_buffer.set(super::writer::OutputBuffer::new(
+        n.output_buffer_size,
+        n.output_buffer_timeout_ms,
+    ));
     debug!(client_id = %req.client_id, user_agent = %req.user_agent, "identified");
     if req.feature_negotiation {
         let auth_required = shard.config.auth.enabled();

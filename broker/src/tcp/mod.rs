@@ -2,8 +2,9 @@
 //! served by the shard the kernel gave it for its whole life.
 //!
 //! Three tasks share a [`Conn`]: the reader (decodes and executes commands in order), the writer
-//! (flushes the output buffer whenever there is something in it: once per turn of the shard,
-//! so pipelined responses and deliveries go out in one write), and the heartbeat ticker. Reader
+//! (writes the output buffer when it is due: responses at once, at most once per turn of the
+//! shard, so pipelined responses and deliveries go out in one write; message frames possibly
+//! held up to the client's output buffer timeout, see [`writer`]), and the heartbeat ticker. Reader
 //! and writer share the socket's one descriptor ([`crate::sys::conn_socket`]).
 //!
 //! Flow control of deliveries: the connection counts the bytes of message frames it was
@@ -52,7 +53,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 use tracing::{debug, info, warn, Instrument};
-use writer::{heartbeat_loop, write_loop};
+use writer::{heartbeat_loop, write_loop, OutputBuffer};
 
 /// How long a stopping connection waits for its outstanding publishes to be answered.
 const REPLY_GRACE: Duration = Duration::from_secs(5);
@@ -85,6 +86,12 @@ pub struct Conn {
     replies_done: Notify,
     /// After SUB: the channel's owner, topic and channel, where written bytes are reported.
     consumes: RefCell<Option<Subscription>>,
+    /// How message frames are held in `out` (IDENTIFY's output buffer size and timeout).
+    out_buffer: Cell<OutputBuffer>,
+    /// Something in `out` is to be written at once (a response, or the consumer is full).
+    flush_now: Cell<bool>,
+    /// When the oldest message frame held in `out` was buffered (`None`: nothing held).
+    held_since: Cell<Option<std::time::Instant>>,
     /// Bytes of message frames in `out`, not yet taken by the writer.
     unsent_deliveries: Cell<u64>,
     /// Bytes of message frames written and not yet reported to the owner.
@@ -100,7 +107,7 @@ pub struct Conn {
 }
 
 impl Conn {
-    fn new(id: u64, heartbeat: Duration, output_window: u64) -> Conn {
+    fn new(id: u64, heartbeat: Duration, output_window: u64, out_buffer: OutputBuffer) -> Conn {
         Conn {
             id,
             out: RefCell::new(BytesMut::new()),
@@ -119,6 +126,9 @@ impl Conn {
             wake_replier: Notify::new(),
             replies_done: Notify::new(),
             consumes: RefCell::new(None),
+            out_buffer: Cell::new(out_buffer),
+            flush_now: Cell::new(false),
+            held_since: Cell::new(None),
             unsent_deliveries: Cell::new(0),
             written_unreported: Cell::new(0),
             report_every: (output_window / 4).max(1),
@@ -256,11 +266,15 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
         debug!("connected");
         let _ = stream.set_nodelay(true);
         let (stream, writer_stream) = crate::sys::conn_socket::split(stream);
-        let heartbeat = shard.config.identify_limits().default_heartbeat_ms;
+        let limits = shard.config.identify_limits();
         let conn = Rc::new(Conn::new(
             id,
-            Duration::from_millis(heartbeat),
+            Duration::from_millis(limits.default_heartbeat_ms),
             shard.config.output_window(),
+            OutputBuffer::new(
+                limits.default_output_buffer_size,
+                limits.default_output_buffer_timeout_ms,
+            ),
         ));
         shard.register_conn(conn.id, conn.clone());
         let writer = glommio::spawn_local(write_loop(shard.clone(), conn.clone(), writer_stream));
@@ -337,8 +351,8 @@ fn route_channel_op(shard: &Shard, conn: u64, sub: Option<&Subscription>, op: Ch
 }
 
 impl crate::shard::ConnHandle for Conn {
-    fn deliver_frames(&self, frames: BytesMut) {
-        Conn::deliver_frames(self, frames);
+    fn deliver_frames(&self, frames: BytesMut, full: bool) {
+        Conn::deliver_frames(self, frames, full);
     }
 
     fn push_error(&self, error: &protocol::ProtocolError) {

@@ -401,6 +401,10 @@ async fn execute(
             .await
         }
         Command::Rdy(n) => {
+            if n == 0 {
+                // It takes no more: what is held goes now, as nsqd flushes a client not ready.
+                conn.flush_held();
+            }
             channel_op(shard, conn, session, ChannelOp::Rdy(n));
             Ok(())
         }

@@ -1,14 +1,26 @@
 //! The output side of a connection: its output buffer (responses, error frames, the message
-//! frames delivered to it), the writer task that flushes it, and the heartbeat ticker.
+//! frames delivered to it), the writer task that writes it out, and the heartbeat ticker.
+//!
+//! When the buffer is written (nsqd's output buffering, IDENTIFY's `output_buffer_size` and
+//! `output_buffer_timeout`, [`OutputBuffer`]): a response, error frame or heartbeat is written
+//! at once, and takes every frame buffered before it along, in order. Message frames may be
+//! held: they are written once the buffer holds `output_buffer_size` bytes, once the consumer
+//! can take no more (the owner's batch says so: its in-flight count reached its RDY, or its
+//! output window is full; or the client sent RDY 0), or `output_buffer_timeout` after the
+//! first of them was buffered, whichever comes first. So a consumer with RDY 1 sees no added
+//! latency, and one with a large RDY on a quiet channel waits at most the timeout. A timeout
+//! of -1 (or a size of -1) turns holding off: every delivery is written on the shard's next
+//! turn. The timer is the writer's own glommio timer, created only while message frames are
+//! held: a connection with nothing held waits on its notification alone and costs nothing.
 //!
 //! Invariants: nothing is added to the buffer once the connection is closed. The writer takes
-//! the whole buffer at each flush (one write per turn of the shard) and reports the bytes of
-//! message frames it got into the socket to the channel's owner, once a quarter of the window
-//! has gathered. A write that makes no progress for the write deadline (a heartbeat interval,
-//! or [`WRITE_TIMEOUT`] with heartbeats off) closes the connection; on close the writer
-//! flushes what is buffered, then shuts the socket down. With TLS or compression on
-//! ([`super::transport`]), each flush goes through the layers first; without, the buffer is
-//! written as it is.
+//! the whole buffer at each write (at most one write per turn of the shard) and reports the
+//! bytes of message frames it got into the socket to the channel's owner, once a quarter of
+//! the window has gathered. Frames leave in the order they were buffered. A write that makes
+//! no progress for the write deadline (a heartbeat interval, or [`WRITE_TIMEOUT`] with
+//! heartbeats off) closes the connection; on close the writer writes what is buffered, held
+//! or not, then shuts the socket down. With TLS or compression on ([`super::transport`]),
+//! each write goes through the layers first; without, the buffer is written as it is.
 
 use super::{route_channel_op, Conn};
 use crate::mailbox::ChannelOp;
@@ -16,10 +28,11 @@ use crate::shard::Shard;
 use crate::sys::conn_socket::WriteHalf;
 use bytes::BytesMut;
 use futures_lite::AsyncWriteExt;
+use glommio::timer::Timer;
 use protocol::frame::write_frame;
 use protocol::{FrameType, ProtocolError};
 use std::rc::Rc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tracing::{debug, info};
 
 /// With heartbeats off, a client that does not take its bytes for this long is closed (with
@@ -27,6 +40,28 @@ use tracing::{debug, info};
 const WRITE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Largest write buffer a connection keeps between writes.
 const KEEP_WRITE_BUF: usize = 256 * 1024;
+
+/// How a connection holds message frames (IDENTIFY's negotiated `output_buffer_size` and
+/// `output_buffer_timeout`, or the broker's defaults).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct OutputBuffer {
+    /// Write once this many bytes are buffered.
+    pub size: usize,
+    /// Longest a message frame is held; `None`: never held (timeout -1, size -1, or 0).
+    pub timeout: Option<Duration>,
+}
+
+impl OutputBuffer {
+    /// From negotiated values: a timeout of 0 ms (IDENTIFY's -1) or a size of 1 (its -1)
+    /// hold nothing.
+    pub fn new(size: u64, timeout_ms: u64) -> OutputBuffer {
+        let holds = timeout_ms > 0 && size > 1;
+        OutputBuffer {
+            size: usize::try_from(size).unwrap_or(usize::MAX),
+            timeout: holds.then(|| Duration::from_millis(timeout_ms)),
+        }
+    }
+}
 
 impl Conn {
     /// How long a write may make no progress before the client is dropped.
@@ -54,12 +89,46 @@ impl Conn {
         );
     }
 
+    /// Buffers a frame that is not a message (a response, an error, a heartbeat): written at
+    /// once, with whatever was held before it.
     pub(super) fn push_frame(&self, kind: FrameType, data: &[u8]) {
         if self.closed.get() {
             return;
         }
         write_frame(&mut self.out.borrow_mut(), kind, data);
+        self.flush_now.set(true);
         self.wake_writer.notify();
+    }
+
+    /// Writes held message frames at once (the client sent RDY 0: it takes no more).
+    pub(super) fn flush_held(&self) {
+        if self.held_since.get().is_some() && !self.flush_now.get() {
+            self.flush_now.set(true);
+            self.wake_writer.notify();
+        }
+    }
+
+    /// Whether the writer should write the buffer now (or, closed, finish).
+    fn write_due(&self, now: Instant) -> bool {
+        if self.closed.get() || self.flush_now.get() {
+            return true;
+        }
+        if let Some(layers) = self.layers.borrow().as_deref() {
+            if layers.has_output() {
+                return true;
+            }
+        }
+        match (self.held_since.get(), self.out_buffer.get().timeout) {
+            (Some(since), Some(timeout)) => now >= since + timeout,
+            // Frames nobody holds (cannot happen: every push sets one or the other).
+            _ => !self.out.borrow().is_empty(),
+        }
+    }
+
+    /// When the held message frames must be written, if any are held.
+    fn hold_deadline(&self) -> Option<Instant> {
+        let since = self.held_since.get()?;
+        Some(since + self.out_buffer.get().timeout?)
     }
 
     pub fn push_response(&self, data: &[u8]) {
@@ -70,35 +139,88 @@ impl Conn {
         self.push_frame(FrameType::Error, e.frame_text().as_bytes());
     }
 
-    /// Writes message frames the channel's owner encoded (see `Mail::Deliver`).
+    /// Buffers message frames the channel's owner encoded (see `Mail::Deliver`): written at
+    /// once when `full` (the consumer can take no more), when holding is off or the buffer
+    /// reached its size; else held, the writer's timer armed for the first of them.
     /// An empty output buffer is replaced by the frames' buffer instead of copied into.
-    pub fn deliver_frames(&self, frames: BytesMut) {
+    pub fn deliver_frames(&self, frames: BytesMut, full: bool) {
         if self.closed.get() {
             return;
         }
         self.unsent_deliveries
             .set(self.unsent_deliveries.get() + frames.len() as u64);
-        {
+        let buffered = {
             let mut out = self.out.borrow_mut();
             if out.is_empty() {
                 *out = frames;
             } else {
                 out.extend_from_slice(&frames);
             }
+            out.len()
+        };
+        let ob = self.out_buffer.get();
+        if full || ob.timeout.is_none() || buffered >= ob.size {
+            if !self.flush_now.replace(true) {
+                self.wake_writer.notify();
+            }
+        } else if self.held_since.get().is_none() {
+            // The first frame held: the writer arms its timer. (Held already: it waits for
+            // that deadline and needs no wake-up.)
+            self.held_since.set(Some(Instant::now()));
+            self.wake_writer.notify();
         }
-        self.wake_writer.notify();
+    }
+
+    /// The writer takes the buffer: nothing is held or due any more.
+    fn taken(&self) {
+        self.flush_now.set(false);
+        self.held_since.set(None);
     }
 }
 
-/// Flushes the output buffer whenever something is in it; on close, flushes what is left and
-/// shuts the socket down. A write that makes no progress for the write deadline closes the
-/// connection.
+/// Waits until the buffer is due to be written (see the module doc): on the writer's
+/// notification alone while nothing is held, and on a timer for the held frames' deadline too.
+async fn wait_due(conn: &Conn) {
+    let mut timer: Option<(Instant, Timer)> = None;
+    loop {
+        let now = Instant::now();
+        if conn.write_due(now) {
+            return;
+        }
+        match conn.hold_deadline() {
+            None => conn.wake_writer.notified().await,
+            Some(deadline) => {
+                if timer.as_ref().is_none_or(|(at, _)| *at != deadline) {
+                    timer = Some((
+                        deadline,
+                        Timer::new(deadline.saturating_duration_since(now)),
+                    ));
+                }
+                if let Some((_, t)) = timer.as_mut() {
+                    futures_lite::future::or(
+                        async {
+                            conn.wake_writer.notified().await;
+                        },
+                        async {
+                            t.await;
+                        },
+                    )
+                    .await;
+                }
+            }
+        }
+    }
+}
+
+/// Writes the output buffer whenever it is due (see the module doc); on close, writes what is
+/// left and shuts the socket down. A write that makes no progress for the write deadline
+/// closes the connection.
 pub(super) async fn write_loop(shard: Rc<Shard>, conn: Rc<Conn>, mut stream: WriteHalf) {
     let mut spare = BytesMut::new();
     // With TLS or compression on: what the layers made of the output buffer.
     let mut layered = Vec::new();
     loop {
-        conn.wake_writer.notified().await;
+        wait_due(&conn).await;
         loop {
             let (deliveries, through_layers) = {
                 let mut out = conn.out.borrow_mut();
@@ -106,12 +228,15 @@ pub(super) async fn write_loop(shard: Rc<Shard>, conn: Rc<Conn>, mut stream: Wri
                 match layers.as_deref_mut() {
                     None => {
                         if out.is_empty() {
+                            conn.taken();
                             break;
                         }
                         std::mem::swap(&mut *out, &mut spare);
+                        conn.taken();
                     }
                     Some(l) => {
                         if out.is_empty() && !l.has_output() {
+                            conn.taken();
                             break;
                         }
                         let encoded = if out.is_empty() {
@@ -120,6 +245,7 @@ pub(super) async fn write_loop(shard: Rc<Shard>, conn: Rc<Conn>, mut stream: Wri
                             l.output(&out)
                         };
                         out.clear();
+                        conn.taken();
                         if let Err(e) = encoded.and_then(|()| l.take_output(&mut layered)) {
                             debug!("output layers failed: {e}");
                             drop(layers);
@@ -159,6 +285,10 @@ pub(super) async fn write_loop(shard: Rc<Shard>, conn: Rc<Conn>, mut stream: Wri
             }
             if layered.capacity() > KEEP_WRITE_BUF {
                 layered = Vec::new();
+            }
+            // What came in meanwhile goes on only if due (held frames wait for theirs).
+            if !conn.write_due(Instant::now()) {
+                break;
             }
         }
         if conn.closed.get() {

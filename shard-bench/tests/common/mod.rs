@@ -29,6 +29,7 @@ pub fn canned(label: &str, mode: &str, rate: f64) -> BenchResult {
             connections: 4,
             sub_connections: 4,
             max_in_flight: 2500,
+            output_buffer_timeout_ms: 250,
             pipeline: 1,
             duration_s: 3.0,
             warmup_s: 0.0,
