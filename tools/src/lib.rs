@@ -5,8 +5,9 @@
 //! - [`archive`]: `nsq_to_file` (topics to files; FIN only after the sync);
 //! - [`tail`]: `nsq_tail` (topics to stdout);
 //! - [`publish`]: `to_nsq` (stdin to a topic);
-//! - shared: [`cli`] (Go-style flags, `--version`, logging, signals), [`goconfig`]
-//!   (`--consumer-opt` / `--producer-opt`: go-nsq's config keys), [`filename`] and
+//! - [`stat`]: `nsq_stat` (a channel's stats summed over a topic's brokers, every interval);
+//! - shared: [`cli`] (Go-style flags, `--version`, logging, signals), [`http`] (one HTTP/HTTPS request),
+//!   [`goconfig`] (`--consumer-opt` / `--producer-opt`: go-nsq's config keys), [`filename`] and
 //!   [`strftime`] (nsq_to_file's file names).
 //!
 //! No protocol code lives here: connections, TLS, compression and AUTH are the client's.
@@ -15,6 +16,8 @@ pub mod archive;
 pub mod cli;
 pub mod filename;
 pub mod goconfig;
+pub mod http;
 pub mod publish;
+pub mod stat;
 pub mod strftime;
 pub mod tail;
