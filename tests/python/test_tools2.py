@@ -6,16 +6,26 @@ nsq_to_http) against brokers (and a lookup) the tests start: by their output, by
 - nsq_to_nsq: 10,000 messages between two brokers all arrive (read back with nsq_tail);
   round-robin over two destinations; the JSON filters; a destination that is down when the
   tool starts, then up: the messages are requeued meanwhile and all arrive once it is up.
+- nsq_to_http: against test HTTP servers (plain and HTTPS) that fail some requests (500s and
+  answers slower than the request timeout): every message delivered, the retried ones counted
+  (the source channel's requeues equal the failed requests); GET with %s; round-robin;
+  --sample; --header and --content-type as sent.
 - Every flag of NSQ 1.3's counterpart is accepted, in Go's `-flag=value` and in `--flag value`.
 """
 
+import http.server
 import json
+import ssl
 import subprocess
+import threading
+import time
+import urllib.parse
 
 import pytest
 
 from conftest import free_port
 
+from test_tls_compression import certs  # noqa: F401 (a fixture)
 from test_lookup import registered_broker, start_lookup, wait_registered  # noqa: F401
 from test_tools import (Proc, channel_stats, create_channel, drained, go_form, gnu_form, mpub,
                         tail, tool, wait_until)
@@ -259,3 +269,209 @@ def test_nsq_to_nsq_every_flag(start_broker, tmp_path, form):
 def test_nsq_to_nsq_bad_flags(args, code, text):
     r = subprocess.run([tool("nsq_to_nsq")] + args, capture_output=True, timeout=30)
     assert r.returncode == code and text in r.stderr.decode(), r
+
+
+class Sink:
+    """A test HTTP server recording what it is sent. `fail(body, attempt)` returns None (answer
+    200), a status to answer, or "slow" (answer 200 after 3 s, past the tool's timeout)."""
+
+    def __init__(self, fail=lambda body, attempt: None, tls=None):
+        self.lock = threading.Lock()
+        self.attempts = {}      # body -> requests seen
+        self.delivered = []     # bodies answered 200 in time
+        self.failed = 0         # requests answered with an error or too late
+        self.requests = []      # (method, path, headers)
+        sink = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def _handle(self, body):
+                with sink.lock:
+                    n = sink.attempts.get(body, 0)
+                    sink.attempts[body] = n + 1
+                    sink.requests.append((self.command, self.path, dict(self.headers)))
+                    verdict = fail(body, n)
+                    if verdict is not None:
+                        sink.failed += 1
+                    else:
+                        sink.delivered.append(body)
+                if verdict == "slow":
+                    time.sleep(3)
+                    verdict = 200
+                try:
+                    self.send_response(verdict or 200)
+                    self.send_header("Content-Length", "2")
+                    self.end_headers()
+                    self.wfile.write(b"ok")
+                except OSError:
+                    pass
+
+            def do_POST(self):
+                n = int(self.headers.get("Content-Length") or 0)
+                self._handle(self.rfile.read(n))
+
+            def do_GET(self):
+                q = urllib.parse.urlparse(self.path).query
+                self._handle(urllib.parse.parse_qs(q)["data"][0].encode())
+
+        http.server.ThreadingHTTPServer.request_queue_size = 128
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        if tls:
+            self.server.socket = tls.wrap_socket(self.server.socket, server_side=True)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def url(self, path="/", scheme="http"):
+        return "%s://127.0.0.1:%d%s" % (scheme, self.port, path)
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def sinks():
+    made = []
+
+    def make(*a, **kw):
+        s = Sink(*a, **kw)
+        made.append(s)
+        return s
+    yield make
+    for s in made:
+        s.close()
+
+
+def to_http(workdir, broker, topic, *extra):
+    args = [tool("nsq_to_http"), "--nsqd-tcp-address", broker.tcp_address, "--topic", topic,
+            "--consumer-opt=default_requeue_delay,50ms",
+            "--consumer-opt=max_backoff_duration,200ms"]
+    return Proc(args + list(extra), str(workdir), "to_http")
+
+
+def fail_some(body, attempt):
+    """Every 5th message fails its first request with a 500; msg-0007 is slow the first time,
+    msg-0011 fails three times."""
+    if body == b"msg-0007" and attempt == 0:
+        return "slow"
+    if body == b"msg-0011" and attempt < 3:
+        return 503
+    if int(body[4:]) % 5 == 0 and attempt == 0:
+        return 500
+    return None
+
+
+@pytest.mark.timeout(180)
+def test_nsq_to_http_post_every_message_delivered_retries_counted(broker, tmp_path, sinks):
+    sink = sinks(fail_some)
+    bodies = [b"msg-%04d" % i for i in range(1000)]
+    create_channel(broker, "th", "nsq_to_http")
+    mpub(broker, "th", bodies)
+    p = to_http(tmp_path, broker, "th", "--post", sink.url("/in"), "--http-client-request-timeout",
+                "1s", "--content-type", "text/plain", "--header", "X-Test: yes", "-n", "10")
+    wait_until(lambda: drained(broker, "th", "nsq_to_http"), 120, "source drained")
+    assert p.stop() == 0, p.stderr()
+    assert set(sink.delivered) == set(bodies), "every message answered 200"
+    assert sink.failed == 200 + 1 + 3
+    assert channel_stats(broker, "th", "nsq_to_http")["requeue_count"] == sink.failed, \
+        p.stderr()
+    assert sink.attempts[b"msg-0011"] == 4 and sink.attempts[b"msg-0007"] == 2
+    method, path, headers = sink.requests[0]
+    assert (method, path) == ("POST", "/in")
+    assert headers["Content-Type"] == "text/plain" and headers["X-Test"] == "yes"
+    assert headers["User-Agent"].startswith("nsq_to_http v1.3")
+
+
+def test_nsq_to_http_get_round_robin(broker, tmp_path, sinks):
+    a, b = sinks(), sinks()
+    bodies = [b"a b&c=%d" % i for i in range(100)]
+    create_channel(broker, "tg", "nsq_to_http")
+    mpub(broker, "tg", bodies)
+    p = to_http(tmp_path, broker, "tg", "--get", a.url("/g?data=%s"), "--get",
+                b.url("/g?data=%s"), "--mode", "round-robin", "--status-every", "50")
+    wait_until(lambda: drained(broker, "tg", "nsq_to_http"), 60, "source drained")
+    assert p.stop() == 0, p.stderr()
+    assert sorted(a.delivered + b.delivered) == sorted(bodies)
+    assert (len(a.delivered), len(b.delivered)) == (50, 50)
+    assert a.requests[0][0] == "GET"
+    assert "[%s]: finished 50 requests" % a.url("/g?data=%s") in p.stderr()
+
+
+def test_nsq_to_http_https_and_sample(broker, tmp_path, sinks, certs):  # noqa: F811
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(certs.server, certs.server_key)
+    sink = sinks(lambda body, attempt: 500 if body == b"s-3" and attempt == 0 else None, tls=ctx)
+    bodies = [b"s-%d" % i for i in range(50)]
+    create_channel(broker, "ts", "nsq_to_http")
+    mpub(broker, "ts", bodies)
+    p = to_http(tmp_path, broker, "ts", "--post", sink.url("/", "https"),
+                "--http-client-tls-root-ca-file", certs.ca)
+    wait_until(lambda: drained(broker, "ts", "nsq_to_http"), 60, "source drained")
+    assert p.stop() == 0, p.stderr()
+    assert sorted(sink.delivered) == sorted(bodies) and sink.failed == 1
+
+    # an endpoint whose certificate is not trusted: nothing delivered, all requeued
+    create_channel(broker, "tu", "nsq_to_http")
+    mpub(broker, "tu", [b"u"])
+    p = to_http(tmp_path, broker, "tu", "--post", sink.url("/", "https"))
+    wait_until(lambda: channel_stats(broker, "tu", "nsq_to_http")["requeue_count"] >= 2, 60,
+               "requeued")
+    assert p.stop() == 0
+    assert b"u" not in sink.attempts
+
+    # --sample=0: every message FINished, none sent
+    create_channel(broker, "t0", "nsq_to_http")
+    mpub(broker, "t0", [b"z"] * 20)
+    p = to_http(tmp_path, broker, "t0", "--post", sink.url("/", "https"), "--sample=0",
+                "--http-client-tls-root-ca-file", certs.ca)
+    wait_until(lambda: drained(broker, "t0", "nsq_to_http"), 60, "source drained")
+    assert p.stop() == 0
+    assert b"z" not in sink.attempts
+
+
+@pytest.mark.parametrize("form", [go_form, gnu_form], ids=["go", "gnu"])
+def test_nsq_to_http_every_flag(broker, tmp_path, sinks, form):
+    """Every flag NSQ 1.3's nsq_to_http lists in -help, given at once."""
+    r = subprocess.run([tool("nsq_to_http")] + form([("version", None)]), capture_output=True,
+                       timeout=30)
+    assert r.returncode == 0 and r.stdout.startswith(b"nsq_to_http v1.3"), r
+    sink = sinks()
+    create_channel(broker, "hf", "httpch")
+    mpub(broker, "hf", [b"one", b"two"])
+    flags = [("topic", "hf"), ("channel", "httpch"), ("max-in-flight", "10"), ("n", "4"),
+             ("mode", "epsilon-greedy"), ("sample", "1.0"),
+             ("http-client-connect-timeout", "1s"), ("http-client-request-timeout", "5s"),
+             ("status-every", "2"), ("content-type", "application/json"),
+             ("post", sink.url("/p")), ("header", "X-A: b"),
+             ("nsqd-tcp-address", broker.tcp_address), ("consumer-opt", "max_attempts,5")]
+    p = Proc([tool("nsq_to_http")] + form(flags), str(tmp_path), "to_http_every")
+    wait_until(lambda: drained(broker, "hf", "httpch"), 60, "source drained")
+    assert p.stop() == 0, p.stderr()
+    assert sorted(sink.delivered) == [b"one", b"two"]
+    assert sink.requests[0][2]["Content-Type"] == "application/json"
+    assert "[aggregate]: finished 2 requests" in p.stderr()
+
+
+@pytest.mark.parametrize("args,text", [
+    (["--topic=t", "--header=nope"], "--header value format should be 'key=value'"),
+    (["--nsqd-tcp-address=x:1", "--post=http://x/"], "--topic and --channel are required"),
+    (["--topic=t", "--nsqd-tcp-address=x:1", "--get=http://x/%s", "--content-type=a/b"],
+     "--content-type only used with --post"),
+    (["--topic=t", "--post=http://x/"], "--nsqd-tcp-address or --lookupd-http-address required"),
+    (["--topic=t", "--nsqd-tcp-address=x:1"], "--get or --post required"),
+    (["--topic=t", "--nsqd-tcp-address=x:1", "--get=http://x/%s", "--post=http://x/"],
+     "use --get or --post not both"),
+    (["--topic=t", "--nsqd-tcp-address=x:1", "--get=http://x/"],
+     "invalid GET address - must be a printf string"),
+    (["--topic=t", "--nsqd-tcp-address=x:1", "--post=http://x/", "--sample=2"],
+     "--sample must be between 0.0 and 1.0"),
+    (["--topic=t", "--nsqd-tcp-address=x:1", "--post=ftp://x/"], "only http:// and https://"),
+])
+def test_nsq_to_http_bad_flags(args, text):
+    r = subprocess.run([tool("nsq_to_http")] + args, capture_output=True, timeout=30)
+    assert r.returncode == 1 and text in r.stderr.decode(), r

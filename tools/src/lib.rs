@@ -7,6 +7,7 @@
 //! - [`publish`]: `to_nsq` (stdin to a topic);
 //! - [`relay`]: `nsq_to_nsq` (topics to other brokers; FIN only after their `OK`), with
 //!   [`jsonfilter`] (its `--*-json-*` filters);
+//! - [`to_http`]: `nsq_to_http` (a topic to HTTP/HTTPS endpoints; FIN only after a 2xx);
 //! - [`stat`]: `nsq_stat` (a channel's stats summed over a topic's brokers, every interval);
 //! - shared: [`cli`] (Go-style flags, `--version`, logging, signals), [`http`] (one HTTP/HTTPS request),
 //!   [`pool`] (`--mode`: which destination; `--status-every` lines),
@@ -27,3 +28,4 @@ pub mod relay;
 pub mod stat;
 pub mod strftime;
 pub mod tail;
+pub mod to_http;
