@@ -281,6 +281,7 @@ class Sink:
         self.delivered = []     # bodies answered 200 in time
         self.failed = 0         # requests answered with an error or too late
         self.requests = []      # (method, path, headers)
+        self.connections = set()  # client ports seen
         sink = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -294,6 +295,7 @@ class Sink:
                     n = sink.attempts.get(body, 0)
                     sink.attempts[body] = n + 1
                     sink.requests.append((self.command, self.path, dict(self.headers)))
+                    sink.connections.add(self.client_address[1])
                     verdict = fail(body, n)
                     if verdict is not None:
                         sink.failed += 1
@@ -381,6 +383,8 @@ def test_nsq_to_http_post_every_message_delivered_retries_counted(broker, tmp_pa
     assert channel_stats(broker, "th", "nsq_to_http")["requeue_count"] == sink.failed, \
         p.stderr()
     assert sink.attempts[b"msg-0011"] == 4 and sink.attempts[b"msg-0007"] == 2
+    # connections are kept open between requests (-n 10: about ten of them, not one a request)
+    assert len(sink.connections) < 100, len(sink.connections)
     method, path, headers = sink.requests[0]
     assert (method, path) == ("POST", "/in")
     assert headers["Content-Type"] == "text/plain" and headers["X-Test"] == "yes"

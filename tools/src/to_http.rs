@@ -7,6 +7,8 @@
 //! lines. `https://` endpoints go over rustls (the system's roots, or
 //! `--http-client-tls-root-ca-file`; these TLS flags are beyond NSQ's).
 //!
+//! Connections to the endpoints are kept open between requests (`http::Client`).
+//!
 //! Invariants: a message is FINished only after its endpoint (every endpoint, in the "all"
 //! mode) answered 2xx to a POST or 200 to a GET within `--http-client-request-timeout`; any
 //! other answer, a timeout or a connection failure REQueues it with backoff (go-nsq's
@@ -15,7 +17,7 @@
 
 use crate::cli::{self, go_bool, go_duration, Signals};
 use crate::goconfig::GoConfig;
-use crate::http::{self, Timeouts, Url};
+use crate::http::{Client, Timeouts, Url};
 use crate::pool::{Mode, Pool, TimerMetrics};
 use clap::Parser;
 use client::{Consumer, ConsumerConfig, HandlerResult, Message, TlsConfig};
@@ -143,8 +145,7 @@ struct Sender {
     content_type: String,
     headers: Vec<(String, String)>,
     user_agent: String,
-    timeouts: Timeouts,
-    tls: Option<Arc<rustls::ClientConfig>>,
+    client: Client,
     pool: RefCell<Pool>,
     per_address: Vec<RefCell<TimerMetrics>>,
     aggregate: RefCell<TimerMetrics>,
@@ -172,15 +173,7 @@ impl Sender {
             headers.push((k.as_str(), v.as_str()));
         }
         let method = if self.get { "GET" } else { "POST" };
-        let answer = http::request(
-            &url,
-            method,
-            &headers,
-            payload,
-            self.timeouts,
-            self.tls.as_ref(),
-        )
-        .await?;
+        let answer = self.client.request(&url, method, &headers, payload).await?;
         let ok = if self.get {
             answer.status == 200
         } else {
@@ -372,11 +365,13 @@ async fn run(
             .unwrap_or_else(|| DEFAULT_CONTENT_TYPE.into()),
         headers,
         user_agent: format!("{TOOL} v{}", protocol::NSQD_COMPAT_VERSION),
-        timeouts: Timeouts {
-            connect: opts.http_client_connect_timeout,
-            request: opts.http_client_request_timeout,
-        },
-        tls,
+        client: Client::new(
+            Timeouts {
+                connect: opts.http_client_connect_timeout,
+                request: opts.http_client_request_timeout,
+            },
+            tls,
+        ),
         aggregate: RefCell::new(TimerMetrics::new(opts.status_every, "[aggregate]:")),
         sample: opts.sample,
         rng: Cell::new(u64::from(std::process::id()) << 20 | 0x9E37),
