@@ -479,3 +479,38 @@ def test_nsq_to_http_every_flag(broker, tmp_path, sinks, form):
 def test_nsq_to_http_bad_flags(args, text):
     r = subprocess.run([tool("nsq_to_http")] + args, capture_output=True, timeout=30)
     assert r.returncode == 1 and text in r.stderr.decode(), r
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("form", [go_form, gnu_form], ids=["go", "gnu"])
+def test_the_alternative_flags_through_a_lookup(start_broker, start_lookup, tmp_path, sinks,  # noqa: F811
+                                                form):
+    """The flags the every-flag tests above cannot give with the others (NSQ refuses both
+    at once): --lookupd-http-address for the three tools, --get for nsq_to_http."""
+    lookup = start_lookup()
+    lk = "127.0.0.1:%d" % lookup.http_port
+    a = registered_broker(start_broker, lookup)
+    b = start_broker()
+    create_channel(a, "alt", "nsq_to_nsq")
+    create_channel(a, "alt", "nsq_to_http")
+    create_channel(b, "alt", "check")
+    mpub(a, "alt", [b"x y", b"z"])
+    wait_registered(lookup, a, "alt")
+    r = stat(*form([("topic", "alt"), ("channel", "nsq_to_nsq"), ("lookupd-http-address", lk),
+                    ("interval", "20ms"), ("count", "1")]))
+    assert r.returncode == 0, r.stderr
+    assert rows(r.stdout)[0][2] == 2, r.stdout
+    relay_flags = [("topic", "alt"), ("lookupd-http-address", lk),
+                   ("destination-nsqd-tcp-address", b.tcp_address),
+                   ("consumer-opt", "lookupd_poll_interval,200ms")]
+    p = Proc([tool("nsq_to_nsq")] + form(relay_flags), str(tmp_path), "relay_lookup")
+    sink = sinks()
+    http_flags = [("topic", "alt"), ("lookupd-http-address", lk),
+                  ("get", sink.url("/g?data=%s")), ("consumer-opt", "lookupd_poll_interval,200ms")]
+    q = Proc([tool("nsq_to_http")] + form(http_flags), str(tmp_path), "http_lookup")
+    wait_until(lambda: drained(a, "alt", "nsq_to_nsq") and drained(a, "alt", "nsq_to_http"), 60,
+               "both drained")
+    assert p.stop() == 0, p.stderr()
+    assert q.stop() == 0, q.stderr()
+    assert channel_stats(b, "alt", "check")["depth"] == 2
+    assert sorted(sink.delivered) == [b"x y", b"z"]
