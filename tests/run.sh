@@ -91,7 +91,8 @@ fi
 # ---- build and unit tests ---------------------------------------------------------------
 if [ "${SKIP_BUILD:-0}" != "1" ]; then
   step "cargo build --release -p broker -p lookup -p admin-ui -p tools"
-  # tools: nsq_to_file, nsq_tail and to_nsq, which tests/python/test_tools.py runs.
+  # tools: nsq_to_file, nsq_tail, to_nsq (tests/python/test_tools.py), nsq_stat, nsq_to_nsq,
+  # nsq_to_http (tests/python/test_tools2.py).
   cargo build --release -p broker -p lookup -p admin-ui -p tools
 fi
 
