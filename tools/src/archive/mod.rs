@@ -1,7 +1,8 @@
 //! nsq_to_file: archives topics to files, one consumer and one output file per topic.
 //!
 //! - [`options`]: the command line (NSQ's flags, defaults and checks);
-//! - [`file`]: the output file on a blocking thread (rotation, gzip members, sync, moving);
+//! - [`file`]: the output file on a blocking thread (rotation, gzip members or zstd
+//!   frames, sync, moving);
 //! - [`topic`]: a topic's consumer and writer task (FIN only after the sync);
 //! - [`leftover`]: files a killed run left in the work dir, finished and moved at start-up.
 //!
@@ -156,7 +157,7 @@ async fn start_topic(opts: &Options, go: &GoConfig, name: &str) -> Result<Rc<Top
         filename_format: &opts.filename_format,
         host_identifier: &opts.host_identifier,
         datetime_format: &opts.datetime_format,
-        gzip: opts.gzip,
+        compressed_ext: opts.compression().extension(),
         rotating: opts.rotating(),
         separate_work_dir: opts.separate_work_dir(),
     };
@@ -182,8 +183,7 @@ async fn start_topic(opts: &Options, go: &GoConfig, name: &str) -> Result<Rc<Top
         topic: name.to_string(),
         output_dir: opts.output_dir.clone(),
         work_dir: opts.work_dir.clone(),
-        gzip: opts.gzip,
-        gzip_level: opts.gzip_level.clamp(1, 9) as u32,
+        compression: opts.compression(),
         rotate_size: opts.rotate_size.max(0) as u64,
         rotate_interval: opts.rotate_interval,
         skip_empty_files: opts.skip_empty_files,
