@@ -114,6 +114,9 @@ pub struct Options {
     /// nsq topic (may be given multiple times)
     #[arg(long)]
     pub topic: Vec<String>,
+    /// HTTP address (host:port) to serve Prometheus metrics on (`GET /metrics`; not in NSQ)
+    #[arg(long = "stats-address", default_value = "")]
+    pub stats_address: String,
     /// option to passthrough to nsq.Consumer (may be given multiple times,
     /// http://godoc.org/github.com/nsqio/go-nsq#Config)
     #[arg(long = "consumer-opt")]
