@@ -3,8 +3,8 @@
 //! else is a 404 (405 for another method). One request per connection (answered with
 //! `Connection: close`); requests are read with the workspace's `http1::RequestDecoder`.
 //!
-//! Invariant: a bad request or a broken connection ends that connection only (logged at debug);
-//! the tool never stops for it.
+//! Invariant: a bad request, a broken connection or one silent for [`READ_TIMEOUT`] ends that
+//! connection only (logged at debug); the tool never stops for it.
 
 use crate::metrics::Metrics;
 use bytes::BytesMut;
@@ -12,6 +12,10 @@ use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::{TcpListener, TcpStream};
 use http1::{Decoded, Limits, RequestDecoder, Response};
 use std::rc::Rc;
+use std::time::Duration;
+
+/// How long a connection may take between two reads of its request.
+const READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Binds `addr` (an error names it) and serves `metrics` there until the process ends.
 pub fn start(addr: &str, metrics: Rc<Metrics>) -> Result<(), String> {
@@ -33,7 +37,7 @@ pub fn start(addr: &str, metrics: Rc<Metrics>) -> Result<(), String> {
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "stats listener: accept failed");
-                    glommio::timer::sleep(std::time::Duration::from_millis(100)).await;
+                    glommio::timer::sleep(Duration::from_millis(100)).await;
                 }
             }
         }
@@ -43,6 +47,7 @@ pub fn start(addr: &str, metrics: Rc<Metrics>) -> Result<(), String> {
 }
 
 async fn serve(mut stream: TcpStream, metrics: &Metrics) -> std::io::Result<()> {
+    stream.set_read_timeout(Some(READ_TIMEOUT))?;
     let limits = Limits {
         max_header_bytes: 64 * 1024,
         max_body: 64 * 1024,
