@@ -66,7 +66,7 @@ if [ ! -f "$REQ_STAMP" ] || [ "$(cat "$REQ_STAMP")" != "$REQ_SHA" ]; then
   "$VENV/bin/pip" install --disable-pip-version-check -q -r "$TESTS_DIR/requirements.txt"
   echo "$REQ_SHA" > "$REQ_STAMP"
 fi
-"$VENV/bin/python" -c "import nsq, gnsq, pytest, pytest_timeout, selenium, snappy"
+"$VENV/bin/python" -c "import nsq, gnsq, pytest, pytest_timeout, selenium, snappy, zstandard"
 
 if [ "${SKIP_NODE:-0}" != "1" ]; then
   step "node modules (tests/node)"
@@ -92,7 +92,7 @@ fi
 if [ "${SKIP_BUILD:-0}" != "1" ]; then
   step "cargo build --release -p broker -p lookup -p admin-ui -p tools"
   # tools: nsq_to_file, nsq_tail, to_nsq (tests/python/test_tools.py), nsq_stat, nsq_to_nsq,
-  # nsq_to_http (tests/python/test_tools2.py).
+  # nsq_to_http (tests/python/test_tools2.py; their --stats-address: test_tools_metrics.py).
   cargo build --release -p broker -p lookup -p admin-ui -p tools
 fi
 

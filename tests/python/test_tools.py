@@ -1,9 +1,9 @@
 """The NSQ utilities of the tools/ crate (target/release/nsq_to_file, nsq_tail, to_nsq) against
 brokers (and a lookup) the tests start: by their files and their output.
 
-- nsq_to_file archives 100,000 messages across rotations (size and interval), with and without
-  gzip, each message exactly once; SIGKILLed mid-way and restarted: every message at least once,
-  and the output dir never holds a partial gzip file; --topic-pattern finds topics through a
+- nsq_to_file archives 100,000 messages across rotations (size and interval), plain, gzip and
+  zstd (--compress zstd), each message exactly once; SIGKILLed mid-way and restarted (gzip and
+  zstd): every message at least once, and the output dir never holds a partial gzip or zstd file; --topic-pattern finds topics through a
   lookup; every flag of NSQ 1.3's nsq_to_file is accepted in both forms.
 - to_nsq -> broker -> nsq_tail round trips (several destinations, --delimiter, --rate,
   --print-topic, several topics, -n exits); to_nsq fails with a message naming what failed.
@@ -22,6 +22,7 @@ import time
 import zlib
 
 import pytest
+import zstandard
 
 from brokerhttp import http
 from conftest import REPO
@@ -126,7 +127,8 @@ class Proc:
 
 
 def read_archive(path):
-    """The records of one output file; a gzip file must be whole (every member complete)."""
+    """The records of one output file; a gzip or zstd file must be whole (every member or frame
+    complete)."""
     with open(path, "rb") as f:
         data = f.read()
     if path.endswith(".gz"):
@@ -135,6 +137,14 @@ def read_archive(path):
             d = zlib.decompressobj(16 + zlib.MAX_WBITS)
             out += d.decompress(data)
             assert d.eof, "%s ends inside a gzip member" % path
+            data = d.unused_data
+        data = out
+    elif path.endswith(".zst"):
+        out = b""
+        while data:
+            d = zstandard.ZstdDecompressor().decompressobj()
+            out += d.decompress(data)
+            assert d.eof, "%s ends inside a zstd frame" % path
             data = d.unused_data
         data = out
     assert data == b"" or data.endswith(b"\n"), "%s ends inside a record" % path
@@ -155,43 +165,49 @@ def to_file_args(broker, out_dir, work_dir, topic, *extra):
             "--output-dir", out_dir, "--work-dir", work_dir, "--sync-interval", "1s"] + list(extra)
 
 
+COMPRESS = {"plain": ([], ""), "gzip": (["--gzip", "--gzip-level", "1"], ".gz"),
+            "zstd": (["--compress", "zstd", "--zstd-level", "1"], ".zst")}
+
+
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("gzip_on", [False, True], ids=["plain", "gzip"])
-def test_nsq_to_file_archives_every_message_once_across_rotations(broker, tmp_path, gzip_on):
-    topic = "archive_gz" if gzip_on else "archive_plain"
+@pytest.mark.parametrize("compress", ["plain", "gzip", "zstd"])
+def test_nsq_to_file_archives_every_message_once_across_rotations(broker, tmp_path, compress):
+    topic = "archive_" + compress
+    flags, ext = COMPRESS[compress]
     out_dir, work_dir = str(tmp_path / "out"), str(tmp_path / "work")
     create_channel(broker, topic, "nsq_to_file")
     bodies = [body(i) for i in range(N)]
     mpub(broker, topic, bodies[: N // 2])
     # Rotation by size (~100 KB of records) and by interval (1s) together.
-    extra = ["--rotate-size", "100000", "--rotate-interval", "1s"]
-    if gzip_on:
-        extra += ["--gzip", "--gzip-level", "1"]
+    extra = ["--rotate-size", "100000", "--rotate-interval", "1s"] + flags
     p = Proc(to_file_args(broker, out_dir, work_dir, topic, *extra), str(tmp_path), "to_file")
     mpub(broker, topic, bodies[N // 2:])
     wait_until(lambda: drained(broker, topic, "nsq_to_file"), WAIT, "the channel drained")
     assert p.stop() == 0, p.stderr()
     files, records = archived(out_dir)
     assert len(files) > 2, "rotations happened: %s" % files
-    assert all(f.endswith(".gz") == gzip_on for f in files), files
+    assert all(f.endswith(ext) if ext else not f.endswith((".gz", ".zst")) for f in files), files
     assert len(records) == N, "each message exactly once (%d records)" % len(records)
     assert sorted(records) == bodies
     assert os.listdir(work_dir) == [], "the work dir is left empty by a clean stop"
     # rotation by size: no file much over the limit (a file rotates after the record that
     # crossed it)
-    if not gzip_on:
+    if not ext:
         assert max(os.path.getsize(f) for f in files) <= 100000 + 20
 
 
 @pytest.mark.timeout(600)
-def test_nsq_to_file_sigkill_and_restart_loses_nothing_and_leaves_no_partial_gzip(broker,
-                                                                                    tmp_path):
-    topic = "archive_kill"
+@pytest.mark.parametrize("compress", ["gzip", "zstd"])
+def test_nsq_to_file_sigkill_and_restart_loses_nothing_and_leaves_no_partial_file(broker,
+                                                                                    tmp_path,
+                                                                                    compress):
+    topic = "archive_kill_" + compress
+    flags, ext = COMPRESS[compress]
     out_dir, work_dir = str(tmp_path / "out"), str(tmp_path / "work")
     create_channel(broker, topic, "nsq_to_file")
     bodies = [body(i) for i in range(N)]
     mpub(broker, topic, bodies[: N // 2])
-    args = to_file_args(broker, out_dir, work_dir, topic, "--gzip", "--rotate-size", "200000",
+    args = to_file_args(broker, out_dir, work_dir, topic, *flags, "--rotate-size", "200000",
                         "--max-in-flight", "500")
     p = Proc(args, str(tmp_path), "to_file")
 
@@ -200,7 +216,8 @@ def test_nsq_to_file_sigkill_and_restart_loses_nothing_and_leaves_no_partial_gzi
         return c is not None and c["depth"] < N // 4
     wait_until(a_quarter_taken, WAIT, "a quarter of the messages taken")
     p.stop(signal.SIGKILL)
-    files, first = archived(out_dir)  # every file in the output dir is whole gzip
+    files, first = archived(out_dir)  # every file in the output dir is whole gzip / zstd
+    assert all(f.endswith(ext) for f in files), files
     leftovers = os.listdir(work_dir)
     assert leftovers, "a killed run leaves its open file in the work dir"
     mpub(broker, topic, bodies[N // 2:])
@@ -211,6 +228,7 @@ def test_nsq_to_file_sigkill_and_restart_loses_nothing_and_leaves_no_partial_gzi
     wait_until(lambda: drained(broker, topic, "nsq_to_file"), WAIT, "the channel drained")
     assert p.stop() == 0, p.stderr()
     files, records = archived(out_dir)
+    assert all(f.endswith(ext) for f in files), files
     assert set(records) == set(bodies), "every message at least once"
     assert len(records) >= N
     assert len(first) <= len(records)
@@ -311,6 +329,9 @@ def test_to_nsq_fails_with_a_message(broker, tmp_path):
      "missing <REV>"),
     ("nsq_to_file", ["--topic=t", "--nsqd-tcp-address=x:1", "--consumer-opt=nope,1"], 2,
      "--consumer-opt"),
+    ("nsq_to_file", ["--topic=t", "--nsqd-tcp-address=x:1", "--compress=lz4"], 1, "--compress"),
+    ("nsq_to_file", ["--topic=t", "--nsqd-tcp-address=x:1", "--compress=zstd", "--zstd-level=0"],
+     1, "--zstd-level"),
     ("nsq_to_file", ["-bogus"], 2, "-bogus"),
     ("nsq_tail", ["--nsqd-tcp-address=x:1"], 1, "--topic required"),
     ("nsq_tail", ["--topic=t", "--nsqd-tcp-address=x:1", "-n=x"], 2, "--n"),

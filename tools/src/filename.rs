@@ -6,8 +6,9 @@
 //! local time, [`FilenameFormat::name_at`]); and `<REV>` (`-000000`, `-000001`, ... so that a
 //! new file never reuses a name, [`with_rev`]).
 //!
-//! Invariants, as in NSQ: `<REV>` is required when gzip, rotation or a separate work dir is on
-//! (else files would collide), and removed otherwise; with gzip the name ends in `.gz`.
+//! Invariants, as in NSQ: `<REV>` is required when compression (gzip or zstd), rotation or a
+//! separate work dir is on (else files would collide), and removed otherwise; a compressed
+//! file's name ends in its extension (`.gz` as NSQ, `.zst` for zstd).
 
 use crate::strftime::{strftime, Tm};
 use regex::Regex;
@@ -18,7 +19,8 @@ pub struct FormatOptions<'a> {
     pub filename_format: &'a str,
     pub host_identifier: &'a str,
     pub datetime_format: &'a str,
-    pub gzip: bool,
+    /// The compressed files' extension (`.gz`, `.zst`), empty when not compressing.
+    pub compressed_ext: &'a str,
     pub rotating: bool,
     pub separate_work_dir: bool,
 }
@@ -50,7 +52,7 @@ impl FilenameFormat {
                 .replace("<HOSTNAME>", hostname)
         };
         let mut t = opts.filename_format.to_string();
-        if opts.gzip || opts.rotating || opts.separate_work_dir {
+        if !opts.compressed_ext.is_empty() || opts.rotating || opts.separate_work_dir {
             if !t.contains("<REV>") {
                 return Err(
                     "missing <REV> in --filename-format when gzip, rotation, or work dir enabled"
@@ -61,8 +63,8 @@ impl FilenameFormat {
             t = t.replace("<REV>", "");
         }
         t = t.replace("<TOPIC>", topic).replace("<HOST>", &identifier);
-        if opts.gzip && !t.ends_with(".gz") {
-            t.push_str(".gz");
+        if !t.ends_with(opts.compressed_ext) {
+            t.push_str(opts.compressed_ext);
         }
         Ok(FilenameFormat {
             template: t.replace("<PID>", &pid.to_string()),
@@ -138,7 +140,7 @@ mod tests {
             filename_format: format,
             host_identifier: "",
             datetime_format: "%Y-%m-%d_%H",
-            gzip: false,
+            compressed_ext: "",
             rotating: false,
             separate_work_dir: false,
         }
@@ -155,7 +157,7 @@ mod tests {
     #[test]
     fn rev_pid_gzip_and_host_identifier() {
         let mut o = opts("<TOPIC>-<PID>.<HOST><REV>.<DATETIME>.log");
-        o.gzip = true;
+        o.compressed_ext = ".gz";
         o.host_identifier = "<SHORT_HOST>/<HOSTNAME>";
         let f = FilenameFormat::new(&o, "t", "box.example.com", 42).expect("ok");
         let name = f.name_at(&tm());
@@ -169,7 +171,7 @@ mod tests {
     #[test]
     fn rev_is_required_when_rotating_gzipping_or_with_a_work_dir() {
         for set in [
-            |o: &mut FormatOptions| o.gzip = true,
+            |o: &mut FormatOptions| o.compressed_ext = ".gz",
             |o: &mut FormatOptions| o.rotating = true,
             |o: &mut FormatOptions| o.separate_work_dir = true,
         ] {
@@ -179,10 +181,13 @@ mod tests {
             assert!(err.contains("missing <REV>"), "{err}");
         }
         let mut o = opts("<TOPIC>.<DATETIME>.gz");
-        o.gzip = true;
+        o.compressed_ext = ".gz";
         o.filename_format = "<TOPIC><REV>.gz";
         let f = FilenameFormat::new(&o, "t", "h", 1).expect("ok");
         assert_eq!(f.name_at(&tm()), "t<REV>.gz", "no second .gz");
+        o.compressed_ext = ".zst";
+        let f = FilenameFormat::new(&o, "t", "h", 1).expect("ok");
+        assert_eq!(f.name_at(&tm()), "t<REV>.gz.zst");
     }
 
     #[test]

@@ -12,7 +12,8 @@
 //! - shared: [`cli`] (Go-style flags, `--version`, logging, signals), [`http`] (one HTTP/HTTPS request),
 //!   [`pool`] (`--mode`: which destination; `--status-every` lines),
 //!   [`goconfig`] (`--consumer-opt` / `--producer-opt`: go-nsq's config keys), [`filename`] and
-//!   [`strftime`] (nsq_to_file's file names).
+//!   [`strftime`] (nsq_to_file's file names), [`metrics`] and [`stats_server`]
+//!   (`--stats-address` of the long-running tools: Prometheus `/metrics`).
 //!
 //! No protocol code lives here: connections, TLS, compression and AUTH are the client's.
 
@@ -22,10 +23,12 @@ pub mod filename;
 pub mod goconfig;
 pub mod http;
 pub mod jsonfilter;
+pub mod metrics;
 pub mod pool;
 pub mod publish;
 pub mod relay;
 pub mod stat;
+pub mod stats_server;
 pub mod strftime;
 pub mod tail;
 pub mod to_http;

@@ -14,6 +14,7 @@
 use crate::cli::{self, go_bool, Signals};
 use crate::goconfig::GoConfig;
 use crate::jsonfilter::{Filter, Verdict};
+use crate::metrics::Metrics;
 use crate::pool::{Mode, Pool, TimerMetrics};
 use clap::Parser;
 use client::{Consumer, ConsumerConfig, HandlerResult, Message, Producer, ProducerConfig};
@@ -79,6 +80,9 @@ pub struct Options {
     /// http://godoc.org/github.com/nsqio/go-nsq#Config)
     #[arg(long = "producer-opt")]
     pub producer_opt: Vec<String>,
+    /// HTTP address (host:port) to serve Prometheus metrics on (`GET /metrics`; not in NSQ)
+    #[arg(long = "stats-address", default_value = "")]
+    pub stats_address: String,
 }
 
 /// One destination broker, connected on first use.
@@ -120,6 +124,8 @@ struct Relay {
     pool: RefCell<Pool>,
     filter: Filter,
     aggregate: RefCell<TimerMetrics>,
+    /// `--stats-address`'s counters.
+    metrics: Rc<Metrics>,
 }
 
 impl Relay {
@@ -127,11 +133,15 @@ impl Relay {
         let body = match self.filter.apply(msg.body()) {
             Verdict::Pass(b) => b,
             Verdict::Drop => return HandlerResult::Finish,
-            Verdict::Backoff => return HandlerResult::requeue(),
+            Verdict::Backoff => {
+                self.metrics.error("filter");
+                return HandlerResult::requeue();
+            }
         };
         let start = Instant::now();
         let i = self.pool.borrow_mut().pick(start);
         let Some(dest) = self.destinations.get(i) else {
+            self.metrics.error("no_destination");
             return HandlerResult::requeue();
         };
         let result = dest.publish(topic, body).await;
@@ -144,6 +154,7 @@ impl Relay {
         match result {
             Ok(()) => HandlerResult::Finish,
             Err(e) => {
+                self.metrics.error("publish");
                 tracing::warn!(destination = %dest.addr, error = %e, id = %msg.id(), "publish failed; requeueing");
                 HandlerResult::requeue()
             }
@@ -244,7 +255,11 @@ async fn run(
             whitelist: opts.whitelist_json_field.clone(),
         },
         aggregate: RefCell::new(TimerMetrics::new(opts.status_every, "[aggregate]:")),
+        metrics: Rc::new(Metrics::new(TOOL)),
     });
+    if !opts.stats_address.is_empty() {
+        crate::stats_server::start(&opts.stats_address, relay.metrics.clone())?;
+    }
     let mut consumers = Vec::new();
     for topic in &opts.topic {
         let config = consumer_go
@@ -259,7 +274,7 @@ async fn run(
         let relay = relay.clone();
         let consumer = Consumer::new(config, move |msg: Message| {
             let (relay, topic) = (relay.clone(), publish_topic.clone());
-            async move { relay.handle(msg, &topic).await }
+            async move { relay.metrics.observe(relay.handle(msg, &topic)).await }
         })
         .map_err(|e| e.to_string())?;
         consumers.push(consumer);

@@ -18,6 +18,7 @@
 use crate::cli::{self, go_bool, go_duration, Signals};
 use crate::goconfig::GoConfig;
 use crate::http::{Client, Timeouts, Url};
+use crate::metrics::Metrics;
 use crate::pool::{Mode, Pool, TimerMetrics};
 use clap::Parser;
 use client::{Consumer, ConsumerConfig, HandlerResult, Message, TlsConfig};
@@ -105,6 +106,9 @@ pub struct Options {
     /// (beyond NSQ) accept any certificate from https endpoints
     #[arg(long = "http-client-tls-insecure-skip-verify", value_parser = go_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false")]
     pub tls_insecure_skip_verify: bool,
+    /// HTTP address (host:port) to serve Prometheus metrics on (`GET /metrics`; not in NSQ)
+    #[arg(long = "stats-address", default_value = "")]
+    pub stats_address: String,
 }
 
 /// `--header` values as NSQ reads them: `Key: value`, both trimmed and non-empty.
@@ -152,6 +156,8 @@ struct Sender {
     sample: f64,
     rng: Cell<u64>,
     slots: glommio::sync::Semaphore,
+    /// `--stats-address`'s counters.
+    metrics: Rc<Metrics>,
 }
 
 impl Sender {
@@ -203,6 +209,7 @@ impl Sender {
             return HandlerResult::Finish;
         }
         let Ok(_slot) = self.slots.acquire_permit(1).await else {
+            self.metrics.error("stopping");
             return HandlerResult::requeue();
         };
         let start = Instant::now();
@@ -221,6 +228,7 @@ impl Sender {
                 .mark(i, result.is_ok(), took, Instant::now());
             if let Err(e) = result {
                 let endpoint = self.endpoints.get(i).map_or("", String::as_str);
+                self.metrics.error("http");
                 tracing::warn!(%endpoint, error = %e, id = %msg.id(), attempts = msg.attempts(), "request failed; requeueing");
                 return HandlerResult::requeue();
             }
@@ -376,7 +384,11 @@ async fn run(
         sample: opts.sample,
         rng: Cell::new(u64::from(std::process::id()) << 20 | 0x9E37),
         slots: glommio::sync::Semaphore::new(opts.n as u64),
+        metrics: Rc::new(Metrics::new(TOOL)),
     });
+    if !opts.stats_address.is_empty() {
+        crate::stats_server::start(&opts.stats_address, sender.metrics.clone())?;
+    }
     let config = go
         .consumer(ConsumerConfig::new(
             opts.topic.as_str(),
@@ -387,7 +399,7 @@ async fn run(
     let handler_sender = sender.clone();
     let consumer = Consumer::new(config, move |msg: Message| {
         let sender = handler_sender.clone();
-        async move { sender.handle(msg).await }
+        async move { sender.metrics.observe(sender.handle(msg)).await }
     })
     .map_err(|e| e.to_string())?;
     consumer

@@ -8,14 +8,16 @@
 //!   `Ok`.
 //! - With gzip every sync ends the gzip member (a new one starts after it), so the file on
 //!   disk is a valid gzip stream (concatenated members) after each sync; a rotation or a
-//!   close finishes the member before the file is moved.
+//!   close finishes the member before the file is moved. zstd (`--compress zstd`) the same
+//!   with zstd frames (each with its content checksum): concatenated frames are one valid
+//!   zstd stream.
 //! - A file leaves the work dir only when complete, by `link` + `unlink` (never replacing an
 //!   existing file); a name taken in the output dir moves it to the next free `<REV>`.
 
+use crate::archive::options::Compression;
 use crate::filename::{with_rev, FilenameFormat};
 use crate::strftime::Tm;
 use flate2::write::GzEncoder;
-use flate2::Compression;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;
@@ -28,8 +30,7 @@ pub struct FileSettings {
     pub topic: String,
     pub output_dir: PathBuf,
     pub work_dir: PathBuf,
-    pub gzip: bool,
-    pub gzip_level: u32,
+    pub compression: Compression,
     pub rotate_size: u64,
     pub rotate_interval: Duration,
     pub skip_empty_files: bool,
@@ -51,6 +52,33 @@ pub struct Batch {
 enum Writer {
     Plain(File),
     Gzip(GzEncoder<File>),
+    Zstd(zstd::stream::write::Encoder<'static, File>),
+}
+
+impl Writer {
+    /// A writer of `compression` starting at the file's current end.
+    fn new(file: File, compression: Compression) -> io::Result<Writer> {
+        Ok(match compression {
+            Compression::None => Writer::Plain(file),
+            Compression::Gzip(level) => {
+                Writer::Gzip(GzEncoder::new(file, flate2::Compression::new(level)))
+            }
+            Compression::Zstd(level) => {
+                let mut z = zstd::stream::write::Encoder::new(file, level)?;
+                z.include_checksum(true)?;
+                Writer::Zstd(z)
+            }
+        })
+    }
+
+    /// Ends the gzip member or zstd frame (if any) and gives the file back.
+    fn finish(self) -> io::Result<File> {
+        match self {
+            Writer::Plain(f) => Ok(f),
+            Writer::Gzip(g) => g.finish(),
+            Writer::Zstd(z) => z.finish(),
+        }
+    }
 }
 
 /// The open file (if any) and what rotation needs to know.
@@ -144,45 +172,33 @@ impl OutputFile {
         match &mut self.writer {
             Some(Writer::Plain(f)) => f.write_all(data),
             Some(Writer::Gzip(g)) => g.write_all(data),
+            Some(Writer::Zstd(z)) => z.write_all(data),
             None => Err(io::Error::other("no open file")),
         }
     }
 
-    /// Makes what was written durable: ends the gzip member (starting a new one), fdatasync.
+    /// Makes what was written durable: ends the gzip member or zstd frame (starting a new
+    /// one), fdatasync.
     pub fn sync(&mut self) -> io::Result<()> {
         if !self.unsynced {
             return Ok(());
         }
-        let level = self.gzip_level();
-        match self.writer.take() {
-            Some(Writer::Plain(f)) => {
-                f.sync_data()?;
-                self.writer = Some(Writer::Plain(f));
-            }
-            Some(Writer::Gzip(g)) => {
-                let f = g.finish()?;
-                f.sync_data()?;
-                self.writer = Some(Writer::Gzip(GzEncoder::new(f, level)));
-            }
-            None => {}
+        if let Some(writer) = self.writer.take() {
+            let f = writer.finish()?;
+            f.sync_data()?;
+            self.writer = Some(Writer::new(f, self.settings.compression)?);
         }
         self.unsynced = false;
         Ok(())
     }
 
-    fn gzip_level(&self) -> Compression {
-        Compression::new(self.settings.gzip_level)
-    }
-
-    /// Finishes the open file (gzip trailer, fsync) and moves it to the output dir.
+    /// Finishes the open file (gzip trailer or zstd frame end, fsync) and moves it to the
+    /// output dir.
     pub fn close(&mut self) -> io::Result<()> {
         let Some(writer) = self.writer.take() else {
             return Ok(());
         };
-        let file = match writer {
-            Writer::Plain(f) => f,
-            Writer::Gzip(g) => g.finish()?,
-        };
+        let file = writer.finish()?;
         file.sync_all()?;
         drop(file);
         self.unsynced = false;
@@ -223,7 +239,7 @@ impl OutputFile {
         self.filename = name.to_string();
         self.open_time = Instant::now();
         let s = &self.settings;
-        let exclusive = s.gzip || !s.rotate_interval.is_zero();
+        let exclusive = s.compression != Compression::None || !s.rotate_interval.is_zero();
         loop {
             let rel = PathBuf::from(with_rev(name, self.rev));
             let abs = s.work_dir.join(&rel);
@@ -259,11 +275,7 @@ impl OutputFile {
                 self.rev += 1;
                 continue;
             }
-            self.writer = Some(if s.gzip {
-                Writer::Gzip(GzEncoder::new(file, self.gzip_level()))
-            } else {
-                Writer::Plain(file)
-            });
+            self.writer = Some(Writer::new(file, s.compression)?);
             self.path = Some(rel);
             return Ok(());
         }

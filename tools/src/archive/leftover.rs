@@ -6,10 +6,11 @@
 //! FINished, so a file left behind holds acknowledged messages that would never reach the
 //! output dir. Here, when the work dir is separate, each leftover whose name this topic's
 //! format gives ([`FilenameFormat::leftover_pattern`]) is cut back to what is complete (gzip:
-//! the end of the last whole member; plain: the last `\n`), synced, and moved like a rotated
+//! the end of the last whole member; zstd: of the last whole frame whose checksum holds;
+//! plain: the last `\n`), synced, and moved like a rotated
 //! file. What is cut off was never synced, hence never FINished: the broker delivers it again.
 //!
-//! Invariant: nothing but whole gzip members (or whole lines) ever reaches the output dir; a
+//! Invariant: nothing but whole gzip members, zstd frames (or whole lines) ever reaches the output dir; a
 //! leftover whose name is taken in the output dir stays in the work dir (logged).
 
 use crate::archive::file::exclusive_rename;
@@ -79,14 +80,26 @@ fn walk(dir: &Path, rel: &Path, out: &mut Vec<PathBuf>) -> io::Result<()> {
     Ok(())
 }
 
+/// zstd's frame magic number, little-endian `0xFD2FB528`.
+const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
+
 /// How many leading bytes of the file are complete: whole gzip members for a gzip file
-/// (magic `1f 8b`), else up to the last `\n`.
+/// (magic `1f 8b`), whole zstd frames for a zstd file (its magic), else up to the last `\n`.
 pub fn complete_length(path: &Path) -> io::Result<u64> {
     let mut f = std::fs::File::open(path)?;
-    let mut magic = [0u8; 2];
-    let n = f.read(&mut magic)?;
-    if n == 2 && magic == [0x1f, 0x8b] {
+    let mut magic = [0u8; 4];
+    let mut n = 0;
+    while n < magic.len() {
+        match f.read(&mut magic[n..])? {
+            0 => break,
+            k => n += k,
+        }
+    }
+    if n >= 2 && magic[..2] == [0x1f, 0x8b] {
         return gzip_complete_length(std::fs::File::open(path)?);
+    }
+    if n == 4 && magic == ZSTD_MAGIC {
+        return zstd_complete_length(std::fs::File::open(path)?);
     }
     let mut reader = BufReader::new(std::fs::File::open(path)?);
     let (mut pos, mut last_newline) = (0u64, 0u64);
@@ -119,6 +132,29 @@ fn gzip_complete_length(file: std::fs::File) -> io::Result<u64> {
         match io::copy(&mut member, &mut io::sink()) {
             Ok(_) => good = reader.pos,
             Err(_) => return Ok(good),
+        }
+    }
+}
+
+/// The end of the last whole zstd frame in `file` (decoded one frame at a time, which stops
+/// exactly at the frame's end and checks its content checksum).
+fn zstd_complete_length(file: std::fs::File) -> io::Result<u64> {
+    let mut reader = Counting {
+        inner: BufReader::new(file),
+        pos: 0,
+    };
+    let mut good = 0;
+    loop {
+        if reader.fill_buf()?.is_empty() {
+            return Ok(good);
+        }
+        let mut frame = match zstd::stream::read::Decoder::with_buffer(&mut reader) {
+            Ok(d) => d.single_frame(),
+            Err(_) => return Ok(good),
+        };
+        match io::copy(&mut frame, &mut io::sink()) {
+            Ok(_) if reader.pos > good => good = reader.pos,
+            _ => return Ok(good),
         }
     }
 }
@@ -177,7 +213,7 @@ mod tests {
             filename_format: "<TOPIC>.<HOST><REV>.<DATETIME>.log",
             host_identifier: "",
             datetime_format: "%Y",
-            gzip: true,
+            compressed_ext: ".gz",
             rotating: false,
             separate_work_dir: true,
         };
@@ -206,6 +242,39 @@ mod tests {
             !work.join("t.h-000004.2026.log.gz").exists(),
             "nothing whole: removed"
         );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    fn frame(text: &str) -> Vec<u8> {
+        let mut z = zstd::stream::write::Encoder::new(Vec::new(), 3).expect("zstd");
+        z.include_checksum(true).expect("checksum");
+        z.write_all(text.as_bytes()).expect("zstd");
+        z.finish().expect("zstd")
+    }
+
+    #[test]
+    fn zstd_is_cut_after_the_last_whole_frame() {
+        let dir = scratch("zst");
+        let f = dir.join("f.zst");
+        let (a, b, c) = (
+            frame("one\ntwo\n"),
+            frame(""),
+            frame(&"three\n".repeat(100)),
+        );
+        let whole = [a.clone(), b.clone(), c.clone()].concat();
+        std::fs::write(&f, &whole).expect("write");
+        assert_eq!(complete_length(&f).expect("len"), whole.len() as u64);
+        for cut in [1, 4, c.len() / 2, c.len() - 1] {
+            let mut bytes = [a.clone(), b.clone()].concat();
+            bytes.extend_from_slice(&c[..c.len() - cut]);
+            std::fs::write(&f, &bytes).expect("write");
+            let keep = complete_length(&f).expect("len");
+            assert_eq!(keep, (a.len() + b.len()) as u64, "cut {cut}");
+            let text = zstd::stream::decode_all(&bytes[..keep as usize]).expect("valid zstd");
+            assert_eq!(text, b"one\ntwo\n");
+        }
+        std::fs::write(&f, &a[..a.len() - 2]).expect("write");
+        assert_eq!(complete_length(&f).expect("len"), 0, "nothing whole");
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -1,7 +1,8 @@
 //! nsq_to_file: archives topics to files, one consumer and one output file per topic.
 //!
 //! - [`options`]: the command line (NSQ's flags, defaults and checks);
-//! - [`file`]: the output file on a blocking thread (rotation, gzip members, sync, moving);
+//! - [`file`]: the output file on a blocking thread (rotation, gzip members or zstd
+//!   frames, sync, moving);
 //! - [`topic`]: a topic's consumer and writer task (FIN only after the sync);
 //! - [`leftover`]: files a killed run left in the work dir, finished and moved at start-up.
 //!
@@ -18,6 +19,7 @@ pub mod topic;
 use crate::cli::{self, Signals};
 use crate::filename::{FilenameFormat, FormatOptions};
 use crate::goconfig::GoConfig;
+use crate::metrics::Metrics;
 use file::{FileSettings, OutputFile};
 use options::Options;
 use std::collections::BTreeMap;
@@ -71,6 +73,13 @@ async fn run(opts: Options, go: GoConfig, signals: Signals) -> i32 {
             return 1;
         }
     };
+    let metrics = Rc::new(Metrics::new(TOOL));
+    if !opts.stats_address.is_empty() {
+        if let Err(e) = crate::stats_server::start(&opts.stats_address, metrics.clone()) {
+            eprintln!("{TOOL}: {e}");
+            return 1;
+        }
+    }
     let mut topics: BTreeMap<String, Rc<Topic>> = BTreeMap::new();
     let discover = opts.topic.is_empty();
     let mut next_refresh = Instant::now();
@@ -104,7 +113,7 @@ async fn run(opts: Options, go: GoConfig, signals: Signals) -> i32 {
                     tracing::warn!(topic = %name, pattern = %opts.topic_pattern, "skipping topic (doesn't match pattern)");
                     continue;
                 }
-                match start_topic(&opts, &go, &name).await {
+                match start_topic(&opts, &go, &name, &metrics).await {
                     Ok(t) => {
                         topics.insert(name, t);
                     }
@@ -151,12 +160,17 @@ async fn lookup_topics(opts: &Options) -> Vec<String> {
 }
 
 /// Finishes the topic's leftovers, then starts its consumer and writer.
-async fn start_topic(opts: &Options, go: &GoConfig, name: &str) -> Result<Rc<Topic>, String> {
+async fn start_topic(
+    opts: &Options,
+    go: &GoConfig,
+    name: &str,
+    metrics: &Rc<Metrics>,
+) -> Result<Rc<Topic>, String> {
     let format_opts = FormatOptions {
         filename_format: &opts.filename_format,
         host_identifier: &opts.host_identifier,
         datetime_format: &opts.datetime_format,
-        gzip: opts.gzip,
+        compressed_ext: opts.compression().extension(),
         rotating: opts.rotating(),
         separate_work_dir: opts.separate_work_dir(),
     };
@@ -182,8 +196,7 @@ async fn start_topic(opts: &Options, go: &GoConfig, name: &str) -> Result<Rc<Top
         topic: name.to_string(),
         output_dir: opts.output_dir.clone(),
         work_dir: opts.work_dir.clone(),
-        gzip: opts.gzip,
-        gzip_level: opts.gzip_level.clamp(1, 9) as u32,
+        compression: opts.compression(),
         rotate_size: opts.rotate_size.max(0) as u64,
         rotate_interval: opts.rotate_interval,
         skip_empty_files: opts.skip_empty_files,
@@ -199,6 +212,7 @@ async fn start_topic(opts: &Options, go: &GoConfig, name: &str) -> Result<Rc<Top
         opts.sync_interval,
         opts.nsqd_tcp_address.clone(),
         opts.lookupd_http_address.clone(),
+        metrics.clone(),
     )
     .map_err(|e| e.to_string())
 }

@@ -1,6 +1,10 @@
 //! nsq_to_file's command line: every flag of NSQ 1.3's nsq_to_file, its defaults, and its
 //! checks in its order and words (`log.Fatal`: status 1). Parsing errors (an unknown flag, a
 //! value of the wrong type) are clap's, status 2.
+//!
+//! Beyond NSQ (issue 27): `--compress gzip|zstd` (`gzip` is `--gzip`) and `--zstd-level`. The
+//! zstd level is its own flag rather than `--gzip-level` reused: zstd's scale is 1-22 with 3 as
+//! its default, gzip's 1-9 with 6, so one flag would either cap zstd or change NSQ's default.
 
 use crate::cli::{go_bool, go_duration};
 use clap::Parser;
@@ -63,6 +67,16 @@ pub struct Options {
     /// gzip output files.
     #[arg(long, value_parser = go_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false")]
     pub gzip: bool,
+    /// compress output files: gzip (the same as --gzip) or zstd (not in NSQ)
+    #[arg(long, default_value = "")]
+    pub compress: String,
+    /// zstd compression level with --compress zstd (1-22; not in NSQ)
+    #[arg(
+        long = "zstd-level",
+        default_value_t = 3,
+        allow_negative_numbers = true
+    )]
+    pub zstd_level: i64,
     /// skip writing empty files
     #[arg(long = "skip-empty-files", value_parser = go_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false")]
     pub skip_empty_files: bool,
@@ -100,6 +114,9 @@ pub struct Options {
     /// nsq topic (may be given multiple times)
     #[arg(long)]
     pub topic: Vec<String>,
+    /// HTTP address (host:port) to serve Prometheus metrics on (`GET /metrics`; not in NSQ)
+    #[arg(long = "stats-address", default_value = "")]
+    pub stats_address: String,
     /// option to passthrough to nsq.Consumer (may be given multiple times,
     /// http://godoc.org/github.com/nsqio/go-nsq#Config)
     #[arg(long = "consumer-opt")]
@@ -129,6 +146,25 @@ impl Options {
             return Err(format!(
                 "invalid --gzip-level value ({}), should be 1-9",
                 self.gzip_level
+            ));
+        }
+        match self.compress.as_str() {
+            "" | "none" => {}
+            "gzip" => self.gzip = true,
+            "zstd" if self.gzip => {
+                return Err("use --gzip or --compress zstd, not both".into());
+            }
+            "zstd" => {}
+            other => {
+                return Err(format!(
+                    "invalid --compress value ({other}), should be gzip or zstd"
+                ));
+            }
+        }
+        if !(1..=22).contains(&self.zstd_level) {
+            return Err(format!(
+                "invalid --zstd-level value ({}), should be 1-22",
+                self.zstd_level
             ));
         }
         if self.topic.is_empty() && self.topic_pattern.is_empty() {
@@ -165,9 +201,41 @@ impl Options {
         self.work_dir != self.output_dir
     }
 
+    /// The output files' compression (after [`Options::check`]).
+    pub fn compression(&self) -> Compression {
+        if self.gzip {
+            Compression::Gzip(self.gzip_level.clamp(1, 9) as u32)
+        } else if self.compress == "zstd" {
+            Compression::Zstd(self.zstd_level.clamp(1, 22) as i32)
+        } else {
+            Compression::None
+        }
+    }
+
     /// Rotation by size or by time is on.
     pub fn rotating(&self) -> bool {
         self.rotate_size > 0 || !self.rotate_interval.is_zero()
+    }
+}
+
+/// How output files are compressed, with the level.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compression {
+    None,
+    /// gzip members at a level of 1-9.
+    Gzip(u32),
+    /// zstd frames at a level of 1-22.
+    Zstd(i32),
+}
+
+impl Compression {
+    /// The extension a compressed file's name ends in (NSQ's `.gz`; `.zst` as the zstd tool).
+    pub fn extension(self) -> &'static str {
+        match self {
+            Compression::None => "",
+            Compression::Gzip(_) => ".gz",
+            Compression::Zstd(_) => ".zst",
+        }
     }
 }
 
@@ -195,6 +263,22 @@ mod tests {
         assert_eq!(o.topic_refresh, Duration::from_secs(60));
         assert_eq!(o.gzip_level, 6);
         assert!(!o.gzip && !o.skip_empty_files);
+        assert_eq!(o.compression(), Compression::None);
+    }
+
+    #[test]
+    fn compress_gzip_is_gzip_and_zstd_has_its_level() {
+        let base = ["--topic", "t", "--nsqd-tcp-address", "h:1"];
+        let with = |extra: &[&str]| parse(&[&base[..], extra].concat()).expect("valid");
+        let o = with(&["--compress", "gzip", "--gzip-level", "9"]);
+        assert!(o.gzip);
+        assert_eq!(o.compression(), Compression::Gzip(9));
+        assert_eq!(o.compression().extension(), ".gz");
+        let o = with(&["--compress=zstd"]);
+        assert_eq!(o.compression(), Compression::Zstd(3));
+        assert_eq!(o.compression().extension(), ".zst");
+        let o = with(&["-compress", "zstd", "-zstd-level=19"]);
+        assert_eq!(o.compression(), Compression::Zstd(19));
     }
 
     #[test]
@@ -241,6 +325,13 @@ mod tests {
         ])
         .contains("invalid --gzip-level value (0), should be 1-9"));
         assert!(err(&["--nsqd-tcp-address", "a"]).contains("--topic or --topic-pattern required"));
+        let base = ["--topic", "t", "--nsqd-tcp-address", "a"];
+        let with = |extra: &[&'static str]| [&base[..], extra].concat();
+        assert!(err(&with(&["--compress", "lz4"]))
+            .contains("invalid --compress value (lz4), should be gzip or zstd"));
+        assert!(err(&with(&["--gzip", "--compress", "zstd"])).contains("not both"));
+        assert!(err(&with(&["--compress", "zstd", "--zstd-level", "23"]))
+            .contains("invalid --zstd-level value (23), should be 1-22"));
         assert!(err(&["--topic-pattern", "x", "--nsqd-tcp-address", "a"])
             .contains("--lookupd-http-address must be specified"));
         assert!(err(&[

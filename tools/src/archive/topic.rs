@@ -14,6 +14,7 @@
 //! 1 (as NSQ), so the broker requeues every message not FINished.
 
 use crate::archive::file::{Batch, OutputFile};
+use crate::metrics::Metrics;
 use client::{Consumer, ConsumerConfig, HandlerResult, Message};
 use nsq_common::local_sync::Notify;
 use std::cell::{Cell, OnceCell, RefCell};
@@ -47,6 +48,8 @@ pub struct Topic {
     stopped: Cell<bool>,
     hup: Cell<bool>,
     pub messages: Cell<u64>,
+    /// `--stats-address`'s counters, shared by every topic.
+    metrics: Rc<Metrics>,
 }
 
 impl Topic {
@@ -59,6 +62,7 @@ impl Topic {
         sync_interval: Duration,
         nsqds: Vec<String>,
         lookupds: Vec<String>,
+        metrics: Rc<Metrics>,
     ) -> client::Result<Rc<Topic>> {
         let topic = Rc::new(Topic {
             name: config.topic.clone(),
@@ -75,19 +79,23 @@ impl Topic {
             stopped: Cell::new(false),
             hup: Cell::new(false),
             messages: Cell::new(0),
+            metrics,
         });
         let t = topic.clone();
         let consumer = Consumer::new(config, move |msg: Message| {
             let generation = t.append(&msg);
             let t = t.clone();
             async move {
-                Synced {
-                    topic: &t,
-                    generation,
-                    registered: None,
-                }
-                .await;
-                HandlerResult::Finish
+                let synced = async {
+                    Synced {
+                        topic: &t,
+                        generation,
+                        registered: None,
+                    }
+                    .await;
+                    HandlerResult::Finish
+                };
+                t.metrics.observe(synced).await
             }
         })?;
         let _ = topic.consumer.set(consumer.clone());
@@ -197,6 +205,7 @@ impl Topic {
             let (f, batch, result) = job.await;
             file = f;
             if let Err(e) = result {
+                self.metrics.error("write");
                 tracing::error!(topic = %self.name, error = %e, "writing or syncing the file; exiting");
                 std::process::exit(1);
             }
