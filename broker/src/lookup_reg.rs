@@ -20,7 +20,9 @@
 //! A new topic's channels: the owner shard asks with `Mail::TopicChannels`;
 //! [`Registrar::topic_channels`] sends `GET /channels?topic=` to every lookup whose HTTP address
 //! it knows (the host of the lookup's TCP address and the `http_port` of its IDENTIFY answer),
-//! all at once, each bounded by [`QUERY_TIMEOUT`]; the answer is the union of the lookups that
+//! all at once, each bounded by `--http-client-connect-timeout` (connecting) and
+//! `--http-client-request-timeout` (the whole query), and by at most [`QUERY_TIMEOUT`] whatever
+//! the flags say (a publisher waits on it); the answer is the union of the lookups that
 //! answered in time. Each request is sent and its answer read by `http1::client::exchange`
 //! (`Content-Length`, chunked, or up to the close), done as soon as it is whole.
 
@@ -50,7 +52,8 @@ pub const BACKOFF_MAX: Duration = Duration::from_secs(5);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// Bound on each write and on each reply awaited.
 const IO_TIMEOUT: Duration = Duration::from_secs(5);
-/// Bound on the whole `GET /channels` of one lookup (they run side by side).
+/// Most the whole `GET /channels` of one lookup may take (they run side by side), however long
+/// `--http-client-request-timeout` is.
 pub const QUERY_TIMEOUT: Duration = Duration::from_secs(1);
 /// Commands written before their replies are read: small enough that neither side's socket
 /// buffer fills while the other is not reading.
@@ -252,6 +255,9 @@ pub struct Registrar {
     identity: PeerInfo,
     set: RefCell<Registrations>,
     peers: RefCell<Vec<Rc<Peer>>>,
+    /// `GET /channels` bounds: connecting, and the whole query.
+    query_connect: Duration,
+    query_total: Duration,
 }
 
 impl Registrar {
@@ -267,6 +273,8 @@ impl Registrar {
             },
             set: RefCell::new(Registrations::default()),
             peers: RefCell::new(Vec::new()),
+            query_connect: config.auth.connect_timeout.min(QUERY_TIMEOUT),
+            query_total: config.auth.request_timeout.min(QUERY_TIMEOUT),
         })
     }
 
@@ -325,7 +333,7 @@ impl Registrar {
     }
 
     /// The channels the lookups know for `topic` (union, sorted; ephemeral and invalid names
-    /// left out). Lookups that do not answer within [`QUERY_TIMEOUT`] are skipped.
+    /// left out). Lookups that do not answer in time (see the module doc) are skipped.
     pub async fn topic_channels(&self, topic: String) -> Vec<String> {
         let mut addrs: Vec<String> = self
             .peers
@@ -339,8 +347,9 @@ impl Registrar {
             .into_iter()
             .map(|addr| {
                 let topic = topic.clone();
+                let (connect, total) = (self.query_connect, self.query_total);
                 glommio::spawn_local(async move {
-                    let got = with_timeout(QUERY_TIMEOUT, fetch_channels(&addr, &topic)).await;
+                    let got = with_timeout(total, fetch_channels(&addr, &topic, connect)).await;
                     (addr, got)
                 })
             })
@@ -600,9 +609,13 @@ pub fn join_host_port(host: &str, port: u16) -> String {
 }
 
 /// `GET /channels?topic=` on one lookup's HTTP API.
-async fn fetch_channels(http_addr: &str, topic: &str) -> Result<Vec<String>, LookupError> {
+async fn fetch_channels(
+    http_addr: &str,
+    topic: &str,
+    connect: Duration,
+) -> Result<Vec<String>, LookupError> {
     let addr = resolve(http_addr).await?;
-    let mut stream = TcpStream::connect_timeout(addr, QUERY_TIMEOUT)
+    let mut stream = TcpStream::connect_timeout(addr, connect)
         .await
         .map_err(|source| LookupError::Connect { addr, source })?;
     let target = format!("/channels?topic={}", http1::percent_encode(topic));
