@@ -22,7 +22,7 @@ fn start(name: &str) -> (Broker, String) {
 
 /// [`start`] with more broker flags.
 fn start_with(name: &str, extra: &[&str]) -> (Broker, String) {
-    let mut flags = vec!["--shards", "2", "--log-level", "warn"];
+    let mut flags = vec!["--shards", "2"];
     flags.extend_from_slice(extra);
     let prefix = format!("shard-bench-broker-{name}");
     let Started { proc, tcp, http } = start_broker(&binary("broker"), &prefix, &flags);

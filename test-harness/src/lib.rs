@@ -8,8 +8,9 @@
 //!   pass.
 //! - [`free_port`] and [`scratch_dir`] give every process its own ports and files, so tests run
 //!   side by side.
-//! - [`start_broker`] and [`start_lookup`] start one on two free ports (and, for a broker, a
-//!   data directory of its own), with the test's flags after the addresses.
+//! - [`start_broker`] and [`start_lookup`] start one on ephemeral ports it binds itself and
+//!   names in its log (and, for a broker, a data directory of its own), with the test's flags
+//!   after the addresses.
 //! - [`Proc`] is a running binary: started with its output in a log file, waited for until it
 //!   listens on every given address (or fails with its log if it exits first), killed and its
 //!   directory removed when dropped (also when the test panics). Any binary can be started so:
@@ -130,6 +131,43 @@ impl Proc {
         proc
     }
 
+    /// Starts `cmd` as [`Proc::start`] does, for a process that binds port 0 and writes each
+    /// address it listens on after one of `markers` in its log; returns once every one is in
+    /// the log and accepts TCP connections, with the addresses in the order of `markers`.
+    pub fn start_announced(
+        name: &str,
+        cmd: Command,
+        dir: PathBuf,
+        markers: &[&str],
+    ) -> (Proc, Vec<String>) {
+        let mut proc = Proc::start(name, cmd, dir, &[]);
+        let deadline = Instant::now() + START_TIMEOUT;
+        let mut addrs = Vec::new();
+        for marker in markers {
+            let addr = loop {
+                if let Some(addr) = address_after(&proc.log(), marker) {
+                    break addr;
+                }
+                if let Some(status) = proc.exited() {
+                    panic!(
+                        "{name} exited ({status}) before writing `{marker}` in its log:\n{}",
+                        proc.log()
+                    );
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "{name} never wrote `{marker}` in its log:\n{}",
+                    proc.log()
+                );
+                std::thread::sleep(Duration::from_millis(10));
+            };
+            addrs.push(addr);
+        }
+        let listens: Vec<&str> = addrs.iter().map(String::as_str).collect();
+        proc.wait_listening(&listens);
+        (proc, addrs)
+    }
+
     /// How it ended, if it has (`None` while it runs, and after [`Proc::kill`]).
     pub fn exited(&mut self) -> Option<ExitStatus> {
         self.child
@@ -199,39 +237,53 @@ pub struct Started {
     pub http: String,
 }
 
-/// Starts the broker `bin` on two free ports with its data in a new scratch directory
-/// (`<prefix>-...`), with `flags` after the addresses; returns once both sides listen.
+/// Starts the broker `bin` with its data in a new scratch directory (`<prefix>-...`) and `flags`
+/// after the addresses; returns once both sides listen.
+///
+/// The broker binds port 0 and the harness reads the ports it got from its log: ports picked
+/// here and passed in would race with every other test starting a process at the same moment
+/// (one of them fails to bind, or, worse, the harness connects to the other's listener).
 pub fn start_broker(bin: &Path, prefix: &str, flags: &[&str]) -> Started {
     let dir = scratch_dir(prefix);
     let data = dir.join("data");
     std::fs::create_dir_all(&data).expect("a data directory");
-    let (tcp, http) = two_addresses();
     let mut cmd = Command::new(bin);
-    cmd.arg(format!("--tcp-address={tcp}"))
-        .arg(format!("--http-address={http}"))
+    cmd.arg("--tcp-address=127.0.0.1:0")
+        .arg("--http-address=127.0.0.1:0")
         .arg(format!("--data-path={}", data.display()))
         .args(flags);
-    let proc = Proc::start("broker", cmd, dir, &[&tcp, &http]);
+    let (proc, addrs) = Proc::start_announced(
+        "broker",
+        cmd,
+        dir,
+        &["TCP: listening tcp=", "HTTP: listening http="],
+    );
+    let [tcp, http] = <[String; 2]>::try_from(addrs).expect("two addresses");
     Started { proc, tcp, http }
 }
 
-/// Starts the lookup `bin` on two free ports, with `flags` after the addresses; returns once
-/// both sides listen.
+/// Starts the lookup `bin` on ephemeral ports (read from its log, as [`start_broker`]), with
+/// `flags` after the addresses; returns once both sides listen.
 pub fn start_lookup(bin: &Path, prefix: &str, flags: &[&str]) -> Started {
-    let (tcp, http) = two_addresses();
     let mut cmd = Command::new(bin);
-    cmd.arg(format!("--tcp-address={tcp}"))
-        .arg(format!("--http-address={http}"))
+    cmd.arg("--tcp-address=127.0.0.1:0")
+        .arg("--http-address=127.0.0.1:0")
         .args(flags);
-    let proc = Proc::start("lookup", cmd, scratch_dir(prefix), &[&tcp, &http]);
+    let (proc, addrs) = Proc::start_announced(
+        "lookup",
+        cmd,
+        scratch_dir(prefix),
+        &["TCP: listening on ", "HTTP: listening on "],
+    );
+    let [tcp, http] = <[String; 2]>::try_from(addrs).expect("two addresses");
     Started { proc, tcp, http }
 }
 
-fn two_addresses() -> (String, String) {
-    (
-        format!("127.0.0.1:{}", free_port()),
-        format!("127.0.0.1:{}", free_port()),
-    )
+/// The address written right after `marker` in `log` (up to the next space or line end).
+fn address_after(log: &str, marker: &str) -> Option<String> {
+    let rest = &log[log.find(marker)? + marker.len()..];
+    let addr: String = rest.chars().take_while(|c| !c.is_whitespace()).collect();
+    (!addr.is_empty()).then_some(addr)
 }
 
 #[cfg(test)]
@@ -247,6 +299,21 @@ mod tests {
         assert!(std::net::TcpListener::bind(("127.0.0.1", port)).is_ok());
         let _ = std::fs::remove_dir_all(a);
         let _ = std::fs::remove_dir_all(b);
+    }
+
+    #[test]
+    fn addresses_are_read_after_their_marker() {
+        let log = "2026 INFO broker::launch: TCP: listening tcp=127.0.0.1:4150 shards=2\n\
+                   2026 INFO lookup: HTTP: listening on 127.0.0.1:4161\n";
+        let tcp = address_after(log, "TCP: listening tcp=");
+        assert_eq!(tcp.as_deref(), Some("127.0.0.1:4150"));
+        let http = address_after(log, "HTTP: listening on ");
+        assert_eq!(http.as_deref(), Some("127.0.0.1:4161"));
+        assert_eq!(address_after(log, "HTTPS: listening"), None);
+        assert_eq!(
+            address_after("TCP: listening tcp=", "TCP: listening tcp="),
+            None
+        );
     }
 
     #[test]
