@@ -45,6 +45,13 @@ pub enum AdminOp {
         channel: String,
         action: Action,
     },
+    /// To the topic's owner: its own retention limits. `None`: unchanged; `Some(None)`: back
+    /// to the flag's; `Some(Some(n))`: n (ns, bytes; 0 for none).
+    TopicConfig {
+        topic: String,
+        retention_time_ns: Option<Option<u64>>,
+        retention_bytes: Option<Option<u64>>,
+    },
     /// To every shard: its topics and producers.
     Stats(StatsQuery),
     /// To every shard: `None` when healthy, else the reason.
@@ -63,6 +70,8 @@ pub enum AdminResult {
     Health(Option<String>),
     /// The action could not be carried out (the reason; HTTP 500 INTERNAL_ERROR).
     Failed(String),
+    /// The request cannot be done to this topic (HTTP 400 with this message).
+    Refused(String),
 }
 
 /// One shard's part of /stats and /metrics.

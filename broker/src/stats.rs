@@ -46,6 +46,25 @@ pub struct TopicStats {
     pub message_bytes: u64,
     pub paused: bool,
     pub e2e_processing_latency: Latency,
+    /// What the topic keeps beyond what its channels need (ours; nsqd has no retention).
+    pub retention: RetentionStats,
+}
+
+/// A topic's retention in /stats: the limits in force (0: none, as nsqd: what every channel
+/// passed goes), and what its files hold.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RetentionStats {
+    pub time_ns: u64,
+    pub bytes: u64,
+    /// Whether the limits are the topic's own (`POST /topic/config`) or the flags'.
+    pub time_is_topics: bool,
+    pub bytes_is_topics: bool,
+    /// The first seq of the oldest segment file, and the timestamp (ns) of its first message
+    /// (0 when the topic has no file).
+    pub oldest_offset: u64,
+    pub oldest_timestamp: i64,
+    /// Bytes of the topic's segment files.
+    pub retained_bytes: u64,
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -302,6 +302,7 @@ mod tests {
                     value: 1234.0,
                 }]),
             },
+            retention: Default::default(),
         }
     }
 

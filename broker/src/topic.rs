@@ -6,12 +6,14 @@
 //!
 //! - A topic with no channel keeps its log from `log.start()`: the first channel starts there
 //!   and so receives everything published before it existed. Later channels start at the end.
+//! - Retention: the topic's own settings (`POST /topic/config`, persisted in its metadata)
+//!   override the flags' for each limit; the log applies the result ([`Topic::set_retention`]).
 //! - While paused, `visible_end` stays where it was: channels see nothing published since, until
 //!   unpause ([`Topic::release_held`]).
 
 use crate::channel::{Channel, TimerQueue};
 use crate::ids::IdGen;
-use crate::storage::log::TopicLog;
+use crate::storage::log::{Retention, TopicLog};
 use crate::storage::meta::{ChannelMeta, TopicMeta, META_VERSION};
 use protocol::Message;
 use std::cell::RefCell;
@@ -55,6 +57,10 @@ pub struct Topic {
     /// Makes the IDs of the messages published here: one counter per topic, so the IDs a
     /// channel has in flight are neighbours (see [`crate::id_table`]).
     pub ids: IdGen,
+    /// The topic's own retention limits (ns, bytes); `None`: the flag's (`retention_default`).
+    pub retention_time_ns: Option<u64>,
+    pub retention_bytes: Option<u64>,
+    retention_default: Retention,
 }
 
 impl Topic {
@@ -83,7 +89,28 @@ impl Topic {
             meta_saved_gen: 0,
             checkpoint_queued: false,
             ids,
+            retention_time_ns: None,
+            retention_bytes: None,
+            retention_default: Retention::default(),
         }
+    }
+
+    /// Sets the flags' retention (`default`) and the topic's own (`None`: the flag's), and
+    /// gives the log the result. Takes effect at the next release (checkpoint).
+    pub fn set_retention(&mut self, default: Retention, time_ns: Option<u64>, bytes: Option<u64>) {
+        self.retention_default = default;
+        self.retention_time_ns = time_ns;
+        self.retention_bytes = bytes;
+        let effective = Retention {
+            time_ns: time_ns.unwrap_or(default.time_ns),
+            bytes: bytes.unwrap_or(default.bytes),
+        };
+        self.log.borrow_mut().set_retention(effective);
+    }
+
+    /// The flags' retention this topic was given.
+    pub fn retention_default(&self) -> Retention {
+        self.retention_default
     }
 
     /// Appends messages to the log. Returns the seq after the last one and the channels that
@@ -241,6 +268,8 @@ impl Topic {
             paused: self.paused,
             clean,
             start: self.log.borrow().start(),
+            retention_time_ns: self.retention_time_ns,
+            retention_bytes: self.retention_bytes,
             channels: self
                 .channels
                 .values()
@@ -253,6 +282,12 @@ impl Topic {
     /// Restores channels and pause state from persisted metadata (at start-up).
     pub fn restore(&mut self, meta: &TopicMeta, now: Instant, timers: &TimerQueue) -> usize {
         self.paused = meta.paused;
+        // Before the release: what the retention keeps must survive it.
+        self.set_retention(
+            self.retention_default,
+            meta.retention_time_ns,
+            meta.retention_bytes,
+        );
         // Before the channels: a first channel created by SUB later starts from here.
         self.log.borrow_mut().release_below(meta.start);
         let mut pending = 0;

@@ -6,6 +6,8 @@
 //! `250ms`, `1m30s`). Anything we do not understand, or that nsqd would silently ignore
 //! (`--https-address` without a certificate), is refused at start-up with a clear message rather than silently ignored.
 
+pub mod size;
+
 use crate::sys::listen::ListenAddr;
 use clap::Parser;
 use protocol::duration::parse_flag_duration;
@@ -57,6 +59,12 @@ pub struct Args {
     /// number of bytes per diskqueue file before rolling
     #[arg(long, default_value_t = 100 * 1024 * 1024)]
     pub max_bytes_per_file: u64,
+    /// how long a topic keeps what every channel has finished (Go duration; 0: not kept)
+    #[arg(long, default_value = "0", value_parser = parse_flag_duration)]
+    pub retention_time: Duration,
+    /// bytes of a topic's history kept (1024, 512MiB, 10GiB, 1GB; 0: none kept)
+    #[arg(long, default_value = "0", value_parser = size::parse_byte_size)]
+    pub retention_bytes: u64,
     /// number of messages per diskqueue fsync
     #[arg(long, default_value_t = 2500)]
     pub sync_every: u64,
@@ -283,6 +291,8 @@ pub struct Config {
     pub data_path: PathBuf,
     pub mem_queue_size: u64,
     pub max_bytes_per_file: u64,
+    pub retention_time: Duration,
+    pub retention_bytes: u64,
     pub sync_every: u64,
     pub sync_timeout: Duration,
     pub durable: bool,
@@ -563,6 +573,8 @@ impl Config {
             data_path: a.data_path,
             mem_queue_size: a.mem_queue_size,
             max_bytes_per_file: a.max_bytes_per_file,
+            retention_time: a.retention_time,
+            retention_bytes: a.retention_bytes,
             sync_every: a.sync_every,
             sync_timeout: a.sync_timeout,
             durable: a.durable,

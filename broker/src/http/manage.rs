@@ -1,6 +1,9 @@
 //! `POST /topic/{create,delete,empty,pause,unpause}?topic=` and
 //! `POST /channel/{create,delete,empty,pause,unpause}?topic=&channel=`: arguments checked as
 //! nsqd checks them, then the work is done by the topic's owner ([`crate::admin`]).
+//! `POST /topic/config?topic=&retention_time=&retention_bytes=` (ours): a topic's own
+//! retention, Go durations and byte sizes ([`crate::config::size`]), `default` for the flag's;
+//! a bad value is refused with 400 and what is wrong with it.
 //!
 //! nsqd's checks differ per endpoint and are kept: `/topic/create` and `/topic/empty` refuse an
 //! invalid name (`INVALID_TOPIC`), `/topic/delete` and `/topic/(un)pause` only look it up
@@ -11,6 +14,7 @@ use super::routes::{done, error, query, Answer};
 use crate::admin::{Action, AdminOp, AdminResult};
 use crate::shard::Shard;
 use http1::Request;
+use protocol::duration::parse_flag_duration;
 use protocol::names::{is_valid_channel_name, is_valid_topic_name};
 use std::rc::Rc;
 
@@ -31,6 +35,56 @@ pub async fn topic(shard: &Rc<Shard>, req: &Request, action: Action) -> Answer {
         action,
     };
     answer(ask::owner(shard, topic, op).await)
+}
+
+pub async fn topic_config(shard: &Rc<Shard>, req: &Request) -> Answer {
+    let q = match query(&req.head) {
+        Ok(q) => q,
+        Err(a) => return a,
+    };
+    let Some(topic) = q.get("topic") else {
+        return error(400, "MISSING_ARG_TOPIC");
+    };
+    if !is_valid_topic_name(topic) {
+        return error(400, "INVALID_ARG_TOPIC");
+    }
+    let time = q.get("retention_time").map(|v| {
+        setting(v, |v| {
+            let d = parse_flag_duration(v)?;
+            Ok(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+        })
+    });
+    let bytes = q
+        .get("retention_bytes")
+        .map(|v| setting(v, crate::config::size::parse_byte_size));
+    let retention_time_ns = match time.transpose() {
+        Ok(t) => t,
+        Err(why) => return error(400, &format!("INVALID_RETENTION_TIME: {why}")),
+    };
+    let retention_bytes = match bytes.transpose() {
+        Ok(b) => b,
+        Err(why) => return error(400, &format!("INVALID_RETENTION_BYTES: {why}")),
+    };
+    if retention_time_ns.is_none() && retention_bytes.is_none() {
+        return error(
+            400,
+            "MISSING_ARG_RETENTION: give retention_time, retention_bytes or both",
+        );
+    }
+    let op = AdminOp::TopicConfig {
+        topic: topic.to_string(),
+        retention_time_ns,
+        retention_bytes,
+    };
+    answer(ask::owner(shard, topic, op).await)
+}
+
+/// A topic setting's value: `default` (the flag's: `None`) or what `parse` makes of it.
+fn setting(v: &str, parse: impl Fn(&str) -> Result<u64, String>) -> Result<Option<u64>, String> {
+    if v.trim() == "default" {
+        return Ok(None);
+    }
+    parse(v).map(Some)
 }
 
 pub async fn channel(shard: &Rc<Shard>, req: &Request, action: Action) -> Answer {
@@ -63,6 +117,7 @@ fn answer(result: Option<AdminResult>) -> Answer {
         Some(AdminResult::Done) => done(),
         Some(AdminResult::TopicNotFound) => error(404, "TOPIC_NOT_FOUND"),
         Some(AdminResult::ChannelNotFound) => error(404, "CHANNEL_NOT_FOUND"),
+        Some(AdminResult::Refused(why)) => error(400, &why),
         Some(AdminResult::Failed(reason)) => {
             tracing::warn!(%reason, "admin action failed");
             error(500, "INTERNAL_ERROR")

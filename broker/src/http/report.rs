@@ -152,7 +152,7 @@ fn render_metrics(parts: &[ShardStats]) -> String {
     let topics: Vec<&stats::TopicStats> = parts.iter().flat_map(|p| &p.topics).collect();
 
     type TopicGauge = fn(&stats::TopicStats) -> u64;
-    let topic_families: [(&str, &str, &str, TopicGauge); 6] = [
+    let topic_families: [(&str, &str, &str, TopicGauge); 7] = [
         (
             "nsq_topic_depth",
             "gauge",
@@ -188,6 +188,12 @@ fn render_metrics(parts: &[ShardStats]) -> String {
             "gauge",
             "Channels of the topic.",
             |t| t.channels.len() as u64,
+        ),
+        (
+            "nsq_topic_retained_bytes",
+            "gauge",
+            "Bytes of the topic's segment files (what channels need and what retention keeps).",
+            |t| t.retention.retained_bytes,
         ),
     ];
     for (name, kind, help, get) in topic_families {

@@ -59,6 +59,7 @@ enum Route {
     Stats,
     Metrics,
     Topic(Action),
+    TopicConfig,
     Channel(Action),
     Config,
 }
@@ -85,6 +86,7 @@ fn route(path: &str) -> Option<(Route, &'static [&'static str])> {
         "/mpub" => (Route::Mpub, POST),
         "/stats" => (Route::Stats, GET),
         "/metrics" => (Route::Metrics, GET),
+        "/topic/config" => (Route::TopicConfig, POST),
         _ => {
             if let Some(verb) = path.strip_prefix("/topic/") {
                 (Route::Topic(action(verb)?), POST)
@@ -207,6 +209,7 @@ pub async fn handle(shard: &Rc<Shard>, req: &Request) -> Answer {
         Route::Stats => report::stats(shard, req).await,
         Route::Metrics => report::metrics(shard).await,
         Route::Topic(a) => manage::topic(shard, req, a).await,
+        Route::TopicConfig => manage::topic_config(shard, req).await,
         Route::Channel(a) => manage::channel(shard, req, a).await,
         Route::Config => info::config(shard, req).await,
     }

@@ -1,5 +1,5 @@
 //! The owner's side of the HTTP API's topic and channel actions (create, delete, empty, pause,
-//! unpause) and of runtime options (`PUT /config`). Deleting closes the consumers' connections
+//! unpause), of a topic's retention settings (`POST /topic/config`), and of runtime options (`PUT /config`). Deleting closes the consumers' connections
 //! wherever they are (`Mail::CloseConn`); a delete is answered once durable (see
 //! [`super::durable`]).
 
@@ -21,6 +21,11 @@ impl Shard {
                 channel,
                 action,
             } => self.channel_action(&topic, &channel, action, reply),
+            AdminOp::TopicConfig {
+                topic,
+                retention_time_ns,
+                retention_bytes,
+            } => self.topic_config(&topic, retention_time_ns, retention_bytes, reply),
             AdminOp::Stats(q) => Some(AdminResult::Stats(Box::new(self.shard_stats(&q)))),
             AdminOp::Health => Some(AdminResult::Health(self.admin.health())),
             AdminOp::SetOption(change) => {
@@ -126,6 +131,34 @@ impl Shard {
             }
         }
         Some(AdminResult::Done)
+    }
+    /// `POST /topic/config`: the topic's own retention, answered once in its metadata.
+    fn topic_config(
+        &self,
+        name: &str,
+        time_ns: Option<Option<u64>>,
+        bytes: Option<Option<u64>>,
+        reply: ReplyTo,
+    ) -> Option<AdminResult> {
+        let Some(t) = self.topics.borrow().get(name).cloned() else {
+            return Some(AdminResult::TopicNotFound);
+        };
+        if t.borrow().ephemeral {
+            return Some(AdminResult::Refused(
+                "EPHEMERAL_TOPIC: an #ephemeral topic keeps no history".into(),
+            ));
+        }
+        {
+            let mut tb = t.borrow_mut();
+            let time_ns = time_ns.unwrap_or(tb.retention_time_ns);
+            let bytes = bytes.unwrap_or(tb.retention_bytes);
+            let default = tb.retention_default();
+            tb.set_retention(default, time_ns, bytes);
+            info!(topic = name, ?time_ns, ?bytes, "topic retention set");
+        }
+        // The next checkpoint writes it, and releases what the retention no longer keeps.
+        self.note_meta_change(&t);
+        self.answer_when_meta_saved(&t, reply)
     }
     fn channel_action(
         &self,

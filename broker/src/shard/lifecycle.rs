@@ -40,6 +40,7 @@ impl Shard {
                 source,
             })?;
             let mut topic = Topic::new(&name, log, self.config.mem_queue_size, self.id);
+            topic.set_retention(self.retention_default(), None, None);
             let meta = match storage::meta::read(&dir) {
                 Ok(m) => m,
                 Err(e) => {

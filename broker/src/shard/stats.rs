@@ -99,7 +99,22 @@ fn topic_stats(t: &Topic, q: &StatsQuery, held: &mut u64) -> Option<TopicStats> 
         message_bytes: t.message_bytes,
         paused: t.paused,
         e2e_processing_latency: latency,
+        retention: retention_stats(t),
     })
+}
+
+fn retention_stats(t: &Topic) -> stats::RetentionStats {
+    let log = t.log.borrow();
+    let (r, held) = (log.retention(), log.retained());
+    stats::RetentionStats {
+        time_ns: r.time_ns,
+        bytes: r.bytes,
+        time_is_topics: t.retention_time_ns.is_some(),
+        bytes_is_topics: t.retention_bytes.is_some(),
+        oldest_offset: held.oldest_offset,
+        oldest_timestamp: held.oldest_timestamp,
+        retained_bytes: held.bytes,
+    }
 }
 
 fn channel_stats(

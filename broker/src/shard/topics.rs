@@ -101,6 +101,14 @@ impl Shard {
     /// memory would acknowledge messages that a stop then drops without a word. The caller
     /// refuses what asked for it, and the next publish or SUB tries again, so the topic comes
     /// once the directory can be made.
+    /// `--retention-time` and `--retention-bytes`, for the log.
+    pub(super) fn retention_default(&self) -> crate::storage::log::Retention {
+        crate::storage::log::Retention {
+            time_ns: u64::try_from(self.config.retention_time.as_nanos()).unwrap_or(u64::MAX),
+            bytes: self.config.retention_bytes,
+        }
+    }
+
     fn create_topic(&self, name: &str) -> Result<Rc<RefCell<Topic>>, TopicRefused> {
         let log = if protocol::names::is_ephemeral(name) {
             TopicLog::in_memory(name, self.config.mem_queue_size)
@@ -123,12 +131,11 @@ impl Shard {
                 }
             }
         };
-        let t = Rc::new(RefCell::new(Topic::new(
-            name,
-            log,
-            self.config.mem_queue_size,
-            self.id,
-        )));
+        let mut topic = Topic::new(name, log, self.config.mem_queue_size, self.id);
+        if !topic.ephemeral {
+            topic.set_retention(self.retention_default(), None, None);
+        }
+        let t = Rc::new(RefCell::new(topic));
         self.topics.borrow_mut().insert(name.to_string(), t.clone());
         info!(topic = name, shard = self.id, "topic created");
         self.report(RegistryOp::Register, name, None);

@@ -371,13 +371,17 @@ impl<T: Stored + 'static> Flusher<T> {
                 let saved = tb.meta_saved_gen();
                 *saved = (*saved).max(gen);
             }
-            let trash = {
+            let (trash, keeps) = {
                 let tb = t.borrow();
                 let mut log = tb.log().borrow_mut();
                 log.release_below(floor);
-                log.take_trash()
+                (log.take_trash(), log.keeps_for_a_time())
             };
             storage::delete_in_background(trash);
+            if keeps {
+                // Segments kept by a retention time go once old, even if nothing moves.
+                self.queue_checkpoint(&t);
+            }
         }
         host.answer_meta_waiters(&failed);
     }

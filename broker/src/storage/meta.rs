@@ -1,5 +1,5 @@
 //! A topic's metadata file, `<data-path>/<topic>/meta.json`: which channels exist, which are
-//! paused, where each channel is in the log, and (after a clean stop) the messages each channel
+//! paused, where each channel is in the log, the topic's own retention settings, and (after a clean stop) the messages each channel
 //! still owed its consumers.
 //!
 //! Written atomically (temporary file, fsync, rename, fsync of the directory). After a clean
@@ -36,6 +36,12 @@ pub struct TopicMeta {
     /// last channel) dropped stays dropped after a restart. 0 in files from before it existed.
     #[serde(default)]
     pub start: u64,
+    /// The topic's own retention (`POST /topic/config`); absent: `--retention-time` and
+    /// `--retention-bytes`. 0 is set, to none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention_time_ns: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention_bytes: Option<u64>,
     pub channels: Vec<ChannelMeta>,
 }
 
@@ -163,6 +169,8 @@ mod tests {
             paused: true,
             clean: true,
             start: 5,
+            retention_time_ns: Some(2_000_000_000),
+            retention_bytes: None,
             channels: vec![ChannelMeta {
                 name: "c".into(),
                 paused: false,

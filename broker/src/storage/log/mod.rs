@@ -16,7 +16,8 @@
 //! - Memory bound: the window holds the newest `mem_limit` messages plus those not yet
 //!   written; everything older is read back from disk. An ephemeral topic has no files: what
 //!   falls out of its window is gone.
-//! - Segments are deleted once every channel's floor has passed them ([`TopicLog::release_below`]).
+//! - Segments are deleted once every channel's floor has passed them and the topic's retention
+//!   (time, bytes) does not keep them ([`TopicLog::release_below`], [`Retention`]).
 //! - Start-up recovery ([`TopicLog::open`]) scans every segment through a memory mapping.
 //! - The log lists its DPUB records (seq and due time) from its start on, for /stats: a channel
 //!   counts those it has not taken yet as deferred ([`TopicLog::deferred_between`]).
@@ -35,7 +36,7 @@
 //! | `read.rs` | `read`: by seq from the window or the block cache, hints, damage met while serving |
 //! | `fetch.rs` | `fetch`: reading the blocks readers wait for; `read_blocking` at start-up |
 //! | `recovery.rs` | `open`: scanning the segments at start-up, cutting torn tails |
-//! | `retention.rs` | `release_below`, `destroy`: dropping what nobody wants, the trash |
+//! | `retention.rs` | `release_below`, `destroy`: dropping what nobody wants nor retention keeps, the trash |
 //!
 //! Invariants: the window holds consecutive seqs ending at `head`, and in a persistent log
 //! every seq from `written_end` on (until the log is destroyed); `synced_end <= written_end <=
@@ -48,11 +49,14 @@ mod read;
 mod recovery;
 mod retention;
 #[cfg(test)]
+mod retention_tests;
+#[cfg(test)]
 mod tests;
 mod window;
 mod write;
 
 pub use fetch::fetch;
+pub use retention::Retention;
 pub use write::{flush, sync, trim_padding};
 
 use self::plan::MIN_CHUNK;
@@ -86,6 +90,8 @@ struct Segment {
     tail: Option<Vec<u8>>,
     /// The file opened for direct reads (older segments; the newest reads through `file`).
     rfile: RefCell<Option<Rc<SegFile>>>,
+    /// Timestamp (ns) of its first message (0 when unknown: nothing readable in it).
+    first_ts: i64,
     /// Sparse (seq, offset) index.
     index: Vec<(u64, usize)>,
     records: u64,
@@ -191,6 +197,8 @@ pub struct TopicLog {
     /// Capacity a new pending chunk starts with: about what the last flush took, so a chunk
     /// of a busy topic is not copied over as it grows (see [`next_chunk_capacity`]).
     chunk_cap: usize,
+    /// How much history is kept beyond what channels need (see `retention.rs`).
+    retention: Retention,
 }
 
 impl TopicLog {
@@ -226,6 +234,7 @@ impl TopicLog {
             max_id: None,
             deferred: VecDeque::new(),
             chunk_cap: MIN_CHUNK,
+            retention: Retention::default(),
         }
     }
 

@@ -1,6 +1,6 @@
 //! Write planning: [`TopicLog::plan`] encodes the records appended since the flusher's last
 //! round into pending chunks (the bytes it writes next), leaving out those below the floor
-//! every channel has passed, except the newest; a new segment starts at
+//! every channel has passed, except the newest (and except when the topic has a retention); a new segment starts at
 //! `--max-bytes-per-file`, or when the newest segment has an older format.
 //!
 //! Invariants: a chunk holds consecutive bytes of one segment and chunks are in file order; a
@@ -42,6 +42,8 @@ impl TopicLog {
         if self.dir.is_none() || self.planned_end >= self.head {
             return planned;
         }
+        // History kept by retention is written even when every channel has finished it.
+        let floor = if self.retention.is_set() { 0 } else { floor };
         let window = std::mem::take(&mut self.window);
         let ws = self.head - window.len() as u64;
         let last = self.head - 1;
@@ -70,7 +72,7 @@ impl TopicLog {
             }
         };
         if needs_new {
-            self.roll(s.seq);
+            self.roll(s.seq, s.msg.timestamp);
         }
         let Some(seg) = self.segments.last_mut() else {
             return;
@@ -101,7 +103,7 @@ impl TopicLog {
         seg.planned_len += rec_len;
     }
 
-    fn roll(&mut self, base: u64) {
+    fn roll(&mut self, base: u64, first_ts: i64) {
         let Some(dir) = &self.dir else { return };
         let path = dir.join(format!("{base:020}.seg"));
         let mut header = Vec::with_capacity(self.chunk_cap);
@@ -118,6 +120,7 @@ impl TopicLog {
             rfile: RefCell::new(None),
             index: Vec::new(),
             records: 0,
+            first_ts,
             skips: RefCell::default(),
         });
         self.pending.push(Chunk {

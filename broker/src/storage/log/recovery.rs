@@ -82,7 +82,25 @@ impl TopicLog {
         log.planned_end = log.head;
         log.written_end = log.head;
         log.synced_end = log.head;
+        log.read_first_timestamps();
         Ok(log)
+    }
+}
+
+impl TopicLog {
+    /// Reads the timestamp of each segment's first message (what retention by time and /stats
+    /// go by): one block a segment, with blocking I/O, at start-up.
+    fn read_first_timestamps(&mut self) {
+        let bases: Vec<u64> = self.segments.iter().map(|s| s.base).collect();
+        for base in bases {
+            let ts = match self.read_blocking(base) {
+                super::Read::Msg(s, _) => s.msg.timestamp,
+                _ => 0,
+            };
+            if let Some(seg) = self.segment_mut(base) {
+                seg.first_ts = ts;
+            }
+        }
     }
 }
 
@@ -180,6 +198,7 @@ fn recover_segment(
         rfile: RefCell::new(None),
         index: report.index,
         records: report.records,
+        first_ts: 0,
         skips: RefCell::new(
             report
                 .skipped
