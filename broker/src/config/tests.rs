@@ -166,3 +166,23 @@ fn version_names_the_nsqd_it_stands_for() {
         "{version}"
     );
 }
+
+#[test]
+fn retention_flags_take_durations_and_byte_sizes() {
+    let c = parse(&[]).unwrap();
+    assert_eq!(
+        c.retention_time,
+        Duration::ZERO,
+        "default: nothing kept, as nsqd"
+    );
+    assert_eq!(c.retention_bytes, 0);
+    let c = parse(&["--retention-time=24h", "-retention-bytes", "10GiB"]).unwrap();
+    assert_eq!(c.retention_time, Duration::from_secs(86_400));
+    assert_eq!(c.retention_bytes, 10 << 30);
+    for bad in [
+        &["--retention-bytes=10XB"][..],
+        &["--retention-time=10"][..],
+    ] {
+        assert!(parse(bad).is_err(), "{bad:?}");
+    }
+}

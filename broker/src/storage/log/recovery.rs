@@ -101,6 +101,9 @@ impl TopicLog {
                 seg.first_ts = ts;
             }
         }
+        // One block of each segment is not worth keeping cached (a backlog of many segments
+        // would hold them all until the trimmer's rounds): readers fetch what they need.
+        self.blocks.borrow_mut().clear();
     }
 }
 
