@@ -115,6 +115,10 @@ def test_flag_retention_time_deletes_once_past_it(restartable):
     publish_and_consume(r.addr, topic)
     assert retention(b, topic)["time_ns"] == 2_000_000_000
     assert not retention(b, topic)["time_is_topics"]
+    # /config/:opt reports the flags as nsqd reports its own (durations in nanoseconds).
+    for opt, value in [("retention_time", 2_000_000_000), ("retention_bytes", 0)]:
+        status, body = http(b, "GET", "/config/" + opt)
+        assert (status, json.loads(body)) == (200, value), (opt, body)
     # Every channel finished everything, yet the records are written and kept for a while
     # (without retention they would not even be written), then go.
     most = [0]

@@ -134,6 +134,8 @@ fn option_value(shard: &Shard, name: &str) -> Option<Value> {
         "e2e_processing_latency_window_time" => d(c.e2e_processing_latency_window_time),
         "log_level" => json!(log_level_number(&shard.log_level()).unwrap_or(2)),
         "shards" => json!(c.shards),
+        "retention_time" => d(c.retention_time),
+        "retention_bytes" => json!(c.retention_bytes),
         "id" => json!(c.node_id),
         // nsqd's numbers: TLSNotRequired 0, TLSRequiredExceptHTTP 1, TLSRequired 2.
         "tls_required" => json!(match c.tls_required {
