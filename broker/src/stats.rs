@@ -46,8 +46,14 @@ pub struct TopicStats {
     pub message_bytes: u64,
     pub paused: bool,
     pub e2e_processing_latency: Latency,
-    /// What the topic keeps beyond what its channels need (ours; nsqd has no retention).
-    pub retention: RetentionStats,
+    /// What the topic keeps beyond what its channels need (ours; nsqd has no retention):
+    /// present only while a retention limit is in force for the topic, so that without one
+    /// the object has nsqd's keys exactly.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retention: Option<RetentionStats>,
+    /// Bytes of the topic's segment files (for `/metrics`; not in nsqd's JSON).
+    #[serde(skip)]
+    pub file_bytes: u64,
 }
 
 /// A topic's retention in /stats: the limits in force (0: none, as nsqd: what every channel

@@ -302,7 +302,8 @@ mod tests {
                     value: 1234.0,
                 }]),
             },
-            retention: Default::default(),
+            retention: None,
+            file_bytes: 0,
         }
     }
 

@@ -193,7 +193,7 @@ fn render_metrics(parts: &[ShardStats]) -> String {
             "nsq_topic_retained_bytes",
             "gauge",
             "Bytes of the topic's segment files (what channels need and what retention keeps).",
-            |t| t.retention.retained_bytes,
+            |t| t.file_bytes,
         ),
     ];
     for (name, kind, help, get) in topic_families {

@@ -100,13 +100,18 @@ fn topic_stats(t: &Topic, q: &StatsQuery, held: &mut u64) -> Option<TopicStats> 
         paused: t.paused,
         e2e_processing_latency: latency,
         retention: retention_stats(t),
+        file_bytes: t.log.borrow().retained().bytes,
     })
 }
 
-fn retention_stats(t: &Topic) -> stats::RetentionStats {
+/// The topic's retention block, while a limit is in force for it.
+fn retention_stats(t: &Topic) -> Option<stats::RetentionStats> {
     let log = t.log.borrow();
     let (r, held) = (log.retention(), log.retained());
-    stats::RetentionStats {
+    if !r.is_set() {
+        return None;
+    }
+    Some(stats::RetentionStats {
         time_ns: r.time_ns,
         bytes: r.bytes,
         time_is_topics: t.retention_time_ns.is_some(),
@@ -114,7 +119,7 @@ fn retention_stats(t: &Topic) -> stats::RetentionStats {
         oldest_offset: held.oldest_offset,
         oldest_timestamp: held.oldest_timestamp,
         retained_bytes: held.bytes,
-    }
+    })
 }
 
 fn channel_stats(
