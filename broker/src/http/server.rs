@@ -113,7 +113,10 @@ async fn accept_loop(shard: Rc<Shard>, listener: TcpListener, accept: Accept) {
     let mut turn = 0usize;
     loop {
         let stream = match listener.accept().await {
-            Ok(stream) => stream,
+            Ok(stream) => match limit.admit(stream) {
+                Some(stream) => stream,
+                None => continue,
+            },
             Err(e) => {
                 limit.on_error(&listener, e).await;
                 continue;

@@ -194,6 +194,9 @@ pub async fn accept_loop(shard: Rc<Shard>, listener: Option<TcpListener>) {
         match accepted {
             None => break,
             Some(Ok(stream)) => {
+                let Some(stream) = limit.admit(stream) else {
+                    continue;
+                };
                 let to = if deal {
                     turn = turn.wrapping_add(1);
                     turn % shard.config.shards
