@@ -19,12 +19,26 @@ pub enum Action {
     Unpause,
 }
 
+/// Where a rewind (or a channel created from the past) starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RewindTo {
+    /// The oldest message the log keeps.
+    Earliest,
+    /// A position (seq) of the log.
+    Offset(u64),
+    /// The first message published at or after this time (ns since the epoch).
+    Timestamp(i64),
+}
+
 /// Which part of the stats to gather.
 #[derive(Debug, Clone, Default)]
 pub struct StatsQuery {
     pub topic: Option<String>,
     pub channel: Option<String>,
     pub include_clients: bool,
+    /// Each channel's position (`offset`, `oldest_owed_timestamp`) even where no retention
+    /// is in force (ours; `include_positions=true`).
+    pub include_positions: bool,
 }
 
 /// A runtime option changed through `PUT /config/:opt`, applied on every shard.
@@ -51,6 +65,14 @@ pub enum AdminOp {
         topic: String,
         retention_time_ns: Option<Option<u64>>,
         retention_bytes: Option<Option<u64>>,
+    },
+    /// To the topic's owner: move a channel to `to` of the topic's log (replay), or create
+    /// it there (`create`: a new channel starting from the past; refused if it exists).
+    Rewind {
+        topic: String,
+        channel: String,
+        to: RewindTo,
+        create: bool,
     },
     /// To every shard: its topics and producers.
     Stats(StatsQuery),

@@ -88,6 +88,20 @@ pub struct ChannelStats {
     pub clients: Option<Vec<ClientStats>>,
     pub paused: bool,
     pub e2e_processing_latency: Latency,
+    /// Where the channel stands in its topic's log (ours): present only while a retention
+    /// limit is in force for the topic, or when asked (`include_positions=true`), so that
+    /// otherwise the object has nsqd's keys exactly.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub position: Option<PositionStats>,
+}
+
+/// A channel's position (`/stats`): `offset`, the next seq it takes from the topic's log (what
+/// `POST /channel/rewind?offset=` sets), and `oldest_owed_timestamp`, the time (ns) of the
+/// oldest message it still owes (0 when it owes nothing), so lag reads in time.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct PositionStats {
+    pub offset: u64,
+    pub oldest_owed_timestamp: i64,
 }
 
 /// nsqd's client states (`state` in /stats).

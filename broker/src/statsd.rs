@@ -283,6 +283,7 @@ mod tests {
             clients: None,
             paused: false,
             e2e_processing_latency: Latency::default(),
+            position: None,
         }
     }
 

@@ -44,6 +44,7 @@
 //!   dispatch fills;
 //! - `figures.rs`: what the channel counts for `/stats` ([`Figures`]) and its floor for the
 //!   flusher;
+//! - `replay.rs`: a rewind to another position of the log, and the position for /stats;
 //! - `persist.rs`: the channel's metadata (`meta.json`): what it saves and restores;
 //! - `audit.rs` (tests): where every owed message is, for the owner simulation
 //!   (`crate::owner_sim`), which checks the invariants above after every step.
@@ -57,6 +58,7 @@ mod consumers;
 mod deliveries;
 mod figures;
 mod persist;
+mod replay;
 mod timeouts;
 
 pub use consumers::{ClientAuth, ClientInfo, Consumer, ConsumerKey, ConsumerSpec, TlsInfo};
@@ -136,6 +138,9 @@ pub struct Channel {
     pub visible_end: u64,
     /// A stretch of the log to pass over (the topic was emptied while paused).
     skip: Option<(u64, u64)>,
+    /// Seqs below this may be in flight and read again from the log after a rewind: such a
+    /// message is not handed out twice at once (see `replay.rs`). 0 when never rewound.
+    rewound_until: u64,
     /// Messages given back (REQ, timeouts, deferrals come due, a consumer gone), in order,
     /// each with the log position it waits for (see [`Requeued`]).
     requeued: VecDeque<Requeued>,
@@ -180,6 +185,7 @@ impl Channel {
                 hint: DiskHint::default(),
                 visible_end,
                 skip: None,
+                rewound_until: 0,
                 requeued: VecDeque::new(),
                 in_flight_order: DeadlineQueue::default(),
                 deferred_order: BTreeSet::new(),
@@ -302,6 +308,11 @@ impl Channel {
             let Some(mut stored) = next else {
                 break;
             };
+            if stored.seq < self.rewound_until && self.in_flight.get_mut(&stored.msg.id).is_some()
+            {
+                // Rewound: its delivery from before is still in flight, and owes it.
+                continue;
+            }
             // The turn passes only once a message was taken for this consumer: moving on
             // when there was none gave the same consumer of two every single message (each
             // dispatch's last, empty look skipped the other one).

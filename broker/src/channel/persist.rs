@@ -64,6 +64,10 @@ impl Channel {
         }
         let mut restored = 0;
         for p in &meta.pending {
+            if p.seq >= self.cursor {
+                // In flight when the channel was rewound below it: the log gives it again.
+                continue;
+            }
             let Read::Msg(mut s, _) = log.read_blocking(p.seq) else {
                 continue;
             };

@@ -33,7 +33,7 @@ async fn gather(shard: &Rc<Shard>, q: StatsQuery) -> Vec<ShardStats> {
         .collect()
 }
 
-/// `GET /stats?format=json&topic=&channel=&include_clients=&include_mem=`.
+/// `GET /stats?format=json&topic=&channel=&include_clients=&include_mem=&include_positions=`.
 pub async fn stats(shard: &Rc<Shard>, req: &Request) -> Answer {
     let q = match query(&req.head) {
         Ok(q) => q,
@@ -44,6 +44,7 @@ pub async fn stats(shard: &Rc<Shard>, req: &Request) -> Answer {
         topic: non_empty("topic"),
         channel: non_empty("channel"),
         include_clients: bool_arg(q.get("include_clients"), true),
+        include_positions: bool_arg(q.get("include_positions"), false),
     };
     let include_mem = bool_arg(q.get("include_mem"), true);
     let json = q.get("format") == Some("json");

@@ -3,7 +3,7 @@
 //! another method, 200 with `Allow` for OPTIONS, and httprouter's redirects of a path with a
 //! stray trailing slash, `//`, `.`/`..` or capitals to the route it means.
 
-use super::{info, manage, publish, report};
+use super::{info, manage, publish, replay, report};
 use crate::admin::Action;
 use crate::shard::Shard;
 use http1::{escape_html, escape_path, Query, Request, RequestHead, Response};
@@ -61,6 +61,7 @@ enum Route {
     Topic(Action),
     TopicConfig,
     Channel(Action),
+    Rewind,
     Config,
 }
 
@@ -87,6 +88,7 @@ fn route(path: &str) -> Option<(Route, &'static [&'static str])> {
         "/stats" => (Route::Stats, GET),
         "/metrics" => (Route::Metrics, GET),
         "/topic/config" => (Route::TopicConfig, POST),
+        "/channel/rewind" => (Route::Rewind, POST),
         _ => {
             if let Some(verb) = path.strip_prefix("/topic/") {
                 (Route::Topic(action(verb)?), POST)
@@ -210,7 +212,9 @@ pub async fn handle(shard: &Rc<Shard>, req: &Request) -> Answer {
         Route::Metrics => report::metrics(shard).await,
         Route::Topic(a) => manage::topic(shard, req, a).await,
         Route::TopicConfig => manage::topic_config(shard, req).await,
+        Route::Channel(Action::Create) => replay::create(shard, req).await,
         Route::Channel(a) => manage::channel(shard, req, a).await,
+        Route::Rewind => replay::rewind(shard, req).await,
         Route::Config => info::config(shard, req).await,
     }
 }

@@ -26,6 +26,12 @@ impl Shard {
                 retention_time_ns,
                 retention_bytes,
             } => self.topic_config(&topic, retention_time_ns, retention_bytes, reply),
+            AdminOp::Rewind {
+                topic,
+                channel,
+                to,
+                create,
+            } => self.rewind_channel(topic, channel, to, create, reply),
             AdminOp::Stats(q) => Some(AdminResult::Stats(Box::new(self.shard_stats(&q)))),
             AdminOp::Health => Some(AdminResult::Health(self.admin.health())),
             AdminOp::SetOption(change) => {
