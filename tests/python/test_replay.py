@@ -85,7 +85,7 @@ class Receiver:
         self.bodies = []
         self.consumer = gnsq.Consumer(TOPIC, channel, nsqd_tcp_addresses=[broker.tcp_address],
                                       max_in_flight=max_in_flight,
-                                      message_handler=lambda _c, m: self.bodies.append(m.body.decode()))
+                                      message_handler=lambda _c, message: self.bodies.append(message.body.decode()))
         self.consumer.start(block=False)
         gwait(lambda: len(self.consumer._connections) > 0, 10, "consumer connection")
 

@@ -308,8 +308,7 @@ impl Channel {
             let Some(mut stored) = next else {
                 break;
             };
-            if stored.seq < self.rewound_until && self.in_flight.get_mut(&stored.msg.id).is_some()
-            {
+            if stored.seq < self.rewound_until && self.in_flight.get_mut(&stored.msg.id).is_some() {
                 // Rewound: its delivery from before is still in flight, and owes it.
                 continue;
             }

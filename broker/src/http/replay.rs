@@ -50,7 +50,9 @@ fn rewind_target(q: &Query<'_>) -> Result<RewindTo, String> {
         ["offset"] => offset(q.get("offset").unwrap_or_default()),
         ["earliest"] => match q.get("earliest").unwrap_or_default() {
             "" | "true" | "1" => Ok(RewindTo::Earliest),
-            v => Err(format!("INVALID_ARG_EARLIEST: {v:?} (give earliest alone, or earliest=true)")),
+            v => Err(format!(
+                "INVALID_ARG_EARLIEST: {v:?} (give earliest alone, or earliest=true)"
+            )),
         },
         [] => Err("MISSING_ARG_POSITION: give one of timestamp=, offset= or earliest".into()),
         _ => Err(format!(
@@ -91,7 +93,13 @@ fn names<'a>(q: &'a Query<'a>) -> Result<(&'a str, &'a str), Answer> {
     Ok((topic, channel))
 }
 
-async fn ask_owner(shard: &Rc<Shard>, topic: &str, channel: &str, to: RewindTo, create: bool) -> Answer {
+async fn ask_owner(
+    shard: &Rc<Shard>,
+    topic: &str,
+    channel: &str,
+    to: RewindTo,
+    create: bool,
+) -> Answer {
     let op = AdminOp::Rewind {
         topic: topic.to_string(),
         channel: channel.to_string(),
@@ -142,8 +150,14 @@ mod tests {
 
     #[test]
     fn positions() {
-        assert_eq!(timestamp("1795676400000000000"), Ok(RewindTo::Timestamp(1_795_676_400_000_000_000)));
-        assert_eq!(timestamp("2026-11-26T07:00:00Z"), Ok(RewindTo::Timestamp(1_795_676_400_000_000_000)));
+        assert_eq!(
+            timestamp("1795676400000000000"),
+            Ok(RewindTo::Timestamp(1_795_676_400_000_000_000))
+        );
+        assert_eq!(
+            timestamp("2026-11-26T07:00:00Z"),
+            Ok(RewindTo::Timestamp(1_795_676_400_000_000_000))
+        );
         assert!(timestamp("yesterday").is_err());
         assert_eq!(offset("12"), Ok(RewindTo::Offset(12)));
         assert!(offset("-1").is_err());

@@ -126,7 +126,13 @@ impl Shard {
         }
         let ch = if create {
             let (ch, _) = t.borrow_mut().channel_or_create(channel);
-            info!(topic, channel, shard = self.id, offset = seq, "channel created from the past");
+            info!(
+                topic,
+                channel,
+                shard = self.id,
+                offset = seq,
+                "channel created from the past"
+            );
             self.report(RegistryOp::Register, topic, Some(channel));
             let touched = t.borrow_mut().release_held(Instant::now(), &self.timers);
             for c in &touched {

@@ -89,7 +89,10 @@ impl TopicLog {
         }
         let ws = self.window_start();
         if seq >= ws {
-            return self.window.get((seq - ws) as usize).map(|s| s.msg.timestamp);
+            return self
+                .window
+                .get((seq - ws) as usize)
+                .map(|s| s.msg.timestamp);
         }
         let i = self.segments.partition_point(|s| s.base <= seq);
         let seg = self.segments.get(i.saturating_sub(1))?;

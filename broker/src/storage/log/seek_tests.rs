@@ -100,7 +100,10 @@ fn a_time_before_what_is_kept_says_how_far_back_the_history_goes() {
         assert!(!log.borrow().holds(1001));
         // The start moved past what was released; a rewind reopens it.
         assert_eq!(log.borrow().start(), 500);
-        assert!(matches!(log.borrow().read(h.oldest_offset, DiskHint::default()), Read::Skip(500)));
+        assert!(matches!(
+            log.borrow().read(h.oldest_offset, DiskHint::default()),
+            Read::Skip(500)
+        ));
         log.borrow_mut().reopen_from(h.oldest_offset);
         let got = loop {
             let r = log.borrow().read(h.oldest_offset, DiskHint::default());
