@@ -2,7 +2,7 @@
 //! history named in its refusal): [`parse`] to nanoseconds since the Unix epoch and [`format`]
 //! back, in UTC. No time zone database: an RFC 3339 time carries its offset.
 //!
-//! Invariant: `parse(&format(ns)) == Ok(ns)` for every time from year 0 to 9999.
+//! Invariant: `parse(&format(ns)) == Ok(ns)` for every `ns >= 0` (1970 to 2262).
 
 const NS: i64 = 1_000_000_000;
 
@@ -169,7 +169,7 @@ mod tests {
         let mut ns: i64 = 0x5DEE_CE66;
         for _ in 0..10_000 {
             ns = ns.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
-            let t = ns.rem_euclid(253_402_300_799 * NS);
+            let t = ns.rem_euclid(i64::MAX);
             assert_eq!(parse(&format(t)), Ok(t), "{}", format(t));
         }
     }

@@ -58,3 +58,87 @@ impl Channel {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::{ClientInfo, ConsumerKey, ConsumerSpec, Deliveries, TimerQueue};
+    use super::*;
+    use bytes::Bytes;
+    use protocol::{Message, MessageId};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    const MAX: Duration = Duration::from_secs(900);
+
+    fn spec() -> ConsumerSpec {
+        ConsumerSpec {
+            key: ConsumerKey { shard: 0, conn: 1 },
+            msg_timeout: Duration::from_secs(60),
+            info: Arc::new(ClientInfo::default()),
+            output_window: u64::MAX,
+        }
+    }
+
+    fn seqs(out: &Deliveries) -> Vec<u64> {
+        out.iter()
+            .map(|d| d.msg.id.to_u64().unwrap_or(0) - 1)
+            .collect()
+    }
+
+    /// A rewind while messages are in flight: they finish normally, the replay passes over
+    /// those still in flight (one entry per ID), delivers the rest again with attempts
+    /// starting over, and a REQ of an old one brings it back once.
+    #[test]
+    fn a_rewind_replays_from_its_point_and_in_flight_messages_finish_normally() {
+        let timers = TimerQueue::default();
+        let mut log = TopicLog::in_memory("t", 1000);
+        let msgs = (0..10u64).map(|n| Message {
+            id: MessageId::from_u64(n + 1),
+            timestamp: n as i64,
+            attempts: 0,
+            body: Bytes::from(format!("m{n}")),
+        });
+        let end = log.append(msgs.collect(), 0);
+        let ch = Channel::new(Arc::from("t"), "c", 100, 0, end);
+        let mut c = ch.borrow_mut();
+        let now = Instant::now();
+        c.add_consumer(spec(), 0).unwrap();
+        c.set_rdy(spec().key, 4);
+        let mut first = Deliveries::default();
+        c.dispatch(&log, now, MAX, &timers, &mut first);
+        assert_eq!(seqs(&first), [0, 1, 2, 3]);
+        // 0..4 in flight; back to 2, with room for everything.
+        c.rewind(2);
+        assert_eq!(c.position(&log).offset, 2);
+        assert_eq!(c.position(&log).oldest_owed_timestamp, 0, "0 is still owed");
+        c.finish(spec().key, first[0].msg.id).unwrap();
+        c.set_rdy(spec().key, 100);
+        let mut replay = Deliveries::default();
+        c.dispatch(&log, now, MAX, &timers, &mut replay);
+        assert_eq!(
+            seqs(&replay),
+            [4, 5, 6, 7, 8, 9],
+            "2 and 3 are in flight already"
+        );
+        assert!(replay.iter().all(|d| d.msg.attempts == 1));
+        // The old deliveries of 1..4 finish normally; a REQ of 3 brings it back once.
+        c.finish(spec().key, first[1].msg.id).unwrap();
+        c.finish(spec().key, first[2].msg.id).unwrap();
+        c.requeue(spec().key, first[3].msg.id, Duration::ZERO, now, &timers)
+            .unwrap();
+        let mut again = Deliveries::default();
+        c.dispatch(&log, now, MAX, &timers, &mut again);
+        assert_eq!(seqs(&again), [3]);
+        assert_eq!(again[0].msg.attempts, 2);
+        for d in replay.iter().chain(again.iter()) {
+            c.finish(spec().key, d.msg.id).unwrap();
+        }
+        assert_eq!((c.floor(), c.waiting()), (10, 0));
+        // Forward too: a position past the cursor skips what lies between.
+        c.rewind(0);
+        c.rewind(8);
+        let mut tail = Deliveries::default();
+        c.dispatch(&log, now, MAX, &timers, &mut tail);
+        assert_eq!(seqs(&tail), [8, 9]);
+    }
+}
