@@ -5,7 +5,10 @@
 //! Invariants:
 //! - Every message of the log from the channel's creation on is, for this channel, either
 //!   at or after `cursor` (not taken yet), or in exactly one of `requeued`, `in_flight`,
-//!   `deferred`, or finished: every message is delivered or pending exactly once.
+//!   `deferred`, or finished: every message is delivered or pending exactly once. After a
+//!   rewind ([`Channel::rewind`]) a message in flight may also lie at or after `cursor`; it
+//!   is not handed out again while that delivery is in flight (`rewound_until`), so it is
+//!   still owed once.
 //! - Nothing is lost on requeue, timeout or disconnect: REQ, a timed-out delivery and a
 //!   deferral come due go back to `requeued` (or, REQ with a delay, to `deferred`); a
 //!   consumer's disconnect puts everything it held back at the front of `requeued`; CLS stops
@@ -13,8 +16,8 @@
 //!   empty ([`Channel::empty`]), by a consumer's sampling (`sample_rate`: the channel skips
 //!   the message, as nsqd's does), or, on an `#ephemeral` channel, beyond its memory queue
 //!   (`mem_queue_size`; it has no disk, as in nsqd).
-//! - `floor()` (the lowest seq still owed) only grows; segments below every channel's floor
-//!   can be deleted.
+//! - `floor()` (the lowest seq still owed) only grows, except by a rewind, which moves it
+//!   down to a seq the log still holds; segments below every channel's floor can be deleted.
 //! - A consumer's `in_flight` equals the number of `in_flight` entries it owns, and the channel
 //!   delivers to a consumer only while `in_flight < rdy` (so each delivery leaves
 //!   `in_flight <= rdy`; a lowered RDY stops deliveries until FINs bring it back under), it has
