@@ -79,6 +79,19 @@ mod tests {
         }
     }
 
+    /// A log of 10 messages and a channel reading it from the start.
+    fn setup() -> (TopicLog, std::rc::Rc<std::cell::RefCell<Channel>>) {
+        let mut log = TopicLog::in_memory("t", 1000);
+        let msgs = (0..10u64).map(|n| Message {
+            id: MessageId::from_u64(n + 1),
+            timestamp: n as i64,
+            attempts: 0,
+            body: Bytes::from(format!("m{n}")),
+        });
+        let end = log.append(msgs.collect(), 0);
+        (log, Channel::new(Arc::from("t"), "c", 100, 0, end))
+    }
+
     fn seqs(out: &Deliveries) -> Vec<u64> {
         out.iter()
             .map(|d| d.msg.id.to_u64().unwrap_or(0) - 1)
@@ -91,15 +104,7 @@ mod tests {
     #[test]
     fn a_rewind_replays_from_its_point_and_in_flight_messages_finish_normally() {
         let timers = TimerQueue::default();
-        let mut log = TopicLog::in_memory("t", 1000);
-        let msgs = (0..10u64).map(|n| Message {
-            id: MessageId::from_u64(n + 1),
-            timestamp: n as i64,
-            attempts: 0,
-            body: Bytes::from(format!("m{n}")),
-        });
-        let end = log.append(msgs.collect(), 0);
-        let ch = Channel::new(Arc::from("t"), "c", 100, 0, end);
+        let (log, ch) = setup();
         let mut c = ch.borrow_mut();
         let now = Instant::now();
         c.add_consumer(spec(), 0).unwrap();
@@ -140,5 +145,35 @@ mod tests {
         let mut tail = Deliveries::default();
         c.dispatch(&log, now, MAX, &timers, &mut tail);
         assert_eq!(seqs(&tail), [8, 9]);
+    }
+
+    /// A clean stop right after a rewind saves the in-flight messages as owed; those at or
+    /// after the cursor come back from the log only, so the restart hands each out once.
+    #[test]
+    fn a_clean_stop_after_a_rewind_restores_each_message_once() {
+        let timers = TimerQueue::default();
+        let (log, ch) = setup();
+        let now = Instant::now();
+        let meta = {
+            let mut c = ch.borrow_mut();
+            c.add_consumer(spec(), 0).unwrap();
+            c.set_rdy(spec().key, 4);
+            let mut out = Deliveries::default();
+            c.dispatch(&log, now, MAX, &timers, &mut out);
+            c.rewind(2);
+            c.to_meta(true, now)
+        };
+        assert_eq!(meta.cursor, 2);
+        assert_eq!(meta.pending.len(), 4, "0..4 were in flight");
+        let again = Channel::new(Arc::from("t"), "c", 100, 0, log.head());
+        let mut c = again.borrow_mut();
+        assert_eq!(c.restore(&meta, true, &log, now, &timers), 2, "0 and 1");
+        c.add_consumer(spec(), 0).unwrap();
+        c.set_rdy(spec().key, 100);
+        let mut out = Deliveries::default();
+        c.dispatch(&log, now, MAX, &timers, &mut out);
+        let mut got = seqs(&out);
+        got.sort_unstable();
+        assert_eq!(got, (0..10).collect::<Vec<u64>>());
     }
 }
