@@ -112,7 +112,7 @@ pub async fn channel(shard: &Rc<Shard>, req: &Request, action: Action) -> Answer
     answer(ask::owner(shard, topic, op).await)
 }
 
-fn answer(result: Option<AdminResult>) -> Answer {
+pub(super) fn answer(result: Option<AdminResult>) -> Answer {
     match result {
         Some(AdminResult::Done) => done(),
         Some(AdminResult::TopicNotFound) => error(404, "TOPIC_NOT_FOUND"),

@@ -3,7 +3,7 @@
 //! another method, 200 with `Allow` for OPTIONS, and httprouter's redirects of a path with a
 //! stray trailing slash, `//`, `.`/`..` or capitals to the route it means.
 
-use super::{info, manage, publish, report};
+use super::{dead_letter, info, manage, publish, report};
 use crate::admin::Action;
 use crate::shard::Shard;
 use http1::{escape_html, escape_path, Query, Request, RequestHead, Response};
@@ -61,6 +61,9 @@ enum Route {
     Topic(Action),
     TopicConfig,
     Channel(Action),
+    ChannelConfig,
+    DeadLetters,
+    Redrive,
     Config,
 }
 
@@ -87,6 +90,9 @@ fn route(path: &str) -> Option<(Route, &'static [&'static str])> {
         "/stats" => (Route::Stats, GET),
         "/metrics" => (Route::Metrics, GET),
         "/topic/config" => (Route::TopicConfig, POST),
+        "/channel/config" => (Route::ChannelConfig, POST),
+        "/dead_letters" => (Route::DeadLetters, GET),
+        "/topic/redrive" => (Route::Redrive, POST),
         _ => {
             if let Some(verb) = path.strip_prefix("/topic/") {
                 (Route::Topic(action(verb)?), POST)
@@ -211,6 +217,9 @@ pub async fn handle(shard: &Rc<Shard>, req: &Request) -> Answer {
         Route::Topic(a) => manage::topic(shard, req, a).await,
         Route::TopicConfig => manage::topic_config(shard, req).await,
         Route::Channel(a) => manage::channel(shard, req, a).await,
+        Route::ChannelConfig => dead_letter::channel_config(shard, req).await,
+        Route::DeadLetters => dead_letter::list(shard, req).await,
+        Route::Redrive => dead_letter::redrive(shard, req).await,
         Route::Config => info::config(shard, req).await,
     }
 }

@@ -29,12 +29,15 @@
 //! - [`early_ack`]: publishes answered before their owner has them, and their confirmation;
 //! - [`flusher`], [`fetcher`]: the shard's side of the write path and the read path, whose
 //!   tasks live in [`crate::storage::flusher`] and [`crate::storage::fetcher`];
+//! - [`dead_letter`]: messages over max attempts sent to their dead-letter topic, origin
+//!   records, channel settings and redrive;
 //! - [`admin`], [`durable`]: the HTTP API's topic and channel actions, answered once durable;
 //!   [`stats`]: the shard's part of /stats and /metrics; [`statsd`]: pushing them to statsd;
 //! - [`lifecycle`]: start-up, the shard's tasks, shutdown.
 
 mod admin;
 mod consumers;
+mod dead_letter;
 mod durable;
 mod early_ack;
 mod fetcher;
@@ -217,6 +220,7 @@ impl Shard {
             defer,
             acked,
             reply,
+            origins: Vec::new(),
         })
     }
 
@@ -270,9 +274,10 @@ impl Shard {
                 defer,
                 acked,
                 reply,
+                origins,
             } => {
-                if let Answer::Now(result) = self.publish_here(&topic, bodies, defer, acked, reply)
-                {
+                let answer = self.publish_here(&topic, bodies, defer, acked, reply, origins);
+                if let Answer::Now(result) = answer {
                     self.reply(reply, Reply::Publish(result));
                 }
             }
