@@ -9,6 +9,7 @@ The dead-letter topic is picked on another shard than its origin whenever the br
 than one (`owner_of`), so the dead letter takes the cross-shard publish path."""
 
 import json
+import os
 import shutil
 import tempfile
 import urllib.parse
@@ -233,7 +234,16 @@ def test_without_a_dead_letter_topic_the_message_is_dropped_and_counted(start_br
     assert s["depth"] == 0 and s["in_flight_count"] == 0
 
 
-def test_dead_letters_survive_a_restart_and_redrive_sends_them_back(restartable, shards):
+def meta_json(broker, topic):
+    try:
+        with open(os.path.join(broker.data_path, topic, "meta.json")) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def test_dead_letters_survive_a_crash_a_restart_and_redrive_sends_them_back(restartable,
+                                                                            shards):
     b = restartable()
     topic, dead = names("restart", shards)
     with Conn(b.addr) as c:
@@ -246,18 +256,27 @@ def test_dead_letters_survive_a_restart_and_redrive_sends_them_back(restartable,
     assert sorted(m.body for m in seen) == [b"first", b"second"]
     wait_for(lambda: len(dead_letters(b, dead)) == 2, 10, what="two dead letters")
     before = dead_letters(b, dead)
-    assert b.stop() == 0
+    # The records are checkpointed with the dead-letter topic's metadata, without a stop.
+    wait_for(lambda: len(meta_json(b, dead).get("dead_letters", [])) == 2, 20,
+             what="the origin records in meta.json")
+    # So is the origin channel, which owes them no more.
+    wait_for(lambda: meta_json(b, topic)["channels"][0]["cursor"] == 2, 20,
+             what="the origin channel's checkpoint")
+    (cm,) = meta_json(b, topic)["channels"]
+    assert (cm["max_attempts"], cm["dead_letter_topic"]) == (1, dead)
 
-    b = restartable()
-    assert dead_letters(b, dead) == before
-    s = channel_stats(b, topic, "w")
-    assert (s["max_attempts"], s["dead_letter_topic"]) == (1, dead)
-
-    # A crash (no clean stop) keeps them too: the records are checkpointed with the topic.
+    # A crash (SIGKILL), then a start with another shard count.
     b.proc.kill()
     b.proc.wait(timeout=10)
     b.stop()
     b = restartable(n=4 if shards == 2 else None)
+    assert dead_letters(b, dead) == before
+    s = channel_stats(b, topic, "w")
+    assert (s["max_attempts"], s["dead_letter_topic"]) == (1, dead)
+    assert b.stop() == 0
+
+    # A clean stop and start.
+    b = restartable()
     assert dead_letters(b, dead) == before
 
     # Redrive one by ID, then the rest; each goes back to its origin topic.
@@ -281,6 +300,8 @@ def test_dead_letters_survive_a_restart_and_redrive_sends_them_back(restartable,
     assert dead_letters(b, dead) == []
     status, body = post(b, "/topic/redrive", topic=dead)
     assert json.loads(body) == {"redriven": 0, "missing": 0}
+    # The dead letters stay in the dead-letter topic's log (a consumer there still gets them).
+    assert consume_one(b, dead).body in (b"first", b"second")
 
 
 def test_default_resets_to_the_flag(start_broker):
@@ -299,6 +320,19 @@ def test_default_resets_to_the_flag(start_broker):
     assert (s["max_attempts"], s["dead_letter_topic"]) == (5, "")
     status, body = http(b, "GET", "/config/max_attempts")
     assert (status, json.loads(body)) == (200, 5)
+
+
+def test_max_attempts_from_the_config_file(start_broker, tmp_path):
+    cfg = tmp_path / "nsqd.cfg"
+    cfg.write_text("max_attempts = 4\n")
+    b = start_broker("--config=%s" % cfg)
+    status, body = http(b, "GET", "/config/max_attempts")
+    assert (status, json.loads(body)) == (200, 4)
+    with Conn(b.addr) as c:
+        c.identify()
+        c.sub("fromfile", "c")
+    s = channel_stats(b, "fromfile", "c")
+    assert (s["dead_lettered_count"], s["max_attempts"], s["dead_letter_topic"]) == (0, 4, "")
 
 
 def test_bad_values_and_unknown_names_are_refused(start_broker):

@@ -6,7 +6,8 @@
 //!   (`Mail::Publish` to that topic's owner, here or on another shard), with each message's
 //!   origin (`Mail::Publish::origins`), already acknowledged (`acked`: stored even while the
 //!   owner's storage fails) and with no one waiting for the answer (token 0). Without a
-//!   dead-letter topic the messages are dropped, as a FIN would.
+//!   dead-letter topic the messages are dropped, as a FIN would. Either way the origin topic
+//!   is checkpointed promptly, so a crash does not deliver them again.
 //! - Receiving: the dead-letter topic's owner stores the bodies as new messages (new IDs,
 //!   attempts 0: IDs are unique per topic, and two channels may give up on the same message)
 //!   and records each one's origin with the topic ([`Shard::record_dead_letters`]), persisted
@@ -44,6 +45,12 @@ impl Shard {
             (taken, c.topic.clone(), c.name.clone())
         };
         let (msgs, to) = taken;
+        // The channel no longer owes them: a prompt checkpoint keeps a crash from delivering
+        // them again (dead letters are rare; the checkpoint rewrites one small file).
+        let t = self.topics.borrow().get(&*topic).cloned();
+        if let Some(t) = &t {
+            self.note_meta_change(t);
+        }
         let Some(to) = to else {
             debug!(topic = %topic, channel = %channel, messages = msgs.len(),
                 "messages over max attempts dropped (no dead-letter topic)");
