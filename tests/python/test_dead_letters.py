@@ -11,6 +11,7 @@ than one (`owner_of`), so the dead letter takes the cross-shard publish path."""
 import json
 import os
 import shutil
+import socket
 import tempfile
 import urllib.parse
 import zlib
@@ -215,6 +216,60 @@ def test_gnsq_consumer_that_always_requeues(start_broker, shards):
     assert attempts == [1, 2, 3]
     (rec,) = dead_letters(b, dead)
     assert (rec["origin_channel"], rec["attempts"]) == ("fails", 3)
+
+
+def test_a_consumer_that_dies_holding_it_counts_as_a_timeout(start_broker, shards):
+    """A poison message that crashes its consumer: each disconnect gives it back (nsqd would
+    let it time out), and the limit applies."""
+    b = start_broker("--max-attempts=2")
+    topic, dead = names("crashes", shards)
+    with Conn(b.addr) as c:
+        c.identify()
+        c.sub(topic, "c")
+    configure(b, topic, "c", dead_letter_topic=dead)
+    with Conn(b.addr) as p:
+        p.pub(topic, b"kills consumers")
+    attempts = []
+    for _ in range(2):
+        with Conn(b.addr) as c:
+            c.identify()
+            c.sub(topic, "c", rdy=1)
+            attempts.append(c.read_message(timeout=10).attempts)
+    assert attempts == [1, 2]
+    wait_for(lambda: dead_letters(b, dead), 10, what="the dead letter")
+    with Conn(b.addr) as c:
+        c.identify()
+        c.sub(topic, "c", rdy=1)
+        c.expect_nothing(1.0)
+    (rec,) = dead_letters(b, dead)
+    assert rec["attempts"] == 2
+    assert channel_stats(b, topic, "c")["dead_lettered_count"] == 1
+
+
+def test_statsd_counts_dead_letters(start_broker, shards):
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.settimeout(10)
+    try:
+        b = start_broker("--statsd-address=127.0.0.1:%d" % sock.getsockname()[1],
+                         "--statsd-interval=1s", "--statsd-prefix=", "--max-attempts=1")
+        with Conn(b.addr) as c:
+            c.identify()
+            c.sub("counted", "c", rdy=1)
+            with Conn(b.addr) as p:
+                p.pub("counted", b"x")
+            c.req(c.read_message(timeout=10).id)
+        wait_for(lambda: channel_stats(b, "counted", "c")["dead_lettered_count"] == 1, 10,
+                 what="the count")
+        lines = []
+        want = "topic.counted.channel.c.dead_lettered_count:1|c"
+        while want not in lines:
+            data, _ = sock.recvfrom(65536)
+            lines += data.decode().splitlines()
+    finally:
+        sock.close()
+    # Channels without a limit send no such line.
+    assert not any("dead_lettered" in l and ".channel.c." not in l for l in lines)
 
 
 def test_without_a_dead_letter_topic_the_message_is_dropped_and_counted(start_broker):

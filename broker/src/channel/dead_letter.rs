@@ -1,8 +1,8 @@
 //! A channel's limit on attempts (`--max-attempts`, or the channel's own from
 //! `POST /channel/config`) and where a message goes when it reaches it.
 //!
-//! A message given back (REQ, with or without a delay, or an in-flight timeout) whose attempts
-//! already reach the limit would exceed it on its next delivery: it leaves the channel instead
+//! A message given back (REQ, with or without a delay, an in-flight timeout, or its consumer's
+//! disconnect, which nsqd would let time out) whose attempts already reach the limit would exceed it on its next delivery: it leaves the channel instead
 //! of going back to the queue. It is set aside in [`DeadLetters::out`] (counted in
 //! `dead_lettered_count`), and the owner shard takes it (`Channel::take_dead`) after the
 //! operation or timer that gave it back: with a dead-letter topic it is published there
@@ -161,6 +161,18 @@ mod tests {
         assert_eq!(deliver(&mut c, &log, now, &timers), None);
         assert_eq!(c.timeout_count, 2);
         assert_eq!(c.take_dead().map(|(m, _)| m.len()), Some(1));
+    }
+
+    #[test]
+    fn a_disconnect_counts_as_a_timeout() {
+        let timers = TimerQueue::default();
+        let (log, ch, key) = setup(1);
+        let mut c = ch.borrow_mut();
+        let now = Instant::now();
+        assert_eq!(deliver(&mut c, &log, now, &timers), Some(1));
+        c.remove_consumer(key);
+        assert_eq!(c.take_dead().map(|(m, _)| m.len()), Some(1));
+        assert_eq!(c.floor(), 1);
     }
 
     #[test]

@@ -108,7 +108,7 @@ impl Shard {
                 self.send_conn_error(key, code, format!("{verb} {id} failed {}", e.text()));
             }
         }
-        if matches!(op, ChannelOp::Req(..)) {
+        if matches!(op, ChannelOp::Req(..) | ChannelOp::Leave) {
             self.send_dead_letters(&ch);
         }
         if matches!(op, ChannelOp::Leave) {
