@@ -236,6 +236,11 @@ mod tests {
             Some((Route::Channel(Action::Unpause), _))
         ));
         assert!(matches!(route("/config/log_level"), Some((Route::Config, m)) if m.len() == 2));
+        assert!(
+            matches!(route("/channel/config"), Some((Route::ChannelConfig, m)) if m == ["POST"])
+        );
+        assert!(matches!(route("/dead_letters"), Some((Route::DeadLetters, m)) if m == ["GET"]));
+        assert!(matches!(route("/topic/redrive"), Some((Route::Redrive, m)) if m == ["POST"]));
         for (path, clean) in [
             ("//pub", "/pub"),
             ("/a/../pub/./", "/pub/"),
