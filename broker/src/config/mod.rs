@@ -65,8 +65,7 @@ pub struct Args {
     /// bytes of a topic's history kept (1024, 512MiB, 10GiB, 1GB; 0: none kept)
     #[arg(long, default_value = "0", value_parser = size::parse_byte_size)]
     pub retention_bytes: u64,
-    /// deliveries of a message before it goes to its channel's dead-letter topic, or is
-    /// dropped without one (0: unlimited, as nsqd)
+    /// deliveries before a message goes to its channel's dead-letter topic (0: unlimited)
     #[arg(long, default_value_t = 0)]
     pub max_attempts: u16,
     /// number of messages per diskqueue fsync
@@ -297,7 +296,6 @@ pub struct Config {
     pub max_bytes_per_file: u64,
     pub retention_time: Duration,
     pub retention_bytes: u64,
-    /// `--max-attempts`: 0 for unlimited (channels may set their own).
     pub max_attempts: u16,
     pub sync_every: u64,
     pub sync_timeout: Duration,
