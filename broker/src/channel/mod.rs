@@ -13,7 +13,7 @@
 //!   deferral come due go back to `requeued` (or, REQ with a delay, to `deferred`); a
 //!   consumer's disconnect puts everything it held back at the front of `requeued`; CLS stops
 //!   deliveries but FIN/REQ/TOUCH still count. Messages leave only by FIN, by an explicit
-//!   empty ([`Channel::empty`]), by a consumer's sampling (`sample_rate`: the channel skips
+//!   empty ([`Channel::empty`]), by reaching max attempts (`dead_letter.rs`), by a consumer's sampling (`sample_rate`: the channel skips
 //!   the message, as nsqd's does), or, on an `#ephemeral` channel, beyond its memory queue
 //!   (`mem_queue_size`; it has no disk, as in nsqd).
 //! - `floor()` (the lowest seq still owed) only grows, except by a rewind, which moves it
@@ -48,6 +48,9 @@
 //! - `figures.rs`: what the channel counts for `/stats` ([`Figures`]) and its floor for the
 //!   flusher;
 //! - `replay.rs`: a rewind to another position of the log, and the position for /stats;
+//! - `dead_letter.rs`: max attempts: a message given back (REQ, timeout) whose next delivery
+//!   would exceed the limit is set aside for the owner, who publishes it to the dead-letter
+//!   topic or drops it (the invariants above count it as finished);
 //! - `persist.rs`: the channel's metadata (`meta.json`): what it saves and restores;
 //! - `audit.rs` (tests): where every owed message is, for the owner simulation
 //!   (`crate::owner_sim`), which checks the invariants above after every step.
@@ -58,6 +61,7 @@
 #[cfg(test)]
 mod audit;
 mod consumers;
+mod dead_letter;
 mod deliveries;
 mod figures;
 mod persist;
@@ -65,6 +69,7 @@ mod replay;
 mod timeouts;
 
 pub use consumers::{ClientAuth, ClientInfo, Consumer, ConsumerKey, ConsumerSpec, TlsInfo};
+pub use dead_letter::DeadLetters;
 pub use deliveries::{Batch, Deliveries};
 pub use figures::Figures;
 
@@ -167,6 +172,8 @@ pub struct Channel {
     pub timeout_count: u64,
     /// End-to-end latency of finished messages, for /stats.
     e2e: E2eSamples,
+    /// Max attempts and the dead-letter topic (`dead_letter.rs`).
+    dead: DeadLetters,
 }
 
 impl Channel {
@@ -205,6 +212,7 @@ impl Channel {
                 requeue_count: 0,
                 timeout_count: 0,
                 e2e: Default::default(),
+                dead: DeadLetters::default(),
             })
         })
     }
@@ -268,10 +276,13 @@ impl Channel {
         if let Some(c) = self.consumer_mut(key) {
             c.requeue_count += 1;
         }
+        let Some(msg) = self.over_limit(f.msg) else {
+            return Ok(());
+        };
         if delay.is_zero() {
-            self.requeue_now(f.msg);
+            self.requeue_now(msg);
         } else {
-            let mut msg = f.msg;
+            let mut msg = msg;
             msg.detach_body();
             self.defer(msg, now + delay, timers);
         }

@@ -13,11 +13,13 @@
 //! - [`publish`]: `/pub` and `/mpub`;
 //! - [`manage`]: `/topic/*` and `/channel/*`;
 //! - [`replay`]: `/channel/rewind`, and `/channel/create` with `from=` (ours);
+//! - [`dead_letter`]: `/channel/config`, `/dead_letters`, `/topic/redrive`;
 //! - [`info`]: `/ping`, `/info`, `/config/:opt`;
 //! - [`report`]: `/stats` (JSON and text) and `/metrics` (Prometheus text);
 //! - [`ask`]: requests to one shard or to every shard.
 
 mod ask;
+mod dead_letter;
 mod info;
 mod manage;
 mod publish;

@@ -284,6 +284,24 @@ fn render_metrics(parts: &[ShardStats]) -> String {
         }
     }
 
+    let name = "nsq_channel_dead_lettered_total";
+    f.head(
+        name,
+        "counter",
+        "Messages that reached max attempts (sent to the dead-letter topic, or dropped); only channels with max attempts in force.",
+    );
+    for t in &topics {
+        for c in &t.channels {
+            if let Some(d) = &c.dead_letters {
+                f.sample(
+                    name,
+                    &[("topic", &t.topic_name), ("channel", &c.channel_name)],
+                    d.dead_lettered_count,
+                );
+            }
+        }
+    }
+
     let name = "nsq_channel_e2e_processing_latency_seconds";
     f.head(
         name,

@@ -29,6 +29,8 @@
 //! - [`early_ack`]: publishes answered before their owner has them, and their confirmation;
 //! - [`flusher`], [`fetcher`]: the shard's side of the write path and the read path, whose
 //!   tasks live in [`crate::storage::flusher`] and [`crate::storage::fetcher`];
+//! - [`dead_letter`]: messages over max attempts sent to their dead-letter topic, origin
+//!   records, channel settings and redrive;
 //! - [`admin`], [`durable`]: the HTTP API's topic and channel actions, answered once durable;
 //!   [`replay`]: a channel rewound (or created) to a past position of its topic's log;
 //!   [`stats`]: the shard's part of /stats and /metrics; [`statsd`]: pushing them to statsd;
@@ -36,6 +38,7 @@
 
 mod admin;
 mod consumers;
+mod dead_letter;
 mod durable;
 mod early_ack;
 mod fetcher;
@@ -228,6 +231,7 @@ impl Shard {
             defer,
             acked,
             reply,
+            origins: Vec::new(),
         })
     }
 
@@ -281,9 +285,10 @@ impl Shard {
                 defer,
                 acked,
                 reply,
+                origins,
             } => {
-                if let Answer::Now(result) = self.publish_here(&topic, bodies, defer, acked, reply)
-                {
+                let answer = self.publish_here(&topic, bodies, defer, acked, reply, origins);
+                if let Answer::Now(result) = answer {
                     self.reply(reply, Reply::Publish(result));
                 }
             }

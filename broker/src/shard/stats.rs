@@ -170,5 +170,19 @@ fn channel_stats(
         paused: c.paused,
         e2e_processing_latency: stats::latency_of([c.e2e_samples()]),
         position: None,
+        dead_letters: dead_letter_stats(c),
     }
+}
+
+/// The channel's max attempts, while a limit is in force (or it has dead-lettered).
+fn dead_letter_stats(c: &crate::channel::Channel) -> Option<stats::DeadLetterStats> {
+    let d = c.dead_letters();
+    if !d.in_force() && d.count == 0 {
+        return None;
+    }
+    Some(stats::DeadLetterStats {
+        dead_lettered_count: d.count,
+        max_attempts: d.max,
+        dead_letter_topic: d.topic.as_deref().unwrap_or_default().to_string(),
+    })
 }
