@@ -9,12 +9,13 @@
 use crate::audit::Audit;
 use crate::cluster::{Cluster, Failure};
 use crate::graphite::GraphiteSettings;
+use crate::history::Done;
 use crate::live_config::LiveConfig;
 use crate::pages::{is_page, Pages};
 use crate::rates::{Key, Store};
 use http1::{Request, Response};
 use protocol::names::{is_valid_channel_name, is_valid_topic_name};
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 use std::sync::{Arc, Mutex};
 
 /// Everything a request may need.
@@ -93,7 +94,16 @@ pub enum Action<'a> {
     Channel(&'a str, &'a str, &'static str),
     DeleteChannel(&'a str, &'a str),
     Tombstone(&'a str, String),
+    /// A topic's own settings (its retention): `(name, value)` as the broker takes them.
+    TopicConfig(&'a str, Settings),
+    /// A channel's own settings (max attempts, dead-letter topic).
+    ChannelConfig(&'a str, &'a str, Settings),
+    /// A dead-letter topic's records published back (only the one with this ID when given).
+    Redrive(&'a str, Option<String>),
 }
+
+/// A setting's broker argument name and its value.
+pub type Settings = Vec<(&'static str, String)>;
 
 impl Action<'_> {
     /// nsqadmin's name for it in notifications.
@@ -106,6 +116,9 @@ impl Action<'_> {
             Action::Channel(_, _, op) => format!("{op}_channel"),
             Action::DeleteChannel(..) => "delete_channel".into(),
             Action::Tombstone(..) => "tombstone_topic_producer".into(),
+            Action::TopicConfig(..) => "config_topic".into(),
+            Action::ChannelConfig(..) => "config_channel".into(),
+            Action::Redrive(..) => "redrive_topic".into(),
         }
     }
 
@@ -113,23 +126,32 @@ impl Action<'_> {
     pub fn subject(&self) -> (&str, Option<&str>, Option<&str>) {
         match self {
             Action::Create(t, c) => (t, c.as_deref(), None),
-            Action::Topic(t, _) | Action::DeleteTopic(t) => (t, None, None),
-            Action::Channel(t, c, _) | Action::DeleteChannel(t, c) => (t, Some(c), None),
+            Action::Topic(t, _)
+            | Action::DeleteTopic(t)
+            | Action::TopicConfig(t, _)
+            | Action::Redrive(t, _) => (t, None, None),
+            Action::Channel(t, c, _)
+            | Action::DeleteChannel(t, c)
+            | Action::ChannelConfig(t, c, _) => (t, Some(c), None),
             Action::Tombstone(n, t) => (t, None, Some(n)),
         }
     }
 
     /// Does it: `Ok` with what failed on the way (nsqadmin's partial errors, answered as a
-    /// warning), or why it could not be done at all.
-    fn perform(&self, cluster: &Cluster) -> Result<Vec<String>, Failure> {
-        match self {
+    /// warning) and what to add to the answer, or why it could not be done at all.
+    fn perform(&self, cluster: &Cluster) -> Result<Done, Failure> {
+        let plain = match self {
+            Action::TopicConfig(t, s) => return cluster.topic_config(t, s),
+            Action::ChannelConfig(t, c, s) => return cluster.channel_config(t, c, s),
+            Action::Redrive(t, id) => return cluster.redrive(t, id.as_deref()),
             Action::Create(t, c) => cluster.create(t, c.as_deref()),
             Action::Topic(t, op) => cluster.topic_action(t, op),
             Action::DeleteTopic(t) => cluster.delete_topic(t),
             Action::Channel(t, c, op) => cluster.channel_action(t, c, op),
             Action::DeleteChannel(t, c) => cluster.delete_channel(t, c),
             Action::Tombstone(n, t) => cluster.tombstone(n, t),
-        }
+        };
+        plain.map(|w| (w, Map::new()))
     }
 }
 
@@ -211,12 +233,15 @@ fn handle_api(app: &App, req: &Request, parts: &[&str], peer: &str) -> Response 
         Err(r) => return r,
     };
     match action.perform(cluster) {
-        Ok(warnings) => {
+        Ok((warnings, extra)) => {
             for w in &warnings {
                 tracing::warn!("{}: {w}", action.name());
             }
             app.audit.notify(&action, user, head, peer);
-            ok(json!({ "message": warn_message(&warnings) }))
+            let mut answer = Map::new();
+            answer.insert("message".into(), warn_message(&warnings).into());
+            answer.extend(extra);
+            ok(Value::Object(answer))
         }
         Err(f) => failure(f),
     }
@@ -227,7 +252,9 @@ fn action_route(parts: &[&str], method: &str) -> Result<bool, Response> {
     match (parts, method) {
         (["topics"], "POST")
         | (["topics", _] | ["topics", _, _], "POST" | "DELETE")
-        | (["nodes", _], "DELETE") => Ok(true),
+        | (["nodes", _], "DELETE")
+        | (["dead_letters", _], "POST") => Ok(true),
+        (["dead_letters", _], _) => Err(not_allowed("GET, POST")),
         (["topics"], _) => Err(not_allowed("GET, POST")),
         (["topics", _] | ["topics", _, _], _) => Err(not_allowed("GET, POST, DELETE")),
         (["nodes", _], _) => Err(not_allowed("GET, DELETE")),
@@ -249,6 +276,10 @@ fn read(cluster: &Cluster, parts: &[&str], inactive: bool) -> Response {
         },
         ["topics", topic, channel] => match check_names(topic, Some(channel)) {
             Ok(()) => answer(cluster.channel(topic, channel)),
+            Err(r) => r,
+        },
+        ["dead_letters", topic] => match check_names(topic, None) {
+            Ok(()) => answer(cluster.dead_letters(topic)),
             Err(r) => r,
         },
         ["nodes"] => answer(cluster.nodes()),
@@ -295,6 +326,11 @@ fn action_of<'a>(parts: &[&'a str], method: &str, body: &'a [u8]) -> Result<Acti
         (["topics"], "POST") => create(body),
         (["topics", topic], "POST") => {
             check_names(topic, None)?;
+            let b = body_json(body)?;
+            if b.get("action").and_then(Value::as_str) == Some("config") {
+                let s = settings(&b, &["retention_time", "retention_bytes"])?;
+                return Ok(Action::TopicConfig(topic, s));
+            }
             Ok(Action::Topic(topic, op(body)?))
         }
         (["topics", topic], "DELETE") => {
@@ -303,7 +339,26 @@ fn action_of<'a>(parts: &[&'a str], method: &str, body: &'a [u8]) -> Result<Acti
         }
         (["topics", topic, channel], "POST") => {
             check_names(topic, Some(channel))?;
+            let b = body_json(body)?;
+            if b.get("action").and_then(Value::as_str) == Some("config") {
+                let s = settings(&b, &["max_attempts", "dead_letter_topic"])?;
+                return Ok(Action::ChannelConfig(topic, channel, s));
+            }
             Ok(Action::Channel(topic, channel, op(body)?))
+        }
+        (["dead_letters", topic], "POST") => {
+            check_names(topic, None)?;
+            let b = body_json(body)?;
+            if b.get("action").and_then(Value::as_str) != Some("redrive") {
+                return Err(fail(400, "INVALID_ACTION"));
+            }
+            match b.get("id") {
+                None | Some(Value::Null) => Ok(Action::Redrive(topic, None)),
+                Some(Value::String(id)) if !id.is_empty() => {
+                    Ok(Action::Redrive(topic, Some(id.clone())))
+                }
+                Some(_) => Err(fail(400, "INVALID_ID")),
+            }
         }
         (["topics", topic, channel], "DELETE") => {
             check_names(topic, Some(channel))?;
@@ -365,6 +420,30 @@ fn op(body: &[u8]) -> Result<&'static str, Response> {
         Some("empty") => Ok("empty"),
         _ => Err(fail(400, "INVALID_ACTION")),
     }
+}
+
+/// The settings among `keys` that the body gives (a string, or a number), at least one;
+/// their values are the brokers' to check.
+fn settings(
+    b: &serde_json::Map<String, Value>,
+    keys: &[&'static str],
+) -> Result<Settings, Response> {
+    let mut out = Vec::new();
+    for k in keys {
+        match b.get(*k) {
+            None | Some(Value::Null) => {}
+            Some(Value::String(v)) => out.push((*k, v.trim().to_owned())),
+            Some(Value::Number(n)) => out.push((*k, n.to_string())),
+            Some(_) => return Err(fail(400, &format!("INVALID_{}", k.to_uppercase()))),
+        }
+    }
+    if out.is_empty() {
+        return Err(fail(
+            400,
+            &format!("MISSING_SETTINGS: give {}", keys.join(" or ")),
+        ));
+    }
+    Ok(out)
 }
 
 /// `POST /api/topics` with `{"topic": ..., "channel": ...}`.

@@ -562,7 +562,7 @@ impl Cluster {
 
     /// The brokers that have `topic` (and `channel`), with what did not answer; an error when
     /// none has it: not found, or nothing answered at all.
-    fn holders(
+    pub(crate) fn holders(
         &self,
         topic: &str,
         channel: Option<&str>,
@@ -674,7 +674,7 @@ fn everywhere(upstream: &Upstream, addrs: &[String], path: &str) -> Vec<String> 
 
 /// `answer` with nsqadmin's `message` (empty, or `WARNING: ` and what did not answer) and
 /// admin-ui's `warnings` list (the same, one string each).
-fn with_warnings(mut answer: Value, warnings: Vec<String>) -> Value {
+pub(crate) fn with_warnings(mut answer: Value, warnings: Vec<String>) -> Value {
     let warnings = dedup(warnings);
     if let Some(o) = answer.as_object_mut() {
         o.insert("message".into(), warn_message(&warnings).into());

@@ -17,6 +17,8 @@
 //! - [`shapes`]: nsqadmin's JSON shapes of topics, channels, clients and nodes;
 //! - [`cluster`]: what the cluster looks like, gathered from lookups and brokers, and the
 //!   actions fanned out to them;
+//! - [`history`]: the brokers' features beyond nsqd (dead letters, channel settings,
+//!   rewind, retention), read and set on every broker concerned;
 //! - [`upstream`]: one HTTP request to a lookup or a broker, over HTTPS when a broker
 //!   requires TLS;
 //! - [`tls`]: the TLS client settings (`--http-client-tls-*`).
@@ -26,6 +28,7 @@ mod audit;
 mod cluster;
 mod config;
 mod graphite;
+mod history;
 mod live_config;
 mod pages;
 mod rates;

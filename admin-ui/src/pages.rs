@@ -16,6 +16,7 @@ use std::path::PathBuf;
 const INDEX_HTML: &str = include_str!("../static/index.html");
 const APP_JS: &str = include_str!("../static/app.js");
 const RATES_JS: &str = include_str!("../static/rates.js");
+const HISTORY_JS: &str = include_str!("../static/history.js");
 const STYLE_CSS: &str = include_str!("../static/style.css");
 
 /// The rendered page and where the static files come from.
@@ -125,6 +126,7 @@ impl Pages {
             None => match name {
                 "app.js" => APP_JS.into(),
                 "rates.js" => RATES_JS.into(),
+                "history.js" => HISTORY_JS.into(),
                 "style.css" => STYLE_CSS.into(),
                 _ => return not_found(),
             },

@@ -18,6 +18,7 @@
 const app = document.getElementById('app');
 const errorBox = document.getElementById('error');
 const warningList = document.getElementById('warnings');
+const noticeBox = document.getElementById('notice');
 
 /* The URL prefix everything is served under ("" or "/a/b"), from --base-path. */
 const basePath = document.body.dataset.basePath || '';
@@ -133,6 +134,12 @@ function clearError() {
   errorBox.hidden = true;
 }
 
+/* What an action reports having done (e.g. a redrive's counts), until the next route. */
+function showNotice(text) {
+  noticeBox.textContent = text || '';
+  noticeBox.hidden = !text;
+}
+
 function showWarnings(warnings = []) {
   warningList.replaceChildren(...warnings.map((warning) => el('li', {}, warning)));
 }
@@ -215,6 +222,7 @@ async function route() {
   markNav(target.section);
   clearError();
   showWarnings([]);
+  showNotice('');
   try {
     const data = await api('GET', path(...target.params));
     if (gen !== generation) return;
@@ -231,10 +239,10 @@ async function route() {
 /* ---------- actions ---------- */
 
 /* Runs one API action: asks `confirm` first when given, then re-renders the page, or goes
- * to `next` (a page path) when given. A failure leaves the page as it is and shows the
+ * to `next` (a page path) when given; `notice(answer)`, when given, is shown in #notice. A failure leaves the page as it is and shows the
  * message; an action done with a warning (nsqadmin's "WARNING: ..." message: some node or
  * lookup failed) shows it under the re-rendered page. */
-async function runAction({ confirm, method, path, body, next }) {
+async function runAction({ confirm, method, path, body, next, notice }) {
   if (confirm && !window.confirm(confirm)) return;
   const gen = generation;
   clearError();
@@ -251,6 +259,7 @@ async function runAction({ confirm, method, path, body, next }) {
   if (gen !== generation) return;
   await (next ? navigate(next) : route());
   if (answer && answer.message) warningList.append(el('li', {}, answer.message));
+  if (notice && answer) showNotice(notice(answer));
 }
 
 /* The pause/unpause, empty and delete buttons shared by the topic and channel pages. */
@@ -403,6 +412,7 @@ function renderTopic(data, topic) {
     ]),
     ...topicGraphite(topic),
     ratesSection({ topic }),
+    deadLettersSection(topic),
     entityActions('topic-actions', `/api/topics/${enc(topic)}`, data.paused, `topic "${topic}"`, href('/topics')),
     el('h2', {}, 'Nodes'),
     table('topic-nodes', ['Node', 'Depth', 'Memory', 'Backend', 'Messages', 'Channels', 'State', ''],

@@ -532,3 +532,27 @@ def crash_report(crashed):
     return "\n".join("%s died during the test (exit %s)\nargs: %s\nstderr:\n%s"
                      % (p.kind, p.proc.returncode, " ".join(p.args), p.stderr())
                      for p in crashed)
+
+
+# ---- dead letters (the broker's, beyond nsqd) ---------------------------------------------------
+
+def make_dead_letters(broker, topic, channel, dead_letter_topic, count, body="poison"):
+    """Gives `count` messages of `topic` up on `broker`: channel `channel` gets max_attempts 1
+    and `dead_letter_topic`, a raw consumer takes the messages and disconnects holding them,
+    so each one's next delivery would exceed the limit. Returns the broker's origin records of
+    `dead_letter_topic` once all `count` are there."""
+    broker.create_channel(topic, channel)
+    broker.post("/channel/config?topic=%s&channel=%s&max_attempts=1&dead_letter_topic=%s"
+                % (q(topic), q(channel), q(dead_letter_topic)))
+    broker.publish(topic, count, body)
+    c = Consumer(broker, topic, channel, rdy=count)
+    try:
+        wait_until(lambda: len(c.messages) >= count, "%d messages delivered" % count)
+    finally:
+        c.close()
+
+    def records():
+        r = request("GET", broker.url("/dead_letters?topic=%s" % q(dead_letter_topic)))
+        return r.json()["dead_letters"] if r.status == 200 else []
+    wait_until(lambda: len(records()) >= count, "%d dead letters recorded" % count)
+    return records()

@@ -7,6 +7,8 @@
 - `start_admin`: factory for extra admin-ui processes (stopped at the end of the test).
 - `certs` (one per module): a test CA, server and client certificates, and an untrusted CA's
   server certificate (fakebroker.Certs, made with the openssl CLI).
+- `driver` (one per module): a headless Chromium through Selenium (browserlib); `page`: a
+  browserlib.Page on `cluster.admin`.
 - `fakes`: factory for fakebroker's HTTPS-only brokers and lookups (closed at the end).
 
 A process that dies on its own fails the test at teardown; the stderr of every process still
@@ -80,6 +82,22 @@ def start_admin():
         a.cleanup()
     if report:
         pytest.fail(report)
+
+
+@pytest.fixture(scope="module")
+def driver():
+    """A headless Chromium (browserlib.start_driver), one per test module."""
+    from browserlib import start_driver
+    d = start_driver()
+    yield d
+    d.quit()
+
+
+@pytest.fixture
+def page(driver, cluster):
+    """browserlib.Page on the module's cluster's admin-ui (reading the lookup)."""
+    from browserlib import Page
+    return Page(driver, cluster.admin)
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,7 @@ import time
 import pytest
 
 from adminlib import Broker, assert_error, closed_port, crash_report, q, wait_until
-from test_admin_browser import Page, driver, page  # noqa: F401  (its browser fixtures)
+from browserlib import Page
 
 RATE = 200          # messages per second published
 DURATION = 25.0     # seconds of publishing at most

@@ -1,0 +1,156 @@
+//! What admin-ui does with the brokers' features beyond nsqd (no nsqadmin counterpart): a
+//! dead-letter topic's origin records and the redrive that publishes them back, a channel's
+//! max attempts and dead-letter topic, a channel's rewind (and its dry run, which counts what
+//! would be delivered again), and a topic's retention. Each is asked of every broker that has
+//! the topic (and channel), as nsqadmin fans out its topic and channel actions.
+//!
+//! Invariants: a broker that has not the feature (nsqd answers 404 to `/dead_letters`) is read
+//! as having nothing, not as a failure; a setting's value is passed to the brokers as given
+//! (they check it and say what is wrong); counts over several brokers are sums, each broker's
+//! own in `nodes`.
+
+use crate::cluster::{Cluster, Failure};
+use crate::shapes::{list, num, text};
+use http1::percent_encode;
+use serde_json::{json, Map, Value};
+
+/// What an action answers besides nsqadmin's `message`: each failure on the way (a warning)
+/// and the fields to add to the answer.
+pub type Done = (Vec<String>, Map<String, Value>);
+
+/// The `k=v` pairs of a query, each value encoded.
+fn query(pairs: &[(&str, &str)]) -> String {
+    pairs
+        .iter()
+        .map(|(k, v)| format!("{k}={}", percent_encode(v)))
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+/// A broker's answer to a POST: its JSON body, or the error with the broker's `message`.
+fn post_json(cluster: &Cluster, node: &str, path: &str) -> Result<Value, String> {
+    let answer = cluster.upstream.request(node, "POST", path)?;
+    let body: Option<Value> = serde_json::from_slice(&answer.body).ok();
+    if !(200..300).contains(&answer.status) {
+        let why = body
+            .as_ref()
+            .map(|b| text(b, "message").to_owned())
+            .filter(|m| !m.is_empty())
+            .unwrap_or_else(|| String::from_utf8_lossy(&answer.body).trim().to_owned());
+        return Err(format!(
+            "POST {}{path}: HTTP {}: {why}",
+            answer.origin, answer.status
+        ));
+    }
+    Ok(body.unwrap_or(Value::Null))
+}
+
+/// Each node's answer, in the order asked.
+type Answers = Vec<(String, Value)>;
+
+/// POSTs `path` to every one of `nodes`: each answer, and the warnings (`failed`, what went
+/// before, and each node that failed); `Err` when every node failed (nothing was done).
+fn fan_out(
+    cluster: &Cluster,
+    nodes: &[String],
+    mut failed: Vec<String>,
+    path: &str,
+) -> Result<(Vec<String>, Answers), Failure> {
+    let g = crate::cluster::gather(nodes, |n| post_json(cluster, n, path));
+    if g.answers.is_empty() {
+        failed.extend(g.warnings);
+        return Err(Failure::Upstream(failed.join("; ")));
+    }
+    failed.extend(g.warnings);
+    Ok((failed, g.answers))
+}
+
+impl Cluster {
+    /// `GET /api/dead_letters/{topic}`: the origin records of every broker that has the topic,
+    /// each with its `node`, oldest first per broker.
+    pub fn dead_letters(&self, topic: &str) -> Result<Value, Failure> {
+        let (nodes, mut warnings) = self.holders(topic, None)?;
+        let path = format!("/dead_letters?topic={}", percent_encode(topic));
+        let g = crate::cluster::gather(&nodes, |n| {
+            let answer = self.upstream.request(n, "GET", &path)?;
+            match answer.status {
+                200 => serde_json::from_slice::<Value>(&answer.body)
+                    .map_err(|e| format!("GET {}{path}: not JSON: {e}", answer.origin)),
+                // nsqd (no dead letters), or the topic gone meanwhile: nothing recorded.
+                404 => Ok(Value::Null),
+                s => Err(format!(
+                    "GET {}{path}: HTTP {s}: {}",
+                    answer.origin,
+                    String::from_utf8_lossy(&answer.body).trim()
+                )),
+            }
+        });
+        warnings.extend(g.warnings);
+        let mut records = Vec::new();
+        for (node, answer) in g.answers {
+            for r in list(&answer, "dead_letters") {
+                let mut r = r.clone();
+                if let Some(o) = r.as_object_mut() {
+                    o.insert("node".into(), node.clone().into());
+                }
+                records.push(r);
+            }
+        }
+        Ok(crate::cluster::with_warnings(
+            json!({ "topic_name": topic, "dead_letters": records }),
+            warnings,
+        ))
+    }
+
+    /// `POST /api/dead_letters/{topic}` `{"action": "redrive"}`: `/topic/redrive` on every
+    /// broker that has the topic (only the record `id` when given); the counts summed.
+    pub fn redrive(&self, topic: &str, id: Option<&str>) -> Result<Done, Failure> {
+        let (nodes, failed) = self.holders(topic, None)?;
+        let mut pairs = vec![("topic", topic)];
+        if let Some(id) = id {
+            pairs.push(("id", id));
+        }
+        let path = format!("/topic/redrive?{}", query(&pairs));
+        let (failed, answers) = fan_out(self, &nodes, failed, &path)?;
+        let (mut redriven, mut missing) = (0, 0);
+        let mut per_node = Vec::new();
+        for (node, a) in &answers {
+            redriven += num(a, "redriven");
+            missing += num(a, "missing");
+            per_node.push(json!({"node": node, "redriven": num(a, "redriven"),
+                                 "missing": num(a, "missing")}));
+        }
+        let mut extra = Map::new();
+        extra.insert("redriven".into(), redriven.into());
+        extra.insert("missing".into(), missing.into());
+        extra.insert("nodes".into(), per_node.into());
+        Ok((failed, extra))
+    }
+
+    /// `POST /api/topics/{topic}/{channel}` `{"action": "config", ...}`: `/channel/config`
+    /// with `settings` on every broker that has the channel.
+    pub fn channel_config(
+        &self,
+        topic: &str,
+        channel: &str,
+        settings: &[(&str, String)],
+    ) -> Result<Done, Failure> {
+        let (nodes, failed) = self.holders(topic, Some(channel))?;
+        let mut pairs = vec![("topic", topic), ("channel", channel)];
+        pairs.extend(settings.iter().map(|(k, v)| (*k, v.as_str())));
+        let path = format!("/channel/config?{}", query(&pairs));
+        let (failed, _) = fan_out(self, &nodes, failed, &path)?;
+        Ok((failed, Map::new()))
+    }
+
+    /// `POST /api/topics/{topic}` `{"action": "config", ...}`: `/topic/config` with
+    /// `settings` (its retention) on every broker that has the topic.
+    pub fn topic_config(&self, topic: &str, settings: &[(&str, String)]) -> Result<Done, Failure> {
+        let (nodes, failed) = self.holders(topic, None)?;
+        let mut pairs = vec![("topic", topic)];
+        pairs.extend(settings.iter().map(|(k, v)| (*k, v.as_str())));
+        let path = format!("/topic/config?{}", query(&pairs));
+        let (failed, _) = fan_out(self, &nodes, failed, &path)?;
+        Ok((failed, Map::new()))
+    }
+}

@@ -1,0 +1,69 @@
+/*
+ * admin-ui front-end: the brokers' features beyond nsqd (see admin-ui/API.md "Beyond nsqd").
+ *
+ * This file owns the sections the topic and channel pages add for them: a dead-letter topic's
+ * records and its "send back" action (`#dead-letters`), a channel's max attempts and
+ * dead-letter topic form (`#channel-config`), a channel's rewind form (`#rewind`, whose
+ * confirmation says how many messages will be delivered again, from a dry run), and a topic's
+ * retention and its form (`#retention`). It is loaded before app.js and only defines
+ * functions; they use app.js's helpers (el, api, runAction, generation) when called.
+ *
+ * Rules kept: data reaches the DOM only as text (a record's preview too); every destructive
+ * action asks window.confirm first and does nothing if refused.
+ */
+'use strict';
+
+/* A time in nanoseconds since the epoch as local date and time ("—" for 0). */
+function nsTime(ns) {
+  return ns ? new Date(ns / 1e6).toLocaleString() : '—';
+}
+
+/* ---------- a dead-letter topic's records ---------- */
+
+/* The `#dead-letters` section of a topic page: empty (and hidden) unless the topic's brokers
+ * hold origin records; then a table of them and the "send back" button. */
+function deadLettersSection(topic) {
+  const section = el('section', { id: 'dead-letters', 'data-loaded': 'false', hidden: true });
+  const gen = generation;
+  api('GET', `/api/dead_letters/${enc(topic)}`).then((data) => {
+    if (gen !== generation) return;
+    section.dataset.count = String(data.dead_letters.length);
+    if (data.dead_letters.length) {
+      section.replaceChildren(...deadLettersBody(topic, data.dead_letters));
+      section.hidden = false;
+    }
+    section.dataset.loaded = 'true';
+  }).catch((err) => {
+    if (gen !== generation) return;
+    section.replaceChildren(el('h2', {}, 'Dead letters'),
+      el('p', { id: 'dead-letters-error', class: 'muted' }, `unavailable (${err.message})`));
+    section.hidden = false;
+    section.dataset.loaded = 'true';
+  });
+  return section;
+}
+
+function deadLettersBody(topic, records) {
+  const rows = records.map((r) => el('tr', { 'data-id': r.id, 'data-node': r.node },
+    el('td', {}, r.node),
+    el('td', {}, link(href(`/topics/${enc(r.origin_topic)}`), r.origin_topic)),
+    el('td', {}, link(href(`/topics/${enc(r.origin_topic)}/${enc(r.origin_channel)}`), r.origin_channel)),
+    el('td', { class: 'num' }, num(r.attempts)),
+    el('td', {}, nsTime(r.dead_lettered_at)),
+    el('td', { class: 'num' }, num(r.body_size)),
+    el('td', { class: 'preview' }, r.preview ?? '')));
+  const origins = [...new Set(records.map((r) => r.origin_topic))].join(', ');
+  return [
+    el('h2', {}, 'Dead letters'),
+    el('p', {}, `This is a dead-letter topic: ${records.length} message(s) kept with where they came from.`),
+    table('dead-letter-records', ['Node', 'Origin topic', 'Origin channel', 'Attempts',
+      'Dead-lettered at', 'Bytes', 'Preview'], rows, 'No dead letters.'),
+    el('div', { class: 'actions' },
+      actionButton('redrive', 'Send back to origin', () => runAction({
+        confirm: `Publish the ${records.length} dead letter(s) of "${topic}" back to ${origins}?`
+          + ' Every channel of the origin topic gets them again.',
+        method: 'POST', path: `/api/dead_letters/${enc(topic)}`, body: { action: 'redrive' },
+        notice: (a) => `Sent back ${a.redriven} message(s); ${a.missing} no longer held.`,
+      }))),
+  ];
+}

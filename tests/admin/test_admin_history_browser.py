@@ -1,0 +1,58 @@
+"""admin-ui's page for the brokers' features beyond nsqd (admin-ui/UI.md) in a real headless
+Chromium driven by Selenium (browserlib), against a lookup + two brokers cluster.
+
+Covered: a dead-letter topic's page lists its origin records (`#dead-letter-records`, the
+preview as text) and its "send back" button asks window.confirm first (nothing is sent when it
+answers false), then redrives on both brokers and shows the counts in `#notice`; a topic that
+is no dead-letter topic shows no such section.
+
+Every wait is on a DOM condition or the brokers' own HTTP APIs, with a deadline.
+"""
+
+from adminlib import make_dead_letters, q, request, wait_registered
+
+
+def records_on(broker, topic):
+    r = request("GET", broker.url("/dead_letters?topic=%s" % q(topic)))
+    return r.json()["dead_letters"] if r.status == 200 else []
+
+
+def test_dead_letter_topic_page_lists_records_and_sends_them_back(cluster, page):
+    topic, dead = "bdl_orders", "bdl_orders.dead"
+    made = make_dead_letters(cluster.b1, topic, "work", dead, 2, body="<b>poison</b>")
+    made += make_dead_letters(cluster.b2, topic, "work", dead, 1, body="<b>poison</b>")
+    wait_registered(cluster.lookup, cluster.brokers, dead)
+    page.open("/topics/%s" % q(dead), "topic")
+    page.wait(lambda: page.all('#dead-letters[data-loaded="true"]'), "#dead-letters loaded")
+    rows = page.all("#dead-letter-records tbody tr[data-id]")
+    assert {r.get_attribute("data-id") for r in rows} == {m["id"] for m in made}, page.app_html()
+    first = rows[0].text
+    assert topic in first and "work" in first and "<b>poison</b>-" in first, first
+    assert not page.all("#dead-letter-records b"), "a preview was parsed as HTML"
+
+    # confirm answers no: nothing is sent, the records stay
+    page.spy_fetch()
+    page.answer_confirm(False)
+    page.visible('#dead-letters button[data-action="redrive"]').click()
+    page.wait(lambda: len(page.confirms()) == 1, "window.confirm to be asked")
+    assert "3" in page.confirms()[0] and topic in page.confirms()[0], page.confirms()
+    assert [f for f in page.fetches() if f[0] == "POST"] == []
+    assert len(records_on(cluster.b1, dead)) == 2
+
+    # confirm answers yes: sent back on both brokers, the counts shown
+    page.answer_confirm(True)
+    page.visible('#dead-letters button[data-action="redrive"]').click()
+    page.wait(lambda: page.all('#app[data-loaded="true"]') and
+              "Sent back 3" in page.text("#notice"), "#notice to show the redrive's counts")
+    for b in cluster.brokers:
+        assert records_on(b, dead) == [], "records left on %s" % b.node
+    page.wait(lambda: page.all('#dead-letters[data-loaded="true"][hidden]'),
+              "#dead-letters hidden once nothing is recorded")
+
+
+def test_plain_topic_has_no_dead_letter_section(cluster, page):
+    cluster.on_both("bdl_plain")
+    page.open("/topics/bdl_plain", "topic")
+    page.wait(lambda: page.all('#dead-letters[data-loaded="true"]'), "#dead-letters loaded")
+    assert not page.one("#dead-letters").is_displayed()
+    assert page.one("#dead-letters").get_attribute("data-count") == "0"
