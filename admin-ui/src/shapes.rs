@@ -150,7 +150,24 @@ fn e2e_add(into: &mut Value, from: &Value) {
     }
 }
 
-/// A channel of `topic` on one node (nsqadmin's `ChannelStats`); its clients when asked.
+/// The broker's fields of a channel with a max attempts in force (beyond nsqd): present on
+/// the broker's channel only then, and so on admin-ui's rows and totals.
+const DEAD_LETTER_FIELDS: &[&str] = &["dead_lettered_count", "max_attempts", "dead_letter_topic"];
+
+/// `row` with the broker's `from` fields among `keys` that `from` has.
+fn carry(mut row: Value, from: &Value, keys: &[&str]) -> Value {
+    if let Some(o) = row.as_object_mut() {
+        for k in keys {
+            if let Some(v) = from.get(*k) {
+                o.insert((*k).into(), v.clone());
+            }
+        }
+    }
+    row
+}
+
+/// A channel of `topic` on one node (nsqadmin's `ChannelStats`), with the broker's
+/// dead-letter fields when it has them; its clients when asked.
 pub fn channel(node: &str, hostname: &str, topic: &str, ch: &Value, clients: bool) -> Value {
     let name = text(ch, "channel_name");
     let clients: Value = if clients {
@@ -163,7 +180,7 @@ pub fn channel(node: &str, hostname: &str, topic: &str, ch: &Value, clients: boo
         // nsqadmin asks nsqd without clients here: its `clients` is null.
         Value::Null
     };
-    json!({
+    let row = json!({
         "node": node,
         "hostname": hostname,
         "topic_name": topic,
@@ -181,7 +198,8 @@ pub fn channel(node: &str, hostname: &str, topic: &str, ch: &Value, clients: boo
         "clients": clients,
         "paused": flag(ch, "paused"),
         "e2e_processing_latency": e2e_of(ch, node, topic, name),
-    })
+    });
+    carry(row, ch, DEAD_LETTER_FIELDS)
 }
 
 /// A topic on one node (nsqadmin's `TopicStats`), its channels in `channels`, plus
@@ -261,6 +279,13 @@ pub fn channel_total(topic: &str, name: &str, mut rows: Vec<Value>) -> Map<Strin
         clients.extend(list(r, "clients").iter().cloned());
     }
     clients.sort_by(by_hostname);
+    if let Some(first) = rows.iter().find(|r| r.get("max_attempts").is_some()) {
+        let dead: u64 = rows.iter().map(|r| num(r, "dead_lettered_count")).sum();
+        total.insert("dead_lettered_count".into(), dead.into());
+        for k in ["max_attempts", "dead_letter_topic"] {
+            total.insert(k.into(), first.get(k).cloned().unwrap_or(Value::Null));
+        }
+    }
     total.insert("nodes".into(), rows.into());
     total.insert("clients".into(), clients.into());
     total

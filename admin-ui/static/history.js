@@ -67,3 +67,41 @@ function deadLettersBody(topic, records) {
       }))),
   ];
 }
+
+/* ---------- a channel's max attempts and dead-letter topic ---------- */
+
+/* The `#channel-config` section of a channel page: the settings in force (when the brokers
+ * report a limit: `#dead-lettered-count` too) and a form setting them on every broker. */
+function channelConfigSection(data, topic, channel) {
+  const limited = data.max_attempts !== undefined;
+  const maxAttempts = el('input', {
+    id: 'max-attempts', name: 'max_attempts', size: 8, autocomplete: 'off',
+    placeholder: '0 = unlimited', value: limited ? String(data.max_attempts) : '',
+  });
+  const deadLetterTopic = el('input', {
+    id: 'dead-letter-topic', name: 'dead_letter_topic', autocomplete: 'off',
+    placeholder: 'none: dropped', value: limited ? (data.dead_letter_topic || '') : '',
+  });
+  const submit = (event) => {
+    event.preventDefault();
+    const body = { action: 'config', dead_letter_topic: deadLetterTopic.value.trim() };
+    if (maxAttempts.value.trim()) body.max_attempts = maxAttempts.value.trim();
+    runAction({ method: 'POST', path: `/api/topics/${enc(topic)}/${enc(channel)}`, body });
+  };
+  const inForce = limited
+    ? [facts('channel-limits', [
+      ['Max attempts', data.max_attempts ? num(data.max_attempts) : 'unlimited'],
+      ['Dead-letter topic', data.dead_letter_topic
+        ? link(href(`/topics/${enc(data.dead_letter_topic)}`), data.dead_letter_topic)
+        : 'none (dropped)'],
+      ['Dead-lettered', el('span', { id: 'dead-lettered-count' }, num(data.dead_lettered_count))],
+    ])]
+    : [el('p', { class: 'muted' }, 'No limit on attempts (as nsqd).')];
+  return el('section', { id: 'channel-config' },
+    el('h2', {}, 'Attempts and dead letters'),
+    ...inForce,
+    el('form', { id: 'channel-config-form', class: 'settings', onsubmit: submit },
+      el('label', {}, 'Max attempts (0: unlimited, default: the flag) ', maxAttempts),
+      el('label', {}, 'Dead-letter topic (empty: drop) ', deadLetterTopic),
+      el('button', { id: 'channel-config-submit', type: 'submit' }, 'Save')));
+}

@@ -67,3 +67,64 @@ def test_redrive_errors(cluster):
     # nothing recorded: nothing sent back
     r = cluster.admin.call("POST", path, {"action": "redrive"})
     assert r.status == 200 and r.json()["redriven"] == 0, r
+
+
+# ---- a channel's max attempts and dead-letter topic ---------------------------------------------
+
+def test_channel_config_is_set_on_every_broker_and_read_back(cluster):
+    cluster.on_both("cfg_t", channels=["c", "other"])
+    path = "/api/topics/cfg_t/c"
+    plain = cluster.admin.get(path)
+    for k in ("max_attempts", "dead_letter_topic", "dead_lettered_count"):
+        assert k not in plain and all(k not in n for n in plain["nodes"]), (k, plain)
+    cluster.admin.act("POST", path, {"action": "config", "max_attempts": "3",
+                                     "dead_letter_topic": "cfg_t.dead"})
+    for b in cluster.brokers:
+        c = b.channel_stats("cfg_t", "c")
+        assert (c["max_attempts"], c["dead_letter_topic"], c["dead_lettered_count"]) == (
+            3, "cfg_t.dead", 0), (b.node, c)
+        assert "max_attempts" not in b.channel_stats("cfg_t", "other"), "other channel changed"
+    for who, admin in admins(cluster):
+        data = admin.get(path)
+        assert (data["max_attempts"], data["dead_letter_topic"], data["dead_lettered_count"]) == (
+            3, "cfg_t.dead", 0), (who, data)
+        assert all(n["max_attempts"] == 3 for n in data["nodes"]), (who, data["nodes"])
+        ch = {c["channel_name"]: c for c in admin.get("/api/topics/cfg_t")["channels"]}
+        assert ch["c"]["max_attempts"] == 3 and "max_attempts" not in ch["other"], (who, ch)
+    # a number works too; back to the flag's (none): nsqd's shape again
+    cluster.admin_nsqd.act("POST", path, {"action": "config", "max_attempts": 5})
+    assert all(b.channel_stats("cfg_t", "c")["max_attempts"] == 5 for b in cluster.brokers)
+    cluster.admin.act("POST", path, {"action": "config", "max_attempts": "default",
+                                     "dead_letter_topic": ""})
+    data = cluster.admin.get(path)
+    assert "max_attempts" not in data and "dead_lettered_count" not in data, data
+
+
+def test_channel_config_errors(cluster):
+    cluster.on_both("cfg_e", channels=["c"])
+    path = "/api/topics/cfg_e/c"
+    assert_error(cluster.admin.call("POST", path, {"action": "config"}), 400,
+                 "MISSING_SETTINGS: give max_attempts or dead_letter_topic", "no setting")
+    assert_error(cluster.admin.call("POST", path, {"action": "config", "max_attempts": [1]}),
+                 400, "INVALID_MAX_ATTEMPTS", "a list")
+    assert_error(cluster.admin.call("POST", "/api/topics/cfg_e/nope",
+                                    {"action": "config", "max_attempts": "2"}),
+                 404, "CHANNEL_NOT_FOUND", "unknown channel")
+    # what the brokers refuse: every one refused, so nothing was done
+    r = cluster.admin.call("POST", path, {"action": "config", "max_attempts": "lots"})
+    assert r.status == 502, r
+    message = r.json()["message"]
+    assert message.startswith("UPSTREAM_ERROR: ") and "INVALID_MAX_ATTEMPTS" in message, message
+    assert all(b.node in message for b in cluster.brokers), message
+    r = cluster.admin.call("POST", path, {"action": "config", "dead_letter_topic": "cfg_e"})
+    assert r.status == 502 and "INVALID_DEAD_LETTER_TOPIC" in r.json()["message"], r
+
+
+def test_dead_lettered_counts_add_up_over_brokers(cluster):
+    make_dead_letters(cluster.b1, "cnt_t", "work", "cnt_t.dead", 2)
+    make_dead_letters(cluster.b2, "cnt_t", "work", "cnt_t.dead", 1)
+    data = cluster.admin_nsqd.get("/api/topics/cnt_t/work")
+    assert data["dead_lettered_count"] == 3, data
+    per_node = {n["node"]: n["dead_lettered_count"] for n in data["nodes"]}
+    assert per_node == {cluster.b1.node: 2, cluster.b2.node: 1}, per_node
+    assert data["max_attempts"] == 1 and data["dead_letter_topic"] == "cnt_t.dead", data

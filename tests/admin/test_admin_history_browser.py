@@ -4,7 +4,9 @@ Chromium driven by Selenium (browserlib), against a lookup + two brokers cluster
 Covered: a dead-letter topic's page lists its origin records (`#dead-letter-records`, the
 preview as text) and its "send back" button asks window.confirm first (nothing is sent when it
 answers false), then redrives on both brokers and shows the counts in `#notice`; a topic that
-is no dead-letter topic shows no such section.
+is no dead-letter topic shows no such section. A channel page's form sets max attempts and
+the dead-letter topic on both brokers (a value they refuse shows in `#error`), and shows the
+dead-lettered count, linked to the dead-letter topic's page.
 
 Every wait is on a DOM condition or the brokers' own HTTP APIs, with a deadline.
 """
@@ -56,3 +58,40 @@ def test_plain_topic_has_no_dead_letter_section(cluster, page):
     page.wait(lambda: page.all('#dead-letters[data-loaded="true"]'), "#dead-letters loaded")
     assert not page.one("#dead-letters").is_displayed()
     assert page.one("#dead-letters").get_attribute("data-count") == "0"
+
+
+def test_channel_page_sets_max_attempts_and_dead_letter_topic(cluster, page):
+    cluster.on_both("bcfg_t", channels=["c"])
+    page.open("/topics/bcfg_t/c", "channel")
+    assert not page.all("#dead-lettered-count"), "a count shown with no limit in force"
+    page.one("#max-attempts").send_keys("4")
+    page.one("#dead-letter-topic").send_keys("bcfg_t.dead")
+    page.one("#channel-config-submit").click()
+    page.wait(lambda: page.all('#app[data-loaded="true"]') and page.all("#dead-lettered-count"),
+              "the channel page re-rendered with the limit in force")
+    for b in cluster.brokers:
+        c = b.channel_stats("bcfg_t", "c")
+        assert (c["max_attempts"], c["dead_letter_topic"]) == (4, "bcfg_t.dead"), (b.node, c)
+    assert page.text("#dead-lettered-count") == "0"
+    limits = page.text("#channel-limits")
+    assert "4" in limits and "bcfg_t.dead" in limits, limits
+    assert page.one("#max-attempts").get_attribute("value") == "4"
+
+    # a value the brokers refuse: the message in #error, nothing changed
+    field = page.one("#max-attempts")
+    field.clear()
+    field.send_keys("many")
+    page.one("#channel-config-submit").click()
+    page.wait(lambda: "INVALID_MAX_ATTEMPTS" in (page.error_text() or ""),
+              "the brokers' refusal in #error")
+    assert all(b.channel_stats("bcfg_t", "c")["max_attempts"] == 4 for b in cluster.brokers)
+
+
+def test_channel_page_shows_dead_lettered_count(cluster, page):
+    make_dead_letters(cluster.b1, "bcnt_t", "work", "bcnt_t.dead", 2)
+    page.open("/topics/bcnt_t/work", "channel")
+    assert page.text("#dead-lettered-count") == "2"
+    page.one('#channel-limits a[href="/topics/bcnt_t.dead"]').click()
+    page.wait_navigated("/topics/bcnt_t.dead", "topic")
+    page.wait(lambda: page.all('#dead-letters[data-loaded="true"]') and
+              len(page.all("#dead-letter-records tr[data-id]")) == 2, "the two dead letters")
