@@ -68,11 +68,14 @@ pub enum AdminOp {
     },
     /// To the topic's owner: move a channel to `to` of the topic's log (replay), or create
     /// it there (`create`: a new channel starting from the past; refused if it exists).
+    /// `dry_run`: only resolve the position and say what the rewind would deliver again
+    /// ([`AdminResult::RewindPlan`]), moving nothing.
     Rewind {
         topic: String,
         channel: String,
         to: RewindTo,
         create: bool,
+        dry_run: bool,
     },
     /// To the topic's owner: a channel's own max attempts and dead-letter topic (`None`:
     /// unchanged; `Some(None)`: back to the flag's, or no dead-letter topic).
@@ -118,6 +121,12 @@ pub enum AdminResult {
     DeadLetters(Vec<crate::storage::meta::DeadLetterMeta>),
     /// Dead letters read for a redrive.
     Redrive(Box<RedriveBatch>),
+    /// A rewind's dry run: the position it resolves to, and how many messages from there up
+    /// to the channel's cursor it would deliver again.
+    RewindPlan {
+        offset: u64,
+        redelivered: u64,
+    },
 }
 
 /// Dead letters read for a redrive: each origin record with its body (`None`: no longer in

@@ -4,7 +4,9 @@ with gnsq consumers and producers. A rewound channel receives exactly what was p
 its new position, in order, while the topic's other channels are untouched; in-flight messages
 finish normally; the rewind is durable once answered (kill -9 and a restart with another
 `--shards` keep it); positions in /stats; errors refused with a 400/404 that says what is
-wrong, a position before the history saying how far back it goes."""
+wrong, a position before the history saying how far back it goes; a dry run
+(`dry_run=true`) answers the position and how many messages the rewind would deliver again,
+moving nothing."""
 
 import glob
 import json
@@ -163,6 +165,44 @@ def test_rewind_to_a_time_replays_exactly_what_came_after_it(restartable):
     an_hour_before = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(middle // 10**9 - 3600))
     ok(b, "/channel/rewind", topic=TOPIC, channel="a", timestamp=an_hour_before)
     assert channel_stats(b, TOPIC, "a")["offset"] == 0
+
+
+def test_a_dry_run_counts_what_a_rewind_would_deliver_again_and_moves_nothing(restartable):
+    r = restartable(*FLAGS)
+    r.start()
+    b = r.broker
+    ok(b, "/topic/create", topic=TOPIC)
+    ok(b, "/topic/config", topic=TOPIC, retention_time="1h")
+    ok(b, "/channel/create", topic=TOPIC, channel="a")
+    ok(b, "/channel/create", topic=TOPIC, channel="fresh")
+    middle = history_split(r)
+    consume_all(b, "a")
+
+    def dry_run(channel, **at):
+        status, answer = post(b, "/channel/rewind", topic=TOPIC, channel=channel,
+                              dry_run="true", **at)
+        assert status == 200, (at, status, answer)
+        return json.loads(answer)
+
+    assert dry_run("a", timestamp=str(middle)) == {"offset": N // 2, "redelivered": N // 2}
+    assert dry_run("a", earliest="true") == {"offset": 0, "redelivered": N}
+    assert dry_run("a", offset="9000") == {"offset": 9000, "redelivered": N - 9000}
+    # a channel that has taken nothing yet would deliver nothing again
+    assert dry_run("fresh", earliest="true") == {"offset": 0, "redelivered": 0}
+    # nothing moved: "a" still owes nothing, "fresh" everything
+    a = channel_stats(b, TOPIC, "a")
+    assert (a["offset"], a["depth"]) == (N, 0), a
+    assert channel_stats(b, TOPIC, "fresh")["offset"] == 0
+    # the same checks as a rewind, and a bad dry_run value
+    assert refused(b, "/channel/rewind", 400, topic=TOPIC, channel="a", offset=str(N + 5),
+                   dry_run="true").startswith("REWIND_PAST_END")
+    assert refused(b, "/channel/rewind", 400, topic=TOPIC, channel="a", offset="1",
+                   dry_run="maybe").startswith("INVALID_ARG_DRY_RUN")
+    assert refused(b, "/channel/rewind", 404, topic=TOPIC, channel="nope", earliest="true",
+                   dry_run="true") == "CHANNEL_NOT_FOUND"
+    # dry_run=false is a rewind
+    ok(b, "/channel/rewind", topic=TOPIC, channel="a", timestamp=str(middle), dry_run="false")
+    assert channel_stats(b, TOPIC, "a")["offset"] == N // 2
 
 
 def test_a_channel_created_from_earliest_receives_the_whole_history(restartable):

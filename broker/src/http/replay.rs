@@ -5,14 +5,16 @@
 //! create, in [`super::manage`]). Arguments are checked here and refused with 400 and what is
 //! wrong; the owner ([`crate::admin::AdminOp::Rewind`]) resolves the position, refuses one
 //! before the history (saying how far back it goes) and answers once the channel's new
-//! cursor is in the topic's metadata.
+//! cursor is in the topic's metadata. With `dry_run=true` a rewind moves nothing and answers
+//! `{"offset": N, "redelivered": M}`: the position resolved, and the messages from there up
+//! to the channel's cursor that the rewind would deliver again.
 
 use super::ask;
 use super::manage;
 use super::routes::{error, query, Answer};
-use crate::admin::{Action, AdminOp, RewindTo};
+use crate::admin::{Action, AdminOp, AdminResult, RewindTo};
 use crate::shard::Shard;
-use http1::{Query, Request};
+use http1::{Query, Request, Response};
 use protocol::names::{is_valid_channel_name, is_valid_topic_name};
 use std::rc::Rc;
 
@@ -99,14 +101,34 @@ async fn ask_owner(
     channel: &str,
     to: RewindTo,
     create: bool,
+    dry_run: bool,
 ) -> Answer {
     let op = AdminOp::Rewind {
         topic: topic.to_string(),
         channel: channel.to_string(),
         to,
         create,
+        dry_run,
     };
-    manage::answer(ask::owner(shard, topic, op).await)
+    match ask::owner(shard, topic, op).await {
+        Some(AdminResult::RewindPlan {
+            offset,
+            redelivered,
+        }) => {
+            let body = serde_json::json!({ "offset": offset, "redelivered": redelivered });
+            Response::json(200, body.to_string()).nsq_v1().into()
+        }
+        other => manage::answer(other),
+    }
+}
+
+/// `dry_run=`: absent, `false` or `0`: no; `true`, `1` or empty: yes.
+fn dry_run(q: &Query<'_>) -> Result<bool, String> {
+    match q.get("dry_run") {
+        None | Some("false" | "0") => Ok(false),
+        Some("" | "true" | "1") => Ok(true),
+        Some(v) => Err(format!("INVALID_ARG_DRY_RUN: {v:?} (give true or false)")),
+    }
 }
 
 /// `POST /channel/rewind`.
@@ -119,8 +141,8 @@ pub async fn rewind(shard: &Rc<Shard>, req: &Request) -> Answer {
         Ok(n) => n,
         Err(a) => return a,
     };
-    match rewind_target(&q) {
-        Ok(to) => ask_owner(shard, topic, channel, to, false).await,
+    match rewind_target(&q).and_then(|to| Ok((to, dry_run(&q)?))) {
+        Ok((to, dry)) => ask_owner(shard, topic, channel, to, false, dry).await,
         Err(why) => error(400, &why),
     }
 }
@@ -139,7 +161,7 @@ pub async fn create(shard: &Rc<Shard>, req: &Request) -> Answer {
         Err(a) => return a,
     };
     match from_arg(from) {
-        Ok(to) => ask_owner(shard, topic, channel, to, true).await,
+        Ok(to) => ask_owner(shard, topic, channel, to, true, false).await,
         Err(why) => error(400, &why),
     }
 }

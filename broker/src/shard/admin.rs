@@ -31,7 +31,8 @@ impl Shard {
                 channel,
                 to,
                 create,
-            } => self.rewind_channel(topic, channel, to, create, reply),
+                dry_run,
+            } => self.rewind_channel(topic, channel, to, create, dry_run, reply),
             AdminOp::ChannelConfig {
                 topic,
                 channel,

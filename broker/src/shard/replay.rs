@@ -7,6 +7,11 @@
 //! `meta.json` holds the new cursor: a rewind answered survives a crash and a restart with
 //! another `--shards` (the metadata lives in the topic's directory, whichever shard owns it).
 //!
+//! A dry run (`dry_run`, `POST /channel/rewind?...&dry_run=true`) resolves and checks the
+//! position the same way, then answers [`AdminResult::RewindPlan`] (the position, and the
+//! messages from there up to the channel's cursor, which the rewind would deliver again)
+//! without moving anything.
+//!
 //! Invariant: a channel is only ever moved to a seq the log still holds (`TopicLog::holds`,
 //! checked on the owner's thread right before the move); from then on the channel's floor
 //! keeps it there (retention never deletes what a channel owes).
@@ -30,6 +35,15 @@ fn before_history(h: History) -> AdminResult {
     ))
 }
 
+/// How a rewind moves its channel.
+#[derive(Debug, Clone, Copy)]
+struct Move {
+    /// A new channel, started at the position.
+    create: bool,
+    /// Nothing moved: only what the rewind would deliver again is answered.
+    dry_run: bool,
+}
+
 impl Shard {
     /// `AdminOp::Rewind`; `None` when the answer comes later (a time being looked for, or
     /// the metadata being written).
@@ -39,8 +53,10 @@ impl Shard {
         channel: String,
         to: RewindTo,
         create: bool,
+        dry_run: bool,
         reply: ReplyTo,
     ) -> Option<AdminResult> {
+        let move_to = Move { create, dry_run };
         let t = match self.replay_target(&topic, &channel, create) {
             Ok(t) => t,
             Err(refused) => return Some(refused),
@@ -55,7 +71,7 @@ impl Shard {
                 let log = t.borrow().log.clone();
                 glommio::spawn_local(async move {
                     let answer = match seek_time(&log, ns).await {
-                        Seek::At(seq) => me.rewind_to(&topic, &channel, seq, create, reply),
+                        Seek::At(seq) => me.rewind_to(&topic, &channel, seq, move_to, reply),
                         Seek::BeforeHistory(h) => Some(before_history(h)),
                     };
                     if let Some(answer) = answer {
@@ -66,7 +82,7 @@ impl Shard {
                 return None;
             }
         };
-        self.rewind_to(&topic, &channel, seq, create, reply)
+        self.rewind_to(&topic, &channel, seq, move_to, reply)
     }
 
     /// The topic of a replay, if the channel may be moved (or created from the past).
@@ -97,13 +113,13 @@ impl Shard {
     }
 
     /// Moves (or creates) the channel at `seq`, if the log still holds it; answered once the
-    /// topic's metadata holds it.
+    /// topic's metadata holds it. A dry run answers what the move would redeliver instead.
     fn rewind_to(
         &self,
         topic: &str,
         channel: &str,
         seq: u64,
-        create: bool,
+        Move { create, dry_run }: Move,
         reply: ReplyTo,
     ) -> Option<AdminResult> {
         // Again: a time was being looked for meanwhile.
@@ -122,6 +138,15 @@ impl Shard {
                     )));
                 }
                 return Some(before_history(log.history()));
+            }
+            if dry_run {
+                let cursor = tb
+                    .channel(channel)
+                    .map(|c| c.borrow().position(&log).offset);
+                return Some(AdminResult::RewindPlan {
+                    offset: seq,
+                    redelivered: cursor.unwrap_or(seq).saturating_sub(seq),
+                });
             }
         }
         let ch = if create {
