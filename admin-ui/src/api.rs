@@ -100,6 +100,14 @@ pub enum Action<'a> {
     ChannelConfig(&'a str, &'a str, Settings),
     /// A dead-letter topic's records published back (only the one with this ID when given).
     Redrive(&'a str, Option<String>),
+    /// A channel rewound to a position (`timestamp` or `earliest`, as the broker takes it);
+    /// with `dry_run`, only what it would deliver again.
+    Rewind {
+        topic: &'a str,
+        channel: &'a str,
+        position: (&'static str, String),
+        dry_run: bool,
+    },
 }
 
 /// A setting's broker argument name and its value.
@@ -119,6 +127,7 @@ impl Action<'_> {
             Action::TopicConfig(..) => "config_topic".into(),
             Action::ChannelConfig(..) => "config_channel".into(),
             Action::Redrive(..) => "redrive_topic".into(),
+            Action::Rewind { .. } => "rewind_channel".into(),
         }
     }
 
@@ -132,7 +141,12 @@ impl Action<'_> {
             | Action::Redrive(t, _) => (t, None, None),
             Action::Channel(t, c, _)
             | Action::DeleteChannel(t, c)
-            | Action::ChannelConfig(t, c, _) => (t, Some(c), None),
+            | Action::ChannelConfig(t, c, _)
+            | Action::Rewind {
+                topic: t,
+                channel: c,
+                ..
+            } => (t, Some(c), None),
             Action::Tombstone(n, t) => (t, None, Some(n)),
         }
     }
@@ -144,6 +158,12 @@ impl Action<'_> {
             Action::TopicConfig(t, s) => return cluster.topic_config(t, s),
             Action::ChannelConfig(t, c, s) => return cluster.channel_config(t, c, s),
             Action::Redrive(t, id) => return cluster.redrive(t, id.as_deref()),
+            Action::Rewind {
+                topic,
+                channel,
+                position,
+                dry_run,
+            } => return cluster.rewind(topic, channel, position, *dry_run),
             Action::Create(t, c) => cluster.create(t, c.as_deref()),
             Action::Topic(t, op) => cluster.topic_action(t, op),
             Action::DeleteTopic(t) => cluster.delete_topic(t),
@@ -237,7 +257,10 @@ fn handle_api(app: &App, req: &Request, parts: &[&str], peer: &str) -> Response 
             for w in &warnings {
                 tracing::warn!("{}: {w}", action.name());
             }
-            app.audit.notify(&action, user, head, peer);
+            // A dry run changes nothing: not notified.
+            if !matches!(action, Action::Rewind { dry_run: true, .. }) {
+                app.audit.notify(&action, user, head, peer);
+            }
             let mut answer = Map::new();
             answer.insert("message".into(), warn_message(&warnings).into());
             answer.extend(extra);
@@ -340,9 +363,13 @@ fn action_of<'a>(parts: &[&'a str], method: &str, body: &'a [u8]) -> Result<Acti
         (["topics", topic, channel], "POST") => {
             check_names(topic, Some(channel))?;
             let b = body_json(body)?;
-            if b.get("action").and_then(Value::as_str) == Some("config") {
-                let s = settings(&b, &["max_attempts", "dead_letter_topic"])?;
-                return Ok(Action::ChannelConfig(topic, channel, s));
+            match b.get("action").and_then(Value::as_str) {
+                Some("config") => {
+                    let s = settings(&b, &["max_attempts", "dead_letter_topic"])?;
+                    return Ok(Action::ChannelConfig(topic, channel, s));
+                }
+                Some("rewind") => return rewind(&b, topic, channel),
+                _ => {}
             }
             Ok(Action::Channel(topic, channel, op(body)?))
         }
@@ -444,6 +471,36 @@ fn settings(
         ));
     }
     Ok(out)
+}
+
+/// `{"action": "rewind", "timestamp": <RFC 3339 or ns> | "earliest": true, "dry_run": bool}`.
+fn rewind<'a>(
+    b: &serde_json::Map<String, Value>,
+    topic: &'a str,
+    channel: &'a str,
+) -> Result<Action<'a>, Response> {
+    let position = match (b.get("timestamp"), b.get("earliest")) {
+        (Some(Value::String(t)), None) if !t.trim().is_empty() => ("timestamp", t.trim().into()),
+        (Some(Value::Number(n)), None) => ("timestamp", n.to_string()),
+        (None, Some(Value::Bool(true))) => ("earliest", "true".into()),
+        _ => {
+            return Err(fail(
+                400,
+                "INVALID_POSITION: give timestamp (RFC 3339 or unix ns) or earliest: true",
+            ))
+        }
+    };
+    let dry_run = match b.get("dry_run") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(d)) => *d,
+        Some(_) => return Err(fail(400, "INVALID_DRY_RUN")),
+    };
+    Ok(Action::Rewind {
+        topic,
+        channel,
+        position,
+        dry_run,
+    })
 }
 
 /// `POST /api/topics` with `{"topic": ..., "channel": ...}`.

@@ -153,4 +153,42 @@ impl Cluster {
         let (failed, _) = fan_out(self, &nodes, failed, &path)?;
         Ok((failed, Map::new()))
     }
+
+    /// `POST /api/topics/{topic}/{channel}` `{"action": "rewind", ...}`: `/channel/rewind`
+    /// at `position` (`("timestamp", t)` or `("earliest", "true")`) on every broker that has
+    /// the channel; a dry run answers each broker's position and what it would deliver again,
+    /// and their sum, moving nothing.
+    pub fn rewind(
+        &self,
+        topic: &str,
+        channel: &str,
+        position: &(&str, String),
+        dry_run: bool,
+    ) -> Result<Done, Failure> {
+        let (nodes, failed) = self.holders(topic, Some(channel))?;
+        let mut pairs = vec![
+            ("topic", topic),
+            ("channel", channel),
+            (position.0, position.1.as_str()),
+        ];
+        if dry_run {
+            pairs.push(("dry_run", "true"));
+        }
+        let path = format!("/channel/rewind?{}", query(&pairs));
+        let (failed, answers) = fan_out(self, &nodes, failed, &path)?;
+        let mut extra = Map::new();
+        if dry_run {
+            let redelivered: u64 = answers.iter().map(|(_, a)| num(a, "redelivered")).sum();
+            let per_node: Vec<Value> = answers
+                .iter()
+                .map(|(node, a)| {
+                    json!({"node": node, "offset": num(a, "offset"),
+                           "redelivered": num(a, "redelivered")})
+                })
+                .collect();
+            extra.insert("redelivered".into(), redelivered.into());
+            extra.insert("nodes".into(), per_node.into());
+        }
+        Ok((failed, extra))
+    }
 }

@@ -450,6 +450,7 @@ function renderChannel(data, topic, channel) {
     entityActions('channel-actions', `/api/topics/${enc(topic)}/${enc(channel)}`, data.paused,
       `channel "${channel}" of topic "${topic}"`, topicHash),
     channelConfigSection(data, topic, channel),
+    rewindSection(topic, channel),
     el('h2', {}, 'Nodes'),
     table('channel-nodes', ['Node', 'Depth', 'Memory', 'Backend', 'In flight', 'Deferred',
       'Requeued', 'Timed out', 'Messages', 'Clients', 'State'], nodeRows, 'No node has this channel.'),

@@ -105,3 +105,43 @@ function channelConfigSection(data, topic, channel) {
       el('label', {}, 'Dead-letter topic (empty: drop) ', deadLetterTopic),
       el('button', { id: 'channel-config-submit', type: 'submit' }, 'Save')));
 }
+
+/* ---------- a channel's rewind ---------- */
+
+/* The `#rewind` section of a channel page: a local date and time; on submit a dry run counts
+ * what the rewind would deliver again, window.confirm says so, and only then it is done. */
+function rewindSection(topic, channel) {
+  const at = el('input', { id: 'rewind-time', type: 'datetime-local', step: 1, required: true });
+  const path = `/api/topics/${enc(topic)}/${enc(channel)}`;
+  const submit = async (event) => {
+    event.preventDefault();
+    const when = new Date(at.value);
+    if (!at.value || Number.isNaN(when.getTime())) {
+      showError('Give the date and time to rewind to.');
+      return;
+    }
+    const timestamp = when.toISOString();
+    const gen = generation;
+    clearError();
+    let plan;
+    try {
+      plan = await api('POST', path, { action: 'rewind', timestamp, dry_run: true });
+    } catch (err) {
+      if (gen === generation) showError(err);
+      return;
+    }
+    if (gen !== generation) return;
+    runAction({
+      confirm: `Rewind channel "${channel}" of topic "${topic}" to ${when.toLocaleString()}? `
+        + `${plan.redelivered} message(s) will be delivered again.`,
+      method: 'POST', path, body: { action: 'rewind', timestamp },
+      notice: () => `Rewound to ${when.toLocaleString()}: ${plan.redelivered} message(s) to deliver again.`,
+    });
+  };
+  return el('section', { id: 'rewind' },
+    el('h2', {}, 'Replay'),
+    el('p', { class: 'muted' }, 'Deliver again every message kept since a time (the topic\'s retention decides how far back).'),
+    el('form', { id: 'rewind-form', class: 'settings', onsubmit: submit },
+      el('label', {}, 'Rewind to (local time) ', at),
+      el('button', { id: 'rewind-submit', type: 'submit' }, 'Rewind…')));
+}

@@ -556,3 +556,46 @@ def make_dead_letters(broker, topic, channel, dead_letter_topic, count, body="po
         return r.json()["dead_letters"] if r.status == 200 else []
     wait_until(lambda: len(records()) >= count, "%d dead letters recorded" % count)
     return records()
+
+
+# ---- replay (the broker's, beyond nsqd) --------------------------------------------------------
+
+def consume_and_finish(broker, topic, channel, count):
+    """Takes `count` messages of `channel` on `broker` and FINishes each (its offset moves on
+    by `count`); waits until the channel owes nothing. Returns the bodies, in order."""
+    conn = Conn(("127.0.0.1", broker.tcp_port))
+    try:
+        conn.identify(client_id="admin-test-finisher", feature_negotiation=False)
+        conn.sub(topic, channel, rdy=count)
+        got = conn.read_messages(count)
+        for m in got:
+            conn.fin(m.id)
+        wait_until(lambda: broker.channel_stats(topic, channel)["in_flight_count"] == 0
+                   and broker.channel_stats(topic, channel)["depth"] == 0,
+                   "%s/%s to owe nothing" % (topic, channel))
+        conn.cmd("CLS")
+    finally:
+        conn.close()
+    return [m.body.decode() for m in got]
+
+
+def history_on_both(cluster, topic, channel, before, after, whole_second=False):
+    """On both brokers: `topic` keeping 1h of history, `before[i]` messages, a time, then
+    `after[i]` messages, all consumed and FINished on `channel`. Returns the time (unix ns;
+    with `whole_second`, a whole second, as a datetime-local input gives it)."""
+    for b in cluster.brokers:
+        b.create_channel(topic, channel)
+        b.post("/topic/config?topic=%s&retention_time=1h" % q(topic))
+    for b, n in zip(cluster.brokers, before):
+        b.publish(topic, n, "early")
+    time.sleep(0.05)
+    middle = time.time_ns()
+    if whole_second:
+        middle = (middle // 10**9 + 1) * 10**9
+        time.sleep(max(0.0, (middle - time.time_ns()) / 1e9))
+    time.sleep(0.05)
+    for b, n in zip(cluster.brokers, after):
+        b.publish(topic, n, "late")
+    for b, n, m in zip(cluster.brokers, before, after):
+        consume_and_finish(b, topic, channel, n + m)
+    return middle

@@ -6,10 +6,15 @@ Covered: a dead-letter topic's origin records gathered from both brokers
 (`GET /api/dead_letters/{topic}`) and sent back (`POST /api/dead_letters/{topic}`
 `{"action": "redrive"}`), checked at the brokers (records gone, messages back in the origin
 topic); a channel's max attempts and dead-letter topic set on every broker that has it (and
-what the brokers refuse); the errors admin-ui answers itself.
+what the brokers refuse); a channel's rewind to a time on every broker, and its dry run (the
+messages it would deliver again, per broker and summed, nothing moved); the errors admin-ui
+answers itself.
 """
 
-from adminlib import assert_error, make_dead_letters, q, wait_registered
+import time
+
+from adminlib import (assert_error, consume_and_finish, history_on_both, make_dead_letters, q,
+                      wait_registered)
 
 
 def admins(cluster):
@@ -128,3 +133,58 @@ def test_dead_lettered_counts_add_up_over_brokers(cluster):
     per_node = {n["node"]: n["dead_lettered_count"] for n in data["nodes"]}
     assert per_node == {cluster.b1.node: 2, cluster.b2.node: 1}, per_node
     assert data["max_attempts"] == 1 and data["dead_letter_topic"] == "cnt_t.dead", data
+
+
+# ---- rewind ---------------------------------------------------------------------------------
+
+def rfc3339_ms(ns):
+    """As the page's Date.toISOString(): UTC with milliseconds."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ns // 10**9)) + ".%03dZ" % (
+        ns // 10**6 % 1000)
+
+
+def offsets(cluster, topic, channel):
+    return {b.node: b.channel_stats(topic, channel)["offset"] for b in cluster.brokers}
+
+
+def test_rewind_dry_run_counts_and_rewind_moves_every_broker(cluster):
+    topic, path = "rw_t", "/api/topics/rw_t/c"
+    middle = history_on_both(cluster, topic, "c", before=(3, 4), after=(2, 1))
+    b1, b2 = cluster.b1.node, cluster.b2.node
+    assert offsets(cluster, topic, "c") == {b1: 5, b2: 5}
+    for who, admin in admins(cluster):
+        for at in (str(middle), middle, rfc3339_ms(middle)):
+            r = admin.call("POST", path, {"action": "rewind", "timestamp": at, "dry_run": True})
+            assert r.status == 200, (who, at, r)
+            plan = r.json()
+            assert plan["message"] == "" and plan["redelivered"] == 3, (who, at, plan)
+            per_node = {n["node"]: (n["offset"], n["redelivered"]) for n in plan["nodes"]}
+            assert per_node == {b1: (3, 2), b2: (4, 1)}, (who, at, plan)
+        r = admin.call("POST", path, {"action": "rewind", "earliest": True, "dry_run": True})
+        assert r.status == 200 and r.json()["redelivered"] == 10, (who, r)
+    assert offsets(cluster, topic, "c") == {b1: 5, b2: 5}, "a dry run moved a channel"
+
+    cluster.admin.act("POST", path, {"action": "rewind", "timestamp": rfc3339_ms(middle)})
+    assert offsets(cluster, topic, "c") == {b1: 3, b2: 4}
+    assert consume_and_finish(cluster.b1, topic, "c", 2) == ["late-0", "late-1"]
+    assert consume_and_finish(cluster.b2, topic, "c", 1) == ["late-0"]
+
+
+def test_rewind_errors(cluster):
+    cluster.on_both("rw_e", channels=["c"])
+    path = "/api/topics/rw_e/c"
+    for body in ({"action": "rewind"}, {"action": "rewind", "timestamp": ""},
+                 {"action": "rewind", "timestamp": "x", "earliest": True},
+                 {"action": "rewind", "earliest": False}):
+        r = cluster.admin.call("POST", path, body)
+        assert r.status == 400 and r.json()["message"].startswith("INVALID_POSITION"), (body, r)
+    assert_error(cluster.admin.call("POST", path, {"action": "rewind", "earliest": True,
+                                                   "dry_run": "yes"}),
+                 400, "INVALID_DRY_RUN", "dry_run not a boolean")
+    assert_error(cluster.admin.call("POST", "/api/topics/rw_e/nope",
+                                    {"action": "rewind", "earliest": True}),
+                 404, "CHANNEL_NOT_FOUND", "unknown channel")
+    # what the brokers refuse (a time they cannot read) is named
+    r = cluster.admin.call("POST", path, {"action": "rewind", "timestamp": "yesterday",
+                                          "dry_run": True})
+    assert r.status == 502 and "INVALID_ARG_TIMESTAMP" in r.json()["message"], r

@@ -6,12 +6,15 @@ preview as text) and its "send back" button asks window.confirm first (nothing i
 answers false), then redrives on both brokers and shows the counts in `#notice`; a topic that
 is no dead-letter topic shows no such section. A channel page's form sets max attempts and
 the dead-letter topic on both brokers (a value they refuse shows in `#error`), and shows the
-dead-lettered count, linked to the dead-letter topic's page.
+dead-lettered count, linked to the dead-letter topic's page. The rewind form's
+window.confirm says how many messages will be delivered again (from the dry run; nothing moves
+when it answers false), then rewinds both brokers.
 
 Every wait is on a DOM condition or the brokers' own HTTP APIs, with a deadline.
 """
 
-from adminlib import make_dead_letters, q, request, wait_registered
+from adminlib import (consume_and_finish, history_on_both, make_dead_letters, q, request,
+                      wait_registered)
 
 
 def records_on(broker, topic):
@@ -95,3 +98,37 @@ def test_channel_page_shows_dead_lettered_count(cluster, page):
     page.wait_navigated("/topics/bcnt_t.dead", "topic")
     page.wait(lambda: page.all('#dead-letters[data-loaded="true"]') and
               len(page.all("#dead-letter-records tr[data-id]")) == 2, "the two dead letters")
+
+
+def set_local_time(page, css, ns):
+    """Sets a datetime-local input to `ns` (a whole second) in the browser's own time zone."""
+    page.d.execute_script(
+        "const d = new Date(arguments[1]); const p = (n) => String(n).padStart(2, '0');"
+        "document.querySelector(arguments[0]).value = `${d.getFullYear()}-${p(d.getMonth() + 1)}"
+        "-${p(d.getDate())}T${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}`;",
+        css, ns // 10**6)
+
+
+def test_rewind_confirmation_says_how_many_messages_come_again(cluster, page):
+    topic = "brw_t"
+    at = history_on_both(cluster, topic, "c", before=(3, 4), after=(2, 1), whole_second=True)
+    page.open("/topics/%s/c" % topic, "channel")
+    set_local_time(page, "#rewind-time", at)
+
+    # confirm answers no: the dry run only, nothing moved
+    page.spy_fetch()
+    page.answer_confirm(False)
+    page.one("#rewind-submit").click()
+    page.wait(lambda: len(page.confirms()) == 1, "window.confirm to be asked")
+    assert "3 message(s) will be delivered again" in page.confirms()[0], page.confirms()
+    posts = [f for f in page.fetches() if f[0] == "POST"]
+    assert len(posts) == 1, posts  # the dry run
+    assert {b.channel_stats(topic, "c")["offset"] for b in cluster.brokers} == {5}
+
+    # confirm answers yes: both brokers rewound, what follows is delivered again
+    page.answer_confirm(True)
+    page.one("#rewind-submit").click()
+    page.wait(lambda: page.all('#app[data-loaded="true"]') and "Rewound" in page.text("#notice"),
+              "#notice to say the channel was rewound")
+    assert [b.channel_stats(topic, "c")["offset"] for b in cluster.brokers] == [3, 4]
+    assert consume_and_finish(cluster.b1, topic, "c", 2) == ["late-0", "late-1"]
