@@ -203,14 +203,14 @@ pub fn channel(node: &str, hostname: &str, topic: &str, ch: &Value, clients: boo
 }
 
 /// A topic on one node (nsqadmin's `TopicStats`), its channels in `channels`, plus
-/// admin-ui's `channel_count`.
+/// admin-ui's `channel_count` and the broker's `retention` block when it has one.
 pub fn topic(node: &str, hostname: &str, t: &Value, clients: bool) -> Value {
     let name = text(t, "topic_name");
     let channels: Vec<Value> = list(t, "channels")
         .iter()
         .map(|c| channel(node, hostname, name, c, clients))
         .collect();
-    json!({
+    let row = json!({
         "node": node,
         "hostname": hostname,
         "topic_name": name,
@@ -224,7 +224,30 @@ pub fn topic(node: &str, hostname: &str, t: &Value, clients: bool) -> Value {
         "channels": channels,
         "paused": flag(t, "paused"),
         "e2e_processing_latency": e2e_of(t, node, name, ""),
-    })
+    });
+    carry(row, t, &["retention"])
+}
+
+/// The retention of a topic over its nodes' `rows` that report one (beyond nsqd): the limits
+/// of the first such node (`time_ns`, `bytes`), the bytes kept summed (`retained_bytes`),
+/// the oldest message's time over them (`oldest_timestamp`, 0 when none has one), and how
+/// many nodes report it (`nodes`); `None` when none does.
+fn retention_total(rows: &[Value]) -> Option<Value> {
+    let blocks: Vec<&Value> = rows.iter().filter_map(|r| r.get("retention")).collect();
+    let first = blocks.first()?;
+    let oldest = blocks
+        .iter()
+        .filter_map(|b| b.get("oldest_timestamp").and_then(Value::as_i64))
+        .filter(|t| *t > 0)
+        .min()
+        .unwrap_or(0);
+    Some(json!({
+        "time_ns": num(first, "time_ns"),
+        "bytes": num(first, "bytes"),
+        "retained_bytes": blocks.iter().map(|b| num(b, "retained_bytes")).sum::<u64>(),
+        "oldest_timestamp": oldest,
+        "nodes": blocks.len(),
+    }))
 }
 
 /// Adds `row`'s figures (`keys`) into `total`, its pause and its e2e latency.
@@ -310,6 +333,9 @@ pub fn topic_total(topic: &str, mut rows: Vec<Value>) -> Map<String, Value> {
         .into_iter()
         .map(|(name, rows)| Value::Object(channel_total(topic, &name, rows)))
         .collect();
+    if let Some(r) = retention_total(&rows) {
+        total.insert("retention".into(), r);
+    }
     total.insert("nodes".into(), rows.into());
     total.insert("channels".into(), channels.into());
     total
@@ -318,6 +344,39 @@ pub fn topic_total(topic: &str, mut rows: Vec<Value>) -> Map<String, Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn beyond_nsqd_fields_only_where_the_brokers_report_them() {
+        let plain = json!({"topic_name": "t", "channels": [{"channel_name": "c"}]});
+        let kept = json!({"topic_name": "t", "retention": {"time_ns": 5, "bytes": 0,
+            "retained_bytes": 100, "oldest_timestamp": 40},
+            "channels": [{"channel_name": "c", "max_attempts": 3, "dead_letter_topic": "d",
+                          "dead_lettered_count": 2}]});
+        let t = topic_total(
+            "t",
+            vec![
+                topic("a:1", "a", &plain, false),
+                topic("b:1", "b", &kept, false),
+            ],
+        );
+        assert_eq!(
+            t["retention"],
+            json!({"time_ns": 5, "bytes": 0, "retained_bytes": 100, "oldest_timestamp": 40,
+                   "nodes": 1})
+        );
+        assert!(t["nodes"][0].get("retention").is_none());
+        let c = &t["channels"][0];
+        assert_eq!(
+            (
+                c["max_attempts"].as_u64(),
+                c["dead_lettered_count"].as_u64()
+            ),
+            (Some(3), Some(2))
+        );
+        let only_plain = topic_total("t", vec![topic("a:1", "a", &plain, false)]);
+        assert!(only_plain.get("retention").is_none());
+        assert!(only_plain["channels"][0].get("max_attempts").is_none());
+    }
 
     #[test]
     fn totals_add_up_and_pause_spreads() {

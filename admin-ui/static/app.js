@@ -413,6 +413,7 @@ function renderTopic(data, topic) {
     ...topicGraphite(topic),
     ratesSection({ topic }),
     deadLettersSection(topic),
+    retentionSection(data, topic),
     entityActions('topic-actions', `/api/topics/${enc(topic)}`, data.paused, `topic "${topic}"`, href('/topics')),
     el('h2', {}, 'Nodes'),
     table('topic-nodes', ['Node', 'Depth', 'Memory', 'Backend', 'Messages', 'Channels', 'State', ''],

@@ -145,3 +145,45 @@ function rewindSection(topic, channel) {
       el('label', {}, 'Rewind to (local time) ', at),
       el('button', { id: 'rewind-submit', type: 'submit' }, 'Rewind…')));
 }
+
+/* ---------- a topic's retention ---------- */
+
+/* Nanoseconds as the largest whole unit that fits: "24h", "90m", "45s" ("none" for 0). */
+function durationText(ns) {
+  if (!ns) return 'none';
+  const s = ns / 1e9;
+  for (const [unit, size] of [['h', 3600], ['m', 60], ['s', 1]]) {
+    if (s >= size && Number.isInteger(s / size)) return `${s / size}${unit}`;
+  }
+  return `${s}s`;
+}
+
+/* The `#retention` section of a topic page: the retention in force when the brokers report
+ * one, and a form setting retention_time / retention_bytes on every broker. */
+function retentionSection(data, topic) {
+  const r = data.retention;
+  const time = el('input', { id: 'retention-time', name: 'retention_time', size: 10, autocomplete: 'off', placeholder: '24h, 0, default' });
+  const bytes = el('input', { id: 'retention-bytes', name: 'retention_bytes', size: 10, autocomplete: 'off', placeholder: '10GiB, 0, default' });
+  const submit = (event) => {
+    event.preventDefault();
+    const body = { action: 'config' };
+    if (time.value.trim()) body.retention_time = time.value.trim();
+    if (bytes.value.trim()) body.retention_bytes = bytes.value.trim();
+    runAction({ method: 'POST', path: `/api/topics/${enc(topic)}`, body });
+  };
+  const inForce = r
+    ? facts('retention-info', [
+      ['Keep for', el('span', { id: 'retention-time-value' }, durationText(r.time_ns))],
+      ['Keep up to', el('span', { id: 'retention-bytes-value' }, r.bytes ? bytesText(r.bytes) : 'no limit')],
+      ['Retained', el('span', { id: 'retained-bytes' }, bytesText(r.retained_bytes))],
+      ['Oldest message', el('span', { id: 'retention-oldest' }, nsTime(r.oldest_timestamp))],
+    ])
+    : el('p', { class: 'muted' }, 'No retention: messages go once every channel has them (as nsqd).');
+  return el('section', { id: 'retention' },
+    el('h2', {}, 'Retention'),
+    inForce,
+    el('form', { id: 'retention-form', class: 'settings', onsubmit: submit },
+      el('label', {}, 'Time (24h, 90m; 0: none; default: the flag) ', time),
+      el('label', {}, 'Bytes (10GiB, 500MB; 0: none; default: the flag) ', bytes),
+      el('button', { id: 'retention-submit', type: 'submit' }, 'Save')));
+}

@@ -7,14 +7,15 @@ Covered: a dead-letter topic's origin records gathered from both brokers
 `{"action": "redrive"}`), checked at the brokers (records gone, messages back in the origin
 topic); a channel's max attempts and dead-letter topic set on every broker that has it (and
 what the brokers refuse); a channel's rewind to a time on every broker, and its dry run (the
-messages it would deliver again, per broker and summed, nothing moved); the errors admin-ui
+messages it would deliver again, per broker and summed, nothing moved); a topic's retention set
+on every broker and read back (limits, bytes kept summed, oldest message); the errors admin-ui
 answers itself.
 """
 
 import time
 
-from adminlib import (assert_error, consume_and_finish, history_on_both, make_dead_letters, q,
-                      wait_registered)
+from adminlib import (assert_error, consume_and_finish, eventually, history_on_both,
+                      make_dead_letters, q, wait_registered)
 
 
 def admins(cluster):
@@ -188,3 +189,51 @@ def test_rewind_errors(cluster):
     r = cluster.admin.call("POST", path, {"action": "rewind", "timestamp": "yesterday",
                                           "dry_run": True})
     assert r.status == 502 and "INVALID_ARG_TIMESTAMP" in r.json()["message"], r
+
+
+# ---- retention ----------------------------------------------------------------------------------
+
+def test_topic_retention_is_set_on_every_broker_and_read_back(cluster):
+    cluster.on_both("ret_t", count=(3, 2))
+    path = "/api/topics/ret_t"
+    plain = cluster.admin.get(path)
+    assert "retention" not in plain and all("retention" not in n for n in plain["nodes"]), plain
+    cluster.admin.act("POST", path, {"action": "config", "retention_time": "24h",
+                                     "retention_bytes": "10GiB"})
+    for b in cluster.brokers:
+        r = b.topic_stats("ret_t")["retention"]
+        assert (r["time_ns"], r["bytes"]) == (24 * 3600 * 10**9, 10 * 2**30), (b.node, r)
+
+    def read_back():
+        for who, admin in admins(cluster):
+            data = admin.get(path)
+            brokers = [b.topic_stats("ret_t")["retention"] for b in cluster.brokers]
+            r = data["retention"]
+            assert (r["time_ns"], r["bytes"], r["nodes"]) == (24 * 3600 * 10**9, 10 * 2**30, 2)
+            assert r["retained_bytes"] == sum(x["retained_bytes"] for x in brokers), (who, r)
+            assert r["oldest_timestamp"] == min(x["oldest_timestamp"] for x in brokers), (who, r)
+            assert {n["node"]: n["retention"]["time_ns"] for n in data["nodes"]} == {
+                b.node: 24 * 3600 * 10**9 for b in cluster.brokers}, (who, data["nodes"])
+    eventually(read_back)
+    # one setting at a time; "default" goes back to the flags' (none here)
+    cluster.admin_nsqd.act("POST", path, {"action": "config", "retention_bytes": "default"})
+    assert cluster.admin.get(path)["retention"]["bytes"] == 0
+    cluster.admin.act("POST", path, {"action": "config", "retention_time": "default"})
+    assert "retention" not in cluster.admin.get(path)
+
+
+def test_topic_retention_errors(cluster):
+    cluster.on_both("ret_e")
+    path = "/api/topics/ret_e"
+    assert_error(cluster.admin.call("POST", path, {"action": "config"}), 400,
+                 "MISSING_SETTINGS: give retention_time or retention_bytes", "no setting")
+    assert_error(cluster.admin.call("POST", "/api/topics/ret_nope",
+                                    {"action": "config", "retention_time": "1h"}),
+                 404, "TOPIC_NOT_FOUND", "unknown topic")
+    r = cluster.admin.call("POST", path, {"action": "config", "retention_time": "90"})
+    assert r.status == 502 and "INVALID_RETENTION_TIME" in r.json()["message"], r
+    r = cluster.admin.call("POST", path, {"action": "config", "retention_bytes": "-1"})
+    assert r.status == 502 and "INVALID_RETENTION_BYTES" in r.json()["message"], r
+    # the other actions are nsqadmin's still
+    assert_error(cluster.admin.call("POST", path, {"action": "retain"}), 400, "INVALID_ACTION",
+                 "unknown action")

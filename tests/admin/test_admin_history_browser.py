@@ -8,7 +8,8 @@ is no dead-letter topic shows no such section. A channel page's form sets max at
 the dead-letter topic on both brokers (a value they refuse shows in `#error`), and shows the
 dead-lettered count, linked to the dead-letter topic's page. The rewind form's
 window.confirm says how many messages will be delivered again (from the dry run; nothing moves
-when it answers false), then rewinds both brokers.
+when it answers false), then rewinds both brokers. The topic page's retention form sets it on
+both brokers and shows what is in force (a refused value in `#error`; `default` resets).
 
 Every wait is on a DOM condition or the brokers' own HTTP APIs, with a deadline.
 """
@@ -132,3 +133,34 @@ def test_rewind_confirmation_says_how_many_messages_come_again(cluster, page):
               "#notice to say the channel was rewound")
     assert [b.channel_stats(topic, "c")["offset"] for b in cluster.brokers] == [3, 4]
     assert consume_and_finish(cluster.b1, topic, "c", 2) == ["late-0", "late-1"]
+
+
+def test_topic_page_sets_and_shows_retention(cluster, page):
+    cluster.on_both("bret_t", count=(3, 2))
+    page.open("/topics/bret_t", "topic")
+    assert not page.all("#retention-info"), "a retention shown with none in force"
+    page.one("#retention-time").send_keys("2h")
+    page.one("#retention-bytes").send_keys("1GiB")
+    page.one("#retention-submit").click()
+    page.wait(lambda: page.all('#app[data-loaded="true"]') and page.all("#retention-info"),
+              "the topic page re-rendered with the retention in force")
+    for b in cluster.brokers:
+        r = b.topic_stats("bret_t")["retention"]
+        assert (r["time_ns"], r["bytes"]) == (2 * 3600 * 10**9, 2**30), (b.node, r)
+    assert page.text("#retention-time-value") == "2h"
+    assert page.text("#retention-bytes-value") == "1 GiB"
+    assert page.text("#retention-oldest") != "—", page.text("#retention-info")
+
+    # a value the brokers refuse: shown in #error, nothing changed; "default" resets
+    page.one("#retention-time").send_keys("soon")
+    page.one("#retention-submit").click()
+    page.wait(lambda: "INVALID_RETENTION_TIME" in (page.error_text() or ""),
+              "the brokers' refusal in #error")
+    field = page.one("#retention-time")
+    field.clear()
+    field.send_keys("default")
+    page.one("#retention-bytes").send_keys("default")
+    page.one("#retention-submit").click()
+    page.wait(lambda: page.all('#app[data-loaded="true"]') and not page.all("#retention-info"),
+              "the retention gone from the page")
+    assert all("retention" not in b.topic_stats("bret_t") for b in cluster.brokers)
