@@ -1,6 +1,7 @@
 //! `admin-ui`: an nsqadmin replacement. A web page and a JSON API over the lookups' and the
 //! brokers' own HTTP APIs: topics, channels, clients and nodes of a cluster, and the actions an
-//! operator takes on them (create, pause, empty, delete, tombstone).
+//! operator takes on them (create, pause, empty, delete, tombstone; and for the brokers'
+//! features beyond nsqd: retention, rewind, max attempts, dead letters sent back).
 //!
 //! It is small and serves few people, so it is plain threads and blocking sockets: one thread
 //! per browser connection, and a scoped thread per broker or lookup asked. The modules, from

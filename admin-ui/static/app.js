@@ -4,7 +4,8 @@
  * This file owns the router (path-style URLs as nsqadmin's: /topics, /topics/<t>/<c>, ...,
  * under the --base-path the page names in <body data-base-path>; the old #/... links are
  * redirected to them), one render function per page (topics, topic, channel,
- * nodes, node, counter, lookup; the live rates they show are rates.js's), the calls to the
+ * nodes, node, counter, lookup; the live rates they show are rates.js's, the sections for the
+ * brokers' features beyond nsqd history.js's), the calls to the
  * JSON API described in admin-ui/API.md,
  * and the DOM contract of admin-ui/UI.md that the browser tests rely on: #app's
  * data-page / data-loaded attributes, #error, #warnings, and each page's ids and data
