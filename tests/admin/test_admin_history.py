@@ -4,7 +4,7 @@ on the brokers).
 
 Covered: a dead-letter topic's origin records gathered from both brokers
 (`GET /api/dead_letters/{topic}`) and sent back (`POST /api/dead_letters/{topic}`
-`{"action": "redrive"}`), checked at the brokers (records gone, messages back in the origin
+`{"action": "redrive"}`, all or one by `id`), checked at the brokers (records gone, messages back in the origin
 topic); a channel's max attempts and dead-letter topic set on every broker that has it (and
 what the brokers refuse); a channel's rewind to a time on every broker, and its dry run (the
 messages it would deliver again, per broker and summed, nothing moved); a topic's retention set
@@ -237,3 +237,12 @@ def test_topic_retention_errors(cluster):
     # the other actions are nsqadmin's still
     assert_error(cluster.admin.call("POST", path, {"action": "retain"}), 400, "INVALID_ACTION",
                  "unknown action")
+
+
+def test_redrive_of_one_record_by_id(cluster):
+    made = make_dead_letters(cluster.b2, "dl_one", "work", "dl_one.dead", 2)
+    r = cluster.admin_nsqd.call("POST", "/api/dead_letters/dl_one.dead",
+                                {"action": "redrive", "id": made[0]["id"]})
+    assert r.status == 200 and (r.json()["redriven"], r.json()["missing"]) == (1, 0), r
+    left = cluster.admin_nsqd.get("/api/dead_letters/dl_one.dead")["dead_letters"]
+    assert [x["id"] for x in left] == [made[1]["id"]], left
