@@ -79,7 +79,9 @@
 //! - [`handshake`]: IDENTIFY and what it switches on (TLS, compression, AUTH), then SUB;
 //! - [`transport`], [`tls`]: the layers between the socket and the frames (the codecs are
 //!   `protocol::compress`'s, the broker's own);
-//! - [`producer`], [`consumer`], [`message`]: the public face;
+//! - [`producer`], [`consumer`], [`message`]: the public face ([`Consumer::new`] for handlers
+//!   that answer by returning, [`Consumer::new_deferred`] for ones that hold messages and answer
+//!   later, in batches, with [`Pending`] / [`answer_all`]);
 //! - [`blocking`]: a synchronous producer for threads outside any executor;
 //! - [`rdy`] and [`backoff`]: the flow-control rules as pure state machines;
 //! - [`lookup`]: asking lookups which brokers have a topic.
@@ -101,7 +103,7 @@ pub mod tls;
 pub mod transport;
 
 pub use config::{ConsumerConfig, Features, Identity, OutputBufferSize, ProducerConfig};
-pub use consumer::{Consumer, ConsumerStats};
+pub use consumer::{answer_all, Consumer, ConsumerStats, Pending};
 pub use error::{Error, Result};
 pub use handshake::{AuthAnswer, Negotiated};
 pub use message::{HandlerResult, Message};
