@@ -52,8 +52,11 @@ pub fn main() -> i32 {
             return 1;
         }
     };
+    // Blocking threads: one writes a topic's batches while others fdatasync the ones before
+    // (`topic::MAX_SYNCS` under way at once).
     let result = glommio::LocalExecutorBuilder::default()
         .name(TOOL)
+        .blocking_thread_pool_placement(glommio::PoolPlacement::Unbound(topic::MAX_SYNCS + 1))
         .spawn(move || async move { run(opts, go, signals).await });
     match result.map(|h| h.join()) {
         Ok(Ok(code)) => code,

@@ -1,8 +1,10 @@
 //! One archived topic: a consumer whose deferred handler appends each message to the pending
 //! batch and keeps its [`Pending`] answer, and a writer task that hands batches to a blocking
-//! thread ([`OutputFile::run`]) and, once a batch is synced, FINs its messages in one go
-//! ([`client::answer_all`]). Holding a message costs its record in the batch and its answer
-//! in a list: no task, future or waker per message.
+//! thread ([`OutputFile::write_batch`]), then leaves the batch's fdatasync to a task of its own
+//! that, once it is done, FINs the batch's messages in one go ([`client::answer_all`]); up to
+//! [`MAX_SYNCS`] syncs run at once, so the next batch is written (and its sync started) while
+//! the previous one syncs. Holding a message costs its record in the batch and its answer in a
+//! list: no task, future or waker per message.
 //!
 //! When a batch is written (NSQ's router, pipelined): when the pending messages reach half of
 //! `--max-in-flight` (NSQ: all of it; half lets the other half fill while this one is written
@@ -16,7 +18,11 @@
 //! messages arrived; a write or sync error ends the process with status 1 (as NSQ), so the
 //! broker requeues every message not FINished.
 
-use crate::archive::file::{Batch, OutputFile};
+use crate::archive::file::{Batch, OutputFile, ToSync};
+
+/// Batches written and being synced at once (each holds about `batch_target` messages): two
+/// halves of `--max-in-flight`, one syncing while the other is written and starts its sync.
+pub const MAX_SYNCS: usize = 2;
 use crate::metrics::Metrics;
 use client::{Consumer, ConsumerConfig, HandlerResult, Message, Pending};
 use nsq_common::local_sync::Notify;
@@ -34,6 +40,8 @@ pub struct Topic {
     pending: RefCell<Batch>,
     /// The answers owed for `pending`'s records, in the same order.
     answers: RefCell<Vec<Pending>>,
+    /// Written batches whose sync (then FIN) is under way.
+    syncing: Cell<usize>,
     /// Poked after each sync and when the writer ends ([`Topic::stop`] waits on it).
     synced_notify: Notify,
     /// Poked when the filling batch should be written now.
@@ -66,6 +74,7 @@ impl Topic {
             sync_interval,
             pending: RefCell::new(Batch::default()),
             answers: RefCell::new(Vec::new()),
+            syncing: Cell::new(0),
             synced_notify: Notify::new(),
             wake: Notify::new(),
             consumer: OnceCell::new(),
@@ -137,11 +146,18 @@ impl Topic {
         }
     }
 
-    /// The writer task: waits for a reason to write, writes and syncs the filling batch on a
-    /// blocking thread, then releases its handlers.
+    /// The writer task: waits for a reason to write, writes the filling batch on a blocking
+    /// thread, then leaves its fdatasync (and FIN) to a task of its own ([`Topic::sync`]) and
+    /// goes on with the next batch: up to [`MAX_SYNCS`] syncs run at once, so a message in
+    /// flight waits about one sync, not also the one before its own.
     async fn writer(self: Rc<Self>, mut file: OutputFile) {
         let mut next_tick = Instant::now() + self.sync_interval;
         loop {
+            if self.syncing.get() >= MAX_SYNCS {
+                // A sync ending pokes `wake`.
+                self.wake.notified().await;
+                continue;
+            }
             let now = Instant::now();
             let tick = now >= next_tick;
             if tick {
@@ -158,28 +174,29 @@ impl Topic {
                 futures_lite::future::or(self.wake.notified(), glommio::timer::sleep(wait)).await;
                 continue;
             }
+            if finishing {
+                // The close syncs everything; the syncs under way answer their batches first.
+                while self.syncing.get() > 0 {
+                    self.synced_notify.changed().await;
+                }
+            }
             let mut batch = std::mem::take(&mut *self.pending.borrow_mut());
-            let mut answers = std::mem::take(&mut *self.answers.borrow_mut());
+            let answers = std::mem::take(&mut *self.answers.borrow_mut());
             batch.tick = tick;
             batch.close = hup || finishing;
             let job = glommio::executor().spawn_blocking(move || {
-                let result = file.run(&batch);
+                let result = file.write_batch(&batch);
                 (file, batch, result)
             });
             let (f, batch, result) = job.await;
             file = f;
-            if let Err(e) = result {
-                self.metrics.error("write");
-                tracing::error!(topic = %self.name, error = %e, "writing or syncing the file; exiting");
-                std::process::exit(1);
-            }
-            if !batch.ends.is_empty() {
-                tracing::debug!(topic = %self.name, records = batch.ends.len(), "synced records to disk");
-            }
-            let n = answers.len() as u64;
-            client::answer_all(answers.drain(..), HandlerResult::Finish);
-            self.metrics.answered(n, HandlerResult::Finish);
-            // Reuse the allocations for a later batch when nothing filled meanwhile.
+            let to_sync = match result {
+                Ok(to_sync) => to_sync,
+                Err(e) => self.fail(e),
+            };
+            self.syncing.set(self.syncing.get() + 1);
+            glommio::spawn_local(self.clone().sync(to_sync, answers)).detach();
+            // Reuse the allocation for a later batch when nothing filled meanwhile.
             {
                 let mut p = self.pending.borrow_mut();
                 if p.ends.is_empty() && p.data.capacity() < batch.data.capacity() {
@@ -189,17 +206,45 @@ impl Topic {
                     p.data = data;
                     p.ends = ends;
                 }
-                let mut a = self.answers.borrow_mut();
-                if a.is_empty() && a.capacity() < answers.capacity() {
-                    *a = answers;
-                }
             }
-            self.synced_notify.notify();
             if finishing && self.pending.borrow().ends.is_empty() {
+                while self.syncing.get() > 0 {
+                    self.synced_notify.changed().await;
+                }
                 self.stopped.set(false);
                 self.synced_notify.notify();
                 return;
             }
         }
+    }
+
+    /// Makes a written batch durable (fdatasync on a blocking thread, unless the write closed
+    /// the file, which synced it), then FINs its messages.
+    async fn sync(self: Rc<Self>, to_sync: Option<ToSync>, answers: Vec<Pending>) {
+        if let Some(to_sync) = to_sync {
+            let done = glommio::executor()
+                .spawn_blocking(move || to_sync.sync())
+                .await;
+            if let Err(e) = done {
+                self.fail(e);
+            }
+        }
+        let n = answers.len() as u64;
+        if n > 0 {
+            tracing::debug!(topic = %self.name, records = n, "synced records to disk");
+        }
+        client::answer_all(answers, HandlerResult::Finish);
+        self.metrics.answered(n, HandlerResult::Finish);
+        self.syncing.set(self.syncing.get() - 1);
+        self.synced_notify.notify();
+        self.wake.notify();
+    }
+
+    /// A write or sync failed: as NSQ, the process ends (the broker requeues what was not
+    /// FINished).
+    fn fail(&self, e: std::io::Error) -> ! {
+        self.metrics.error("write");
+        tracing::error!(topic = %self.name, error = %e, "writing or syncing the file; exiting");
+        std::process::exit(1);
     }
 }
