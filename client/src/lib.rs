@@ -71,6 +71,29 @@
 //! .expect("consume failed");
 //! ```
 //!
+//! A handler that holds messages to answer them later (batching, FIN only once its batch is
+//! durable) takes each message with its [`Pending`] answer, no task per held message:
+//!
+//! ```no_run
+//! use client::{answer_all, Consumer, ConsumerConfig, HandlerResult, Message, Pending};
+//! use std::{cell::RefCell, rc::Rc};
+//!
+//! glommio::LocalExecutor::default().run(async {
+//!     let held: Rc<RefCell<Vec<Pending>>> = Rc::default();
+//!     let h = held.clone();
+//!     let consumer = Consumer::new_deferred(ConsumerConfig::new("events", "archive"),
+//!         move |msg: Message, answer: Pending| {
+//!             // ... keep msg.body() somewhere ...
+//!             h.borrow_mut().push(answer);
+//!         })?;
+//!     consumer.connect_to_nsqd("127.0.0.1:4150").await?;
+//!     // ... once the batch is stored:
+//!     answer_all(held.take(), HandlerResult::Finish);
+//!     Ok::<(), client::Error>(())
+//! })
+//! .expect("consume failed");
+//! ```
+//!
 //! # Modules
 //!
 //! - [`config`]: producer and consumer settings with builder setters;
