@@ -19,12 +19,26 @@ pub enum Action {
     Unpause,
 }
 
+/// Where a rewind (or a channel created from the past) starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RewindTo {
+    /// The oldest message the log keeps.
+    Earliest,
+    /// A position (seq) of the log.
+    Offset(u64),
+    /// The first message published at or after this time (ns since the epoch).
+    Timestamp(i64),
+}
+
 /// Which part of the stats to gather.
 #[derive(Debug, Clone, Default)]
 pub struct StatsQuery {
     pub topic: Option<String>,
     pub channel: Option<String>,
     pub include_clients: bool,
+    /// Each channel's position (`offset`, `oldest_owed_timestamp`) even where no retention
+    /// is in force (ours; `include_positions=true`).
+    pub include_positions: bool,
 }
 
 /// A runtime option changed through `PUT /config/:opt`, applied on every shard.
@@ -52,6 +66,34 @@ pub enum AdminOp {
         retention_time_ns: Option<Option<u64>>,
         retention_bytes: Option<Option<u64>>,
     },
+    /// To the topic's owner: move a channel to `to` of the topic's log (replay), or create
+    /// it there (`create`: a new channel starting from the past; refused if it exists).
+    Rewind {
+        topic: String,
+        channel: String,
+        to: RewindTo,
+        create: bool,
+    },
+    /// To the topic's owner: a channel's own max attempts and dead-letter topic (`None`:
+    /// unchanged; `Some(None)`: back to the flag's, or no dead-letter topic).
+    ChannelConfig {
+        topic: String,
+        channel: String,
+        max_attempts: Option<Option<u16>>,
+        dead_letter_topic: Option<Option<String>>,
+    },
+    /// To a dead-letter topic's owner: its origin records (only `id`'s when given).
+    DeadLetters { topic: String, id: Option<String> },
+    /// To a dead-letter topic's owner: the bodies of its recorded dead letters after seq
+    /// `after` (only `id`'s when given), for a redrive.
+    RedriveRead {
+        topic: String,
+        id: Option<String>,
+        after: Option<u64>,
+    },
+    /// To a dead-letter topic's owner: these dead letters were published back; forget their
+    /// origin records (answered once saved).
+    RedriveDone { topic: String, ids: Vec<String> },
     /// To every shard: its topics and producers.
     Stats(StatsQuery),
     /// To every shard: `None` when healthy, else the reason.
@@ -72,6 +114,20 @@ pub enum AdminResult {
     Failed(String),
     /// The request cannot be done to this topic (HTTP 400 with this message).
     Refused(String),
+    /// A dead-letter topic's origin records.
+    DeadLetters(Vec<crate::storage::meta::DeadLetterMeta>),
+    /// Dead letters read for a redrive.
+    Redrive(Box<RedriveBatch>),
+}
+
+/// Dead letters read for a redrive: each origin record with its body (`None`: no longer in
+/// the dead-letter topic's log); `waiting`: the next one is on disk and being fetched, ask
+/// again; `more`: the batch is full, ask again after the last seq.
+#[derive(Debug, Default)]
+pub struct RedriveBatch {
+    pub letters: Vec<(crate::storage::meta::DeadLetterMeta, Option<bytes::Bytes>)>,
+    pub waiting: bool,
+    pub more: bool,
 }
 
 /// One shard's part of /stats and /metrics.

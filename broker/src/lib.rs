@@ -5,6 +5,7 @@
 mod admin;
 mod auth;
 mod channel;
+mod civil_time;
 mod config;
 mod control;
 mod deadlines;

@@ -78,6 +78,10 @@ pub enum Mail {
         defer: Duration,
         acked: bool,
         reply: ReplyTo,
+        /// Empty for a producer's publish; for dead letters (sent by the owner of the topic
+        /// whose channel gave up on them) where each body came from, in the same order: the
+        /// owner records them with the topic (`topic/dead_letters.rs`).
+        origins: Vec<crate::topic::DeadOrigin>,
     },
     /// To a topic's owner: add a consumer to a channel (creating both if needed).
     Subscribe {

@@ -88,6 +88,38 @@ pub struct ChannelStats {
     pub clients: Option<Vec<ClientStats>>,
     pub paused: bool,
     pub e2e_processing_latency: Latency,
+    /// Where the channel stands in its topic's log (ours): present only while a retention
+    /// limit is in force for the topic, or when asked (`include_positions=true`), so that
+    /// otherwise the object has nsqd's keys exactly.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub position: Option<PositionStats>,
+    /// Max attempts (ours; nsqd has none): `dead_lettered_count`, `max_attempts` and
+    /// `dead_letter_topic` on the channel object, present only while a limit is in force for
+    /// the channel (or it has dead-lettered since start), so that without one the object has
+    /// nsqd's keys exactly.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub dead_letters: Option<DeadLetterStats>,
+}
+
+/// A channel's position (`/stats`): `offset`, the next seq it takes from the topic's log (what
+/// `POST /channel/rewind?offset=` sets), and `oldest_owed_timestamp`, the time (ns) of the
+/// oldest message it still owes (0 when it owes nothing), so lag reads in time.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct PositionStats {
+    pub offset: u64,
+    pub oldest_owed_timestamp: i64,
+}
+
+/// A channel's max attempts in /stats.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct DeadLetterStats {
+    /// Messages that reached max attempts since start (published to the dead-letter topic, or
+    /// dropped without one).
+    pub dead_lettered_count: u64,
+    /// The limit in force (0: none).
+    pub max_attempts: u16,
+    /// Where they go ("" when they are dropped).
+    pub dead_letter_topic: String,
 }
 
 /// nsqd's client states (`state` in /stats).

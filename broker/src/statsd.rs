@@ -30,6 +30,7 @@ struct PreviousChannel {
     message_count: u64,
     requeue_count: u64,
     timeout_count: u64,
+    dead_lettered_count: u64,
 }
 
 /// A counter's increase since `before` (the whole count when it went down: a reset).
@@ -137,6 +138,10 @@ pub fn topic_lines(
                     message_count: c.message_count,
                     requeue_count: c.requeue_count,
                     timeout_count: c.timeout_count,
+                    dead_lettered_count: c
+                        .dead_letters
+                        .as_ref()
+                        .map_or(0, |d| d.dead_lettered_count),
                 },
             );
         }
@@ -202,6 +207,16 @@ fn channel_lines(
         increase(c.timeout_count, was.timeout_count) as i128,
         "c",
     );
+    // Ours, only while max attempts are in force for the channel (as in /stats).
+    if let Some(d) = &c.dead_letters {
+        line(
+            out,
+            prefix,
+            format_args!("{base}.dead_lettered_count"),
+            increase(d.dead_lettered_count, was.dead_lettered_count) as i128,
+            "c",
+        );
+    }
     line(
         out,
         prefix,
@@ -283,6 +298,8 @@ mod tests {
             clients: None,
             paused: false,
             e2e_processing_latency: Latency::default(),
+            position: None,
+            dead_letters: None,
         }
     }
 

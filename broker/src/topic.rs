@@ -8,8 +8,14 @@
 //!   and so receives everything published before it existed. Later channels start at the end.
 //! - Retention: the topic's own settings (`POST /topic/config`, persisted in its metadata)
 //!   override the flags' for each limit; the log applies the result ([`Topic::set_retention`]).
+//! - Dead letters: the channels apply `--max-attempts` unless they have their own; a topic
+//!   that receives dead letters keeps their origin records (`topic/dead_letters.rs`).
 //! - While paused, `visible_end` stays where it was: channels see nothing published since, until
 //!   unpause ([`Topic::release_held`]).
+
+mod dead_letters;
+
+pub use dead_letters::DeadOrigin;
 
 use crate::channel::{Channel, TimerQueue};
 use crate::ids::IdGen;
@@ -17,7 +23,7 @@ use crate::storage::log::{Retention, TopicLog};
 use crate::storage::meta::{ChannelMeta, TopicMeta, META_VERSION};
 use protocol::Message;
 use std::cell::RefCell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
@@ -61,6 +67,10 @@ pub struct Topic {
     pub retention_time_ns: Option<u64>,
     pub retention_bytes: Option<u64>,
     retention_default: Retention,
+    /// `--max-attempts`, which its channels apply unless they have their own.
+    pub max_attempts: u16,
+    /// As a dead-letter topic: where its messages came from (`topic/dead_letters.rs`).
+    dead_letters: VecDeque<crate::storage::meta::DeadLetterMeta>,
 }
 
 impl Topic {
@@ -92,6 +102,8 @@ impl Topic {
             retention_time_ns: None,
             retention_bytes: None,
             retention_default: Retention::default(),
+            max_attempts: 0,
+            dead_letters: VecDeque::new(),
         }
     }
 
@@ -169,6 +181,8 @@ impl Topic {
             cursor,
             self.visible_end,
         );
+        ch.borrow_mut()
+            .set_dead_letters(self.max_attempts, None, None);
         // nsqd counts what a topic held for its first channel as that channel's messages
         // when it hands them over.
         ch.borrow_mut().message_count = self.visible_end.saturating_sub(cursor);
@@ -276,6 +290,7 @@ impl Topic {
                 .filter(|c| !c.borrow().ephemeral)
                 .map(|c| c.borrow().to_meta(clean, now))
                 .collect::<Vec<ChannelMeta>>(),
+            dead_letters: self.dead_letters.iter().cloned().collect(),
         }
     }
 
@@ -290,6 +305,7 @@ impl Topic {
         );
         // Before the channels: a first channel created by SUB later starts from here.
         self.log.borrow_mut().release_below(meta.start);
+        self.dead_letters = meta.dead_letters.iter().cloned().collect();
         let mut pending = 0;
         for cm in &meta.channels {
             let (ch, _) = self.channel_or_create(&cm.name);

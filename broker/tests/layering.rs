@@ -22,6 +22,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "ids",
             "id_table",
             "deadlines",
+            "civil_time",
         ],
     ),
     ("storage", &["storage"]),

@@ -56,6 +56,8 @@ pub enum Error {
     /// A lookup answered with an HTTP status other than 200 (404 is "topic unknown" and is
     /// not reported as an error).
     Http { status: u16 },
+    /// A broker refused an HTTP API call (`client::admin`): its status and message.
+    Refused { status: u16, message: String },
     /// A lookup's HTTP answer could not be read.
     BadHttpResponse(&'static str),
     /// A JSON body (IDENTIFY or lookup answer) could not be parsed.
@@ -104,6 +106,9 @@ impl fmt::Display for Error {
             Error::TlsRefused => f.write_str("TLS was asked for and the broker did not enable it"),
             Error::Tls(what) => write!(f, "TLS: {what}"),
             Error::Http { status } => write!(f, "lookup answered HTTP {status}"),
+            Error::Refused { status, message } => {
+                write!(f, "broker refused (HTTP {status}): {message}")
+            }
             Error::BadHttpResponse(what) => write!(f, "bad HTTP response from lookup: {what}"),
             Error::Json(e) => write!(f, "bad JSON: {e}"),
         }

@@ -109,6 +109,7 @@
 //! - [`rdy`] and [`backoff`]: the flow-control rules as pure state machines;
 //! - [`lookup`]: asking lookups which brokers have a topic.
 
+pub mod admin;
 pub mod backoff;
 pub mod blocking;
 pub mod clock;

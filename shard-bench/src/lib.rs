@@ -11,9 +11,11 @@
 //! - [`sink`]: the trivial in-process broker `raw` measures against (the ceiling);
 //! - [`payload`]: message bodies stamped with their send time;
 //! - [`metrics`]: counters and histograms while running; [`procstat`]: the broker's CPU and RSS;
-//! - [`result`]: the result (JSON, summary, targets); [`report`]: markdown table and SVG charts.
+//! - [`result`]: the result (JSON, summary, targets); [`report`]: markdown table and SVG charts;
+//! - [`compare`]: one workload against several broker commands, alternately, with medians.
 
 pub mod blocking_pub;
+pub mod compare;
 pub mod error;
 pub mod metrics;
 pub mod options;

@@ -1,6 +1,6 @@
 use clap::Parser;
 use shard_bench::options::{Cli, Command, Mode, RawWorkload};
-use shard_bench::{report, runner, sink, BenchError};
+use shard_bench::{compare, report, runner, sink, BenchError};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -30,6 +30,10 @@ fn run(cli: Cli) -> Result<ExitCode, BenchError> {
             plan.brokers = vec![sink.addr.to_string()];
             plan.lookupds.clear();
             (plan, Some(sink))
+        }
+        Command::Compare(c) => {
+            compare::run(c, &command_line)?;
+            return Ok(ExitCode::SUCCESS);
         }
         Command::Report(r) => {
             let w = report::write_report(&r.results, &r.out, &r.title)?;

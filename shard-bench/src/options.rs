@@ -39,6 +39,9 @@ pub enum Command {
     Raw(RawArgs),
     /// Turn result files into a markdown table and SVG charts.
     Report(ReportArgs),
+    /// One workload against two or more broker commands, alternately, a fresh broker each
+    /// run; prints the medians and the ratios (e.g. ours against an nsqd).
+    Compare(crate::compare::CompareArgs),
 }
 
 /// Everything a load run takes.

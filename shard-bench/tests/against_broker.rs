@@ -359,3 +359,70 @@ fn pubsub_runs_over_tls_snappy_and_deflate_and_records_them() {
     }
     let _ = std::fs::remove_dir_all(&scratch);
 }
+
+#[test]
+fn compare_runs_two_broker_commands_alternately_and_prints_medians_and_ratios() {
+    let broker = binary("broker");
+    let cmd = |name: &str, shards: u32| {
+        format!(
+            "{name}={} --shards {shards} --tcp-address={{tcp}} --http-address={{http}} \
+             --data-path={{data}}",
+            broker.display()
+        )
+    };
+    let tmp = test_harness::scratch_dir("shard-bench-compare-test");
+    let out = Command::new(env!("CARGO_BIN_EXE_shard-bench"))
+        .env("TMPDIR", &tmp)
+        .args([
+            "compare",
+            "--broker",
+            &cmd("two", 2),
+            "--broker",
+            &cmd("one", 1),
+            "--runs",
+            "2",
+            "--workload",
+            "sub",
+            "--prefill",
+            "20000",
+            "--duration",
+            "20s",
+            "--quiet",
+        ])
+        .output()
+        .expect("shard-bench runs");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    // Alternating: two, one, then one, two.
+    let order: Vec<&str> = stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("--- "))
+        .map(|l| l.split(' ').next().unwrap_or(""))
+        .collect();
+    assert_eq!(order, ["two", "one", "one", "two"], "{stderr}");
+    assert!(
+        stdout.contains("| figure | two | one | one / two |"),
+        "{stdout}"
+    );
+    let row = stdout
+        .lines()
+        .find(|l| l.starts_with("| consumed msg/s |"))
+        .unwrap_or_else(|| panic!("no consumed row:\n{stdout}"));
+    let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+    for cell in &cells[2..4] {
+        let rate: f64 = cell.parse().unwrap_or_else(|_| panic!("{row}"));
+        assert!(rate > 0.0, "{row}");
+    }
+    assert!(cells[4].ends_with('x'), "{row}");
+    // Every run's broker directory is gone.
+    let left: Vec<_> = std::fs::read_dir(&tmp)
+        .expect("the scratch dir")
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+    let _ = std::fs::remove_dir_all(&tmp);
+}

@@ -13,6 +13,7 @@ fn load_args(args: &[&str]) -> shard_bench::options::LoadArgs {
     match parse(args).expect("parses").command {
         Command::Pub(a) | Command::Sub(a) | Command::Pubsub(a) => a,
         Command::Raw(r) => r.load,
+        Command::Compare(c) => c.load,
         Command::Report(_) => panic!("not a load command"),
     }
 }
@@ -263,4 +264,26 @@ fn security_flags_that_cannot_work_are_refused() {
             .expect_err(&format!("{args:?} should be refused"));
         assert!(err.to_string().contains(what), "{args:?}: {err}");
     }
+}
+
+#[test]
+fn compare_takes_the_load_flags_after_its_own() {
+    let a = load_args(&[
+        "compare",
+        "--broker",
+        "a=x {tcp}",
+        "--broker",
+        "b=y {tcp}",
+        "--workload",
+        "pub",
+        "--batch-size",
+        "1",
+        "--connections",
+        "2",
+    ]);
+    assert_eq!((a.batch_size, a.connections), (1, 2));
+    assert!(
+        parse(&["compare", "--workload", "pub"]).is_err(),
+        "--broker is required"
+    );
 }

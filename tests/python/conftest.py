@@ -298,3 +298,57 @@ def certs():
     d = tempfile.mkdtemp(prefix="broker-tls-")
     yield make_certs(d)
     shutil.rmtree(d, ignore_errors=True)
+
+
+# Restart tests (test_storage, test_retention, test_replay, ...): a broker whose data directory
+# survives stops and restarts.
+
+@pytest.fixture
+def workdir():
+    d = tempfile.mkdtemp(prefix="broker-storage-")
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+class Restartable:
+    """A broker whose data directory survives stops and restarts."""
+
+    def __init__(self, workdir, shards, *flags):
+        self.workdir, self.shards, self.flags = workdir, shards, flags
+        self.broker = None
+
+    def start(self, shards=None):
+        self.broker = Broker(self.shards if shards is None else shards, self.flags, self.workdir)
+        return self.broker.start()
+
+    def stop(self):
+        code = self.broker.stop()
+        assert code == 0, "clean stop must exit 0, got %s\n%s" % (code, self.broker.stderr())
+
+    def kill(self):
+        self.broker.proc.send_signal(signal.SIGKILL)
+        self.broker.proc.wait(timeout=10)
+        self.broker.stop()
+
+    @property
+    def addr(self):
+        return self.broker.addr
+
+    @property
+    def data_path(self):
+        return self.broker.data_path
+
+
+@pytest.fixture
+def restartable(workdir, shards):
+    made = []
+
+    def make(*flags, shards_override=None):
+        r = Restartable(workdir, shards_override or shards, *flags)
+        made.append(r)
+        return r
+
+    yield make
+    for r in made:
+        if r.broker is not None and r.broker.alive():
+            r.broker.stop()

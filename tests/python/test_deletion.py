@@ -15,7 +15,6 @@ import pytest
 
 from brokerhttp import http
 from nsqwire import Conn, FRAME_MESSAGE, Message
-from test_storage import restartable, workdir  # noqa: F401 (fixtures)
 
 TOPIC = "doomed"
 

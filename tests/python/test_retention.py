@@ -12,9 +12,7 @@ import urllib.parse
 import pytest
 
 from brokerhttp import http
-from conftest import Broker  # noqa: F401  (the Restartable fixture's broker)
 from nsqwire import Conn, FRAME_MESSAGE, Message
-from test_storage import Restartable, restartable, workdir  # noqa: F401  (fixtures)
 
 SEG = "--max-bytes-per-file=4096"
 N = 100

@@ -25,7 +25,6 @@ import pytest
 
 from brokerhttp import http, metrics_text
 from nsqwire import Conn
-from test_storage import restartable, workdir  # noqa: F401 (fixtures)
 
 TOPICS = ["figures-%d" % i for i in range(4)]
 LONG = 60_000  # ms: a deferral that does not come due during the test

@@ -137,7 +137,10 @@ impl Channel {
         returned.sort_by_key(|m| m.seq);
         for msg in returned.into_iter().rev() {
             self.requeue_count += 1;
-            self.requeued.push_front(Requeued { after: 0, msg });
+            // nsqd would time these out: the limit applies as to a timeout.
+            if let Some(msg) = self.over_limit(msg) {
+                self.requeued.push_front(Requeued { after: 0, msg });
+            }
         }
     }
 

@@ -5,16 +5,19 @@
 //! Invariants:
 //! - Every message of the log from the channel's creation on is, for this channel, either
 //!   at or after `cursor` (not taken yet), or in exactly one of `requeued`, `in_flight`,
-//!   `deferred`, or finished: every message is delivered or pending exactly once.
+//!   `deferred`, or finished: every message is delivered or pending exactly once. After a
+//!   rewind ([`Channel::rewind`]) a message in flight may also lie at or after `cursor`; it
+//!   is not handed out again while that delivery is in flight (`rewound_until`), so it is
+//!   still owed once.
 //! - Nothing is lost on requeue, timeout or disconnect: REQ, a timed-out delivery and a
 //!   deferral come due go back to `requeued` (or, REQ with a delay, to `deferred`); a
 //!   consumer's disconnect puts everything it held back at the front of `requeued`; CLS stops
 //!   deliveries but FIN/REQ/TOUCH still count. Messages leave only by FIN, by an explicit
-//!   empty ([`Channel::empty`]), by a consumer's sampling (`sample_rate`: the channel skips
+//!   empty ([`Channel::empty`]), by reaching max attempts (`dead_letter.rs`), by a consumer's sampling (`sample_rate`: the channel skips
 //!   the message, as nsqd's does), or, on an `#ephemeral` channel, beyond its memory queue
 //!   (`mem_queue_size`; it has no disk, as in nsqd).
-//! - `floor()` (the lowest seq still owed) only grows; segments below every channel's floor
-//!   can be deleted.
+//! - `floor()` (the lowest seq still owed) only grows, except by a rewind, which moves it
+//!   down to a seq the log still holds; segments below every channel's floor can be deleted.
 //! - A consumer's `in_flight` equals the number of `in_flight` entries it owns, and the channel
 //!   delivers to a consumer only while `in_flight < rdy` (so each delivery leaves
 //!   `in_flight <= rdy`; a lowered RDY stops deliveries until FINs bring it back under), it has
@@ -44,6 +47,10 @@
 //!   dispatch fills;
 //! - `figures.rs`: what the channel counts for `/stats` ([`Figures`]) and its floor for the
 //!   flusher;
+//! - `replay.rs`: a rewind to another position of the log, and the position for /stats;
+//! - `dead_letter.rs`: max attempts: a message given back (REQ, timeout) whose next delivery
+//!   would exceed the limit is set aside for the owner, who publishes it to the dead-letter
+//!   topic or drops it (the invariants above count it as finished);
 //! - `persist.rs`: the channel's metadata (`meta.json`): what it saves and restores;
 //! - `audit.rs` (tests): where every owed message is, for the owner simulation
 //!   (`crate::owner_sim`), which checks the invariants above after every step.
@@ -54,12 +61,15 @@
 #[cfg(test)]
 mod audit;
 mod consumers;
+mod dead_letter;
 mod deliveries;
 mod figures;
 mod persist;
+mod replay;
 mod timeouts;
 
 pub use consumers::{ClientAuth, ClientInfo, Consumer, ConsumerKey, ConsumerSpec, TlsInfo};
+pub use dead_letter::DeadLetters;
 pub use deliveries::{Batch, Deliveries};
 pub use figures::Figures;
 
@@ -136,6 +146,9 @@ pub struct Channel {
     pub visible_end: u64,
     /// A stretch of the log to pass over (the topic was emptied while paused).
     skip: Option<(u64, u64)>,
+    /// Seqs below this may be in flight and read again from the log after a rewind: such a
+    /// message is not handed out twice at once (see `replay.rs`). 0 when never rewound.
+    rewound_until: u64,
     /// Messages given back (REQ, timeouts, deferrals come due, a consumer gone), in order,
     /// each with the log position it waits for (see [`Requeued`]).
     requeued: VecDeque<Requeued>,
@@ -159,6 +172,8 @@ pub struct Channel {
     pub timeout_count: u64,
     /// End-to-end latency of finished messages, for /stats.
     e2e: E2eSamples,
+    /// Max attempts and the dead-letter topic (`dead_letter.rs`).
+    dead: DeadLetters,
 }
 
 impl Channel {
@@ -180,6 +195,7 @@ impl Channel {
                 hint: DiskHint::default(),
                 visible_end,
                 skip: None,
+                rewound_until: 0,
                 requeued: VecDeque::new(),
                 in_flight_order: DeadlineQueue::default(),
                 deferred_order: BTreeSet::new(),
@@ -196,6 +212,7 @@ impl Channel {
                 requeue_count: 0,
                 timeout_count: 0,
                 e2e: Default::default(),
+                dead: DeadLetters::default(),
             })
         })
     }
@@ -259,10 +276,13 @@ impl Channel {
         if let Some(c) = self.consumer_mut(key) {
             c.requeue_count += 1;
         }
+        let Some(msg) = self.over_limit(f.msg) else {
+            return Ok(());
+        };
         if delay.is_zero() {
-            self.requeue_now(f.msg);
+            self.requeue_now(msg);
         } else {
-            let mut msg = f.msg;
+            let mut msg = msg;
             msg.detach_body();
             self.defer(msg, now + delay, timers);
         }
@@ -302,6 +322,10 @@ impl Channel {
             let Some(mut stored) = next else {
                 break;
             };
+            if stored.seq < self.rewound_until && self.in_flight.get_mut(&stored.msg.id).is_some() {
+                // Rewound: its delivery from before is still in flight, and owes it.
+                continue;
+            }
             // The turn passes only once a message was taken for this consumer: moving on
             // when there was none gave the same consumer of two every single message (each
             // dispatch's last, empty look skipped the other one).

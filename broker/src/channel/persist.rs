@@ -19,6 +19,8 @@ impl Channel {
                 paused: self.paused,
                 cursor: self.floor(),
                 pending: Vec::new(),
+                max_attempts: self.dead.own_max,
+                dead_letter_topic: self.dead.topic.as_deref().map(str::to_owned),
             };
         }
         let mut pending: Vec<PendingMeta> = self
@@ -44,6 +46,8 @@ impl Channel {
             paused: self.paused,
             cursor: self.cursor,
             pending,
+            max_attempts: self.dead.own_max,
+            dead_letter_topic: self.dead.topic.as_deref().map(str::to_owned),
         }
     }
 
@@ -57,6 +61,13 @@ impl Channel {
         timers: &TimerQueue,
     ) -> usize {
         self.paused = meta.paused;
+        // Just created by the topic, the channel holds the flag's limit.
+        let default_max = self.dead.max;
+        self.set_dead_letters(
+            default_max,
+            meta.max_attempts,
+            meta.dead_letter_topic.as_deref().map(std::sync::Arc::from),
+        );
         self.cursor = meta.cursor.clamp(log.start(), log.head());
         self.hint = DiskHint::default();
         if !clean {
@@ -64,6 +75,10 @@ impl Channel {
         }
         let mut restored = 0;
         for p in &meta.pending {
+            if p.seq >= self.cursor {
+                // In flight when the channel was rewound below it: the log gives it again.
+                continue;
+            }
             let Read::Msg(mut s, _) = log.read_blocking(p.seq) else {
                 continue;
             };

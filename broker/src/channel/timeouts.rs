@@ -109,7 +109,9 @@ impl Channel {
                         c.in_flight = c.in_flight.saturating_sub(1);
                     }
                     self.timeout_count += 1;
-                    self.requeue_now(f.msg);
+                    if let Some(msg) = self.over_limit(f.msg) {
+                        self.requeue_now(msg);
+                    }
                     changed = true;
                 }
             }

@@ -65,6 +65,9 @@ pub struct Args {
     /// bytes of a topic's history kept (1024, 512MiB, 10GiB, 1GB; 0: none kept)
     #[arg(long, default_value = "0", value_parser = size::parse_byte_size)]
     pub retention_bytes: u64,
+    /// deliveries before a message goes to its channel's dead-letter topic (0: unlimited)
+    #[arg(long, default_value_t = 0)]
+    pub max_attempts: u16,
     /// number of messages per diskqueue fsync
     #[arg(long, default_value_t = 2500)]
     pub sync_every: u64,
@@ -293,6 +296,7 @@ pub struct Config {
     pub max_bytes_per_file: u64,
     pub retention_time: Duration,
     pub retention_bytes: u64,
+    pub max_attempts: u16,
     pub sync_every: u64,
     pub sync_timeout: Duration,
     pub durable: bool,
@@ -575,6 +579,7 @@ impl Config {
             max_bytes_per_file: a.max_bytes_per_file,
             retention_time: a.retention_time,
             retention_bytes: a.retention_bytes,
+            max_attempts: a.max_attempts,
             sync_every: a.sync_every,
             sync_timeout: a.sync_timeout,
             durable: a.durable,

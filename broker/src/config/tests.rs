@@ -186,3 +186,21 @@ fn retention_flags_take_durations_and_byte_sizes() {
         assert!(parse(bad).is_err(), "{bad:?}");
     }
 }
+
+#[test]
+fn max_attempts_flag_defaults_to_unlimited() {
+    assert_eq!(
+        parse(&[]).unwrap().max_attempts,
+        0,
+        "default: unlimited, as nsqd"
+    );
+    assert_eq!(parse(&["--max-attempts=5"]).unwrap().max_attempts, 5);
+    assert_eq!(parse(&["-max-attempts", "7"]).unwrap().max_attempts, 7);
+    for bad in [
+        "--max-attempts=-1",
+        "--max-attempts=65536",
+        "--max-attempts=x",
+    ] {
+        assert!(parse(&[bad]).is_err(), "{bad}");
+    }
+}

@@ -136,6 +136,7 @@ fn option_value(shard: &Shard, name: &str) -> Option<Value> {
         "shards" => json!(c.shards),
         "retention_time" => d(c.retention_time),
         "retention_bytes" => json!(c.retention_bytes),
+        "max_attempts" => json!(c.max_attempts),
         "id" => json!(c.node_id),
         // nsqd's numbers: TLSNotRequired 0, TLSRequiredExceptHTTP 1, TLSRequired 2.
         "tls_required" => json!(match c.tls_required {

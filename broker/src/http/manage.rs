@@ -1,6 +1,7 @@
 //! `POST /topic/{create,delete,empty,pause,unpause}?topic=` and
 //! `POST /channel/{create,delete,empty,pause,unpause}?topic=&channel=`: arguments checked as
-//! nsqd checks them, then the work is done by the topic's owner ([`crate::admin`]).
+//! nsqd checks them, then the work is done by the topic's owner ([`crate::admin`]). (A
+//! `/channel/create` with `from=` is replay's, [`super::replay`].)
 //! `POST /topic/config?topic=&retention_time=&retention_bytes=` (ours): a topic's own
 //! retention, Go durations and byte sizes ([`crate::config::size`]), `default` for the flag's;
 //! a bad value is refused with 400 and what is wrong with it.
@@ -112,7 +113,7 @@ pub async fn channel(shard: &Rc<Shard>, req: &Request, action: Action) -> Answer
     answer(ask::owner(shard, topic, op).await)
 }
 
-fn answer(result: Option<AdminResult>) -> Answer {
+pub(super) fn answer(result: Option<AdminResult>) -> Answer {
     match result {
         Some(AdminResult::Done) => done(),
         Some(AdminResult::TopicNotFound) => error(404, "TOPIC_NOT_FOUND"),

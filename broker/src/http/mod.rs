@@ -12,14 +12,18 @@
 //! - [`routes`]: path and method to handler, nsqd's 404 and 405;
 //! - [`publish`]: `/pub` and `/mpub`;
 //! - [`manage`]: `/topic/*` and `/channel/*`;
+//! - [`replay`]: `/channel/rewind`, and `/channel/create` with `from=` (ours);
+//! - [`dead_letter`]: `/channel/config`, `/dead_letters`, `/topic/redrive`;
 //! - [`info`]: `/ping`, `/info`, `/config/:opt`;
 //! - [`report`]: `/stats` (JSON and text) and `/metrics` (Prometheus text);
 //! - [`ask`]: requests to one shard or to every shard.
 
 mod ask;
+mod dead_letter;
 mod info;
 mod manage;
 mod publish;
+mod replay;
 mod report;
 mod routes;
 pub(crate) mod server;

@@ -33,7 +33,7 @@ async fn gather(shard: &Rc<Shard>, q: StatsQuery) -> Vec<ShardStats> {
         .collect()
 }
 
-/// `GET /stats?format=json&topic=&channel=&include_clients=&include_mem=`.
+/// `GET /stats?format=json&topic=&channel=&include_clients=&include_mem=&include_positions=`.
 pub async fn stats(shard: &Rc<Shard>, req: &Request) -> Answer {
     let q = match query(&req.head) {
         Ok(q) => q,
@@ -44,6 +44,7 @@ pub async fn stats(shard: &Rc<Shard>, req: &Request) -> Answer {
         topic: non_empty("topic"),
         channel: non_empty("channel"),
         include_clients: bool_arg(q.get("include_clients"), true),
+        include_positions: bool_arg(q.get("include_positions"), false),
     };
     let include_mem = bool_arg(q.get("include_mem"), true);
     let json = q.get("format") == Some("json");
@@ -278,6 +279,24 @@ fn render_metrics(parts: &[ShardStats]) -> String {
                     name,
                     &[("topic", &t.topic_name), ("channel", &c.channel_name)],
                     get(c),
+                );
+            }
+        }
+    }
+
+    let name = "nsq_channel_dead_lettered_total";
+    f.head(
+        name,
+        "counter",
+        "Messages that reached max attempts (sent to the dead-letter topic, or dropped); only channels with max attempts in force.",
+    );
+    for t in &topics {
+        for c in &t.channels {
+            if let Some(d) = &c.dead_letters {
+                f.sample(
+                    name,
+                    &[("topic", &t.topic_name), ("channel", &c.channel_name)],
+                    d.dead_lettered_count,
                 );
             }
         }

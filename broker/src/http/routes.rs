@@ -3,7 +3,7 @@
 //! another method, 200 with `Allow` for OPTIONS, and httprouter's redirects of a path with a
 //! stray trailing slash, `//`, `.`/`..` or capitals to the route it means.
 
-use super::{info, manage, publish, report};
+use super::{dead_letter, info, manage, publish, replay, report};
 use crate::admin::Action;
 use crate::shard::Shard;
 use http1::{escape_html, escape_path, Query, Request, RequestHead, Response};
@@ -61,6 +61,10 @@ enum Route {
     Topic(Action),
     TopicConfig,
     Channel(Action),
+    Rewind,
+    ChannelConfig,
+    DeadLetters,
+    Redrive,
     Config,
 }
 
@@ -87,6 +91,10 @@ fn route(path: &str) -> Option<(Route, &'static [&'static str])> {
         "/stats" => (Route::Stats, GET),
         "/metrics" => (Route::Metrics, GET),
         "/topic/config" => (Route::TopicConfig, POST),
+        "/channel/rewind" => (Route::Rewind, POST),
+        "/channel/config" => (Route::ChannelConfig, POST),
+        "/dead_letters" => (Route::DeadLetters, GET),
+        "/topic/redrive" => (Route::Redrive, POST),
         _ => {
             if let Some(verb) = path.strip_prefix("/topic/") {
                 (Route::Topic(action(verb)?), POST)
@@ -210,7 +218,12 @@ pub async fn handle(shard: &Rc<Shard>, req: &Request) -> Answer {
         Route::Metrics => report::metrics(shard).await,
         Route::Topic(a) => manage::topic(shard, req, a).await,
         Route::TopicConfig => manage::topic_config(shard, req).await,
+        Route::Channel(Action::Create) => replay::create(shard, req).await,
         Route::Channel(a) => manage::channel(shard, req, a).await,
+        Route::Rewind => replay::rewind(shard, req).await,
+        Route::ChannelConfig => dead_letter::channel_config(shard, req).await,
+        Route::DeadLetters => dead_letter::list(shard, req).await,
+        Route::Redrive => dead_letter::redrive(shard, req).await,
         Route::Config => info::config(shard, req).await,
     }
 }
@@ -227,6 +240,11 @@ mod tests {
             Some((Route::Channel(Action::Unpause), _))
         ));
         assert!(matches!(route("/config/log_level"), Some((Route::Config, m)) if m.len() == 2));
+        assert!(
+            matches!(route("/channel/config"), Some((Route::ChannelConfig, m)) if m == ["POST"])
+        );
+        assert!(matches!(route("/dead_letters"), Some((Route::DeadLetters, m)) if m == ["GET"]));
+        assert!(matches!(route("/topic/redrive"), Some((Route::Redrive, m)) if m == ["POST"]));
         for (path, clean) in [
             ("//pub", "/pub"),
             ("/a/../pub/./", "/pub/"),

@@ -26,6 +26,23 @@ impl Shard {
                 retention_time_ns,
                 retention_bytes,
             } => self.topic_config(&topic, retention_time_ns, retention_bytes, reply),
+            AdminOp::Rewind {
+                topic,
+                channel,
+                to,
+                create,
+            } => self.rewind_channel(topic, channel, to, create, reply),
+            AdminOp::ChannelConfig {
+                topic,
+                channel,
+                max_attempts,
+                dead_letter_topic,
+            } => self.channel_config(&topic, &channel, max_attempts, dead_letter_topic, reply),
+            AdminOp::DeadLetters { topic, id } => Some(self.dead_letter_list(&topic, id)),
+            AdminOp::RedriveRead { topic, id, after } => {
+                Some(self.redrive_read(&topic, id.as_deref(), after))
+            }
+            AdminOp::RedriveDone { topic, ids } => self.redrive_done(&topic, &ids, reply),
             AdminOp::Stats(q) => Some(AdminResult::Stats(Box::new(self.shard_stats(&q)))),
             AdminOp::Health => Some(AdminResult::Health(self.admin.health())),
             AdminOp::SetOption(change) => {

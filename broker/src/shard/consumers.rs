@@ -108,6 +108,9 @@ impl Shard {
                 self.send_conn_error(key, code, format!("{verb} {id} failed {}", e.text()));
             }
         }
+        if matches!(op, ChannelOp::Req(..) | ChannelOp::Leave) {
+            self.send_dead_letters(&ch);
+        }
         if matches!(op, ChannelOp::Leave) {
             if let Some(t) = &t {
                 self.drop_if_ephemeral_and_unused(t, &ch);
@@ -238,9 +241,9 @@ impl Shard {
             let Some(ch) = e.channel.upgrade() else {
                 continue;
             };
-            if ch.borrow_mut().on_timer(e.kind, e.at, now, &self.timers)
-                && !changed.iter().any(|c| Rc::ptr_eq(c, &ch))
-            {
+            let ready = ch.borrow_mut().on_timer(e.kind, e.at, now, &self.timers);
+            self.send_dead_letters(&ch);
+            if ready && !changed.iter().any(|c| Rc::ptr_eq(c, &ch)) {
                 changed.push(ch);
             }
         }

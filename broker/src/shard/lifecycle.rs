@@ -166,7 +166,7 @@ pub async fn run(
         .listeners
         .ok_or(StartError::NoListeners { shard: id })?;
     let peers = senders.nr_consumers();
-    let shard = Rc::new(Shard::new(id, config.clone(), peers, control));
+    let shard = Rc::new_cyclic(|me| Shard::new(id, config.clone(), peers, control, me.clone()));
     progress.set(id, Step::LoadingTopics);
     shard.load_topics()?;
     progress.set(id, Step::ProbingDataPath);

@@ -29,18 +29,23 @@
 //! - [`early_ack`]: publishes answered before their owner has them, and their confirmation;
 //! - [`flusher`], [`fetcher`]: the shard's side of the write path and the read path, whose
 //!   tasks live in [`crate::storage::flusher`] and [`crate::storage::fetcher`];
+//! - [`dead_letter`]: messages over max attempts sent to their dead-letter topic, origin
+//!   records, channel settings and redrive;
 //! - [`admin`], [`durable`]: the HTTP API's topic and channel actions, answered once durable;
+//!   [`replay`]: a channel rewound (or created) to a past position of its topic's log;
 //!   [`stats`]: the shard's part of /stats and /metrics; [`statsd`]: pushing them to statsd;
 //! - [`lifecycle`]: start-up, the shard's tasks, shutdown.
 
 mod admin;
 mod consumers;
+mod dead_letter;
 mod durable;
 mod early_ack;
 mod fetcher;
 mod flusher;
 mod lifecycle;
 mod publish;
+mod replay;
 mod stats;
 mod statsd;
 mod topics;
@@ -134,10 +139,18 @@ pub struct Shard {
     early: early_ack::EarlyAcks,
     /// HTTP publish requests being handled (a clean stop waits for them).
     pub(crate) http_publishing: Cell<usize>,
+    /// This shard, for work it hands to a task of its own (a replay's seek by time).
+    pub(crate) me: std::rc::Weak<Shard>,
 }
 
 impl Shard {
-    fn new(id: usize, config: Arc<Config>, peers: usize, control: usize) -> Shard {
+    fn new(
+        id: usize,
+        config: Arc<Config>,
+        peers: usize,
+        control: usize,
+        me: std::rc::Weak<Shard>,
+    ) -> Shard {
         let flusher = Flusher::new(flusher::sync_policy(&config));
         Shard {
             id,
@@ -170,6 +183,7 @@ impl Shard {
             wake_dispatcher: Notify::new(),
             early: early_ack::EarlyAcks::new(peers),
             http_publishing: Cell::new(0),
+            me,
         }
     }
 
@@ -217,6 +231,7 @@ impl Shard {
             defer,
             acked,
             reply,
+            origins: Vec::new(),
         })
     }
 
@@ -270,9 +285,10 @@ impl Shard {
                 defer,
                 acked,
                 reply,
+                origins,
             } => {
-                if let Answer::Now(result) = self.publish_here(&topic, bodies, defer, acked, reply)
-                {
+                let answer = self.publish_here(&topic, bodies, defer, acked, reply, origins);
+                if let Answer::Now(result) = answer {
                     self.reply(reply, Reply::Publish(result));
                 }
             }

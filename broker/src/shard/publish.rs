@@ -10,7 +10,7 @@ use super::topics::{publish_refused, ParkedPublish};
 use super::Shard;
 use crate::ids::now_nanos;
 use crate::mailbox::{Reply, ReplyTo};
-use crate::topic::Topic;
+use crate::topic::{DeadOrigin, Topic};
 use bytes::Bytes;
 use protocol::{ErrorCode, Message, ProtocolError};
 use std::cell::RefCell;
@@ -71,6 +71,7 @@ impl Shard {
         defer: Duration,
         acked: bool,
         reply: ReplyTo,
+        origins: Vec<DeadOrigin>,
     ) -> Answer {
         let unhealthy = self.admin.health();
         if let (Some(reason), false) = (&unhealthy, acked) {
@@ -88,12 +89,13 @@ impl Shard {
                 defer,
                 acked,
                 reply,
+                origins,
             });
             return Answer::Later;
         }
         // Kept (the client may have its OK already), but the sender must stop acknowledging
         // early while storage fails.
-        self.store_published(&t, bodies, defer, reply)
+        self.store_published(&t, bodies, defer, reply, origins)
             .after_storing(unhealthy)
     }
 
@@ -105,6 +107,7 @@ impl Shard {
         bodies: Vec<Bytes>,
         defer: Duration,
         reply: ReplyTo,
+        origins: Vec<DeadOrigin>,
     ) -> Answer {
         let timestamp = now_nanos();
         let msgs: Vec<Message> = {
@@ -119,12 +122,21 @@ impl Shard {
                 })
                 .collect()
         };
+        // Dead letters: the IDs and bodies their origin records describe.
+        let dead = (!origins.is_empty()).then(|| {
+            msgs.iter()
+                .map(|m| (m.id, m.body.clone()))
+                .collect::<Vec<_>>()
+        });
         let defer_until = if defer.is_zero() {
             0
         } else {
             timestamp + defer.as_nanos() as i64
         };
         let (end, touched) = t.borrow_mut().publish(msgs, defer_until);
+        if let Some(dead) = dead {
+            self.record_dead_letters(t, dead, origins, end);
+        }
         let persistent = t.borrow().log.borrow().is_persistent();
         if persistent {
             self.queue_flush(t);

@@ -81,13 +81,23 @@ fn topic_stats(t: &Topic, q: &StatsQuery, held: &mut u64) -> Option<TopicStats> 
     };
     drop(all);
     let now_ns = crate::ids::now_nanos();
+    // Positions where replay matters (a retention limit keeps history) or where asked.
+    let positions = q.include_positions || t.log.borrow().retention().is_set();
     let channels = channels
         .iter()
         .map(|c| {
             let c = c.borrow();
             let figures = c.figures(&t.log.borrow(), now_ns);
             *held += figures.depth + figures.in_flight + figures.deferred;
-            channel_stats(&c, figures, q.include_clients)
+            let mut stats = channel_stats(&c, figures, q.include_clients);
+            if positions {
+                let p = c.position(&t.log.borrow());
+                stats.position = Some(stats::PositionStats {
+                    offset: p.offset,
+                    oldest_owed_timestamp: p.oldest_owed_timestamp,
+                });
+            }
+            stats
         })
         .collect();
     Some(TopicStats {
@@ -159,5 +169,20 @@ fn channel_stats(
         clients,
         paused: c.paused,
         e2e_processing_latency: stats::latency_of([c.e2e_samples()]),
+        position: None,
+        dead_letters: dead_letter_stats(c),
     }
+}
+
+/// The channel's max attempts, while a limit is in force (or it has dead-lettered).
+fn dead_letter_stats(c: &crate::channel::Channel) -> Option<stats::DeadLetterStats> {
+    let d = c.dead_letters();
+    if !d.in_force() && d.count == 0 {
+        return None;
+    }
+    Some(stats::DeadLetterStats {
+        dead_lettered_count: d.count,
+        max_attempts: d.max,
+        dead_letter_topic: d.topic.as_deref().unwrap_or_default().to_string(),
+    })
 }

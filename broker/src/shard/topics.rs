@@ -40,6 +40,8 @@ pub(super) struct ParkedPublish {
     /// Already answered OK (early): stored even if storage fails meanwhile.
     pub(super) acked: bool,
     pub(super) reply: ReplyTo,
+    /// Dead letters: where each came from (see `Mail::Publish`).
+    pub(super) origins: Vec<crate::topic::DeadOrigin>,
 }
 
 /// The answer to a publish whose topic cannot be created (`reason`); one that was already
@@ -132,6 +134,7 @@ impl Shard {
             }
         };
         let mut topic = Topic::new(name, log, self.config.mem_queue_size, self.id);
+        topic.max_attempts = self.config.max_attempts;
         if !topic.ephemeral {
             topic.set_retention(self.retention_default(), None, None);
         }
@@ -197,7 +200,7 @@ impl Shard {
             let answer = match (self.admin.health(), p.acked) {
                 (Some(reason), false) => Answer::refused(reason),
                 (unhealthy, _) => self
-                    .store_published(&t, p.bodies, p.defer, p.reply)
+                    .store_published(&t, p.bodies, p.defer, p.reply, p.origins)
                     .after_storing(unhealthy),
             };
             if let Answer::Now(result) = answer {

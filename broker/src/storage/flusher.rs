@@ -373,6 +373,9 @@ impl<T: Stored + 'static> Flusher<T> {
             }
             let (trash, keeps) = {
                 let tb = t.borrow();
+                // The floor may have dropped while the metadata was written (a channel
+                // rewound): never release what a channel owes now.
+                let floor = floor.min(tb.floor());
                 let mut log = tb.log().borrow_mut();
                 log.release_below(floor);
                 (log.take_trash(), log.keeps_for_a_time())

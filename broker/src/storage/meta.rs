@@ -43,6 +43,33 @@ pub struct TopicMeta {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retention_bytes: Option<u64>,
     pub channels: Vec<ChannelMeta>,
+    /// Where the messages this topic received as a dead-letter topic came from (the newest
+    /// 10,000, `topic/dead_letters.rs`); absent for a topic that never received any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dead_letters: Vec<DeadLetterMeta>,
+}
+
+/// The origin of a message published to a dead-letter topic: where it was when it reached its
+/// channel's max attempts, and where it is now (its ID and seq in the dead-letter topic).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DeadLetterMeta {
+    /// Its ID in the dead-letter topic (what a consumer of that topic receives).
+    pub id: String,
+    /// Its seq in the dead-letter topic's log (what a redrive reads).
+    pub seq: u64,
+    pub origin_topic: String,
+    pub origin_channel: String,
+    /// Its ID in the origin topic.
+    pub origin_id: String,
+    /// Deliveries it had on the origin channel.
+    pub attempts: u16,
+    /// When it was first published (ns since the epoch).
+    pub timestamp: i64,
+    /// When it reached the limit (ns since the epoch).
+    pub dead_lettered_at: i64,
+    pub body_size: u64,
+    /// The body's first bytes (lossy UTF-8).
+    pub preview: String,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -53,6 +80,12 @@ pub struct ChannelMeta {
     pub cursor: u64,
     #[serde(default)]
     pub pending: Vec<PendingMeta>,
+    /// The channel's own max attempts (`POST /channel/config`); absent: `--max-attempts`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_attempts: Option<u16>,
+    /// Where messages over max attempts go; absent: they are dropped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dead_letter_topic: Option<String>,
 }
 
 /// A message a channel owed at a clean stop (requeued, in flight, or deferred).
@@ -180,6 +213,20 @@ mod tests {
                     attempts: 2,
                     delay_ms: 500,
                 }],
+                max_attempts: Some(3),
+                dead_letter_topic: Some("c.dead".into()),
+            }],
+            dead_letters: vec![DeadLetterMeta {
+                id: "0000000000000001".into(),
+                seq: 9,
+                origin_topic: "o".into(),
+                origin_channel: "c".into(),
+                origin_id: "000000000000000a".into(),
+                attempts: 3,
+                timestamp: 1,
+                dead_lettered_at: 2,
+                body_size: 5,
+                preview: "hello".into(),
             }],
         };
         std::fs::create_dir_all(&dir).unwrap();

@@ -37,6 +37,7 @@
 //! | `fetch.rs` | `fetch`: reading the blocks readers wait for; `read_blocking` at start-up |
 //! | `recovery.rs` | `open`: scanning the segments at start-up, cutting torn tails |
 //! | `retention.rs` | `release_below`, `destroy`: dropping what nobody wants nor retention keeps, the trash |
+//! | `seek.rs` | replay: how far back the history goes, the first record at or after a time, reopening the start |
 //!
 //! Invariants: the window holds consecutive seqs ending at `head`, and in a persistent log
 //! every seq from `written_end` on (until the log is destroyed); `synced_end <= written_end <=
@@ -50,6 +51,9 @@ mod recovery;
 mod retention;
 #[cfg(test)]
 mod retention_tests;
+mod seek;
+#[cfg(test)]
+mod seek_tests;
 #[cfg(test)]
 mod tests;
 mod window;
@@ -57,6 +61,7 @@ mod write;
 
 pub use fetch::fetch;
 pub use retention::Retention;
+pub use seek::{seek_time, History, Seek};
 pub use write::{flush, sync, trim_padding};
 
 use self::plan::MIN_CHUNK;

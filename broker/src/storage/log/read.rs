@@ -72,11 +72,17 @@ enum Step {
 impl TopicLog {
     /// Reads the message at `seq`, or the first one after it if `seq` is gone.
     pub fn read(&self, seq: u64, hint: DiskHint) -> Read {
+        self.read_above(seq, hint, self.start)
+    }
+
+    /// [`TopicLog::read`], refusing only what lies below `start` (replay's seek reads the
+    /// history below the log's start: what every channel passed and retention keeps).
+    pub(super) fn read_above(&self, seq: u64, hint: DiskHint, start: u64) -> Read {
         if seq >= self.head {
             return Read::End;
         }
-        if seq < self.start {
-            return Read::Skip(self.start);
+        if seq < start {
+            return Read::Skip(start);
         }
         let ws = self.window_start();
         if seq >= ws {

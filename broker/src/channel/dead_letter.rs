@@ -1,0 +1,197 @@
+//! A channel's limit on attempts (`--max-attempts`, or the channel's own from
+//! `POST /channel/config`) and where a message goes when it reaches it.
+//!
+//! A message given back (REQ, with or without a delay, an in-flight timeout, or its consumer's
+//! disconnect, which nsqd would let time out) whose attempts already reach the limit would exceed it on its next delivery: it leaves the channel instead
+//! of going back to the queue. It is set aside in [`DeadLetters::out`] (counted in
+//! `dead_lettered_count`), and the owner shard takes it (`Channel::take_dead`) after the
+//! operation or timer that gave it back: with a dead-letter topic it is published there
+//! (`shard::dead_letter`), without one it is dropped, as if the broker had FINished it.
+//!
+//! Invariants: with no limit in force (`max == 0`, the default) nothing here changes what the
+//! channel does; a message set aside is no longer owed by the channel (it is in none of its
+//! queues), so it is never delivered by this channel again.
+
+use super::Channel;
+use crate::storage::segment::Stored;
+use std::sync::Arc;
+
+/// A channel's dead-letter settings and what they set aside.
+#[derive(Debug, Default)]
+pub struct DeadLetters {
+    /// The channel's own limit (`POST /channel/config`); `None`: the flag's.
+    pub own_max: Option<u16>,
+    /// The limit in force (0: none).
+    pub max: u16,
+    /// Where messages over the limit go; `None`: they are dropped.
+    pub topic: Option<Arc<str>>,
+    /// Messages over the limit, for the owner to take.
+    pub out: Vec<Stored>,
+    /// Messages that reached the limit since start (published to `topic` or dropped).
+    pub count: u64,
+}
+
+impl DeadLetters {
+    /// True when a limit is in force (the flag's or the channel's).
+    pub fn in_force(&self) -> bool {
+        self.max > 0
+    }
+}
+
+impl Channel {
+    /// Sets the dead-letter settings: the flag's limit (`default_max`), the channel's own
+    /// (`None`: the flag's) and the dead-letter topic.
+    pub fn set_dead_letters(
+        &mut self,
+        default_max: u16,
+        own_max: Option<u16>,
+        topic: Option<Arc<str>>,
+    ) {
+        self.dead.own_max = own_max;
+        self.dead.max = own_max.unwrap_or(default_max);
+        self.dead.topic = topic;
+    }
+
+    /// The dead-letter settings and counts.
+    pub fn dead_letters(&self) -> &DeadLetters {
+        &self.dead
+    }
+
+    /// Sets `msg` aside when its next delivery would exceed the limit; gives it back
+    /// otherwise.
+    pub(super) fn over_limit(&mut self, msg: Stored) -> Option<Stored> {
+        if self.dead.max == 0 || msg.msg.attempts < self.dead.max {
+            return Some(msg);
+        }
+        tracing::debug!(topic = %self.topic, channel = %self.name, id = %msg.msg.id,
+            attempts = msg.msg.attempts, "message reached max attempts");
+        self.dead.count += 1;
+        self.dead.out.push(msg);
+        None
+    }
+
+    /// The messages set aside since the last call, and the dead-letter topic they go to.
+    pub fn take_dead(&mut self) -> Option<(Vec<Stored>, Option<Arc<str>>)> {
+        if self.dead.out.is_empty() {
+            return None;
+        }
+        Some((std::mem::take(&mut self.dead.out), self.dead.topic.clone()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::*;
+    use bytes::Bytes;
+    use protocol::Message;
+
+    const MAX: Duration = Duration::from_secs(900);
+
+    fn setup(max: u16) -> (TopicLog, Rc<RefCell<Channel>>, ConsumerKey) {
+        let mut log = TopicLog::in_memory("t", 1000);
+        let m = Message {
+            id: MessageId::from_u64(7),
+            timestamp: 1,
+            attempts: 0,
+            body: Bytes::from_static(b"poison"),
+        };
+        let end = log.append(vec![m], 0);
+        let ch = Channel::new(Arc::from("t"), "c", 100, 0, end);
+        let key = ConsumerKey { shard: 0, conn: 1 };
+        {
+            let mut c = ch.borrow_mut();
+            c.set_dead_letters(max, None, Some(Arc::from("t.dead")));
+            c.add_consumer(
+                ConsumerSpec {
+                    key,
+                    msg_timeout: Duration::from_secs(1),
+                    info: Arc::new(ClientInfo::default()),
+                    output_window: u64::MAX,
+                },
+                0,
+            )
+            .unwrap();
+            c.set_rdy(key, 1);
+        }
+        (log, ch, key)
+    }
+
+    /// Delivers what the channel has; the attempts of the delivered message, if any.
+    fn deliver(c: &mut Channel, log: &TopicLog, now: Instant, timers: &TimerQueue) -> Option<u16> {
+        let mut out = Deliveries::default();
+        c.dispatch(log, now, MAX, timers, &mut out);
+        out.first().map(|d| d.msg.attempts)
+    }
+
+    #[test]
+    fn req_sets_aside_after_max_attempts() {
+        let timers = TimerQueue::default();
+        let (log, ch, key) = setup(3);
+        let mut c = ch.borrow_mut();
+        let now = Instant::now();
+        for want in 1..=3 {
+            assert_eq!(deliver(&mut c, &log, now, &timers), Some(want));
+            let id = MessageId::from_u64(7);
+            // A delayed REQ of the last attempt is set aside too, not deferred.
+            let delay = Duration::from_millis(if want == 3 { 500 } else { 0 });
+            c.requeue(key, id, delay, now, &timers).unwrap();
+        }
+        assert_eq!(deliver(&mut c, &log, now, &timers), None);
+        assert_eq!(c.dead_letters().count, 1);
+        let (msgs, to) = c.take_dead().unwrap();
+        assert_eq!(to.as_deref(), Some("t.dead"));
+        assert_eq!(msgs.len(), 1);
+        assert_eq!(msgs[0].msg.attempts, 3);
+        assert_eq!(&msgs[0].msg.body[..], b"poison");
+        assert!(c.take_dead().is_none());
+        assert_eq!(c.floor(), 1, "nothing owed any more");
+    }
+
+    #[test]
+    fn timeouts_set_aside_after_max_attempts() {
+        let timers = TimerQueue::default();
+        let (log, ch, _) = setup(2);
+        let mut c = ch.borrow_mut();
+        let mut now = Instant::now();
+        for want in 1..=2 {
+            assert_eq!(deliver(&mut c, &log, now, &timers), Some(want));
+            now += Duration::from_secs(2);
+            c.on_timer(TimerKind::InFlight, now, now, &timers);
+        }
+        assert_eq!(deliver(&mut c, &log, now, &timers), None);
+        assert_eq!(c.timeout_count, 2);
+        assert_eq!(c.take_dead().map(|(m, _)| m.len()), Some(1));
+    }
+
+    #[test]
+    fn a_disconnect_counts_as_a_timeout() {
+        let timers = TimerQueue::default();
+        let (log, ch, key) = setup(1);
+        let mut c = ch.borrow_mut();
+        let now = Instant::now();
+        assert_eq!(deliver(&mut c, &log, now, &timers), Some(1));
+        c.remove_consumer(key);
+        assert_eq!(c.take_dead().map(|(m, _)| m.len()), Some(1));
+        assert_eq!(c.floor(), 1);
+    }
+
+    #[test]
+    fn no_limit_changes_nothing() {
+        let timers = TimerQueue::default();
+        let (log, ch, key) = setup(0);
+        let mut c = ch.borrow_mut();
+        let now = Instant::now();
+        for want in 1..=10 {
+            assert_eq!(deliver(&mut c, &log, now, &timers), Some(want));
+            c.requeue(key, MessageId::from_u64(7), Duration::ZERO, now, &timers)
+                .unwrap();
+        }
+        assert!(c.take_dead().is_none());
+        assert!(!c.dead_letters().in_force());
+        // The channel's own limit wins over the flag's; None goes back to it.
+        c.set_dead_letters(0, Some(4), None);
+        assert_eq!(c.dead_letters().max, 4);
+        c.set_dead_letters(5, None, None);
+        assert_eq!(c.dead_letters().max, 5);
+    }
+}
