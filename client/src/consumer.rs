@@ -9,8 +9,9 @@
 //!   addresses) or leaves it to the next lookup poll (discovered addresses);
 //! - the connection's reader hands each message to [`Inner::on_message`], which updates RDY
 //!   and runs the handler (inline; it becomes a task only if it has to wait); when the
-//!   handler returns, FIN or REQ is sent and the outcome is fed to RDY and to
-//!   [`crate::backoff`], whose pause timer is a task of its own;
+//!   handler returns (or a deferred handler gives its [`Pending`] answer: [`deferred`]), FIN
+//!   or REQ is sent and the outcome is fed to RDY and to [`crate::backoff`], whose pause
+//!   timer is a task of its own;
 //! - a ticker drives redistribution and probe retries ([`RdyState::tick`]); a poller asks
 //!   the lookups and connects to new brokers / retires vanished ones;
 //! - retiring a connection (vanished from lookups, or [`Consumer::stop`]) sends CLS, waits for
@@ -42,6 +43,16 @@ use std::time::{Duration, Instant};
 type HandlerFn = dyn Fn(Message) -> Pin<Box<dyn Future<Output = HandlerResult>>>;
 type GiveUpFn = dyn Fn(&Message);
 
+mod deferred;
+pub use deferred::{answer_all, Pending};
+
+/// The two kinds of handler: one that answers by returning (a future per message), and one
+/// that is handed the message's [`Pending`] answer to give whenever it is done.
+enum Handler {
+    Returning(Box<HandlerFn>),
+    Deferred(Box<dyn Fn(Message, Pending)>),
+}
+
 /// Counters of one consumer, for monitoring and tests.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ConsumerStats {
@@ -69,7 +80,7 @@ struct Inner {
     config: ConsumerConfig,
     /// Built once from `config.features` (reads the certificate files).
     tls: Option<std::sync::Arc<rustls::ClientConfig>>,
-    handler: Box<HandlerFn>,
+    handler: Handler,
     give_up: RefCell<Rc<GiveUpFn>>,
     state: RefCell<State>,
     /// Poked whenever a handler ends or a connection comes or goes.
@@ -118,6 +129,23 @@ impl Consumer {
         F: Fn(Message) -> Fut + 'static,
         Fut: Future<Output = HandlerResult> + 'static,
     {
+        Consumer::with_handler(
+            config,
+            Handler::Returning(Box::new(move |m| Box::pin(handler(m)))),
+        )
+    }
+
+    /// A consumer whose handler answers later: called (synchronously, no task) with each
+    /// message and its [`Pending`] answer, which it gives when done ([`Pending::finish`],
+    /// [`answer_all`] for a batch). Until then the message is in flight (RDY, `stop` waits).
+    pub fn new_deferred<F>(config: ConsumerConfig, handler: F) -> Result<Consumer>
+    where
+        F: Fn(Message, Pending) + 'static,
+    {
+        Consumer::with_handler(config, Handler::Deferred(Box::new(handler)))
+    }
+
+    fn with_handler(config: ConsumerConfig, handler: Handler) -> Result<Consumer> {
         config.validate()?;
         let tls = config.features.tls_client_config()?;
         let rdy = RdyState::new(config.max_in_flight, config.low_rdy_idle_timeout);
@@ -129,7 +157,7 @@ impl Consumer {
             inner: Rc::new(Inner {
                 config,
                 tls,
-                handler: Box::new(move |m| Box::pin(handler(m))),
+                handler,
                 give_up: RefCell::new(give_up),
                 state: RefCell::new(State {
                     next_conn_id: 0,
@@ -468,49 +496,79 @@ impl Inner {
         };
         self.send_rdy(&ups);
         let msg = Message::new(m, conn.clone());
-        rt::run_or_spawn(self.clone().handle(id, msg));
+        let max = self.config.max_attempts;
+        if max > 0 && msg.attempts() > max {
+            self.give_up_on(id, msg);
+            return;
+        }
+        match &self.handler {
+            Handler::Returning(_) => rt::run_or_spawn(self.clone().handle(id, msg)),
+            Handler::Deferred(handler) => {
+                let pending = Pending::new(Rc::downgrade(self), id, &msg);
+                handler(msg, pending);
+            }
+        }
     }
 
-    /// Runs the handler (or the give-up callback) and answers the broker.
+    /// A message delivered more than `max_attempts` times: the give-up callback, then FIN.
+    fn give_up_on(self: &Rc<Self>, id: ConnId, msg: Message) {
+        let give_up = self.give_up.borrow().clone();
+        give_up(&msg);
+        let _ = msg.conn_handle().send(&Command::Fin(msg.id()));
+        self.state.borrow_mut().stats.messages_given_up += 1;
+        self.handled(id, Outcome::Neutral);
+    }
+
+    /// Runs a returning handler and answers the broker.
     async fn handle(self: Rc<Self>, id: ConnId, msg: Message) {
-        let attempts = msg.attempts();
-        let msg_id = msg.id();
-        let conn = msg.conn_handle();
-        let max = self.config.max_attempts;
-        let outcome = if max > 0 && attempts > max {
-            let give_up = self.give_up.borrow().clone();
-            give_up(&msg);
-            let _ = conn.send(&Command::Fin(msg_id));
-            self.state.borrow_mut().stats.messages_given_up += 1;
-            Outcome::Neutral
-        } else {
-            match (self.handler)(msg).await {
-                HandlerResult::Finish => {
-                    let _ = conn.send(&Command::Fin(msg_id));
-                    self.state.borrow_mut().stats.messages_finished += 1;
-                    Outcome::Success
-                }
-                HandlerResult::Requeue { delay, backoff } => {
-                    let delay = delay.unwrap_or_else(|| self.config.requeue_delay_for(attempts));
-                    let _ = conn.send(&Command::Req {
-                        id: msg_id,
-                        delay_ms: delay.as_millis() as u64,
-                    });
-                    self.state.borrow_mut().stats.messages_requeued += 1;
-                    if backoff {
-                        Outcome::Failure
-                    } else {
-                        Outcome::Neutral
-                    }
-                }
-            }
+        let Handler::Returning(handler) = &self.handler else {
+            return;
         };
+        let (attempts, msg_id, conn) = (msg.attempts(), msg.id(), msg.conn_handle());
+        let result = handler(msg).await;
+        let outcome = self.answer(&conn, msg_id, attempts, result);
         self.handled(id, outcome);
     }
 
-    /// Books a handled message: RDY, backoff, and closing a retired connection once empty.
+    /// Sends FIN or REQ for `result` and counts it; what it means for backoff.
+    fn answer(
+        &self,
+        conn: &Conn,
+        msg_id: protocol::MessageId,
+        attempts: u16,
+        result: HandlerResult,
+    ) -> Outcome {
+        match result {
+            HandlerResult::Finish => {
+                let _ = conn.send(&Command::Fin(msg_id));
+                self.state.borrow_mut().stats.messages_finished += 1;
+                Outcome::Success
+            }
+            HandlerResult::Requeue { delay, backoff } => {
+                let delay = delay.unwrap_or_else(|| self.config.requeue_delay_for(attempts));
+                let _ = conn.send(&Command::Req {
+                    id: msg_id,
+                    delay_ms: delay.as_millis() as u64,
+                });
+                self.state.borrow_mut().stats.messages_requeued += 1;
+                if backoff {
+                    Outcome::Failure
+                } else {
+                    Outcome::Neutral
+                }
+            }
+        }
+    }
+
+    /// Books a handled message (see [`Inner::book`]) and tells whoever waits for a change.
     fn handled(self: &Rc<Self>, id: ConnId, outcome: Outcome) {
-        let now = crate::clock::now();
+        self.book(id, outcome, crate::clock::now());
+        self.changed.notify();
+    }
+
+    /// Books an answered message: RDY, backoff, and closing a retired connection once empty.
+    /// The caller pokes `changed` (once for a batch).
+    fn book(self: &Rc<Self>, id: ConnId, outcome: Outcome, now: Instant) {
         let (ups, action, close) = {
             let mut st = self.state.borrow_mut();
             let mut ups = st.rdy.on_message_done(id, now);
@@ -535,7 +593,6 @@ impl Inner {
         if let Some(conn) = close {
             conn.close();
         }
-        self.changed.notify();
     }
 
     fn backoff_timer(&self, window: u64) {

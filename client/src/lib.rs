@@ -71,6 +71,29 @@
 //! .expect("consume failed");
 //! ```
 //!
+//! A handler that holds messages to answer them later (batching, FIN only once its batch is
+//! durable) takes each message with its [`Pending`] answer, no task per held message:
+//!
+//! ```no_run
+//! use client::{answer_all, Consumer, ConsumerConfig, HandlerResult, Message, Pending};
+//! use std::{cell::RefCell, rc::Rc};
+//!
+//! glommio::LocalExecutor::default().run(async {
+//!     let held: Rc<RefCell<Vec<Pending>>> = Rc::default();
+//!     let h = held.clone();
+//!     let consumer = Consumer::new_deferred(ConsumerConfig::new("events", "archive"),
+//!         move |msg: Message, answer: Pending| {
+//!             // ... keep msg.body() somewhere ...
+//!             h.borrow_mut().push(answer);
+//!         })?;
+//!     consumer.connect_to_nsqd("127.0.0.1:4150").await?;
+//!     // ... once the batch is stored:
+//!     answer_all(held.take(), HandlerResult::Finish);
+//!     Ok::<(), client::Error>(())
+//! })
+//! .expect("consume failed");
+//! ```
+//!
 //! # Modules
 //!
 //! - [`config`]: producer and consumer settings with builder setters;
@@ -79,7 +102,9 @@
 //! - [`handshake`]: IDENTIFY and what it switches on (TLS, compression, AUTH), then SUB;
 //! - [`transport`], [`tls`]: the layers between the socket and the frames (the codecs are
 //!   `protocol::compress`'s, the broker's own);
-//! - [`producer`], [`consumer`], [`message`]: the public face;
+//! - [`producer`], [`consumer`], [`message`]: the public face ([`Consumer::new`] for handlers
+//!   that answer by returning, [`Consumer::new_deferred`] for ones that hold messages and answer
+//!   later, in batches, with [`Pending`] / [`answer_all`]);
 //! - [`blocking`]: a synchronous producer for threads outside any executor;
 //! - [`rdy`] and [`backoff`]: the flow-control rules as pure state machines;
 //! - [`lookup`]: asking lookups which brokers have a topic.
@@ -102,7 +127,7 @@ pub mod tls;
 pub mod transport;
 
 pub use config::{ConsumerConfig, Features, Identity, OutputBufferSize, ProducerConfig};
-pub use consumer::{Consumer, ConsumerStats};
+pub use consumer::{answer_all, Consumer, ConsumerStats, Pending};
 pub use error::{Error, Result};
 pub use handshake::{AuthAnswer, Negotiated};
 pub use message::{HandlerResult, Message};

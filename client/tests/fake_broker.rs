@@ -5,7 +5,8 @@ mod support;
 
 use bytes::Bytes;
 use client::{
-    Consumer, ConsumerConfig, Error, ErrorCode, HandlerResult, Message, Producer, ProducerConfig,
+    answer_all, Consumer, ConsumerConfig, Error, ErrorCode, HandlerResult, Message, Pending,
+    Producer, ProducerConfig,
 };
 use protocol::Command;
 use std::cell::RefCell;
@@ -322,6 +323,72 @@ fn consumer_gives_up_past_max_attempts_and_finishes() {
         );
         assert_eq!(c.stats().messages_given_up, 1);
         c.stop().await;
+    });
+}
+
+#[test]
+fn deferred_handler_holds_messages_then_answers_them_in_a_batch() {
+    run(|| async {
+        let fake = FakeNsqd::start();
+        let held: Rc<RefCell<Vec<Pending>>> = Rc::default();
+        let h = held.clone();
+        let c = Consumer::new_deferred(
+            quick_config().max_in_flight(10),
+            move |_m: Message, p: Pending| h.borrow_mut().push(p),
+        )
+        .expect("consumer");
+        c.connect_to_nsqd(fake.addr.clone())
+            .await
+            .expect("subscribe");
+        let ids: Vec<_> = (0..4)
+            .map(|i| fake.push_message(&format!("m{i}"), 0))
+            .collect();
+        assert!(eventually(WAIT, || held.borrow().len() == 4).await);
+        assert_eq!(c.stats().in_flight, 4, "held messages are in flight");
+        assert_eq!(fake.count(|c| matches!(c, Command::Fin(_))), 0);
+        // Three finished as a batch, the fourth dropped unanswered: requeued, no backoff.
+        let mut batch = std::mem::take(&mut *held.borrow_mut());
+        let last = batch.pop().expect("four held");
+        answer_all(batch, HandlerResult::Finish);
+        drop(last);
+        assert!(eventually(WAIT, || fake.count(|c| matches!(c, Command::Fin(_))) == 3).await);
+        for id in &ids[..3] {
+            assert_eq!(fake.count(|c| *c == Command::Fin(*id)), 1);
+        }
+        assert!(
+            eventually(WAIT, || fake
+                .count(|c| matches!(c, Command::Req { id, .. } if *id == ids[3]))
+                == 1)
+            .await
+        );
+        let stats = c.stats();
+        assert_eq!(
+            (
+                stats.messages_finished,
+                stats.messages_requeued,
+                stats.in_flight
+            ),
+            (3, 1, 0)
+        );
+        assert!(!c.in_backoff());
+        // stop waits for a held message, answered meanwhile by another task.
+        let id = fake.push_message("late", 0);
+        assert!(eventually(WAIT, || held.borrow().len() == 1).await);
+        let h = held.clone();
+        glommio::spawn_local(async move {
+            glommio::timer::sleep(ms(100)).await;
+            if let Some(p) = h.borrow_mut().pop() {
+                p.finish();
+            }
+        })
+        .detach();
+        c.stop().await;
+        assert_eq!(
+            c.stats().messages_finished,
+            4,
+            "stop waited for the held one"
+        );
+        assert!(eventually(WAIT, || fake.count(|c| *c == Command::Fin(id)) == 1).await);
     });
 }
 

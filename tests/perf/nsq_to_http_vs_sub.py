@@ -16,61 +16,18 @@ flight 0), polled every 20 ms.
 import argparse
 import json
 import os
-import subprocess
-import sys
 import tempfile
-import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "python"))
-from conftest import Broker, REPO  # noqa: E402
-from brokerhttp import http  # noqa: E402
+from vs_sub import BIN, Broker, drain_with, prepare, run_sub, summary
 
-BIN = os.path.join(REPO, "target", "release")
 TOPIC = "tohttp_bench"
 
 
-def channel(broker, name):
-    _, answer = http(broker, "GET", "/stats?format=json&topic=%s" % TOPIC)
-    stats = json.loads(answer)
-    for t in stats.get("topics") or []:
-        for c in t.get("channels") or []:
-            if c["channel_name"] == name:
-                return c
-    return None
-
-
-def run_sub(broker, name, args):
-    out = os.path.join(tempfile.mkdtemp(), "sub.json")
-    start = time.monotonic()
-    subprocess.run([os.path.join(BIN, "shard-bench"), "sub", "--nsqd-tcp-address",
-                    broker.tcp_address, "--topic", TOPIC, "--channel", name, "--count",
-                    str(args.count), "--sub-connections", "1", "--max-in-flight",
-                    str(args.max_in_flight), "--duration", "600s", "--json", out, "--quiet"],
-                   check=True, capture_output=True)
-    wall = args.count / (time.monotonic() - start)
-    with open(out) as f:
-        result = json.load(f)
-    return result["consumed"]["msgs_per_s"], wall, result.get("host_load")
-
-
 def run_http(broker, sink, name, args):
-    start = time.monotonic()
-    p = subprocess.Popen([os.path.join(BIN, "nsq_to_http"), "--nsqd-tcp-address",
-                          broker.tcp_address, "--topic", TOPIC, "--channel", name,
-                          "--max-in-flight", str(args.max_in_flight), "-n", str(args.n),
-                          "--status-every", "0", "--post",
-                          "http://127.0.0.1:%d/pub?topic=sink" % sink.http_port],
-                         stderr=subprocess.DEVNULL)
-    while True:
-        c = channel(broker, name)
-        if c and c["depth"] == 0 and c["in_flight_count"] == 0:
-            break
-        time.sleep(0.02)
-    elapsed = time.monotonic() - start
-    p.terminate()
-    p.wait(60)
-    return args.count / elapsed
+    return drain_with(broker, TOPIC, name, args.count, [
+        os.path.join(BIN, "nsq_to_http"), "--nsqd-tcp-address", broker.tcp_address, "--topic",
+        TOPIC, "--channel", name, "--max-in-flight", str(args.max_in_flight), "-n", str(args.n),
+        "--status-every", "0", "--post", "http://127.0.0.1:%d/pub?topic=sink" % sink.http_port])
 
 
 def main():
@@ -87,34 +44,15 @@ def main():
     sink = Broker(args.shards, [], tempfile.mkdtemp(prefix="tohttp-bench-sink-"))
     sink.start()
     try:
-        names = []
-        http(broker, "POST", "/topic/create?topic=%s" % TOPIC)
-        for i in range(args.runs):
-            for kind in ("sub", "http"):
-                names.append((kind, "%s%d" % (kind, i)))
-                http(broker, "POST", "/channel/create?topic=%s&channel=%s" % (TOPIC, names[-1][1]))
-        subprocess.run([os.path.join(BIN, "shard-bench"), "pub", "--nsqd-tcp-address",
-                        broker.tcp_address, "--topic", TOPIC, "--count", str(args.count),
-                        "--size", "200", "--duration", "600s", "--quiet"],
-                       check=True, capture_output=True)
+        names = prepare(broker, TOPIC, ("sub", "http"), args.runs, args.count)
         rows = []
         for kind, name in names:
             if kind == "sub":
-                rate, wall, load = run_sub(broker, name, args)
-                rows.append({"run": name, "msgs_per_s": round(rate),
-                             "wall_msgs_per_s": round(wall), "host_load": load})
+                rows.append(run_sub(broker, TOPIC, name, args.count, args.max_in_flight))
             else:
-                rate = run_http(broker, sink, name, args)
-                rows.append({"run": name, "wall_msgs_per_s": round(rate)})
+                rows.append(run_http(broker, sink, name, args))
             print(json.dumps(rows[-1]), flush=True)
-        sub = sorted(r["msgs_per_s"] for r in rows if r["run"].startswith("sub"))
-        sub_wall = sorted(r["wall_msgs_per_s"] for r in rows if r["run"].startswith("sub"))
-        tohttp = sorted(r["wall_msgs_per_s"] for r in rows if r["run"].startswith("http"))
-        med = lambda v: v[len(v) // 2]  # noqa: E731
-        print("median: shard-bench sub %d msg/s (its own clock; %d by wall time from process "
-              "start), nsq_to_http %d msg/s (wall time from process start): ratio %.2f (%.2f "
-              "by wall time)" % (med(sub), med(sub_wall), med(tohttp), med(tohttp) / med(sub),
-                                 med(tohttp) / med(sub_wall)))
+        summary(rows, "http", "nsq_to_http")
     finally:
         broker.stop()
         sink.stop()

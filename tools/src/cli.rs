@@ -3,13 +3,64 @@
 //! `--version` in NSQ's words, logging to stderr, and SIGINT / SIGTERM (and SIGHUP) turned
 //! into flags a glommio task can watch.
 //!
+//! The flags several tools share, with NSQ's names, defaults and help, are defined once here
+//! and `#[command(flatten)]`ed into each tool's `Options`: [`VersionFlag`], [`ConsumerFlags`]
+//! (nsqd / lookupd addresses, `--max-in-flight`, `--consumer-opt`), [`ProducerFlags`]
+//! (`--producer-opt`) and [`StatsFlag`] (`--stats-address`). TLS, snappy, deflate and AUTH come
+//! through `--consumer-opt` / `--producer-opt` (go-nsq's config keys), as in NSQ.
+//!
 //! Invariant: a bad command line never starts any work: it ends the process with status 2 and
 //! a message naming the flag ([`parse_args`], [`fail`]).
 
-use clap::Parser;
+use clap::{Args, Parser};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+
+/// `--version` of nsq_to_file, nsq_tail, nsq_to_http and nsq_to_nsq (nsq_stat's and to_nsq's
+/// help words differ, so they keep their own).
+#[derive(Args, Debug, Clone)]
+pub struct VersionFlag {
+    /// print version string
+    #[arg(long, value_parser = go_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false")]
+    pub version: bool,
+}
+
+/// Where and how a consuming tool subscribes (nsq_to_file, nsq_tail, nsq_to_http,
+/// nsq_to_nsq); `--topic` and `--channel` stay each tool's (their defaults and arity differ).
+#[derive(Args, Debug, Clone)]
+pub struct ConsumerFlags {
+    /// max number of messages to allow in flight
+    #[arg(long = "max-in-flight", default_value_t = 200)]
+    pub max_in_flight: u64,
+    /// nsqd TCP address (may be given multiple times)
+    #[arg(long = "nsqd-tcp-address")]
+    pub nsqd_tcp_address: Vec<String>,
+    /// lookupd HTTP address (may be given multiple times)
+    #[arg(long = "lookupd-http-address")]
+    pub lookupd_http_address: Vec<String>,
+    /// option to passthrough to nsq.Consumer (may be given multiple times,
+    /// http://godoc.org/github.com/nsqio/go-nsq#Config)
+    #[arg(long = "consumer-opt")]
+    pub consumer_opt: Vec<String>,
+}
+
+/// go-nsq producer settings of a publishing tool (to_nsq, nsq_to_nsq).
+#[derive(Args, Debug, Clone)]
+pub struct ProducerFlags {
+    /// option to passthrough to nsq.Producer (may be given multiple times,
+    /// http://godoc.org/github.com/nsqio/go-nsq#Config)
+    #[arg(long = "producer-opt")]
+    pub producer_opt: Vec<String>,
+}
+
+/// `--stats-address` of the long-running tools (nsq_to_file, nsq_to_http, nsq_to_nsq).
+#[derive(Args, Debug, Clone)]
+pub struct StatsFlag {
+    /// HTTP address (host:port) to serve Prometheus metrics on (`GET /metrics`; not in NSQ)
+    #[arg(long = "stats-address", default_value = "")]
+    pub stats_address: String,
+}
 
 /// The version the tools report, NSQ's form: `<tool> v1.3.0 (nsq-rs 0.1.0)`.
 pub fn version_line(tool: &str) -> String {

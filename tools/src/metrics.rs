@@ -38,15 +38,26 @@ impl Metrics {
 
     /// Runs a message's handler, counting it received, in flight, then finished or requeued.
     pub async fn observe(&self, handler: impl Future<Output = HandlerResult>) -> HandlerResult {
-        add(&self.received, 1);
-        add(&self.in_flight, 1);
+        self.received(1);
         let result = handler.await;
-        self.in_flight.set(self.in_flight.get().saturating_sub(1));
-        match result {
-            HandlerResult::Finish => add(&self.finished, 1),
-            HandlerResult::Requeue { .. } => add(&self.requeued, 1),
-        }
+        self.answered(1, result);
         result
+    }
+
+    /// Counts `n` messages received (and in flight until [`Metrics::answered`]); for handlers
+    /// that hold messages and answer them later in batches.
+    pub fn received(&self, n: u64) {
+        add(&self.received, n);
+        add(&self.in_flight, n);
+    }
+
+    /// Counts `n` messages [`Metrics::received`] earlier as answered with `result`.
+    pub fn answered(&self, n: u64, result: HandlerResult) {
+        self.in_flight.set(self.in_flight.get().saturating_sub(n));
+        match result {
+            HandlerResult::Finish => add(&self.finished, n),
+            HandlerResult::Requeue { .. } => add(&self.requeued, n),
+        }
     }
 
     /// Counts one error of `kind`.

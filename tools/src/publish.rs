@@ -10,6 +10,7 @@
 //! One difference from NSQ: a last record without a trailing delimiter is published whole
 //! (NSQ's to_nsq drops its last byte).
 
+use crate::cli::ProducerFlags;
 use crate::cli::{self, Signals};
 use crate::goconfig::GoConfig;
 use clap::Parser;
@@ -37,16 +38,14 @@ pub struct Options {
     /// destination nsqd TCP address (may be given multiple times)
     #[arg(long = "nsqd-tcp-address")]
     pub nsqd_tcp_address: Vec<String>,
-    /// option to passthrough to nsq.Producer (may be given multiple times,
-    /// http://godoc.org/github.com/nsqio/go-nsq#Config)
-    #[arg(long = "producer-opt")]
-    pub producer_opt: Vec<String>,
     /// Throttle messages to n/second. 0 to disable
     #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
     pub rate: i64,
     /// print version string (not in NSQ's to_nsq; the other tools have it)
     #[arg(long, value_parser = cli::go_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false")]
     pub version: bool,
+    #[command(flatten)]
+    pub producer: ProducerFlags,
 }
 
 /// Spaces records out to at most `rate` a second, allowing a burst of up to one second's
@@ -112,7 +111,7 @@ pub fn main() -> i32 {
     if opts.delimiter.len() != 1 {
         return fatal("--delimiter must be a single byte".into());
     }
-    let go = match GoConfig::parse(&opts.producer_opt) {
+    let go = match GoConfig::parse(&opts.producer.producer_opt) {
         Ok(g) => g,
         Err(e) => cli::fail(TOOL, format!("--producer-opt: {e}")),
     };

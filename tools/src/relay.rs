@@ -11,7 +11,8 @@
 //! while a destination is down. SIGINT / SIGTERM stop the consumers (publishes under way end
 //! first), then exit 0.
 
-use crate::cli::{self, go_bool, Signals};
+use crate::cli::{self, Signals};
+use crate::cli::{ConsumerFlags, ProducerFlags, StatsFlag, VersionFlag};
 use crate::goconfig::GoConfig;
 use crate::jsonfilter::{Filter, Verdict};
 use crate::metrics::Metrics;
@@ -33,33 +34,23 @@ const TOOL: &str = "nsq_to_nsq";
     args_override_self = true
 )]
 pub struct Options {
-    /// print version string
-    #[arg(long, value_parser = go_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false")]
-    pub version: bool,
+    #[command(flatten)]
+    pub v: VersionFlag,
     /// nsq channel
     #[arg(long, default_value = "nsq_to_nsq")]
     pub channel: String,
     /// use this destination topic for all consumed topics (default is consumed topic name)
     #[arg(long = "destination-topic", default_value = "")]
     pub destination_topic: String,
-    /// max number of messages to allow in flight
-    #[arg(long = "max-in-flight", default_value_t = 200)]
-    pub max_in_flight: u64,
     /// the # of requests between logging status (per destination), 0 disables
     #[arg(long = "status-every", default_value_t = 250)]
     pub status_every: usize,
     /// the upstream request mode options: round-robin, hostpool (default), epsilon-greedy
     #[arg(long, default_value = "hostpool")]
     pub mode: String,
-    /// nsqd TCP address (may be given multiple times)
-    #[arg(long = "nsqd-tcp-address")]
-    pub nsqd_tcp_address: Vec<String>,
     /// destination nsqd TCP address (may be given multiple times)
     #[arg(long = "destination-nsqd-tcp-address")]
     pub destination_nsqd_tcp_address: Vec<String>,
-    /// lookupd HTTP address (may be given multiple times)
-    #[arg(long = "lookupd-http-address")]
-    pub lookupd_http_address: Vec<String>,
     /// nsq topic (may be given multiple times)
     #[arg(long)]
     pub topic: Vec<String>,
@@ -72,17 +63,12 @@ pub struct Options {
     /// for JSON messages: only pass messages in which the required field has this value
     #[arg(long = "require-json-value", default_value = "")]
     pub require_json_value: String,
-    /// option to passthrough to nsq.Consumer (may be given multiple times,
-    /// http://godoc.org/github.com/nsqio/go-nsq#Config)
-    #[arg(long = "consumer-opt")]
-    pub consumer_opt: Vec<String>,
-    /// option to passthrough to nsq.Producer (may be given multiple times,
-    /// http://godoc.org/github.com/nsqio/go-nsq#Config)
-    #[arg(long = "producer-opt")]
-    pub producer_opt: Vec<String>,
-    /// HTTP address (host:port) to serve Prometheus metrics on (`GET /metrics`; not in NSQ)
-    #[arg(long = "stats-address", default_value = "")]
-    pub stats_address: String,
+    #[command(flatten)]
+    pub consumer: ConsumerFlags,
+    #[command(flatten)]
+    pub producer: ProducerFlags,
+    #[command(flatten)]
+    pub stats: StatsFlag,
 }
 
 /// One destination broker, connected on first use.
@@ -165,7 +151,7 @@ impl Relay {
 /// The program; the exit status.
 pub fn main() -> i32 {
     let opts: Options = cli::parse_args();
-    if opts.version {
+    if opts.v.version {
         println!("{}", cli::version_line(TOOL));
         return 0;
     }
@@ -186,20 +172,21 @@ pub fn main() -> i32 {
     if !is_valid_channel_name(&opts.channel) {
         return fatal("--channel is invalid");
     }
-    if opts.nsqd_tcp_address.is_empty() && opts.lookupd_http_address.is_empty() {
+    if opts.consumer.nsqd_tcp_address.is_empty() && opts.consumer.lookupd_http_address.is_empty() {
         return fatal("--nsqd-tcp-address or --lookupd-http-address required");
     }
-    if !opts.nsqd_tcp_address.is_empty() && !opts.lookupd_http_address.is_empty() {
+    if !opts.consumer.nsqd_tcp_address.is_empty() && !opts.consumer.lookupd_http_address.is_empty()
+    {
         return fatal("use --nsqd-tcp-address or --lookupd-http-address not both");
     }
     if opts.destination_nsqd_tcp_address.is_empty() {
         return fatal("--destination-nsqd-tcp-address required");
     }
-    let consumer_go = match GoConfig::parse(&opts.consumer_opt) {
+    let consumer_go = match GoConfig::parse(&opts.consumer.consumer_opt) {
         Ok(g) => g,
         Err(e) => cli::fail(TOOL, format!("--consumer-opt: {e}")),
     };
-    let producer_go = match GoConfig::parse(&opts.producer_opt) {
+    let producer_go = match GoConfig::parse(&opts.producer.producer_opt) {
         Ok(g) => g,
         Err(e) => cli::fail(TOOL, format!("--producer-opt: {e}")),
     };
@@ -257,15 +244,15 @@ async fn run(
         aggregate: RefCell::new(TimerMetrics::new(opts.status_every, "[aggregate]:")),
         metrics: Rc::new(Metrics::new(TOOL)),
     });
-    if !opts.stats_address.is_empty() {
-        crate::stats_server::start(&opts.stats_address, relay.metrics.clone())?;
+    if !opts.stats.stats_address.is_empty() {
+        crate::stats_server::start(&opts.stats.stats_address, relay.metrics.clone())?;
     }
     let mut consumers = Vec::new();
     for topic in &opts.topic {
         let config = consumer_go
             .consumer(ConsumerConfig::new(topic.as_str(), opts.channel.as_str()))
             .user_agent(ua.clone())
-            .max_in_flight(opts.max_in_flight);
+            .max_in_flight(opts.consumer.max_in_flight);
         let publish_topic: Rc<str> = if opts.destination_topic.is_empty() {
             topic.as_str().into()
         } else {
@@ -281,10 +268,10 @@ async fn run(
     }
     for consumer in &consumers {
         consumer
-            .connect_to_nsqds(opts.nsqd_tcp_address.clone())
+            .connect_to_nsqds(opts.consumer.nsqd_tcp_address.clone())
             .await
             .map_err(|e| e.to_string())?;
-        for l in &opts.lookupd_http_address {
+        for l in &opts.consumer.lookupd_http_address {
             consumer
                 .connect_to_lookupd(l.clone())
                 .await

@@ -7,6 +7,7 @@
 //! reached `-n`, further deliveries are requeued unprinted.
 
 use crate::cli::{self, go_bool, Signals};
+use crate::cli::{ConsumerFlags, VersionFlag};
 use crate::goconfig::GoConfig;
 use clap::Parser;
 use client::{Consumer, ConsumerConfig, HandlerResult, Message};
@@ -25,34 +26,22 @@ const TOOL: &str = "nsq_tail";
     args_override_self = true
 )]
 pub struct Options {
-    /// print version string
-    #[arg(long, value_parser = go_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false")]
-    pub version: bool,
+    #[command(flatten)]
+    pub v: VersionFlag,
     /// NSQ channel
     #[arg(long, default_value = "")]
     pub channel: String,
-    /// max number of messages to allow in flight
-    #[arg(long = "max-in-flight", default_value_t = 200)]
-    pub max_in_flight: u64,
     /// total messages to show (will wait if starved)
     #[arg(long = "n", default_value_t = 0)]
     pub n: u64,
     /// print topic name where message was received
     #[arg(long = "print-topic", value_parser = go_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false")]
     pub print_topic: bool,
-    /// nsqd TCP address (may be given multiple times)
-    #[arg(long = "nsqd-tcp-address")]
-    pub nsqd_tcp_address: Vec<String>,
-    /// lookupd HTTP address (may be given multiple times)
-    #[arg(long = "lookupd-http-address")]
-    pub lookupd_http_address: Vec<String>,
     /// NSQ topic (may be given multiple times)
     #[arg(long)]
     pub topic: Vec<String>,
-    /// option to passthrough to nsq.Consumer (may be given multiple times,
-    /// http://godoc.org/github.com/nsqio/go-nsq#Config)
-    #[arg(long = "consumer-opt")]
-    pub consumer_opt: Vec<String>,
+    #[command(flatten)]
+    pub consumer: ConsumerFlags,
 }
 
 /// NSQ's default channel: `tail` and six random digits, ephemeral.
@@ -78,7 +67,7 @@ pub fn line(topic: Option<&str>, body: &[u8]) -> Vec<u8> {
 /// The program; the exit status.
 pub fn main() -> i32 {
     let mut opts: Options = cli::parse_args();
-    if opts.version {
+    if opts.v.version {
         println!("{}", cli::version_line(TOOL));
         return 0;
     }
@@ -90,22 +79,23 @@ pub fn main() -> i32 {
         eprintln!("{TOOL}: {m}");
         1
     };
-    if opts.nsqd_tcp_address.is_empty() && opts.lookupd_http_address.is_empty() {
+    if opts.consumer.nsqd_tcp_address.is_empty() && opts.consumer.lookupd_http_address.is_empty() {
         return fatal("--nsqd-tcp-address or --lookupd-http-address required");
     }
-    if !opts.nsqd_tcp_address.is_empty() && !opts.lookupd_http_address.is_empty() {
+    if !opts.consumer.nsqd_tcp_address.is_empty() && !opts.consumer.lookupd_http_address.is_empty()
+    {
         return fatal("use --nsqd-tcp-address or --lookupd-http-address not both");
     }
     if opts.topic.is_empty() {
         return fatal("--topic required");
     }
-    let go = match GoConfig::parse(&opts.consumer_opt) {
+    let go = match GoConfig::parse(&opts.consumer.consumer_opt) {
         Ok(g) => g,
         Err(e) => cli::fail(TOOL, format!("--consumer-opt: {e}")),
     };
     // Don't ask for more messages than we want.
-    if opts.n > 0 && opts.n < opts.max_in_flight {
-        opts.max_in_flight = opts.n;
+    if opts.n > 0 && opts.n < opts.consumer.max_in_flight {
+        opts.consumer.max_in_flight = opts.n;
     }
     let signals = match Signals::register() {
         Ok(s) => s,
@@ -128,7 +118,7 @@ async fn run(opts: Options, go: GoConfig, signals: Signals) -> i32 {
         let config = go
             .consumer(ConsumerConfig::new(topic.as_str(), opts.channel.as_str()))
             .user_agent(cli::user_agent(TOOL))
-            .max_in_flight(opts.max_in_flight);
+            .max_in_flight(opts.consumer.max_in_flight);
         let shown = Rc::new(Cell::new(0u64));
         let (limit, prefix, done2) = (
             opts.n,
@@ -147,9 +137,9 @@ async fn run(opts: Options, go: GoConfig, signals: Signals) -> i32 {
         };
         let connected = async {
             consumer
-                .connect_to_nsqds(opts.nsqd_tcp_address.clone())
+                .connect_to_nsqds(opts.consumer.nsqd_tcp_address.clone())
                 .await?;
-            for l in &opts.lookupd_http_address {
+            for l in &opts.consumer.lookupd_http_address {
                 consumer.connect_to_lookupd(l.clone()).await?;
             }
             Ok::<(), client::Error>(())

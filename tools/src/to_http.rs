@@ -16,6 +16,7 @@
 //! SIGINT / SIGTERM stop the consumer (requests under way end first), then exit 0.
 
 use crate::cli::{self, go_bool, go_duration, Signals};
+use crate::cli::{ConsumerFlags, StatsFlag, VersionFlag};
 use crate::goconfig::GoConfig;
 use crate::http::{Client, Timeouts, Url};
 use crate::metrics::Metrics;
@@ -38,18 +39,14 @@ const DEFAULT_CONTENT_TYPE: &str = "application/octet-stream";
     args_override_self = true
 )]
 pub struct Options {
-    /// print version string
-    #[arg(long, value_parser = go_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false")]
-    pub version: bool,
+    #[command(flatten)]
+    pub v: VersionFlag,
     /// nsq topic
     #[arg(long, default_value = "")]
     pub topic: String,
     /// nsq channel
     #[arg(long, default_value = "nsq_to_http")]
     pub channel: String,
-    /// max number of messages to allow in flight
-    #[arg(long = "max-in-flight", default_value_t = 200)]
-    pub max_in_flight: u64,
     /// number of concurrent publishers
     #[arg(long = "n", default_value_t = 100)]
     pub n: usize,
@@ -82,16 +79,6 @@ pub struct Options {
     /// given multiple times)
     #[arg(long)]
     pub get: Vec<String>,
-    /// nsqd TCP address (may be given multiple times)
-    #[arg(long = "nsqd-tcp-address")]
-    pub nsqd_tcp_address: Vec<String>,
-    /// lookupd HTTP address (may be given multiple times)
-    #[arg(long = "lookupd-http-address")]
-    pub lookupd_http_address: Vec<String>,
-    /// option to passthrough to nsq.Consumer (may be given multiple times,
-    /// http://godoc.org/github.com/nsqio/go-nsq#Config)
-    #[arg(long = "consumer-opt")]
-    pub consumer_opt: Vec<String>,
     /// (beyond NSQ) CA certificates (PEM) to check https endpoints against, instead of the
     /// system's
     #[arg(long = "http-client-tls-root-ca-file")]
@@ -106,9 +93,10 @@ pub struct Options {
     /// (beyond NSQ) accept any certificate from https endpoints
     #[arg(long = "http-client-tls-insecure-skip-verify", value_parser = go_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false")]
     pub tls_insecure_skip_verify: bool,
-    /// HTTP address (host:port) to serve Prometheus metrics on (`GET /metrics`; not in NSQ)
-    #[arg(long = "stats-address", default_value = "")]
-    pub stats_address: String,
+    #[command(flatten)]
+    pub consumer: ConsumerFlags,
+    #[command(flatten)]
+    pub stats: StatsFlag,
 }
 
 /// `--header` values as NSQ reads them: `Key: value`, both trimmed and non-empty.
@@ -244,7 +232,7 @@ impl Sender {
 /// The program; the exit status.
 pub fn main() -> i32 {
     let opts: Options = cli::parse_args();
-    if opts.version {
+    if opts.v.version {
         println!("{}", cli::version_line(TOOL));
         return 0;
     }
@@ -270,10 +258,11 @@ pub fn main() -> i32 {
             }
         }
     }
-    if opts.nsqd_tcp_address.is_empty() && opts.lookupd_http_address.is_empty() {
+    if opts.consumer.nsqd_tcp_address.is_empty() && opts.consumer.lookupd_http_address.is_empty() {
         return fatal("--nsqd-tcp-address or --lookupd-http-address required");
     }
-    if !opts.nsqd_tcp_address.is_empty() && !opts.lookupd_http_address.is_empty() {
+    if !opts.consumer.nsqd_tcp_address.is_empty() && !opts.consumer.lookupd_http_address.is_empty()
+    {
         return fatal("use --nsqd-tcp-address or --lookupd-http-address not both");
     }
     if opts.get.is_empty() && opts.post.is_empty() {
@@ -301,7 +290,7 @@ pub fn main() -> i32 {
             return fatal(&format!("invalid address {m}"));
         }
     }
-    let go = match GoConfig::parse(&opts.consumer_opt) {
+    let go = match GoConfig::parse(&opts.consumer.consumer_opt) {
         Ok(g) => g,
         Err(e) => cli::fail(TOOL, format!("--consumer-opt: {e}")),
     };
@@ -386,8 +375,8 @@ async fn run(
         slots: glommio::sync::Semaphore::new(opts.n as u64),
         metrics: Rc::new(Metrics::new(TOOL)),
     });
-    if !opts.stats_address.is_empty() {
-        crate::stats_server::start(&opts.stats_address, sender.metrics.clone())?;
+    if !opts.stats.stats_address.is_empty() {
+        crate::stats_server::start(&opts.stats.stats_address, sender.metrics.clone())?;
     }
     let config = go
         .consumer(ConsumerConfig::new(
@@ -395,7 +384,7 @@ async fn run(
             opts.channel.as_str(),
         ))
         .user_agent(cli::user_agent(TOOL))
-        .max_in_flight(opts.max_in_flight);
+        .max_in_flight(opts.consumer.max_in_flight);
     let handler_sender = sender.clone();
     let consumer = Consumer::new(config, move |msg: Message| {
         let sender = handler_sender.clone();
@@ -403,10 +392,10 @@ async fn run(
     })
     .map_err(|e| e.to_string())?;
     consumer
-        .connect_to_nsqds(opts.nsqd_tcp_address.clone())
+        .connect_to_nsqds(opts.consumer.nsqd_tcp_address.clone())
         .await
         .map_err(|e| e.to_string())?;
-    for l in &opts.lookupd_http_address {
+    for l in &opts.consumer.lookupd_http_address {
         consumer
             .connect_to_lookupd(l.clone())
             .await

@@ -5,7 +5,10 @@
 //! Invariants:
 //! - [`OutputFile::run`] returns only after every record of the batch is written *and* synced
 //!   (fdatasync) to the file it went to: a caller may FIN the batch's messages once it returns
-//!   `Ok`.
+//!   `Ok`. [`OutputFile::write_batch`] is its first half: it writes (and seals the gzip member
+//!   or zstd frame) and hands back a [`ToSync`], whose [`ToSync::sync`] (on any thread,
+//!   concurrently with later writes) is the second; the batch's messages may be FINished once
+//!   that returns `Ok` (or at once when there is nothing to sync: a close synced it already).
 //! - With gzip every sync ends the gzip member (a new one starts after it), so the file on
 //!   disk is a valid gzip stream (concatenated members) after each sync; a rotation or a
 //!   close finishes the member before the file is moved. zstd (`--compress zstd`) the same
@@ -81,6 +84,16 @@ impl Writer {
     }
 }
 
+/// What a written batch still needs to be durable: an fdatasync of its file (a second
+/// descriptor of it, so that it can run while the next batch is written).
+pub struct ToSync(File);
+
+impl ToSync {
+    pub fn sync(self) -> io::Result<()> {
+        self.0.sync_data()
+    }
+}
+
 /// The open file (if any) and what rotation needs to know.
 pub struct OutputFile {
     settings: FileSettings,
@@ -116,6 +129,14 @@ impl OutputFile {
     /// Writes `batch` (rotating as NSQ does: before a record when the name, the interval or
     /// the size says so), then syncs; closes after it when asked.
     pub fn run(&mut self, batch: &Batch) -> io::Result<()> {
+        match self.write_batch(batch)? {
+            Some(to_sync) => to_sync.sync(),
+            None => Ok(()),
+        }
+    }
+
+    /// [`OutputFile::run`] without the final fdatasync: what is left to sync, if anything.
+    pub fn write_batch(&mut self, batch: &Batch) -> io::Result<Option<ToSync>> {
         let now = Tm::now_local();
         let name = self.format.name_at(&now);
         if !batch.ends.is_empty() {
@@ -143,11 +164,12 @@ impl OutputFile {
         if written < batch.data.len() {
             self.write(&batch.data[written..])?;
         }
-        self.sync()?;
         if batch.close {
+            // close() syncs everything (fsync) before moving the file.
             self.close()?;
+            return Ok(None);
         }
-        Ok(())
+        self.seal()
     }
 
     fn over_size(&self) -> bool {
@@ -180,16 +202,26 @@ impl OutputFile {
     /// Makes what was written durable: ends the gzip member or zstd frame (starting a new
     /// one), fdatasync.
     pub fn sync(&mut self) -> io::Result<()> {
-        if !self.unsynced {
-            return Ok(());
+        match self.seal()? {
+            Some(to_sync) => to_sync.sync(),
+            None => Ok(()),
         }
+    }
+
+    /// Ends the gzip member or zstd frame (starting a new one) so that the file is whole up to
+    /// here; a handle to fdatasync it with, if anything was written since the last seal.
+    fn seal(&mut self) -> io::Result<Option<ToSync>> {
+        if !self.unsynced {
+            return Ok(None);
+        }
+        let mut handle = None;
         if let Some(writer) = self.writer.take() {
             let f = writer.finish()?;
-            f.sync_data()?;
+            handle = Some(ToSync(f.try_clone()?));
             self.writer = Some(Writer::new(f, self.settings.compression)?);
         }
         self.unsynced = false;
-        Ok(())
+        Ok(handle)
     }
 
     /// Finishes the open file (gzip trailer or zstd frame end, fsync) and moves it to the

@@ -32,7 +32,7 @@ const TOOL: &str = "nsq_to_file";
 /// The program: parses the command line, runs until SIGINT / SIGTERM; the exit status.
 pub fn main() -> i32 {
     let mut opts: Options = cli::parse_args();
-    if opts.version {
+    if opts.v.version {
         println!("{}", cli::version_line(TOOL));
         return 0;
     }
@@ -41,7 +41,7 @@ pub fn main() -> i32 {
         eprintln!("{TOOL}: {e}");
         return 1;
     }
-    let go = match GoConfig::parse(&opts.consumer_opt) {
+    let go = match GoConfig::parse(&opts.consumer.consumer_opt) {
         Ok(g) => g,
         Err(e) => cli::fail(TOOL, format!("--consumer-opt: {e}")),
     };
@@ -52,8 +52,11 @@ pub fn main() -> i32 {
             return 1;
         }
     };
+    // Blocking threads: one writes a topic's batches while others fdatasync the ones before
+    // (`topic::MAX_SYNCS` under way at once).
     let result = glommio::LocalExecutorBuilder::default()
         .name(TOOL)
+        .blocking_thread_pool_placement(glommio::PoolPlacement::Unbound(topic::MAX_SYNCS + 1))
         .spawn(move || async move { run(opts, go, signals).await });
     match result.map(|h| h.join()) {
         Ok(Ok(code)) => code,
@@ -74,8 +77,8 @@ async fn run(opts: Options, go: GoConfig, signals: Signals) -> i32 {
         }
     };
     let metrics = Rc::new(Metrics::new(TOOL));
-    if !opts.stats_address.is_empty() {
-        if let Err(e) = crate::stats_server::start(&opts.stats_address, metrics.clone()) {
+    if !opts.stats.stats_address.is_empty() {
+        if let Err(e) = crate::stats_server::start(&opts.stats.stats_address, metrics.clone()) {
             eprintln!("{TOOL}: {e}");
             return 1;
         }
@@ -150,7 +153,7 @@ async fn run(opts: Options, go: GoConfig, signals: Signals) -> i32 {
 async fn lookup_topics(opts: &Options) -> Vec<String> {
     let timeout = opts.http_client_connect_timeout + opts.http_client_request_timeout;
     let mut all = std::collections::BTreeSet::new();
-    for lookupd in &opts.lookupd_http_address {
+    for lookupd in &opts.consumer.lookupd_http_address {
         match client::lookup::topics(lookupd, timeout).await {
             Ok(t) => all.extend(t),
             Err(e) => tracing::error!(lookupd, error = %e, "could not retrieve topic list"),
@@ -204,14 +207,14 @@ async fn start_topic(
     let config = go
         .consumer(client::ConsumerConfig::new(name, &opts.channel))
         .user_agent(cli::user_agent(TOOL))
-        .max_in_flight(opts.max_in_flight);
+        .max_in_flight(opts.consumer.max_in_flight);
     config.validate().map_err(|e| e.to_string())?;
     Topic::start(
         config,
         OutputFile::new(settings, format),
         opts.sync_interval,
-        opts.nsqd_tcp_address.clone(),
-        opts.lookupd_http_address.clone(),
+        opts.consumer.nsqd_tcp_address.clone(),
+        opts.consumer.lookupd_http_address.clone(),
         metrics.clone(),
     )
     .map_err(|e| e.to_string())

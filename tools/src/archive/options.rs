@@ -7,6 +7,7 @@
 //! its default, gzip's 1-9 with 6, so one flag would either cap zstd or change NSQ's default.
 
 use crate::cli::{go_bool, go_duration};
+use crate::cli::{ConsumerFlags, StatsFlag, VersionFlag};
 use clap::Parser;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -19,9 +20,8 @@ use std::time::Duration;
     args_override_self = true
 )]
 pub struct Options {
-    /// print version string
-    #[arg(long, value_parser = go_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false")]
-    pub version: bool,
+    #[command(flatten)]
+    pub v: VersionFlag,
     /// set log verbosity: debug, info, warn, error, or fatal
     #[arg(long = "log-level", default_value = "info", value_parser = nsq_common::cli::parse_log_level)]
     pub log_level: tracing::Level,
@@ -31,9 +31,6 @@ pub struct Options {
     /// nsq channel
     #[arg(long, default_value = "nsq_to_file")]
     pub channel: String,
-    /// max number of messages to allow in flight
-    #[arg(long = "max-in-flight", default_value_t = 200)]
-    pub max_in_flight: u64,
     /// directory to write output files to
     #[arg(long = "output-dir", default_value = "/tmp")]
     pub output_dir: PathBuf,
@@ -105,22 +102,13 @@ pub struct Options {
     /// timeout for HTTP request
     #[arg(long = "http-client-request-timeout", value_parser = go_duration, default_value = "5s")]
     pub http_client_request_timeout: Duration,
-    /// nsqd TCP address (may be given multiple times)
-    #[arg(long = "nsqd-tcp-address")]
-    pub nsqd_tcp_address: Vec<String>,
-    /// lookupd HTTP address (may be given multiple times)
-    #[arg(long = "lookupd-http-address")]
-    pub lookupd_http_address: Vec<String>,
     /// nsq topic (may be given multiple times)
     #[arg(long)]
     pub topic: Vec<String>,
-    /// HTTP address (host:port) to serve Prometheus metrics on (`GET /metrics`; not in NSQ)
-    #[arg(long = "stats-address", default_value = "")]
-    pub stats_address: String,
-    /// option to passthrough to nsq.Consumer (may be given multiple times,
-    /// http://godoc.org/github.com/nsqio/go-nsq#Config)
-    #[arg(long = "consumer-opt")]
-    pub consumer_opt: Vec<String>,
+    #[command(flatten)]
+    pub consumer: ConsumerFlags,
+    #[command(flatten)]
+    pub stats: StatsFlag,
 }
 
 impl Options {
@@ -136,10 +124,14 @@ impl Options {
         if self.http_client_request_timeout.is_zero() {
             return Err("--http-client-request-timeout should be positive".into());
         }
-        if self.nsqd_tcp_address.is_empty() && self.lookupd_http_address.is_empty() {
+        if self.consumer.nsqd_tcp_address.is_empty()
+            && self.consumer.lookupd_http_address.is_empty()
+        {
             return Err("--nsqd-tcp-address or --lookupd-http-address required.".into());
         }
-        if !self.nsqd_tcp_address.is_empty() && !self.lookupd_http_address.is_empty() {
+        if !self.consumer.nsqd_tcp_address.is_empty()
+            && !self.consumer.lookupd_http_address.is_empty()
+        {
             return Err("use --nsqd-tcp-address or --lookupd-http-address not both".into());
         }
         if !(1..=9).contains(&self.gzip_level) {
@@ -170,7 +162,7 @@ impl Options {
         if self.topic.is_empty() && self.topic_pattern.is_empty() {
             return Err("--topic or --topic-pattern required".into());
         }
-        if self.topic.is_empty() && self.lookupd_http_address.is_empty() {
+        if self.topic.is_empty() && self.consumer.lookupd_http_address.is_empty() {
             return Err(
                 "--lookupd-http-address must be specified when no --topic specified".into(),
             );
@@ -182,7 +174,7 @@ impl Options {
         if self.topic.is_empty() && self.topic_refresh.is_zero() {
             return Err("--topic-refresh should be positive".into());
         }
-        if self.max_in_flight == 0 {
+        if self.consumer.max_in_flight == 0 {
             return Err("--max-in-flight should be positive".into());
         }
         if let Err(e) = regex::Regex::new(&self.topic_pattern) {
@@ -256,7 +248,7 @@ mod tests {
     fn defaults_are_nsqs() {
         let o = parse(&["--topic", "t", "--nsqd-tcp-address", "h:1"]).expect("valid");
         assert_eq!(o.channel, "nsq_to_file");
-        assert_eq!(o.max_in_flight, 200);
+        assert_eq!(o.consumer.max_in_flight, 200);
         assert_eq!(o.output_dir, PathBuf::from("/tmp"));
         assert_eq!(o.work_dir, o.output_dir);
         assert_eq!(o.sync_interval, Duration::from_secs(30));

@@ -1,6 +1,10 @@
-//! One archived topic: a consumer whose handler appends each message to the pending batch and
-//! waits, and a writer task that hands batches to a blocking thread ([`OutputFile::run`]) and
-//! releases the waiting handlers when their batch is synced; the consumer then FINs them.
+//! One archived topic: a consumer whose deferred handler appends each message to the pending
+//! batch and keeps its [`Pending`] answer, and a writer task that hands batches to a blocking
+//! thread ([`OutputFile::write_batch`]), then leaves the batch's fdatasync to a task of its own
+//! that, once it is done, FINs the batch's messages in one go ([`client::answer_all`]); up to
+//! [`MAX_SYNCS`] syncs run at once, so the next batch is written (and its sync started) while
+//! the previous one syncs. Holding a message costs its record in the batch and its answer in a
+//! list: no task, future or waker per message.
 //!
 //! When a batch is written (NSQ's router, pipelined): when the pending messages reach half of
 //! `--max-in-flight` (NSQ: all of it; half lets the other half fill while this one is written
@@ -8,20 +12,22 @@
 //! connection has 85% of its RDY in flight: it would stall otherwise), every
 //! `--sync-interval`, on SIGHUP (which also closes the file), and at once while stopping.
 //!
-//! Invariants: a message's handler returns `Finish` only after the batch holding it was
-//! written and synced (at-least-once: a crash loses nothing acknowledged); batches reach the
-//! file in the order their messages arrived; a write or sync error ends the process with status
-//! 1 (as NSQ), so the broker requeues every message not FINished.
+//! Invariants: a message is FINished only after the batch holding it was written and synced
+//! (at-least-once: a crash loses nothing acknowledged); `answers` holds the answers of exactly
+//! the records in `pending`, in the same order; batches reach the file in the order their
+//! messages arrived; a write or sync error ends the process with status 1 (as NSQ), so the
+//! broker requeues every message not FINished.
 
-use crate::archive::file::{Batch, OutputFile};
+use crate::archive::file::{Batch, OutputFile, ToSync};
+
+/// Batches written and being synced at once (each holds about `batch_target` messages): two
+/// halves of `--max-in-flight`, one syncing while the other is written and starts its sync.
+pub const MAX_SYNCS: usize = 2;
 use crate::metrics::Metrics;
-use client::{Consumer, ConsumerConfig, HandlerResult, Message};
+use client::{Consumer, ConsumerConfig, HandlerResult, Message, Pending};
 use nsq_common::local_sync::Notify;
 use std::cell::{Cell, OnceCell, RefCell};
-use std::future::Future;
-use std::pin::Pin;
 use std::rc::Rc;
-use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 /// The shared state of one topic's consumer and writer.
@@ -32,12 +38,10 @@ pub struct Topic {
     batch_target: u64,
     sync_interval: Duration,
     pending: RefCell<Batch>,
-    /// Generation of the batch filling now; a handler waits for `synced >= ` its generation.
-    filling: Cell<u64>,
-    synced: Cell<u64>,
-    /// Handlers waiting for their batch: (generation, waker), woken when it is synced. A plain
-    /// list: each handler registers once per poll, and a sync wakes and drops the ones done.
-    waiters: RefCell<Vec<(u64, Waker)>>,
+    /// The answers owed for `pending`'s records, in the same order.
+    answers: RefCell<Vec<Pending>>,
+    /// Written batches whose sync (then FIN) is under way.
+    syncing: Cell<usize>,
     /// Poked after each sync and when the writer ends ([`Topic::stop`] waits on it).
     synced_notify: Notify,
     /// Poked when the filling batch should be written now.
@@ -69,9 +73,8 @@ impl Topic {
             batch_target: (config.max_in_flight / 2).max(1),
             sync_interval,
             pending: RefCell::new(Batch::default()),
-            filling: Cell::new(1),
-            synced: Cell::new(0),
-            waiters: RefCell::new(Vec::new()),
+            answers: RefCell::new(Vec::new()),
+            syncing: Cell::new(0),
             synced_notify: Notify::new(),
             wake: Notify::new(),
             consumer: OnceCell::new(),
@@ -82,21 +85,8 @@ impl Topic {
             metrics,
         });
         let t = topic.clone();
-        let consumer = Consumer::new(config, move |msg: Message| {
-            let generation = t.append(&msg);
-            let t = t.clone();
-            async move {
-                let synced = async {
-                    Synced {
-                        topic: &t,
-                        generation,
-                        registered: None,
-                    }
-                    .await;
-                    HandlerResult::Finish
-                };
-                t.metrics.observe(synced).await
-            }
+        let consumer = Consumer::new_deferred(config, move |msg: Message, answer: Pending| {
+            t.append(&msg, answer)
         })?;
         let _ = topic.consumer.set(consumer.clone());
         glommio::spawn_local(topic.clone().writer(file)).detach();
@@ -115,8 +105,8 @@ impl Topic {
         Ok(topic)
     }
 
-    /// Appends the message's record; returns the generation of the batch it is in.
-    fn append(&self, msg: &Message) -> u64 {
+    /// Appends the message's record to the pending batch and keeps its answer with it.
+    fn append(&self, msg: &Message, answer: Pending) {
         let full = {
             let mut p = self.pending.borrow_mut();
             p.data.extend_from_slice(msg.body());
@@ -125,12 +115,13 @@ impl Topic {
             p.ends.push(end);
             p.ends.len() as u64 >= self.batch_target
         };
+        self.answers.borrow_mut().push(answer);
         self.messages.set(self.messages.get() + 1);
+        self.metrics.received(1);
         let starved = self.consumer.get().is_some_and(|c| c.is_starved());
         if full || starved || self.stopping.get() {
             self.wake.notify();
         }
-        self.filling.get()
     }
 
     /// SIGHUP: sync and close the file (the next message opens a new one).
@@ -155,29 +146,18 @@ impl Topic {
         }
     }
 
-    /// Wakes the handlers whose batch is synced (their wakers moved out, not cloned).
-    fn wake_synced(&self, synced: u64) {
-        let all = std::mem::take(&mut *self.waiters.borrow_mut());
-        let mut later = Vec::new();
-        let mut done = Vec::with_capacity(all.len());
-        for (generation, waker) in all {
-            if generation <= synced {
-                done.push(waker);
-            } else {
-                later.push((generation, waker));
-            }
-        }
-        self.waiters.borrow_mut().extend(later);
-        for waker in done {
-            waker.wake();
-        }
-    }
-
-    /// The writer task: waits for a reason to write, writes and syncs the filling batch on a
-    /// blocking thread, then releases its handlers.
+    /// The writer task: waits for a reason to write, writes the filling batch on a blocking
+    /// thread, then leaves its fdatasync (and FIN) to a task of its own ([`Topic::sync`]) and
+    /// goes on with the next batch: up to [`MAX_SYNCS`] syncs run at once, so a message in
+    /// flight waits about one sync, not also the one before its own.
     async fn writer(self: Rc<Self>, mut file: OutputFile) {
         let mut next_tick = Instant::now() + self.sync_interval;
         loop {
+            if self.syncing.get() >= MAX_SYNCS {
+                // A sync ending pokes `wake`.
+                self.wake.notified().await;
+                continue;
+            }
             let now = Instant::now();
             let tick = now >= next_tick;
             if tick {
@@ -194,24 +174,28 @@ impl Topic {
                 futures_lite::future::or(self.wake.notified(), glommio::timer::sleep(wait)).await;
                 continue;
             }
+            if finishing {
+                // The close syncs everything; the syncs under way answer their batches first.
+                while self.syncing.get() > 0 {
+                    self.synced_notify.changed().await;
+                }
+            }
             let mut batch = std::mem::take(&mut *self.pending.borrow_mut());
+            let answers = std::mem::take(&mut *self.answers.borrow_mut());
             batch.tick = tick;
             batch.close = hup || finishing;
-            let generation = self.filling.replace(self.filling.get() + 1);
             let job = glommio::executor().spawn_blocking(move || {
-                let result = file.run(&batch);
+                let result = file.write_batch(&batch);
                 (file, batch, result)
             });
             let (f, batch, result) = job.await;
             file = f;
-            if let Err(e) = result {
-                self.metrics.error("write");
-                tracing::error!(topic = %self.name, error = %e, "writing or syncing the file; exiting");
-                std::process::exit(1);
-            }
-            if !batch.ends.is_empty() {
-                tracing::debug!(topic = %self.name, records = batch.ends.len(), "synced records to disk");
-            }
+            let to_sync = match result {
+                Ok(to_sync) => to_sync,
+                Err(e) => self.fail(e),
+            };
+            self.syncing.set(self.syncing.get() + 1);
+            glommio::spawn_local(self.clone().sync(to_sync, answers)).detach();
             // Reuse the allocation for a later batch when nothing filled meanwhile.
             {
                 let mut p = self.pending.borrow_mut();
@@ -223,44 +207,44 @@ impl Topic {
                     p.ends = ends;
                 }
             }
-            self.synced.set(generation);
-            self.wake_synced(generation);
-            self.synced_notify.notify();
             if finishing && self.pending.borrow().ends.is_empty() {
+                while self.syncing.get() > 0 {
+                    self.synced_notify.changed().await;
+                }
                 self.stopped.set(false);
                 self.synced_notify.notify();
                 return;
             }
         }
     }
-}
 
-/// Resolves once the batch of `generation` is synced.
-struct Synced<'a> {
-    topic: &'a Topic,
-    generation: u64,
-    /// The waker last registered, so that a poll with the same one adds nothing.
-    registered: Option<Waker>,
-}
+    /// Makes a written batch durable (fdatasync on a blocking thread, unless the write closed
+    /// the file, which synced it), then FINs its messages.
+    async fn sync(self: Rc<Self>, to_sync: Option<ToSync>, answers: Vec<Pending>) {
+        if let Some(to_sync) = to_sync {
+            let done = glommio::executor()
+                .spawn_blocking(move || to_sync.sync())
+                .await;
+            if let Err(e) = done {
+                self.fail(e);
+            }
+        }
+        let n = answers.len() as u64;
+        if n > 0 {
+            tracing::debug!(topic = %self.name, records = n, "synced records to disk");
+        }
+        client::answer_all(answers, HandlerResult::Finish);
+        self.metrics.answered(n, HandlerResult::Finish);
+        self.syncing.set(self.syncing.get() - 1);
+        self.synced_notify.notify();
+        self.wake.notify();
+    }
 
-impl Future for Synced<'_> {
-    type Output = ();
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        if self.topic.synced.get() >= self.generation {
-            return Poll::Ready(());
-        }
-        if !self
-            .registered
-            .as_ref()
-            .is_some_and(|w| w.will_wake(cx.waker()))
-        {
-            let waker = cx.waker().clone();
-            self.topic
-                .waiters
-                .borrow_mut()
-                .push((self.generation, waker.clone()));
-            self.registered = Some(waker);
-        }
-        Poll::Pending
+    /// A write or sync failed: as NSQ, the process ends (the broker requeues what was not
+    /// FINished).
+    fn fail(&self, e: std::io::Error) -> ! {
+        self.metrics.error("write");
+        tracing::error!(topic = %self.name, error = %e, "writing or syncing the file; exiting");
+        std::process::exit(1);
     }
 }
