@@ -8,7 +8,7 @@
 //! that a drift of the host's speed during the sitting falls on both sides alike. `--prefill`
 //! publishes a backlog (MPUB of 200, not measured) before each measured run: with
 //! `--workload sub` (and no `--count`) each run ends once it is drained, so the rate is the
-//! drain's. Every broker is stopped with SIGTERM (SIGKILL
+//! drain's (and `--warmup` is not applied: it would drain part of the backlog unmeasured). Every broker is stopped with SIGTERM (SIGKILL
 //! after 10 s) and its directory removed, also when a run fails.
 //!
 //! The summary prints, per broker, the median of each figure over its runs, and each broker's
@@ -62,7 +62,7 @@ pub struct CompareArgs {
     pub workload: Workload,
     /// Messages published before each measured run (MPUB of 200, 4 connections; not measured).
     /// With `--workload sub` and no `--count`, the run drains them: it ends when all are
-    /// consumed (or at --duration).
+    /// consumed (or at --duration), with no warm-up.
     #[arg(long, default_value_t = 0)]
     pub prefill: u64,
     /// Write each run's result as JSON into this directory (`<name>-<run>.json`).
@@ -301,8 +301,10 @@ fn one_run(
     }
     let mut load = args.load.clone();
     if args.workload == Workload::Sub && args.prefill > 0 && load.count.is_none() {
-        // Draining: the run ends with the backlog, so the rate is the drain's.
+        // Draining: the run ends with the backlog, so the rate is the drain's; a warm-up
+        // would drain part of it unmeasured (all of it, on a fast broker).
         load.count = Some(args.prefill);
+        load.warmup = Duration::ZERO;
     }
     load.nsqd_tcp_addresses = vec![tcp];
     load.broker_pid = Some(running.child.id());
