@@ -15,12 +15,12 @@
 
 use super::ask;
 use super::manage::answer;
-use super::routes::{error, query, Answer};
+use super::routes::{error, query, topic_and_channel_args, topic_arg, Answer};
 use crate::admin::{AdminOp, AdminResult};
 use crate::mailbox::Reply;
 use crate::shard::Shard;
 use http1::{Request, Response};
-use protocol::names::{is_ephemeral, is_valid_channel_name, is_valid_topic_name};
+use protocol::names::{is_ephemeral, is_valid_topic_name};
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -32,18 +32,10 @@ pub async fn channel_config(shard: &Rc<Shard>, req: &Request) -> Answer {
         Ok(q) => q,
         Err(a) => return a,
     };
-    let Some(topic) = q.get("topic") else {
-        return error(400, "MISSING_ARG_TOPIC");
+    let (topic, channel) = match topic_and_channel_args(&q) {
+        Ok(names) => names,
+        Err(a) => return a,
     };
-    if !is_valid_topic_name(topic) {
-        return error(400, "INVALID_ARG_TOPIC");
-    }
-    let Some(channel) = q.get("channel") else {
-        return error(400, "MISSING_ARG_CHANNEL");
-    };
-    if !is_valid_channel_name(channel) {
-        return error(400, "INVALID_ARG_CHANNEL");
-    }
     let max_attempts = match q.get("max_attempts").map(parse_max_attempts).transpose() {
         Ok(m) => m,
         Err(why) => return error(400, &format!("INVALID_MAX_ATTEMPTS: {why}")),
@@ -103,12 +95,7 @@ fn parse_dead_letter_topic(v: &str, topic: &str) -> Result<Option<String>, Strin
 /// The `topic` argument, checked, and the optional `id`.
 fn topic_and_id(req: &Request) -> Result<(String, Option<String>), Answer> {
     let q = query(&req.head)?;
-    let Some(topic) = q.get("topic") else {
-        return Err(error(400, "MISSING_ARG_TOPIC"));
-    };
-    if !is_valid_topic_name(topic) {
-        return Err(error(400, "INVALID_ARG_TOPIC"));
-    }
+    let topic = topic_arg(&q)?;
     Ok((topic.to_string(), q.get("id").map(str::to_string)))
 }
 

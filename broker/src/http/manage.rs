@@ -11,12 +11,12 @@
 //! (`TOPIC_NOT_FOUND`); the channel endpoints say `INVALID_ARG_TOPIC` / `INVALID_ARG_CHANNEL`.
 
 use super::ask;
-use super::routes::{done, error, query, Answer};
+use super::routes::{done, error, query, topic_and_channel_args, topic_arg, Answer};
 use crate::admin::{Action, AdminOp, AdminResult};
 use crate::shard::Shard;
 use http1::Request;
 use protocol::duration::parse_flag_duration;
-use protocol::names::{is_valid_channel_name, is_valid_topic_name};
+use protocol::names::is_valid_topic_name;
 use std::rc::Rc;
 
 pub async fn topic(shard: &Rc<Shard>, req: &Request, action: Action) -> Answer {
@@ -43,12 +43,10 @@ pub async fn topic_config(shard: &Rc<Shard>, req: &Request) -> Answer {
         Ok(q) => q,
         Err(a) => return a,
     };
-    let Some(topic) = q.get("topic") else {
-        return error(400, "MISSING_ARG_TOPIC");
+    let topic = match topic_arg(&q) {
+        Ok(topic) => topic,
+        Err(a) => return a,
     };
-    if !is_valid_topic_name(topic) {
-        return error(400, "INVALID_ARG_TOPIC");
-    }
     let time = q.get("retention_time").map(|v| {
         setting(v, |v| {
             let d = parse_flag_duration(v)?;
@@ -93,18 +91,10 @@ pub async fn channel(shard: &Rc<Shard>, req: &Request, action: Action) -> Answer
         Ok(q) => q,
         Err(a) => return a,
     };
-    let Some(topic) = q.get("topic") else {
-        return error(400, "MISSING_ARG_TOPIC");
+    let (topic, channel) = match topic_and_channel_args(&q) {
+        Ok(names) => names,
+        Err(a) => return a,
     };
-    if !is_valid_topic_name(topic) {
-        return error(400, "INVALID_ARG_TOPIC");
-    }
-    let Some(channel) = q.get("channel") else {
-        return error(400, "MISSING_ARG_CHANNEL");
-    };
-    if !is_valid_channel_name(channel) {
-        return error(400, "INVALID_ARG_CHANNEL");
-    }
     let op = AdminOp::Channel {
         topic: topic.to_string(),
         channel: channel.to_string(),

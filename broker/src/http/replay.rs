@@ -11,11 +11,10 @@
 
 use super::ask;
 use super::manage;
-use super::routes::{error, query, Answer};
+use super::routes::{error, query, topic_and_channel_args, Answer};
 use crate::admin::{Action, AdminOp, AdminResult, RewindTo};
 use crate::shard::Shard;
 use http1::{Query, Request, Response};
-use protocol::names::{is_valid_channel_name, is_valid_topic_name};
 use std::rc::Rc;
 
 /// A time: RFC 3339, or nanoseconds since the epoch.
@@ -78,23 +77,6 @@ fn from_arg(v: &str) -> Result<RewindTo, String> {
     })
 }
 
-/// The topic and channel arguments, checked as nsqd's channel endpoints check them.
-fn names<'a>(q: &'a Query<'a>) -> Result<(&'a str, &'a str), Answer> {
-    let Some(topic) = q.get("topic") else {
-        return Err(error(400, "MISSING_ARG_TOPIC"));
-    };
-    if !is_valid_topic_name(topic) {
-        return Err(error(400, "INVALID_ARG_TOPIC"));
-    }
-    let Some(channel) = q.get("channel") else {
-        return Err(error(400, "MISSING_ARG_CHANNEL"));
-    };
-    if !is_valid_channel_name(channel) {
-        return Err(error(400, "INVALID_ARG_CHANNEL"));
-    }
-    Ok((topic, channel))
-}
-
 async fn ask_owner(
     shard: &Rc<Shard>,
     topic: &str,
@@ -137,7 +119,7 @@ pub async fn rewind(shard: &Rc<Shard>, req: &Request) -> Answer {
         Ok(q) => q,
         Err(a) => return a,
     };
-    let (topic, channel) = match names(&q) {
+    let (topic, channel) = match topic_and_channel_args(&q) {
         Ok(n) => n,
         Err(a) => return a,
     };
@@ -156,7 +138,7 @@ pub async fn create(shard: &Rc<Shard>, req: &Request) -> Answer {
     let Some(from) = q.get("from") else {
         return manage::channel(shard, req, Action::Create).await;
     };
-    let (topic, channel) = match names(&q) {
+    let (topic, channel) = match topic_and_channel_args(&q) {
         Ok(n) => n,
         Err(a) => return a,
     };

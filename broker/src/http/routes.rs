@@ -43,6 +43,31 @@ pub fn query(head: &RequestHead) -> Result<Query<'_>, Answer> {
 }
 
 /// The answer to a body over `--max-body-size`, in the words of the endpoint it was sent to.
+/// The `topic` argument, checked as nsqd's channel and config endpoints check it:
+/// 400 `MISSING_ARG_TOPIC` or `INVALID_ARG_TOPIC`.
+pub fn topic_arg<'a>(q: &'a Query<'a>) -> Result<&'a str, Answer> {
+    let topic = q
+        .get("topic")
+        .ok_or_else(|| error(400, "MISSING_ARG_TOPIC"))?;
+    if !protocol::names::is_valid_topic_name(topic) {
+        return Err(error(400, "INVALID_ARG_TOPIC"));
+    }
+    Ok(topic)
+}
+
+/// The `topic` and `channel` arguments, checked as nsqd's channel endpoints check them:
+/// [`topic_arg`], then 400 `MISSING_ARG_CHANNEL` or `INVALID_ARG_CHANNEL`.
+pub fn topic_and_channel_args<'a>(q: &'a Query<'a>) -> Result<(&'a str, &'a str), Answer> {
+    let topic = topic_arg(q)?;
+    let channel = q
+        .get("channel")
+        .ok_or_else(|| error(400, "MISSING_ARG_CHANNEL"))?;
+    if !protocol::names::is_valid_channel_name(channel) {
+        return Err(error(400, "INVALID_ARG_CHANNEL"));
+    }
+    Ok((topic, channel))
+}
+
 pub fn body_too_large(head: &RequestHead) -> Response {
     match head.path() {
         "/pub" => Response::error(413, "MSG_TOO_BIG"),

@@ -32,15 +32,7 @@ fn with_log<F: std::future::Future<Output = ()>>(
     retention: Retention,
     test: impl FnOnce(RefCell<TopicLog>, PathBuf) -> F,
 ) {
-    let dir = std::env::temp_dir().join(format!("retention-test-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let ex = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
-        .io_memory(512 * 1024)
-        .make()
-        .unwrap();
-    ex.run(async {
-        crate::storage::file::probe(&dir, 0).await;
+    super::tests::with_dir(&format!("retention-{name}"), |dir| async move {
         let topic = dir.join("t");
         let log = RefCell::new(TopicLog::open("t", topic.clone(), 0, 1).unwrap());
         log.borrow_mut().set_retention(retention);
@@ -50,7 +42,6 @@ fn with_log<F: std::future::Future<Output = ()>>(
         flush(&log).await.unwrap();
         test(log, topic).await;
     });
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 fn bases(log: &RefCell<TopicLog>) -> Vec<u64> {

@@ -25,15 +25,7 @@ fn with_log<F: std::future::Future<Output = ()>>(
     name: &str,
     test: impl FnOnce(RefCell<TopicLog>) -> F,
 ) {
-    let dir = std::env::temp_dir().join(format!("seek-test-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let ex = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
-        .io_memory(512 * 1024)
-        .make()
-        .unwrap();
-    ex.run(async {
-        crate::storage::file::probe(&dir, 0).await;
+    super::tests::with_dir(&format!("seek-{name}"), |dir| async move {
         let log = RefCell::new(TopicLog::open("t", dir.join("t"), 0, 64 << 10).unwrap());
         for chunk in 0..10u64 {
             let msgs = (chunk * 100..chunk * 100 + 100).map(message).collect();
@@ -44,7 +36,6 @@ fn with_log<F: std::future::Future<Output = ()>>(
         assert!(log.borrow().segments.len() > 3, "several segments");
         test(log).await;
     });
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -142,8 +142,12 @@ async fn read_through(log: &RefCell<TopicLog>, seq: u64, hint: DiskHint) -> Read
     panic!("seq {seq} never arrived");
 }
 
-/// Runs `test` on a glommio executor with a fresh data directory named after `name`.
-fn with_dir<F: std::future::Future<Output = ()>>(name: &str, test: impl FnOnce(PathBuf) -> F) {
+/// Runs `test` on a glommio executor with a fresh data directory named after `name` (unique
+/// across the log's test modules).
+pub(super) fn with_dir<F: std::future::Future<Output = ()>>(
+    name: &str,
+    test: impl FnOnce(PathBuf) -> F,
+) {
     let dir = std::env::temp_dir().join(format!("log-test-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
