@@ -157,6 +157,8 @@ pub struct ShardStats {
     pub http_requests: u64,
     /// HTTP connections this shard handed to the shard of their client's CPU.
     pub http_handovers: u64,
+    /// TCP connections this shard moved to the owner of their topic (`tcp::handover`).
+    pub tcp_handovers: u64,
     /// Records written to segment files, and records every channel finished before they were
     /// written (so never written).
     pub records_written: u64,
@@ -184,6 +186,7 @@ pub struct AdminState {
     pub(crate) http_connections: Cell<u64>,
     pub(crate) http_requests: Cell<u64>,
     pub(crate) http_handovers: Cell<u64>,
+    pub(crate) tcp_handovers: Cell<u64>,
     pub(crate) records: RecordCounts,
 }
 

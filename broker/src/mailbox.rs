@@ -126,8 +126,12 @@ pub enum Mail {
     /// (see `http::server`): this shard serves it from now on.
     HttpConn { fd: std::os::fd::OwnedFd },
     /// A TCP (V2) connection accepted on shard 0's unix socket and given to this shard in
-    /// turn (see `tcp::accept_loop`): this shard serves it.
-    TcpConn { fd: std::os::fd::OwnedFd },
+    /// turn (see `tcp::accept_loop`), or a producer's connection moved to the owner of its
+    /// topic with what its reader knew (`moved`, see `tcp::handover`): this shard serves it.
+    TcpConn {
+        fd: std::os::fd::OwnedFd,
+        moved: Option<Box<crate::tcp::Handover>>,
+    },
     /// From a topic's owner to the control thread: a topic (`channel: None`) or a channel was
     /// created (`Register`) or deleted (`Unregister`); the lookups are told.
     Registry {

@@ -1,11 +1,17 @@
 """Many connections, several topics: with --shards 2 or 4 the kernel spreads connections over
 shards (SO_REUSEPORT), so publishers and consumers end up on shards that do not own the topic.
-Every message must reach every channel exactly once when consumers FIN."""
+Every message must reach every channel exactly once when consumers FIN.
+
+The brokers here run with --move-to-owner=false, so connections stay on the shard that
+accepted them and their publishes, deliveries, FINs and REQs cross shards
+(test_move_to_owner.py covers the moves)."""
 
 import collections
 import socket
 import threading
 import time
+
+import pytest
 
 from nsqwire import FRAME_MESSAGE, Conn, Message
 
@@ -61,6 +67,12 @@ def wait_total(threads, expected, timeout):
         if sum(len(t.deliveries) for t in threads) >= expected:
             return
         time.sleep(0.05)
+
+
+@pytest.fixture
+def broker(start_broker):
+    """Connections stay where the kernel put them."""
+    return start_broker("--move-to-owner=false")
 
 
 def stop_all(threads):
@@ -158,7 +170,7 @@ def test_req_and_fin_travel_back_to_owner_shard(broker):
 def test_disconnect_returns_in_flight_across_shards(start_broker):
     """6 consumers take messages and disconnect without FIN; 6 new ones get them all back at
     once (attempts 2), long before the 60 s msg-timeout."""
-    b = start_broker("--msg-timeout=60s")
+    b = start_broker("--msg-timeout=60s", "--move-to-owner=false")
     topic = "xs_disc"
     n = 30
     takers = []

@@ -196,6 +196,13 @@ pub struct Args {
     /// spread), `hash` = the kernel's hash of the addresses
     #[arg(long, value_enum, default_value = "cpu")]
     pub connection_steering: crate::sys::listen::Steering,
+    /// move a TCP connection to the shard that owns the topic of its SUB or of its first
+    /// one-at-a-time publish (PUB, DPUB, MPUB of up to 4), once; not one running TLS,
+    /// compression or AUTH. Its publishes and deliveries then take no hop between shards;
+    /// bare: true
+    #[arg(long, default_value = "true", num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", value_parser = parse_go_bool)]
+    pub move_to_owner: bool,
     /// how long a shard that ran out of work keeps polling before it sleeps (default 0: sleep
     /// at once). 20-50us saves a wake-up per hop under load when the broker has its cores to
     /// itself; where clients share the cores it takes CPU from them
@@ -336,6 +343,8 @@ pub struct Config {
     pub cpus: Vec<usize>,
     pub shards: usize,
     pub connection_steering: crate::sys::listen::Steering,
+    /// `--move-to-owner`: see `tcp::handover`.
+    pub move_to_owner: bool,
     pub spin_before_park: Duration,
     /// The auth servers (`--auth-http-address`; none: AUTH disabled) and how to ask them
     /// (`--auth-http-request-method`, `--http-client-connect-timeout`,
@@ -610,6 +619,7 @@ impl Config {
             cpus,
             shards,
             connection_steering: a.connection_steering,
+            move_to_owner: a.move_to_owner,
             spin_before_park: a.spin_before_park,
             auth,
             given,

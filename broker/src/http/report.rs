@@ -336,7 +336,7 @@ fn render_metrics(parts: &[ShardStats]) -> String {
     f.sample("nsq_healthy", &[], u8::from(healthy));
 
     type ShardGauge = fn(&ShardStats) -> u64;
-    let shard_families: [(&str, &str, &str, ShardGauge); 13] = [
+    let shard_families: [(&str, &str, &str, ShardGauge); 14] = [
         (
             "nsq_shard_timers",
             "gauge",
@@ -384,6 +384,12 @@ fn render_metrics(parts: &[ShardStats]) -> String {
             "counter",
             "HTTP connections handed to the shard of their client's CPU.",
             |s| s.http_handovers,
+        ),
+        (
+            "nsq_shard_tcp_handovers_total",
+            "counter",
+            "TCP connections the shard moved to the owner of their topic (--move-to-owner).",
+            |s| s.tcp_handovers,
         ),
         (
             "nsq_shard_records_written_total",

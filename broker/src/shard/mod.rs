@@ -110,7 +110,7 @@ pub struct Shard {
     pub(crate) http_adopted: RefCell<Vec<std::os::fd::OwnedFd>>,
     pub(crate) wake_adopter: Notify,
     /// TCP connections given by shard 0 (accepted on a unix socket), for the TCP adopter task.
-    pub(crate) tcp_adopted: RefCell<Vec<std::os::fd::OwnedFd>>,
+    pub(crate) tcp_adopted: RefCell<Vec<crate::tcp::Adopted>>,
     pub(crate) wake_tcp_adopter: Notify,
     /// The HTTP connections' answers, sent in one submission per turn ([`crate::sys::send_batch`]).
     pub(crate) sends: crate::sys::send_batch::SendBatch,
@@ -260,13 +260,13 @@ impl Shard {
         self.wake_adopter.notify();
     }
 
-    /// Takes a TCP connection shard 0 gave (`Mail::TcpConn`) for the TCP adopter task; while
-    /// stopping, it is closed instead.
-    fn adopt_tcp_conn(&self, fd: std::os::fd::OwnedFd) {
+    /// Takes a TCP connection another shard gave or moved (`Mail::TcpConn`) for the TCP
+    /// adopter task; while stopping, it is closed instead.
+    fn adopt_tcp_conn(&self, conn: crate::tcp::Adopted) {
         if self.is_stopping() {
             return;
         }
-        self.tcp_adopted.borrow_mut().push(fd);
+        self.tcp_adopted.borrow_mut().push(conn);
         self.wake_tcp_adopter.notify();
     }
 
@@ -341,7 +341,7 @@ impl Shard {
             }
             Mail::CloseConn { conn } => self.close_conn_here(conn),
             Mail::HttpConn { fd } => self.adopt_http_conn(fd),
-            Mail::TcpConn { fd } => self.adopt_tcp_conn(fd),
+            Mail::TcpConn { fd, moved } => self.adopt_tcp_conn((fd, moved)),
             Mail::Shutdown => self.begin_shutdown(),
             Mail::Exit => self.exit.notify(),
             // For the control thread only.

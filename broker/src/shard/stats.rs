@@ -43,6 +43,7 @@ impl Shard {
             http_connections: self.admin.http_connections.get(),
             http_requests: self.admin.http_requests.get(),
             http_handovers: self.admin.http_handovers.get(),
+            tcp_handovers: self.admin.tcp_handovers.get(),
             records_written: self.admin.records.written.get(),
             records_skipped: self.admin.records.skipped.get(),
             outbox_depth: self.outboxes.iter().map(|o| o.len()).collect(),

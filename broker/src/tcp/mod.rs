@@ -34,6 +34,7 @@
 //!   switched them on.
 
 mod auth;
+mod handover;
 mod identify;
 mod publish;
 mod reader;
@@ -55,6 +56,12 @@ use std::time::Duration;
 use tracing::{debug, info, warn, Instrument};
 use writer::{heartbeat_loop, write_loop, OutputBuffer};
 
+pub use handover::Handover;
+
+/// A connection another shard hands this one: its socket, and what its reader knew when it
+/// was moved here (`None`: a connection given before its first byte was read).
+pub type Adopted = (std::os::fd::OwnedFd, Option<Box<Handover>>);
+
 /// How long a stopping connection waits for its outstanding publishes to be answered.
 const REPLY_GRACE: Duration = Duration::from_secs(5);
 
@@ -70,6 +77,8 @@ pub struct Conn {
     heartbeat_changed: Notify,
     heartbeat: Cell<Option<Duration>>,
     closed: Cell<bool>,
+    /// The connection moved to another shard ([`handover`]): its socket stays open.
+    moved: Cell<bool>,
     stop_requested: Cell<bool>,
     /// Who the client says it is (after IDENTIFY), for /stats.
     pub(crate) info: RefCell<ClientInfo>,
@@ -116,6 +125,7 @@ impl Conn {
             heartbeat_changed: Notify::new(),
             heartbeat: Cell::new(Some(heartbeat)),
             closed: Cell::new(false),
+            moved: Cell::new(false),
             stop_requested: Cell::new(false),
             info: RefCell::new(ClientInfo::default()),
             pub_counts: RefCell::new(Vec::new()),
@@ -204,7 +214,7 @@ pub async fn accept_loop(shard: Rc<Shard>, listener: Option<TcpListener>) {
                     shard.id
                 };
                 if to == shard.id {
-                    glommio::spawn_local(serve(shard.clone(), stream)).detach();
+                    glommio::spawn_local(serve(shard.clone(), stream, None)).detach();
                 } else {
                     give(&shard, stream, to);
                 }
@@ -222,30 +232,31 @@ fn give(shard: &Shard, stream: TcpStream, to: usize) {
     let fd = crate::sys::listen::dup_socket(std::os::fd::AsRawFd::as_raw_fd(&stream));
     drop(stream);
     match fd {
-        Ok(fd) => shard.route(to, Mail::TcpConn { fd }),
+        Ok(fd) => shard.route(to, Mail::TcpConn { fd, moved: None }),
         Err(e) => warn!("TCP connection dropped: dup failed ({e})"),
     }
 }
 
-/// Serves the connections other shards give this one.
+/// Serves the connections other shards give or move to this one.
 async fn adopter(shard: Rc<Shard>) {
     loop {
         shard.wake_tcp_adopter.notified().await;
-        let fds = std::mem::take(&mut *shard.tcp_adopted.borrow_mut());
-        for fd in fds {
+        let adopted = std::mem::take(&mut *shard.tcp_adopted.borrow_mut());
+        for (fd, moved) in adopted {
             // SAFETY: the descriptor is a connected socket this shard now owns alone.
             let stream = unsafe {
                 <TcpStream as std::os::fd::FromRawFd>::from_raw_fd(
                     std::os::fd::IntoRawFd::into_raw_fd(fd),
                 )
             };
-            glommio::spawn_local(serve(shard.clone(), stream)).detach();
+            glommio::spawn_local(serve(shard.clone(), stream, moved)).detach();
         }
     }
 }
 
-/// Serves one accepted connection until it closes.
-pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
+/// Serves one accepted connection until it closes or moves to another shard (`moved`: it
+/// was moved here, with what its reader knew).
+pub async fn serve(shard: Rc<Shard>, stream: TcpStream, moved: Option<Box<Handover>>) {
     let id = shard.next_conn_id();
     // A unix socket's client has no address: nsqd (Go) writes it `@`.
     let remote = stream
@@ -279,15 +290,22 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
                 limits.default_output_buffer_timeout_ms,
             ),
         ));
+        if let Some(m) = &moved {
+            conn.heartbeat.set(m.heartbeat);
+            conn.out_buffer.set(m.out_buffer);
+            *conn.info.borrow_mut() = m.info.clone();
+        }
         shard.register_conn(conn.id, conn.clone());
         let writer = glommio::spawn_local(write_loop(shard.clone(), conn.clone(), writer_stream));
         let ticker = glommio::spawn_local(heartbeat_loop(conn.clone()));
         let replier = glommio::spawn_local(reply_loop(shard.clone(), conn.clone()));
 
-        let mut session = read_loop(&shard, &conn, stream, remote).await;
+        let mut session = read_loop(&shard, &conn, stream, remote, moved).await;
         if let Some(s) = session.as_mut() {
             flush_fins(&shard, &conn, s);
         }
+        let handover = session.as_mut().and_then(|s| s.handover.take());
+        conn.moved.set(handover.is_some());
         // Answer what is in progress (a stop, or EOF after pipelined publishes), bounded.
         let _ = glommio::timer::timeout(REPLY_GRACE, async {
             conn.wait_outstanding(0).await;
@@ -328,6 +346,20 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
         } else {
             // Answers that did not come within the grace: never waited for again.
             replier.cancel().await;
+        }
+        if let Some((owner, fd, moved)) = handover {
+            // Everything this shard had for the client is written: the owner takes over.
+            debug!(owner, "moved to the topic's owner");
+            let moved_count = &shard.admin.tcp_handovers;
+            moved_count.set(moved_count.get() + 1);
+            shard.route(
+                owner,
+                Mail::TcpConn {
+                    fd,
+                    moved: Some(moved),
+                },
+            );
+            return;
         }
         debug!("closed");
     }

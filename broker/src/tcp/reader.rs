@@ -13,6 +13,7 @@
 //! most [`PULL_BUDGET`] at a time before the socket is read again; with `--tls-required`,
 //! every command but IDENTIFY before TLS is refused with nsqd's error.
 
+use super::handover::{self, Handover};
 use super::identify::identify;
 use super::publish::{publish, MAX_PIPELINED};
 use super::{route_channel_op, Conn, Subscription};
@@ -62,6 +63,10 @@ pub(super) struct Session {
     pub(super) upgraded: bool,
     /// AUTH's secret and answer ([`super::auth`]).
     pub(super) auth: super::auth::SessionAuth,
+    /// The connection came from another shard ([`super::handover`]): it moves no more.
+    pub(super) moved_in: bool,
+    /// The connection is to move to this shard, with this ([`super::handover`]).
+    pub(super) handover: Option<(usize, std::os::fd::OwnedFd, Box<Handover>)>,
 }
 
 /// Most bytes the layers decode onto the read buffer before the commands in it are run: a
@@ -87,7 +92,11 @@ pub(super) async fn read_loop(
     conn: &Rc<Conn>,
     mut stream: ReadHalf,
     remote: String,
+    moved: Option<Box<Handover>>,
 ) -> Option<Session> {
+    if let Some(moved) = moved {
+        return resume_loop(shard, conn, stream, *moved).await;
+    }
     let heartbeat = conn.heartbeat.get().unwrap_or(Duration::from_secs(30));
     stream.set_read_timeout(Some(heartbeat * 2));
     let mut magic = [0u8; 4];
@@ -107,7 +116,7 @@ pub(super) async fn read_loop(
         _ => return None,
     }
 
-    let mut session = Session {
+    let session = Session {
         phase: ConnPhase::Init,
         heartbeats: true,
         msg_timeout: shard.config.msg_timeout,
@@ -122,10 +131,55 @@ pub(super) async fn read_loop(
         layered: false,
         upgraded: false,
         auth: Default::default(),
+        moved_in: false,
+        handover: None,
     };
     *conn.info.borrow_mut() = session.info.clone();
+    command_loop(shard, conn, stream, session, BytesMut::new()).await
+}
+
+/// A connection another shard moved here ([`super::handover`]): runs the publish that moved
+/// it, then its commands as [`read_loop`] would have.
+async fn resume_loop(
+    shard: &Rc<Shard>,
+    conn: &Rc<Conn>,
+    mut stream: ReadHalf,
+    moved: Handover,
+) -> Option<Session> {
+    stream.set_read_timeout(moved.heartbeat.map(|d| d * 2));
+    let mut session = Session {
+        phase: ConnPhase::Init,
+        heartbeats: moved.heartbeats,
+        msg_timeout: moved.msg_timeout,
+        info: moved.info,
+        sub: None,
+        fins: Vec::new(),
+        tls_required: false,
+        layered: false,
+        upgraded: false,
+        auth: Default::default(),
+        moved_in: true,
+        handover: None,
+    };
+    if let Err(e) = execute(shard, conn, &mut stream, &mut session, moved.first).await {
+        debug!(error = %e, "command failed");
+        conn.push_error(&e);
+        if e.fatal {
+            return Some(session);
+        }
+    }
+    command_loop(shard, conn, stream, session, moved.rest).await
+}
+
+/// Decodes and executes the commands of a connection past its magic, reading as it needs.
+async fn command_loop(
+    shard: &Rc<Shard>,
+    conn: &Rc<Conn>,
+    mut stream: ReadHalf,
+    mut session: Session,
+    mut rbuf: BytesMut,
+) -> Option<Session> {
     let limits = shard.decode_limits();
-    let mut rbuf = BytesMut::new();
     let mut progress = DecodeProgress::default();
     let mut scratch = vec![0u8; READ_MIN];
     let mut small_reads = 0u8;
@@ -157,6 +211,17 @@ pub(super) async fn read_loop(
                 }
                 Ok(Some(cmd)) => {
                     flush_fins(shard, conn, &mut session);
+                    if let Some(owner) = handover::destination(shard, conn, &session, &cmd) {
+                        match crate::sys::listen::dup_socket(stream.as_raw_fd()) {
+                            Ok(fd) => {
+                                let rest = rbuf.split();
+                                let h = Handover::new(conn, &session, cmd, rest);
+                                session.handover = Some((owner, fd, Box::new(h)));
+                                return Some(session);
+                            }
+                            Err(e) => debug!("connection stays: dup failed ({e})"),
+                        }
+                    }
                     let publishes = matches!(
                         cmd,
                         Command::Pub { .. } | Command::Mpub { .. } | Command::Dpub { .. }

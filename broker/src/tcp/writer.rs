@@ -213,7 +213,7 @@ async fn wait_due(conn: &Conn) {
 }
 
 /// Writes the output buffer whenever it is due (see the module doc); on close, writes what is
-/// left and shuts the socket down. A write that makes no progress for the write deadline
+/// left and shuts the socket down (not when the connection moved to another shard). A write that makes no progress for the write deadline
 /// closes the connection.
 pub(super) async fn write_loop(shard: Rc<Shard>, conn: Rc<Conn>, mut stream: WriteHalf) {
     let mut spare = BytesMut::new();
@@ -302,7 +302,9 @@ pub(super) async fn write_loop(shard: Rc<Shard>, conn: Rc<Conn>, mut stream: Wri
                 let _ = stream.write_all(&last).await;
             }
             let _ = stream.flush().await;
-            stream.shutdown(std::net::Shutdown::Both);
+            if !conn.moved.get() {
+                stream.shutdown(std::net::Shutdown::Both);
+            }
             return;
         }
     }

@@ -1,0 +1,94 @@
+//! Moving a connection to the shard that owns its topic (`--move-to-owner`).
+//!
+//! A connection lives on the shard the kernel steered it to. Its publishes to a topic another
+//! shard owns then cost a hop to that owner and back, and its deliveries a hop from the owner
+//! for every batch and one back for its FINs; on an idle host each hop may wake a parked
+//! shard (docs/performance-history.md: a PUB per round trip costs twice the CPU, and a
+//! consumer beside a producer gets three-quarters of what one shard would give it). So a TCP
+//! connection moves to the owner of its topic once, at the command that ties it to a topic:
+//! its SUB, or its first publish when that is a PUB, a DPUB or a small MPUB
+//! ([`MAX_MOVING_BATCH`]). The reader stops before executing that command, the connection's
+//! tasks end here (the writer writes what is buffered and leaves the socket open), and the
+//! owner adopts a duplicate of the socket with what the reader knew ([`Handover`]) and runs
+//! the command first.
+//!
+//! Invariants: a connection moves at most once, and only before it has published or
+//! subscribed, so a producer publishing to topics of several owners does not travel between
+//! them. Only a connection whose state is all in [`Handover`] moves: not one running TLS or
+//! compression (their state lives in this shard's layers), nor one of a broker with AUTH (the
+//! authorization state stays here). Nothing of the connection is in flight when it moves: no
+//! publish is outstanding, and the new shard starts only after this shard's writer has
+//! written its last byte, so the client sees its answers in the order of its commands.
+
+use super::reader::Session;
+use super::writer::OutputBuffer;
+use super::Conn;
+use crate::channel::ClientInfo;
+use crate::shard::Shard;
+use bytes::BytesMut;
+use protocol::Command;
+use std::time::Duration;
+
+/// The largest MPUB that moves its connection. A producer that batches stays where the
+/// kernel put it: its publishes are few and large, the hop is cheap next to them, and
+/// producers spread over the shards decode their batches on every core, not on the owner's.
+pub const MAX_MOVING_BATCH: usize = 4;
+
+/// What the owner needs to carry on with a connection another shard moved to it.
+#[derive(Debug)]
+pub struct Handover {
+    /// The command that moved it (SUB or a publish), decoded, not yet executed.
+    pub(super) first: Command,
+    /// Bytes the client sent after that command, not decoded yet.
+    pub(super) rest: BytesMut,
+    pub(super) info: ClientInfo,
+    pub(super) heartbeats: bool,
+    pub(super) heartbeat: Option<Duration>,
+    pub(super) msg_timeout: Duration,
+    pub(super) out_buffer: OutputBuffer,
+}
+
+/// Whether `cmd`, decoded on `conn`, moves the connection to its topic's owner (see the module
+/// doc); the owner when it does.
+pub(super) fn destination(
+    shard: &Shard,
+    conn: &Conn,
+    session: &Session,
+    cmd: &Command,
+) -> Option<usize> {
+    let topic = match cmd {
+        Command::Sub { topic, .. } | Command::Pub { topic, .. } | Command::Dpub { topic, .. } => {
+            topic
+        }
+        Command::Mpub { topic, bodies } if bodies.len() <= MAX_MOVING_BATCH => topic,
+        _ => return None,
+    };
+    if !shard.config.move_to_owner
+        || session.moved_in
+        || session.layered
+        || session.sub.is_some()
+        || shard.config.auth.enabled()
+        || shard.is_stopping()
+        || conn.outstanding.get() > 0
+        || !conn.pub_counts.borrow().is_empty()
+    {
+        return None;
+    }
+    let owner = shard.config.owner_of(topic);
+    (owner != shard.id).then_some(owner)
+}
+
+impl Handover {
+    /// What a moving connection takes along (its socket travels beside it, duplicated).
+    pub(super) fn new(conn: &Conn, session: &Session, first: Command, rest: BytesMut) -> Handover {
+        Handover {
+            first,
+            rest,
+            info: session.info.clone(),
+            heartbeats: session.heartbeats,
+            heartbeat: conn.heartbeat.get(),
+            msg_timeout: session.msg_timeout,
+            out_buffer: conn.out_buffer.get(),
+        }
+    }
+}

@@ -1,0 +1,178 @@
+#!/usr/bin/env python3
+"""NSQ's own bench tools (bench_writer, bench_reader) against two broker commands, alternately.
+
+Rows (a fresh broker and data directory per run, medians over --runs):
+  pubsub  bench_reader and bench_writer at once (batch 200): in and out msg/s, out/in
+  pub1    bench_writer --batch-size 1 (one message per round trip)
+  ingest  bench_writer (batch 200) alone
+
+Per run it also reads the broker's CPU (utime + stime from /proc over its life, per message
+published for pub rows, per message delivered for pubsub) and its peak RSS (VmHWM).
+
+A COMMAND may take {port} (the TCP port alone) instead of {tcp}, as tests/perf/pub_sink.c
+does: the ceiling of a publish per round trip on this host.
+
+Example (the bench tools and nsqd built from NSQ's source outside the repository):
+  python3 tests/perf/bench_tools_vs.py --tools /work/nsqd-build/bin \
+    --broker "ours=target/release/broker --shards 2 --tcp-address={tcp} --http-address={http} --data-path={data}" \
+    --broker "nsqd=/work/nsqd-build/bin/nsqd --tcp-address={tcp} --http-address={http} --data-path={data}" \
+    --rows pubsub,pub1 --runs 3 --runfor 5s
+"""
+
+import argparse
+import os
+import re
+import shlex
+import socket
+import statistics
+import subprocess
+import tempfile
+import time
+import urllib.request
+
+CLK = os.sysconf("SC_CLK_TCK")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK
+
+
+def peak_rss_mib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+class Broker:
+    def __init__(self, template):
+        self.tcp = f"127.0.0.1:{free_port()}"
+        self.http = f"127.0.0.1:{free_port()}"
+        self.dir = tempfile.TemporaryDirectory(prefix="bench-tools-")
+        cmd = template.format(tcp=self.tcp, http=self.http, data=self.dir.name,
+                              port=self.tcp.rsplit(":", 1)[1])
+        self.log = open(os.path.join(self.dir.name, "broker.log"), "w")
+        self.proc = subprocess.Popen(shlex.split(cmd), stdout=self.log, stderr=subprocess.STDOUT)
+        # Ready once its TCP port takes connections (a sink has no HTTP), and /ping if it has.
+        host, port = self.tcp.rsplit(":", 1)
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            try:
+                socket.create_connection((host, int(port)), timeout=1).close()
+                if "{http}" in template:
+                    urllib.request.urlopen(f"http://{self.http}/ping", timeout=1).read()
+                return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError(f"broker did not start: {cmd}")
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+        self.dir.cleanup()
+
+
+OPS = re.compile(r"([0-9.]+)ops/s")
+
+
+def ops(out):
+    m = OPS.search(out)
+    if not m:
+        raise RuntimeError(f"no ops/s in: {out!r}")
+    return float(m.group(1))
+
+
+def run_row(row, template, args):
+    b = Broker(template)
+    try:
+        tools = args.tools
+        addr = f"--nsqd-tcp-address={b.tcp}"
+        common = [f"--runfor={args.runfor}", f"--size={args.size}"]
+        env = dict(os.environ, GOMAXPROCS=str(args.gomaxprocs))
+        cpu0 = cpu_seconds(b.proc.pid)
+        result = {}
+        if row == "pubsub":
+            # Both start at the same second (the tools' --deadline, in UTC), so in and
+            # out are measured over the same window.
+            start = time.gmtime(time.time() + 2)
+            at = f"--deadline={time.strftime('%Y-%m-%d %H:%M:%S', start)}"
+            reader = subprocess.Popen(
+                [f"{tools}/bench_reader", addr, *common, at],
+                stderr=subprocess.PIPE, text=True, env=env)
+            writer = subprocess.run(
+                [f"{tools}/bench_writer", addr, *common, at],
+                stderr=subprocess.PIPE, text=True, env=env, check=True)
+            _, rerr = reader.communicate(timeout=120)
+            result["in"] = ops(writer.stderr)
+            result["out"] = ops(rerr)
+            result["out/in"] = result["out"] / result["in"]
+            secs = float(args.runfor.rstrip("s"))
+            delivered = result["out"] * secs
+        else:
+            batch = "1" if row == "pub1" else str(args.batch)
+            writer = subprocess.run(
+                [f"{tools}/bench_writer", addr, *common, f"--batch-size={batch}"],
+                stderr=subprocess.PIPE, text=True, env=env, check=True)
+            result["in"] = ops(writer.stderr)
+            secs = float(args.runfor.rstrip("s"))
+            delivered = result["in"] * secs
+        cpu = cpu_seconds(b.proc.pid) - cpu0
+        result["cpu_us"] = cpu * 1e6 / max(delivered, 1)
+        result["rss"] = peak_rss_mib(b.proc.pid)
+        return result
+    finally:
+        b.stop()
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--tools", required=True, help="directory with bench_writer and bench_reader")
+    p.add_argument("--broker", action="append", required=True, help="NAME=COMMAND with {tcp} {http} {data}")
+    p.add_argument("--rows", default="pubsub,pub1")
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--runfor", default="5s")
+    p.add_argument("--size", type=int, default=200)
+    p.add_argument("--batch", type=int, default=200)
+    p.add_argument("--gomaxprocs", type=int, default=2)
+    args = p.parse_args()
+    brokers = [b.split("=", 1) for b in args.broker]
+    for row in args.rows.split(","):
+        results = {name: [] for name, _ in brokers}
+        for i in range(args.runs):
+            order = brokers if i % 2 == 0 else list(reversed(brokers))
+            for name, template in order:
+                r = run_row(row, template, args)
+                results[name].append(r)
+                print(f"{row} run {i + 1} {name}: " + ", ".join(
+                    f"{k} {v:,.2f}" for k, v in r.items()), flush=True)
+        for name, rs in results.items():
+            med = {k: statistics.median(r[k] for r in rs) for k in rs[0]}
+            print(f"== {row} {name} median: " + ", ".join(f"{k} {v:,.2f}" for k, v in med.items()))
+        first = brokers[0][0]
+        for name, _ in brokers[1:]:
+            a = statistics.median(r["in"] for r in results[first])
+            b = statistics.median(r["in"] for r in results[name])
+            line = f"== {row} {first}/{name} in {a / b:.2f}x"
+            if row == "pubsub":
+                a = statistics.median(r["out"] for r in results[first])
+                b = statistics.median(r["out"] for r in results[name])
+                line += f", out {a / b:.2f}x"
+            print(line, flush=True)
+
+
+if __name__ == "__main__":
+    main()
