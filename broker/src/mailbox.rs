@@ -67,6 +67,28 @@ pub enum Reply {
     TopicChannels(Vec<String>),
 }
 
+/// What a TCP connection's reader knew when the connection moved to the owner of its topic
+/// (`tcp::handover`): the owner carries on from here.
+#[derive(Debug)]
+pub struct Handover {
+    /// The command that moved it (SUB or a publish), decoded, not yet executed.
+    pub first: protocol::Command,
+    /// Bytes the client sent after that command, not decoded yet.
+    pub rest: bytes::BytesMut,
+    pub info: crate::channel::ClientInfo,
+    /// Heartbeats on, and their interval (IDENTIFY's, or the default).
+    pub heartbeats: bool,
+    pub heartbeat: Option<Duration>,
+    pub msg_timeout: Duration,
+    /// How message frames are held (IDENTIFY's output buffer size, and timeout if any).
+    pub output_buffer_size: usize,
+    pub output_buffer_timeout: Option<Duration>,
+}
+
+/// A TCP connection another shard hands over: its socket, and what its reader knew when it
+/// moved (`None`: a connection given before its first byte was read).
+pub type AdoptedConn = (std::os::fd::OwnedFd, Option<Box<Handover>>);
+
 #[derive(Debug)]
 pub enum Mail {
     /// To a topic's owner: store these messages (PUB, MPUB, DPUB). `acked`: the client was
@@ -130,7 +152,7 @@ pub enum Mail {
     /// topic with what its reader knew (`moved`, see `tcp::handover`): this shard serves it.
     TcpConn {
         fd: std::os::fd::OwnedFd,
-        moved: Option<Box<crate::tcp::Handover>>,
+        moved: Option<Box<Handover>>,
     },
     /// From a topic's owner to the control thread: a topic (`channel: None`) or a channel was
     /// created (`Register`) or deleted (`Unregister`); the lookups are told.

@@ -110,7 +110,7 @@ pub struct Shard {
     pub(crate) http_adopted: RefCell<Vec<std::os::fd::OwnedFd>>,
     pub(crate) wake_adopter: Notify,
     /// TCP connections given by shard 0 (accepted on a unix socket), for the TCP adopter task.
-    pub(crate) tcp_adopted: RefCell<Vec<crate::tcp::Adopted>>,
+    pub(crate) tcp_adopted: RefCell<Vec<crate::mailbox::AdoptedConn>>,
     pub(crate) wake_tcp_adopter: Notify,
     /// The HTTP connections' answers, sent in one submission per turn ([`crate::sys::send_batch`]).
     pub(crate) sends: crate::sys::send_batch::SendBatch,
@@ -262,7 +262,7 @@ impl Shard {
 
     /// Takes a TCP connection another shard gave or moved (`Mail::TcpConn`) for the TCP
     /// adopter task; while stopping, it is closed instead.
-    fn adopt_tcp_conn(&self, conn: crate::tcp::Adopted) {
+    fn adopt_tcp_conn(&self, conn: crate::mailbox::AdoptedConn) {
         if self.is_stopping() {
             return;
         }

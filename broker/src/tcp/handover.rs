@@ -9,8 +9,8 @@
 //! its SUB, or its first publish when that is a PUB, a DPUB or a small MPUB
 //! ([`MAX_MOVING_BATCH`]). The reader stops before executing that command, the connection's
 //! tasks end here (the writer writes what is buffered and leaves the socket open), and the
-//! owner adopts a duplicate of the socket with what the reader knew ([`Handover`]) and runs
-//! the command first.
+//! owner adopts a duplicate of the socket with what the reader knew ([`Handover`], mail) and
+//! runs the command first.
 //!
 //! Invariants: a connection moves at most once, and only before it has published or
 //! subscribed, so a producer publishing to topics of several owners does not travel between
@@ -21,32 +21,16 @@
 //! written its last byte, so the client sees its answers in the order of its commands.
 
 use super::reader::Session;
-use super::writer::OutputBuffer;
 use super::Conn;
-use crate::channel::ClientInfo;
+use crate::mailbox::Handover;
 use crate::shard::Shard;
 use bytes::BytesMut;
 use protocol::Command;
-use std::time::Duration;
 
 /// The largest MPUB that moves its connection. A producer that batches stays where the
 /// kernel put it: its publishes are few and large, the hop is cheap next to them, and
 /// producers spread over the shards decode their batches on every core, not on the owner's.
 pub const MAX_MOVING_BATCH: usize = 4;
-
-/// What the owner needs to carry on with a connection another shard moved to it.
-#[derive(Debug)]
-pub struct Handover {
-    /// The command that moved it (SUB or a publish), decoded, not yet executed.
-    pub(super) first: Command,
-    /// Bytes the client sent after that command, not decoded yet.
-    pub(super) rest: BytesMut,
-    pub(super) info: ClientInfo,
-    pub(super) heartbeats: bool,
-    pub(super) heartbeat: Option<Duration>,
-    pub(super) msg_timeout: Duration,
-    pub(super) out_buffer: OutputBuffer,
-}
 
 /// Whether `cmd`, decoded on `conn`, moves the connection to its topic's owner (see the module
 /// doc); the owner when it does.
@@ -78,17 +62,17 @@ pub(super) fn destination(
     (owner != shard.id).then_some(owner)
 }
 
-impl Handover {
-    /// What a moving connection takes along (its socket travels beside it, duplicated).
-    pub(super) fn new(conn: &Conn, session: &Session, first: Command, rest: BytesMut) -> Handover {
-        Handover {
-            first,
-            rest,
-            info: session.info.clone(),
-            heartbeats: session.heartbeats,
-            heartbeat: conn.heartbeat.get(),
-            msg_timeout: session.msg_timeout,
-            out_buffer: conn.out_buffer.get(),
-        }
+/// What a moving connection takes along (its socket travels beside it, duplicated).
+pub(super) fn handover(conn: &Conn, session: &Session, first: Command, rest: BytesMut) -> Handover {
+    let out = conn.out_buffer.get();
+    Handover {
+        first,
+        rest,
+        info: session.info.clone(),
+        heartbeats: session.heartbeats,
+        heartbeat: conn.heartbeat.get(),
+        msg_timeout: session.msg_timeout,
+        output_buffer_size: out.size,
+        output_buffer_timeout: out.timeout,
     }
 }

@@ -42,7 +42,7 @@ mod transport;
 mod writer;
 
 use crate::channel::{ClientInfo, ConsumerKey};
-use crate::mailbox::{ChannelOp, Mail};
+use crate::mailbox::{ChannelOp, Handover, Mail};
 use crate::shard::Shard;
 use bytes::BytesMut;
 use glommio::net::{TcpListener, TcpStream};
@@ -55,12 +55,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use tracing::{debug, info, warn, Instrument};
 use writer::{heartbeat_loop, write_loop, OutputBuffer};
-
-pub use handover::Handover;
-
-/// A connection another shard hands this one: its socket, and what its reader knew when it
-/// was moved here (`None`: a connection given before its first byte was read).
-pub type Adopted = (std::os::fd::OwnedFd, Option<Box<Handover>>);
 
 /// How long a stopping connection waits for its outstanding publishes to be answered.
 const REPLY_GRACE: Duration = Duration::from_secs(5);
@@ -292,7 +286,10 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream, moved: Option<Box<Handov
         ));
         if let Some(m) = &moved {
             conn.heartbeat.set(m.heartbeat);
-            conn.out_buffer.set(m.out_buffer);
+            conn.out_buffer.set(OutputBuffer {
+                size: m.output_buffer_size,
+                timeout: m.output_buffer_timeout,
+            });
             *conn.info.borrow_mut() = m.info.clone();
         }
         shard.register_conn(conn.id, conn.clone());

@@ -13,11 +13,12 @@
 //! most [`PULL_BUDGET`] at a time before the socket is read again; with `--tls-required`,
 //! every command but IDENTIFY before TLS is refused with nsqd's error.
 
-use super::handover::{self, Handover};
+use super::handover;
 use super::identify::identify;
 use super::publish::{publish, MAX_PIPELINED};
 use super::{route_channel_op, Conn, Subscription};
 use crate::channel::{ClientInfo, ConsumerKey, ConsumerSpec};
+use crate::mailbox::Handover;
 use crate::mailbox::{ChannelOp, Mail, Reply};
 use crate::shard::Shard;
 use crate::sys::conn_socket::ReadHalf;
@@ -215,7 +216,7 @@ async fn command_loop(
                         match crate::sys::listen::dup_socket(stream.as_raw_fd()) {
                             Ok(fd) => {
                                 let rest = rbuf.split();
-                                let h = Handover::new(conn, &session, cmd, rest);
+                                let h = handover::handover(conn, &session, cmd, rest);
                                 session.handover = Some((owner, fd, Box::new(h)));
                                 return Some(session);
                             }
