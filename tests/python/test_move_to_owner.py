@@ -1,5 +1,5 @@
 """--move-to-owner: a TCP connection moves, once, to the shard that owns the topic of its SUB or
-of its first one-at-a-time publish, carrying what it has said (IDENTIFY) and what it sent
+of its first publish, carrying what it has said (IDENTIFY) and what it sent
 after that command, and the client sees nothing of it but its answers in command order.
 
 Connections are opened from a thread pinned to one CPU, so that connection steering puts them
@@ -136,14 +136,33 @@ def test_consumer_moves_at_sub_and_gets_every_message(start_broker):
     c.close()
 
 
-def test_batching_producers_and_flag_off_stay(start_broker):
+def test_batches_move_compressed_connections_and_flag_off_stay(start_broker):
     broker = start_broker("--connection-steering", "cpu", shards=2)
     topic = topic_owned_by(1, "mv_batch")
+    # A batch moves like a single publish; one compressed by IDENTIFY stays (its layers are
+    # this shard's).
     c = connect_on_shard(broker, 0)
-    c.mpub(topic, [b"x%d" % i for i in range(5)])  # more than 4: stays
-    assert connections(broker) == {0: 1, 1: 0}
-    assert handovers(broker) == {0: 0, 1: 0}
+    c.mpub(topic, [b"x%d" % i for i in range(50)])
+    wait_for(lambda: connections(broker) == {0: 0, 1: 1}, 5, what="the batcher on shard 1")
     c.close()
+    d = connect_on_shard(broker, 0)
+    d.identify(feature_negotiation=True, deflate=True, deflate_level=1)
+    # From here both directions are raw deflate streams.
+    out = zlib.compressobj(1, zlib.DEFLATED, -15)
+    d.send(out.compress(cmd_bytes("PUB %s" % topic, b"deflated")) + out.flush(zlib.Z_SYNC_FLUSH))
+    inflate = zlib.decompressobj(-15)
+    # What followed the IDENTIFY answer in the same read is already deflated.
+    plain = inflate.decompress(bytes(d.buf))
+    d.buf.clear()
+    deadline = time.time() + 5
+    while plain.count(b"OK") < 2 and time.time() < deadline:
+        d.sock.settimeout(max(0.01, deadline - time.time()))
+        plain += inflate.decompress(d.sock.recv(4096))
+    # The upgrade's OK, then the PUB's.
+    assert plain == (b"\0\0\0\x06\0\0\0\0OK") * 2, plain
+    assert connections(broker) == {0: 1, 1: 0}
+    assert handovers(broker) == {0: 1, 1: 0}
+    d.close()
 
     off = start_broker("--connection-steering", "cpu", "--move-to-owner=false", shards=2)
     p = connect_on_shard(off, 0)

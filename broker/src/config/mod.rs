@@ -197,9 +197,8 @@ pub struct Args {
     #[arg(long, value_enum, default_value = "cpu")]
     pub connection_steering: crate::sys::listen::Steering,
     /// move a TCP connection to the shard that owns the topic of its SUB or of its first
-    /// one-at-a-time publish (PUB, DPUB, MPUB of up to 4), once; not one running TLS,
-    /// compression or AUTH. Its publishes and deliveries then take no hop between shards;
-    /// bare: true
+    /// PUB, MPUB or DPUB, once; not one running TLS, compression or AUTH. Its publishes and
+    /// deliveries then take no hop between shards; bare: true
     #[arg(long, default_value = "true", num_args = 0..=1, require_equals = true,
           default_missing_value = "true", value_parser = parse_go_bool)]
     pub move_to_owner: bool,

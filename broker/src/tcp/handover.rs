@@ -4,10 +4,11 @@
 //! shard owns then cost a hop to that owner and back, and its deliveries a hop from the owner
 //! for every batch and one back for its FINs; on an idle host each hop may wake a parked
 //! shard (docs/performance-history.md: a PUB per round trip costs twice the CPU, and a
-//! consumer beside a producer gets three-quarters of what one shard would give it). So a TCP
-//! connection moves to the owner of its topic once, at the command that ties it to a topic:
-//! its SUB, or its first publish when that is a PUB, a DPUB or a small MPUB
-//! ([`MAX_MOVING_BATCH`]). The reader stops before executing that command, the connection's
+//! consumer beside a producer falls behind it). So a TCP connection moves to the owner of its
+//! topic once, at the command that ties it to a topic: its SUB or its first PUB, MPUB or
+//! DPUB. The price: a topic's producers and consumers all share its owner's core, where they
+//! used to spread their socket work over the shards the kernel gave them (one hot topic on a
+//! large host: `--move-to-owner=false`). The reader stops before executing that command, the connection's
 //! tasks end here (the writer writes what is buffered and leaves the socket open), and the
 //! owner adopts a duplicate of the socket with what the reader knew ([`Handover`], mail) and
 //! runs the command first.
@@ -27,11 +28,6 @@ use crate::shard::Shard;
 use bytes::BytesMut;
 use protocol::Command;
 
-/// The largest MPUB that moves its connection. A producer that batches stays where the
-/// kernel put it: its publishes are few and large, the hop is cheap next to them, and
-/// producers spread over the shards decode their batches on every core, not on the owner's.
-pub const MAX_MOVING_BATCH: usize = 4;
-
 /// Whether `cmd`, decoded on `conn`, moves the connection to its topic's owner (see the module
 /// doc); the owner when it does.
 pub(super) fn destination(
@@ -41,10 +37,10 @@ pub(super) fn destination(
     cmd: &Command,
 ) -> Option<usize> {
     let topic = match cmd {
-        Command::Sub { topic, .. } | Command::Pub { topic, .. } | Command::Dpub { topic, .. } => {
-            topic
-        }
-        Command::Mpub { topic, bodies } if bodies.len() <= MAX_MOVING_BATCH => topic,
+        Command::Sub { topic, .. }
+        | Command::Pub { topic, .. }
+        | Command::Mpub { topic, .. }
+        | Command::Dpub { topic, .. } => topic,
         _ => return None,
     };
     if !shard.config.move_to_owner
