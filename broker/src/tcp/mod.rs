@@ -1,5 +1,6 @@
 //! The TCP front-end: a shard's TCP accept loop and the client connections it accepts, each
-//! served by the shard the kernel gave it for its whole life.
+//! served by the shard the kernel gave it until its SUB or first publish moves it, once, to
+//! the owner of that topic ([`handover`], `--move-to-owner`).
 //!
 //! Three tasks share a [`Conn`]: the reader (decodes and executes commands in order), the writer
 //! (writes the output buffer when it is due: responses at once, at most once per turn of the
@@ -26,6 +27,7 @@
 //! Here: [`accept_loop`], [`serve`] (a connection's tasks, from accept to close) and [`Conn`]
 //! (the state those tasks share). The jobs of a connection:
 //! - [`reader`]: the V2 magic and the command loop (SUB, RDY, FIN, REQ, TOUCH, CLS);
+//! - [`handover`]: when a connection moves to its topic's owner, and what it takes along;
 //! - [`identify`]: IDENTIFY and its negotiation;
 //! - [`auth`]: AUTH, and the authorization gate of PUB, MPUB, DPUB and SUB;
 //! - [`publish`]: PUB, MPUB and DPUB, early answers, the replier;
