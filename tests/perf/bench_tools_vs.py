@@ -120,18 +120,17 @@ def run_row(row, template, args):
             result["in"] = ops(writer.stderr)
             result["out"] = ops(rerr)
             result["out/in"] = result["out"] / result["in"]
-            secs = float(args.runfor.rstrip("s"))
-            delivered = result["out"] * secs
+            counted = result["out"]
         else:
             batch = "1" if row == "pub1" else str(args.batch)
             writer = subprocess.run(
                 [f"{tools}/bench_writer", addr, *common, f"--batch-size={batch}"],
                 stderr=subprocess.PIPE, text=True, env=env, check=True)
             result["in"] = ops(writer.stderr)
-            secs = float(args.runfor.rstrip("s"))
-            delivered = result["in"] * secs
+            counted = result["in"]
+        # Per message delivered (pubsub) or published, over the run.
         cpu = cpu_seconds(b.proc.pid) - cpu0
-        result["cpu_us"] = cpu * 1e6 / max(delivered, 1)
+        result["cpu_us"] = cpu * 1e6 / max(counted * float(args.runfor.rstrip("s")), 1)
         result["rss"] = peak_rss_mib(b.proc.pid)
         return result
     finally:

@@ -1,5 +1,5 @@
-"""HTTP helpers the wire tests share: one request to the broker's API, reading its /metrics, and
-publishing over one keep-alive connection a request at a time.
+"""HTTP helpers the wire tests share: one request to the broker's API, reading its /metrics,
+publishing over one keep-alive connection a request at a time, and which shard owns a topic.
 
 Every request is bounded by a timeout; nothing here can block forever.
 """
@@ -7,6 +7,7 @@ Every request is bounded by a timeout; nothing here can block forever.
 import re
 import urllib.error
 import urllib.request
+import zlib
 
 
 def http(broker, method, target, data=None, timeout=10):
@@ -42,3 +43,14 @@ def keepalive_pub(sock, topic, body):
         assert chunk, "HTTP connection closed"
         resp += chunk
     assert resp.startswith(b"HTTP/1.1 200 OK"), resp
+
+
+def owner_of(topic, shards):
+    """The broker's `Config::owner_of`: murmur3's finalizer over the name's crc32."""
+    h = zlib.crc32(topic.encode())
+    h ^= h >> 16
+    h = (h * 0x85EBCA6B) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * 0xC2B2AE35) & 0xFFFFFFFF
+    h ^= h >> 16
+    return h % shards

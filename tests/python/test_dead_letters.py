@@ -14,26 +14,14 @@ import shutil
 import socket
 import tempfile
 import urllib.parse
-import zlib
 
 import gnsq
 import gevent
 import pytest
 
-from brokerhttp import http, metrics_text
+from brokerhttp import http, metrics_text, owner_of
 from conftest import Broker
 from nsqwire import Conn, Message, FRAME_MESSAGE, wait_for
-
-
-def owner_of(topic, shards):
-    """The broker's `Config::owner_of`: murmur3's finalizer over the name's crc32."""
-    h = zlib.crc32(topic.encode())
-    h ^= h >> 16
-    h = (h * 0x85EBCA6B) & 0xFFFFFFFF
-    h ^= h >> 13
-    h = (h * 0xC2B2AE35) & 0xFFFFFFFF
-    h ^= h >> 16
-    return h % shards
 
 
 def names(prefix, shards):

@@ -15,20 +15,10 @@ import zlib
 
 import pytest
 
-from brokerhttp import metrics_text, per_shard
+from brokerhttp import http, metrics_text, owner_of, per_shard
 from nsqwire import FRAME_MESSAGE, FRAME_RESPONSE, Conn, Message, cmd_bytes, mpub_bytes, wait_for
 
 pytestmark = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
-
-
-def owner_of(topic, shards):
-    """The broker's owner of a topic (`Config::owner_of`): crc32 of the name, mixed."""
-    h = zlib.crc32(topic.encode())
-    h ^= h >> 16
-    h = (h * 0x85EBCA6B) & 0xFFFFFFFF
-    h ^= h >> 13
-    h = (h * 0xC2B2AE35) & 0xFFFFFFFF
-    return (h ^ (h >> 16)) % shards
 
 
 def topic_owned_by(shard, prefix, shards=2):
@@ -63,11 +53,14 @@ def read_answers(conn, n):
     return [conn.read_frame() for _ in range(n)]
 
 
+def stats(broker, query=""):
+    status, body = http(broker, "GET", "/stats?format=json" + query)
+    assert status == 200, body
+    return json.loads(body)
+
+
 def stats_topic(broker, topic):
-    import urllib.request
-    url = "http://127.0.0.1:%d/stats?format=json&topic=%s" % (broker.http_port, topic)
-    with urllib.request.urlopen(url, timeout=5) as r:
-        topics = json.load(r)["topics"]
+    topics = stats(broker, "&topic=" + topic)["topics"]
     return next((t for t in topics if t["topic_name"] == topic), None)
 
 
@@ -99,10 +92,7 @@ def test_producer_moves_with_its_pipelined_commands(start_broker):
              what="5 messages in %s" % topic)
     assert stats_topic(broker, other)["message_count"] == 2
     # /stats lists the producer under its own name, with every publish counted.
-    import urllib.request
-    url = "http://127.0.0.1:%d/stats?format=json" % broker.http_port
-    with urllib.request.urlopen(url, timeout=5) as r:
-        (p,) = json.load(r)["producers"]
+    (p,) = stats(broker)["producers"]
     assert p["client_id"] == "mover", p
     assert {c["topic"]: c["count"] for c in p["pub_counts"]} == {topic: 5, other: 2}, p
     c.close()

@@ -133,14 +133,21 @@ def consume_all(broker, channel):
     settled(broker, channel, N)
 
 
-def test_rewind_to_a_time_replays_exactly_what_came_after_it(restartable):
+def with_retention(restartable, channels=(), **retention):
+    """A started broker (FLAGS) with TOPIC under `retention` (a /topic/config argument) and
+    `channels` created; returns the restartable and its broker."""
     r = restartable(*FLAGS)
     r.start()
     b = r.broker
     ok(b, "/topic/create", topic=TOPIC)
-    ok(b, "/topic/config", topic=TOPIC, retention_time="1h")
-    ok(b, "/channel/create", topic=TOPIC, channel="a")
-    ok(b, "/channel/create", topic=TOPIC, channel="b")
+    ok(b, "/topic/config", topic=TOPIC, **retention)
+    for ch in channels:
+        ok(b, "/channel/create", topic=TOPIC, channel=ch)
+    return r, b
+
+
+def test_rewind_to_a_time_replays_exactly_what_came_after_it(restartable):
+    r, b = with_retention(restartable, ("a", "b"), retention_time="1h")
     middle = history_split(r)
     consume_all(b, "a")
     consume_all(b, "b")
@@ -168,13 +175,7 @@ def test_rewind_to_a_time_replays_exactly_what_came_after_it(restartable):
 
 
 def test_a_dry_run_counts_what_a_rewind_would_deliver_again_and_moves_nothing(restartable):
-    r = restartable(*FLAGS)
-    r.start()
-    b = r.broker
-    ok(b, "/topic/create", topic=TOPIC)
-    ok(b, "/topic/config", topic=TOPIC, retention_time="1h")
-    ok(b, "/channel/create", topic=TOPIC, channel="a")
-    ok(b, "/channel/create", topic=TOPIC, channel="fresh")
+    r, b = with_retention(restartable, ("a", "fresh"), retention_time="1h")
     middle = history_split(r)
     consume_all(b, "a")
 
@@ -206,12 +207,7 @@ def test_a_dry_run_counts_what_a_rewind_would_deliver_again_and_moves_nothing(re
 
 
 def test_a_channel_created_from_earliest_receives_the_whole_history(restartable):
-    r = restartable(*FLAGS)
-    r.start()
-    b = r.broker
-    ok(b, "/topic/create", topic=TOPIC)
-    ok(b, "/topic/config", topic=TOPIC, retention_bytes="100MiB")
-    ok(b, "/channel/create", topic=TOPIC, channel="a")
+    r, b = with_retention(restartable, ("a",), retention_bytes="100MiB")
     middle = history_split(r)
     consume_all(b, "a")
     ok(b, "/channel/create", topic=TOPIC, channel="late", **{"from": "earliest"})
@@ -235,13 +231,7 @@ def test_a_channel_created_from_earliest_receives_the_whole_history(restartable)
 
 @pytest.mark.parametrize("how", ["kill", "stop"])
 def test_a_rewind_survives_a_restart_with_another_shard_count(restartable, shards, how):
-    r = restartable(*FLAGS)
-    r.start()
-    b = r.broker
-    ok(b, "/topic/create", topic=TOPIC)
-    ok(b, "/topic/config", topic=TOPIC, retention_time="1h")
-    ok(b, "/channel/create", topic=TOPIC, channel="a")
-    ok(b, "/channel/create", topic=TOPIC, channel="b")
+    r, b = with_retention(restartable, ("a", "b"), retention_time="1h")
     history_split(r)
     consume_all(b, "a")
     consume_all(b, "b")
@@ -274,11 +264,7 @@ def test_a_rewind_survives_a_restart_with_another_shard_count(restartable, shard
 
 
 def test_in_flight_messages_finish_normally_across_a_rewind(restartable):
-    r = restartable(*FLAGS)
-    r.start()
-    b = r.broker
-    ok(b, "/topic/create", topic=TOPIC)
-    ok(b, "/topic/config", topic=TOPIC, retention_time="1h")
+    r, b = with_retention(restartable, retention_time="1h")
     with Conn(b.addr) as c:
         c.sub(TOPIC, "a", rdy=10)
         publish(b, 0, 100)

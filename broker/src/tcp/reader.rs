@@ -70,6 +70,32 @@ pub(super) struct Session {
     pub(super) handover: Option<(usize, std::os::fd::OwnedFd, Box<Handover>)>,
 }
 
+impl Session {
+    /// A connection's session before its first command (`moved_in`: after a move).
+    fn new(
+        info: ClientInfo,
+        heartbeats: bool,
+        msg_timeout: Duration,
+        tls_required: bool,
+        moved_in: bool,
+    ) -> Session {
+        Session {
+            phase: ConnPhase::Init,
+            heartbeats,
+            msg_timeout,
+            info,
+            sub: None,
+            fins: Vec::new(),
+            tls_required,
+            layered: false,
+            upgraded: false,
+            auth: Default::default(),
+            moved_in,
+            handover: None,
+        }
+    }
+}
+
 /// Most bytes the layers decode onto the read buffer before the commands in it are run: a
 /// decompression bomb grows the buffer by no more than this past the command limits.
 const PULL_BUDGET: usize = 64 * 1024;
@@ -117,24 +143,13 @@ pub(super) async fn read_loop(
         _ => return None,
     }
 
-    let session = Session {
-        phase: ConnPhase::Init,
-        heartbeats: true,
-        msg_timeout: shard.config.msg_timeout,
-        info: ClientInfo {
-            remote_address: remote,
-            connect_ts: crate::ids::now_nanos() / 1_000_000_000,
-            ..ClientInfo::default()
-        },
-        sub: None,
-        fins: Vec::new(),
-        tls_required: shard.config.tls_required != crate::tls::TlsRequired::No,
-        layered: false,
-        upgraded: false,
-        auth: Default::default(),
-        moved_in: false,
-        handover: None,
+    let info = ClientInfo {
+        remote_address: remote,
+        connect_ts: crate::ids::now_nanos() / 1_000_000_000,
+        ..ClientInfo::default()
     };
+    let tls_required = shard.config.tls_required != crate::tls::TlsRequired::No;
+    let session = Session::new(info, true, shard.config.msg_timeout, tls_required, false);
     *conn.info.borrow_mut() = session.info.clone();
     command_loop(shard, conn, stream, session, BytesMut::new()).await
 }
@@ -148,20 +163,8 @@ async fn resume_loop(
     moved: Handover,
 ) -> Option<Session> {
     stream.set_read_timeout(moved.heartbeat.map(|d| d * 2));
-    let mut session = Session {
-        phase: ConnPhase::Init,
-        heartbeats: moved.heartbeats,
-        msg_timeout: moved.msg_timeout,
-        info: moved.info,
-        sub: None,
-        fins: Vec::new(),
-        tls_required: false,
-        layered: false,
-        upgraded: false,
-        auth: Default::default(),
-        moved_in: true,
-        handover: None,
-    };
+    // A connection that moved had TLS off and not required (see `handover::destination`).
+    let mut session = Session::new(moved.info, moved.heartbeats, moved.msg_timeout, false, true);
     if let Err(e) = execute(shard, conn, &mut stream, &mut session, moved.first).await {
         debug!(error = %e, "command failed");
         conn.push_error(&e);
