@@ -55,6 +55,10 @@ pub enum StorageError {
     #[error("segment {base} of topic {topic} vanished")]
     SegmentVanished { topic: String, base: u64 },
 
+    /// A planned record gone from memory before it was written: refused, never expected.
+    #[error("record {seq} of topic {topic} left memory before it was written")]
+    NotInMemory { topic: String, seq: u64 },
+
     /// A write that would not start at the segment's written end: refused, never expected.
     #[error("write at {at} of {} does not follow its end {end}", .path.display())]
     WriteNotAtEnd { path: PathBuf, at: u64, end: u64 },

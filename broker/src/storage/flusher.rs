@@ -134,7 +134,7 @@ pub struct Flusher<T> {
     flusher_stop: Cell<bool>,
 }
 
-/// Encodes what `t` appended since its last write for the flusher, leaving out what every
+/// Plans what `t` appended since its last write for the flusher, leaving out what every
 /// channel has finished meanwhile (see `TopicLog::plan`), and counts both for /metrics.
 fn plan_writes<T: Stored>(host: &impl FlushHost<Item = T>, t: &Rc<RefCell<T>>) {
     let t = t.borrow();

@@ -267,22 +267,31 @@ pub fn record_len(body_len: usize) -> usize {
 
 /// Appends one version-2 record for `s` to `out`; returns its length in bytes.
 pub fn encode_record(out: &mut Vec<u8>, s: &Stored) -> usize {
-    let payload_len = PAYLOAD_FIXED + s.msg.body.len();
     let start = out.len();
-    out.reserve(FRAME_LEN + payload_len);
-    out.put_slice(&RECORD_MARK);
-    out.put_u32(payload_len as u32);
-    out.put_u64(s.seq);
-    out.put_u64(0); // the two crcs, filled below
-    out.put_i64(s.msg.timestamp);
-    out.put_i64(s.defer_until);
-    out.put_slice(&s.msg.id.0);
-    out.put_slice(&s.msg.body);
-    let crc = crc32fast::hash(&out[start + FRAME_LEN..]);
-    out[start + 16..start + 20].copy_from_slice(&crc.to_be_bytes());
-    let frame_crc = crc32fast::hash(&out[start + 4..start + 16]);
-    out[start + 20..start + 24].copy_from_slice(&frame_crc.to_be_bytes());
-    FRAME_LEN + payload_len
+    out.resize(start + record_len(s.msg.body.len()), 0);
+    encode_record_at(&mut out[start..], s)
+}
+
+/// Writes one version-2 record for `s` at the start of `out`, which must hold at least
+/// [`record_len`] bytes (a write buffer filled in place); returns its length in bytes.
+pub fn encode_record_at(out: &mut [u8], s: &Stored) -> usize {
+    let payload_len = PAYLOAD_FIXED + s.msg.body.len();
+    let len = FRAME_LEN + payload_len;
+    let rec = &mut out[..len];
+    let mut w = &mut rec[..];
+    w.put_slice(&RECORD_MARK);
+    w.put_u32(payload_len as u32);
+    w.put_u64(s.seq);
+    w.put_u64(0); // the two crcs, filled below
+    w.put_i64(s.msg.timestamp);
+    w.put_i64(s.defer_until);
+    w.put_slice(&s.msg.id.0);
+    w.put_slice(&s.msg.body);
+    let crc = crc32fast::hash(&rec[FRAME_LEN..]);
+    rec[16..20].copy_from_slice(&crc.to_be_bytes());
+    let frame_crc = crc32fast::hash(&rec[4..16]);
+    rec[20..24].copy_from_slice(&frame_crc.to_be_bytes());
+    len
 }
 
 /// What is at an offset of a segment.

@@ -4,10 +4,11 @@
 //!
 //! - `append` gives each message the next sequence number and keeps it in the in-memory window.
 //!   It never waits.
-//! - The shard's flusher first has [`TopicLog::plan`] encode the records appended since its
-//!   last round into the pending write buffer, leaving out those every channel has finished
-//!   (below the topic's floor), then ([`flush`], [`sync`]) writes them with direct I/O through
-//!   the shard's io_uring (whole aligned blocks, see [`flush`]), and fsyncs by the sync policy.
+//! - The shard's flusher first has [`TopicLog::plan`] place the records appended since its
+//!   last round in the pending chunks, leaving out those every channel has finished (below the
+//!   topic's floor), then ([`flush`], [`sync`]) writes them with direct I/O through the
+//!   shard's io_uring (whole aligned blocks, each record encoded from the window straight into
+//!   the write's buffer, see [`flush`]), and fsyncs by the sync policy.
 //! - Channels read by sequence number ([`TopicLog::read`]): from the window when the message
 //!   is recent or not written yet, else from the log's block cache ([`super::blocks`]), with a
 //!   per-reader hint so sequential reading never searches. A block not cached yet makes the
@@ -31,7 +32,7 @@
 //! | file | owns |
 //! | --- | --- |
 //! | `window.rs` | `append`, the in-memory window and its eviction, the list of DPUB records |
-//! | `plan.rs` | `plan`: encoding records into pending chunks, rolling segments |
+//! | `plan.rs` | `plan`: placing records in pending chunks (offsets, index points), rolling segments |
 //! | `write.rs` | `flush`, `sync`, `trim_padding`: the direct-I/O writes of the pending chunks |
 //! | `read.rs` | `read`: by seq from the window or the block cache, hints, damage met while serving |
 //! | `fetch.rs` | `fetch`: reading the blocks readers wait for; `read_blocking` at start-up |
@@ -64,7 +65,6 @@ pub use retention::Retention;
 pub use seek::{seek_time, History, Seek};
 pub use write::{flush, sync, trim_padding};
 
-use self::plan::MIN_CHUNK;
 use super::blocks::Blocks;
 use super::file::SegFile;
 use super::segment::{Format, Stored, HEADER_LEN};
@@ -115,11 +115,19 @@ enum Skip {
     Searching(u64),
 }
 
-/// Encoded records waiting to be written at `offset` of the segment starting at `base`.
+/// Bytes planned for `offset` of the segment starting at `base`, not written yet: `head`
+/// (bytes encoded already: a segment header, or what a short write left of a chunk), then the
+/// records of `seqs`, which stay in the window and are encoded straight into the write's
+/// buffer when the chunk is written (see `write.rs`): a record is copied once on its way to
+/// the disk, and no second copy of what is unwritten waits in memory.
 struct Chunk {
     base: u64,
     offset: u64,
-    bytes: Vec<u8>,
+    head: Vec<u8>,
+    /// Ascending, disjoint ranges of seqs whose records follow `head`.
+    seqs: Vec<std::ops::Range<u64>>,
+    /// The chunk's length in bytes: `head` and the records of `seqs`.
+    len: usize,
     /// One past the last seq in the chunk.
     end_seq: u64,
 }
@@ -165,8 +173,8 @@ pub struct TopicLog {
     window: VecDeque<Stored>,
     mem_limit: usize,
     pending: Vec<Chunk>,
-    /// Seqs below this are encoded into `pending` (or skipped, or written); the window holds
-    /// the records from here to `head`, not encoded yet ([`TopicLog::plan`]).
+    /// Seqs below this are planned in `pending` (or skipped, or written); the window holds the
+    /// records from here to `head`, not planned yet ([`TopicLog::plan`]).
     planned_end: u64,
     /// Record bytes of the seqs from `planned_end` to `head`.
     unplanned_bytes: usize,
@@ -199,9 +207,6 @@ pub struct TopicLog {
     /// time has not come, as deferred rather than waiting (nsqd hands a DPUB to each
     /// channel's deferred queue as it is published). See [`TopicLog::deferred_between`].
     deferred: VecDeque<(u64, i64)>,
-    /// Capacity a new pending chunk starts with: about what the last flush took, so a chunk
-    /// of a busy topic is not copied over as it grows (see [`next_chunk_capacity`]).
-    chunk_cap: usize,
     /// How much history is kept beyond what channels need (see `retention.rs`).
     retention: Retention,
 }
@@ -238,7 +243,6 @@ impl TopicLog {
             trash: Vec::new(),
             max_id: None,
             deferred: VecDeque::new(),
-            chunk_cap: MIN_CHUNK,
             retention: Retention::default(),
         }
     }
@@ -269,12 +273,18 @@ impl TopicLog {
         self.head - self.window.len() as u64
     }
 
-    /// Bytes of records appended but not written yet.
-    pub fn unwritten_bytes(&self) -> usize {
-        self.unplanned_bytes + self.pending.iter().map(|c| c.bytes.len()).sum::<usize>()
+    /// The record of `seq` if the window holds it.
+    fn in_window(&self, seq: u64) -> Option<&Stored> {
+        let i = seq.checked_sub(self.window_start())?;
+        self.window.get(usize::try_from(i).ok()?)
     }
 
-    /// Seqs below this are encoded for writing, written, or left out ([`TopicLog::plan`]).
+    /// Bytes of records appended but not written yet.
+    pub fn unwritten_bytes(&self) -> usize {
+        self.unplanned_bytes + self.pending.iter().map(|c| c.len).sum::<usize>()
+    }
+
+    /// Seqs below this are planned for writing, written, or left out ([`TopicLog::plan`]).
     pub fn planned_end(&self) -> u64 {
         self.planned_end
     }

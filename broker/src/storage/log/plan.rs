@@ -1,11 +1,16 @@
-//! Write planning: [`TopicLog::plan`] encodes the records appended since the flusher's last
-//! round into pending chunks (the bytes it writes next), leaving out those below the floor
+//! Write planning: [`TopicLog::plan`] places the records appended since the flusher's last
+//! round in pending chunks (what it writes next), leaving out those below the floor
 //! every channel has passed, except the newest (and except when the topic has a retention); a new segment starts at
 //! `--max-bytes-per-file`, or when the newest segment has an older format.
 //!
+//! Records are not encoded here: a chunk lists their seqs, and the write encodes them from the
+//! window into its buffer (`write.rs`); planning fixes where each record goes (offsets, index
+//! points, segments).
+//!
 //! Invariants: a chunk holds consecutive bytes of one segment and chunks are in file order; a
 //! chunk stops growing at [`MAX_WRITE`] bytes (a larger record makes a chunk of its own); a
-//! segment's sparse index gets its points as its records are planned.
+//! segment's sparse index gets its points as its records are planned; every seq a chunk lists
+//! stays in the window until it is written.
 
 use super::{Chunk, Planned, Segment, TopicLog};
 use crate::storage::segment::{self, Format, Stored, HEADER_LEN};
@@ -19,18 +24,8 @@ pub(super) fn record_len(s: &Stored) -> u64 {
 /// The largest single write: a pending chunk bigger than this goes out in pieces.
 pub(super) const MAX_WRITE: usize = 1 << 20;
 
-/// The smallest capacity a pending chunk starts with.
-pub(super) const MIN_CHUNK: usize = 64 * 1024;
-
-/// The capacity for the next pending chunks after a flush took `flushed` bytes: that with a
-/// quarter to spare, between [`MIN_CHUNK`] and [`MAX_WRITE`]. Starting every chunk at 64 KiB
-/// had a topic taking a few hundred KiB per flush reallocate (copy) its chunk twice each time.
-pub(super) fn next_chunk_capacity(flushed: usize) -> usize {
-    (flushed + flushed / 4).clamp(MIN_CHUNK, MAX_WRITE)
-}
-
 impl TopicLog {
-    /// Encodes the records appended since the last plan into the pending write buffer, except
+    /// Plans the records appended since the last plan into the pending chunks, except
     /// those below `floor` (every channel has finished them: nobody will read them again, so
     /// they need not be written). The newest record is always encoded, so the files end with
     /// the log's head (and its highest ID), which recovery starts from. Called by the flusher
@@ -53,7 +48,7 @@ impl TopicLog {
                 continue;
             }
             planned.encoded += 1;
-            self.encode(&window[(seq - ws) as usize]);
+            self.place(&window[(seq - ws) as usize]);
         }
         self.window = window;
         self.planned_end = self.head;
@@ -61,7 +56,9 @@ impl TopicLog {
         planned
     }
 
-    fn encode(&mut self, s: &Stored) {
+    /// Gives the record of `s` its place: its segment (rolling a new one when due), offset,
+    /// index point and pending chunk.
+    fn place(&mut self, s: &Stored) {
         let rec_len = record_len(s);
         let needs_new = match self.segments.last() {
             None => true,
@@ -81,12 +78,14 @@ impl TopicLog {
         // A chunk stops growing at MAX_WRITE (the next starts where it ends): doubling a Vec
         // past that copied megabytes at every step and left glibc holding the big buffers.
         let same_chunk = matches!(self.pending.last(),
-            Some(c) if c.base == seg.base && c.bytes.len() + rec_len as usize <= MAX_WRITE);
+            Some(c) if c.base == seg.base && c.len + rec_len as usize <= MAX_WRITE);
         if !same_chunk {
             self.pending.push(Chunk {
                 base: seg.base,
                 offset,
-                bytes: Vec::with_capacity(self.chunk_cap),
+                head: Vec::new(),
+                seqs: Vec::new(),
+                len: 0,
                 end_seq: s.seq,
             });
         }
@@ -97,7 +96,11 @@ impl TopicLog {
         seg.records += 1;
         seg.end = s.seq + 1;
         if let Some(chunk) = self.pending.last_mut() {
-            segment::encode_record(&mut chunk.bytes, s);
+            match chunk.seqs.last_mut() {
+                Some(r) if r.end == s.seq => r.end += 1,
+                _ => chunk.seqs.push(s.seq..s.seq + 1),
+            }
+            chunk.len += rec_len as usize;
             chunk.end_seq = s.seq + 1;
         }
         seg.planned_len += rec_len;
@@ -106,7 +109,7 @@ impl TopicLog {
     fn roll(&mut self, base: u64, first_ts: i64) {
         let Some(dir) = &self.dir else { return };
         let path = dir.join(format!("{base:020}.seg"));
-        let mut header = Vec::with_capacity(self.chunk_cap);
+        let mut header = Vec::new();
         segment::encode_header(&mut header, base, crate::ids::now_nanos());
         self.segments.push(Segment {
             base,
@@ -126,7 +129,9 @@ impl TopicLog {
         self.pending.push(Chunk {
             base,
             offset: 0,
-            bytes: header,
+            len: header.len(),
+            head: header,
+            seqs: Vec::new(),
             end_seq: base,
         });
     }

@@ -45,7 +45,7 @@ fn round_trip(direct: bool) {
                     l.pending.len() >= 2,
                     "a round over MAX_WRITE makes several chunks"
                 );
-                assert!(l.pending.iter().all(|c| c.bytes.len() <= MAX_WRITE));
+                assert!(l.pending.iter().all(|c| c.len <= MAX_WRITE));
             }
             flush(&log).await.unwrap();
         }
@@ -98,6 +98,59 @@ fn round_trip(direct: bool) {
         assert_eq!(reopened.head(), total);
         // message(i) has ID i + 1.
         assert_eq!(reopened.recovered_max_id(), Some(total));
+    });
+}
+
+/// Records are encoded when their chunk is written: a chunk with a gap (records every channel
+/// had finished, left out), a record over MAX_WRITE (written in pieces), and small records
+/// around them all read back from the file as they were appended.
+#[test]
+fn planned_records_are_encoded_at_write() {
+    with_dir("encode-at-write", |dir| async move {
+        let topic_dir = dir.join("t");
+        let log = RefCell::new(TopicLog::open("t", topic_dir.clone(), 0, 64 << 20).unwrap());
+        let big = |i: u64| Message {
+            body: Bytes::from(vec![(i % 251) as u8; MAX_WRITE + MAX_WRITE / 2]),
+            ..message(i)
+        };
+        log.borrow_mut().append((0..10).map(message).collect(), 0);
+        // 0..4 finished by every channel: left out of the plan.
+        assert_eq!(log.borrow_mut().plan(4).skipped, 4);
+        log.borrow_mut().append(vec![big(10)], 0);
+        log.borrow_mut().append((11..20).map(message).collect(), 0);
+        log.borrow_mut().plan(0);
+        {
+            let l = log.borrow();
+            assert!(
+                l.pending.iter().any(|c| c.len > MAX_WRITE),
+                "the big record's chunk"
+            );
+            assert!(l
+                .pending
+                .iter()
+                .any(|c| c.seqs.len() > 1 || !c.head.is_empty()));
+        }
+        flush(&log).await.unwrap();
+        sync(&log).await.unwrap();
+        assert!(log.borrow().pending.is_empty());
+        assert_eq!(log.borrow().written_end(), 20);
+        let on_disk = std::fs::read(&log.borrow().segments[0].path).unwrap();
+        let report = segment::scan(&Bytes::from(on_disk), Format::V2);
+        assert_eq!(report.records, 16, "4 left out");
+        assert!(report.skipped.is_empty());
+        drop(log);
+        let reopened = RefCell::new(TopicLog::open("t", topic_dir, 0, 64 << 20).unwrap());
+        assert_eq!(reopened.borrow().head(), 20);
+        for seq in 4..20 {
+            let want = if seq == 10 { big(10) } else { message(seq) };
+            match read_through(&reopened, seq, DiskHint::default()).await {
+                Read::Msg(s, _) => {
+                    assert_eq!(s.seq, seq);
+                    assert_eq!(s.msg, want, "seq {seq}");
+                }
+                _ => panic!("seq {seq} not read back"),
+            }
+        }
     });
 }
 

@@ -8,9 +8,10 @@
 //! try, and `TopicLog::failed` holds the error until one succeeds); a destroyed log writes
 //! nothing.
 
-use super::plan::{next_chunk_capacity, MAX_WRITE};
+use super::plan::MAX_WRITE;
 use super::{Chunk, TopicLog};
 use crate::storage::file::SegFile;
+use crate::storage::segment;
 use crate::storage::StorageError;
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -44,9 +45,7 @@ async fn flush_pending(log: &RefCell<TopicLog>) -> Result<(), StorageError> {
         // wanted.
         let start = l.start;
         l.plan(start);
-        let chunks = std::mem::take(&mut l.pending);
-        l.chunk_cap = next_chunk_capacity(chunks.iter().map(|c| c.bytes.len()).sum());
-        chunks
+        std::mem::take(&mut l.pending)
     };
     let mut chunks = VecDeque::from(chunks);
     while let Some(mut chunk) = chunks.pop_front() {
@@ -62,14 +61,21 @@ async fn flush_pending(log: &RefCell<TopicLog>) -> Result<(), StorageError> {
             // directory of the same name made since). Nothing of it may be written.
             return Ok(());
         }
-        let len = chunk.bytes.len();
+        let len = chunk.len;
         let mut written = 0usize;
         while written < len {
-            let at = chunk.offset + written as u64;
-            match write_piece(log, &file, chunk.base, at, &chunk.bytes[written..]).await {
+            if !chunk.seqs.is_empty() && (written > 0 || len > MAX_WRITE) {
+                // Written in pieces (one record over MAX_WRITE, or a short write): from bytes.
+                if let Err(e) = encode_seqs(&log.borrow(), &mut chunk) {
+                    chunks.push_front(chunk);
+                    return Err(restore(log, chunks, e));
+                }
+            }
+            match write_piece(log, &file, &chunk, written).await {
                 Ok(n) => written += n,
                 Err(e) => {
-                    chunk.bytes.drain(..written);
+                    chunk.head.drain(..written);
+                    chunk.len -= written;
                     chunk.offset += written as u64;
                     chunks.push_front(chunk);
                     return Err(restore(log, chunks, e));
@@ -90,20 +96,43 @@ async fn flush_pending(log: &RefCell<TopicLog>) -> Result<(), StorageError> {
     Ok(())
 }
 
-/// Writes the start of `data` (at most [`MAX_WRITE`] bytes) at `at`, which must be the
-/// segment's written length; returns how many bytes of `data` are now in the file.
+/// Encodes the records of `chunk.seqs` from the window onto `chunk.head`: the chunk is then
+/// bytes only, and can be written in pieces.
+fn encode_seqs(log: &TopicLog, chunk: &mut Chunk) -> Result<(), StorageError> {
+    for r in std::mem::take(&mut chunk.seqs) {
+        for seq in r {
+            let s = log.in_window(seq).ok_or_else(|| gone(log, seq))?;
+            segment::encode_record(&mut chunk.head, s);
+        }
+    }
+    Ok(())
+}
+
+/// A planned record no longer in the window (a broken invariant: nothing evicts unwritten
+/// records).
+fn gone(log: &TopicLog, seq: u64) -> StorageError {
+    StorageError::NotInMemory {
+        topic: log.name.clone(),
+        seq,
+    }
+}
+
+/// Writes `chunk`'s bytes from `from` on (at most [`MAX_WRITE`] of them) at the segment's
+/// written length; returns how many of them are now in the file. A chunk still listing seqs
+/// is written whole (`from` 0, at most [`MAX_WRITE`] bytes), its records encoded from the
+/// window straight into the write's buffer.
 async fn write_piece(
     log: &RefCell<TopicLog>,
     file: &Rc<SegFile>,
-    base: u64,
-    at: u64,
-    data: &[u8],
+    chunk: &Chunk,
+    from: usize,
 ) -> Result<usize, StorageError> {
     let align = file.alignment();
-    let take = data.len().min(MAX_WRITE);
+    let at = chunk.offset + from as u64;
+    let take = (chunk.len - from).min(MAX_WRITE);
     let (start, tail, size) = {
         let l = log.borrow();
-        let seg = l.live_segment(base)?;
+        let seg = l.live_segment(chunk.base)?;
         let tail = match &seg.tail {
             Some(t) if seg.written_len == at => t,
             _ => {
@@ -114,23 +143,42 @@ async fn write_piece(
                 })
             }
         };
+        for r in &chunk.seqs {
+            if l.in_window(r.start).is_none() {
+                return Err(gone(&l, r.start));
+            }
+            if r.end > l.head {
+                return Err(gone(&l, r.end - 1));
+            }
+        }
         let start = at - tail.len() as u64;
         let total = tail.len() + take;
         let size = total.div_ceil(align as usize) * align as usize;
         (start, tail.clone(), size)
     };
     let data_end = at + take as u64;
-    // The new tail: the bytes of the last, partial block.
+    // The new tail: the bytes of the last, partial block, taken from the filled buffer.
     let tail_from = align_down(data_end, align).max(start);
-    let mut new_tail = Vec::with_capacity((data_end - tail_from) as usize);
-    if tail_from < at {
-        new_tail.extend_from_slice(&tail[(tail_from - start) as usize..]);
-    }
-    new_tail.extend_from_slice(&data[(tail_from.max(at) - at) as usize..take]);
+    let mut new_tail = Vec::new();
     let fill = |b: &mut [u8]| {
         b[..tail.len()].copy_from_slice(&tail);
-        b[tail.len()..tail.len() + take].copy_from_slice(&data[..take]);
-        b[tail.len() + take..].fill(0);
+        let mut pos = tail.len();
+        if chunk.seqs.is_empty() {
+            b[pos..pos + take].copy_from_slice(&chunk.head[from..from + take]);
+            pos += take;
+        } else {
+            b[pos..pos + chunk.head.len()].copy_from_slice(&chunk.head);
+            pos += chunk.head.len();
+            let l = log.borrow();
+            for seq in chunk.seqs.iter().flat_map(|r| r.clone()) {
+                // Checked above, and nothing evicts unwritten records meanwhile.
+                if let Some(s) = l.in_window(seq) {
+                    pos += segment::encode_record_at(&mut b[pos..], s);
+                }
+            }
+        }
+        b[pos..].fill(0);
+        new_tail.extend_from_slice(&b[(tail_from - start) as usize..(data_end - start) as usize]);
     };
     let n = file.write_with(size, start, fill).await?;
     let reached = (start + n.min(size) as u64).min(data_end);
@@ -150,7 +198,7 @@ async fn write_piece(
         }
     }
     let mut l = log.borrow_mut();
-    if let Some(seg) = l.segment_mut(base) {
+    if let Some(seg) = l.segment_mut(chunk.base) {
         seg.written_len = reached;
         seg.tail = Some(new_tail);
     }
