@@ -254,6 +254,18 @@ impl Topic {
         self.floor_above(0)
     }
 
+    /// The lowest seq any channel (ephemeral ones too) takes next from the log; the head when
+    /// the topic has no channel. Nothing below it is read from the log's window again: what a
+    /// channel holds (in flight, requeued, deferred) it keeps itself, and a rewind reads the
+    /// files.
+    pub fn lowest_cursor(&self) -> u64 {
+        self.channels
+            .values()
+            .map(|c| c.borrow().cursor())
+            .min()
+            .unwrap_or_else(|| self.log.borrow().head())
+    }
+
     /// [`Topic::floor`], or any seq at or below `bound` when the floor is there (see
     /// [`Channel::floor_above`]).
     pub fn floor_above(&self, bound: u64) -> u64 {

@@ -72,6 +72,11 @@ impl Channel {
         waiting - skipped.min(waiting)
     }
 
+    /// The next seq this channel takes from the topic's log.
+    pub fn cursor(&self) -> u64 {
+        self.cursor
+    }
+
     /// The lowest seq this channel may still need.
     pub fn floor(&self) -> u64 {
         self.floor_above(0)

@@ -39,6 +39,9 @@ impl Stored for Topic {
     fn floor_above(&self, bound: u64) -> u64 {
         Topic::floor_above(self, bound)
     }
+    fn lowest_cursor(&self) -> u64 {
+        Topic::lowest_cursor(self)
+    }
     fn flush_queued(&mut self) -> &mut bool {
         &mut self.flush_queued
     }

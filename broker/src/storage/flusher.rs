@@ -50,6 +50,8 @@ pub trait Stored {
     fn floor(&self) -> u64;
     /// [`Stored::floor`], or any seq at or below `bound` when the floor is there.
     fn floor_above(&self, bound: u64) -> u64;
+    /// The lowest seq any reader takes next from the log (its head when none reads).
+    fn lowest_cursor(&self) -> u64;
     /// The flag of the flusher's work set.
     fn flush_queued(&mut self) -> &mut bool;
     /// The flag of the next checkpoint's work set.
@@ -240,6 +242,9 @@ impl<T: Stored + 'static> Flusher<T> {
                     host.set_unhealthy(format!("write failed: {e}"));
                     me.queue_flush(t);
                 }
+                // What is written now and every channel has read leaves memory.
+                let readers_from = t.borrow().lowest_cursor();
+                log.borrow_mut().forget_read(readers_from);
             }
             // fsync: always in durable mode, else every --sync-every messages or --sync-timeout.
             let topics: Vec<Rc<RefCell<T>>> = host.with_items(|topics| topics.cloned().collect());

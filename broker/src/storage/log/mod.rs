@@ -15,7 +15,8 @@
 //!   read return [`Read::Wait`]; the shard's fetcher ([`fetch`]) reads it and wakes the
 //!   channels. Bodies read from disk are slices of their block.
 //! - Memory bound: the window holds the newest `mem_limit` messages plus those not yet
-//!   written; everything older is read back from disk. An ephemeral topic has no files: what
+//!   written, less what is written and every channel has read past
+//!   ([`TopicLog::forget_read`]); everything older is read back from disk. An ephemeral topic has no files: what
 //!   falls out of its window is gone.
 //! - Segments are deleted once every channel's floor has passed them and the topic's retention
 //!   (time, bytes) does not keep them ([`TopicLog::release_below`], [`Retention`]).

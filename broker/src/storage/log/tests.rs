@@ -154,6 +154,34 @@ fn planned_records_are_encoded_at_write() {
     });
 }
 
+/// What every reader has passed leaves the window once written (a reader that comes back
+/// for it reads the file); what is unwritten, or not read yet, stays; an ephemeral log's
+/// window is all it has and keeps its newest `mem_limit`.
+#[test]
+fn read_and_written_records_leave_the_window() {
+    with_dir("forget-read", |dir| async move {
+        let log = RefCell::new(TopicLog::open("t", dir.join("t"), 1000, 64 << 20).unwrap());
+        log.borrow_mut().append((0..100).map(message).collect(), 0);
+        log.borrow_mut().forget_read(60);
+        assert_eq!(log.borrow().window_start(), 0, "nothing written yet");
+        flush(&log).await.unwrap();
+        log.borrow_mut()
+            .append((100..120).map(message).collect(), 0);
+        log.borrow_mut().forget_read(60);
+        assert_eq!(log.borrow().window_start(), 60, "read by all and written");
+        log.borrow_mut().forget_read(120);
+        assert_eq!(log.borrow().window_start(), 100, "100.. not written");
+        match read_through(&log, 42, DiskHint::default()).await {
+            Read::Msg(s, _) => assert_eq!(s.msg, message(42)),
+            _ => panic!("seq 42 not read back from the file"),
+        }
+        let mut eph = TopicLog::in_memory("e", 50);
+        eph.append((0..100).map(message).collect(), 0);
+        eph.forget_read(100);
+        assert_eq!(eph.window_start(), 50);
+    });
+}
+
 /// A DPUB body is copied out of the buffer it came in (a connection's read buffer) once,
 /// when appended, and every channel reading it shares that copy; other bodies are not
 /// copied at all.

@@ -1,7 +1,9 @@
 //! The in-memory window of a topic's log: [`TopicLog::append`] gives each message the next
 //! seq and keeps it at the back; eviction drops from the front what is written and older than
 //! the newest `mem_limit` messages (an ephemeral log, which writes nothing, drops what falls
-//! out). Also the list of DPUB records (seq, due time) from the log's start on, from which
+//! out), and, after each write, what is written and every channel has read past
+//! ([`TopicLog::forget_read`]: with no channel, or consumers that keep up, the window holds
+//! little more than what is not written yet). Also the list of DPUB records (seq, due time) from the log's start on, from which
 //! /stats counts a channel's deferred messages ([`TopicLog::deferred_between`]).
 //!
 //! Invariants: appending never waits and does no I/O; a persistent log evicts nothing that is
@@ -35,6 +37,19 @@ impl TopicLog {
         }
         self.evict();
         self.head
+    }
+
+    /// Drops from memory what is written and below `readers_from`, the lowest seq any channel
+    /// reads next (a channel that wants it later reads it from the file). Only a persistent
+    /// log: an ephemeral one's window is all there is.
+    pub fn forget_read(&mut self, readers_from: u64) {
+        if self.dir.is_none() {
+            return;
+        }
+        let below = readers_from.min(self.written_end);
+        while self.window.front().is_some_and(|s| s.seq < below) {
+            self.window.pop_front();
+        }
     }
 
     /// Drops from memory what is written and older than the newest `mem_limit`.
