@@ -383,6 +383,7 @@ impl<T: Stored + 'static> Flusher<T> {
                 let floor = floor.min(tb.floor());
                 let mut log = tb.log().borrow_mut();
                 log.release_below(floor);
+                log.shrink_window();
                 (log.take_trash(), log.keeps_for_a_time())
             };
             storage::delete_in_background(trash);

@@ -14,6 +14,9 @@ use super::TopicLog;
 use crate::storage::segment::Stored;
 use protocol::Message;
 
+/// Window capacity (records) below which [`TopicLog::shrink_window`] leaves it alone.
+const SHRINK_ABOVE: usize = 1024;
+
 impl TopicLog {
     /// Appends messages; returns the seq after the last one.
     pub fn append(&mut self, msgs: Vec<Message>, defer_until: i64) -> u64 {
@@ -49,6 +52,16 @@ impl TopicLog {
         let below = readers_from.min(self.written_end);
         while self.window.front().is_some_and(|s| s.seq < below) {
             self.window.pop_front();
+        }
+    }
+
+    /// Gives back the window's spare room once it holds far less than it has room for (a
+    /// burst of unwritten records, or a backlog read by now). Called at checkpoints, not
+    /// after every write, so a busy topic's window is not reallocated round after round.
+    pub fn shrink_window(&mut self) {
+        let (len, cap) = (self.window.len(), self.window.capacity());
+        if cap > SHRINK_ABOVE && len < cap / 4 {
+            self.window.shrink_to(len * 2);
         }
     }
 
