@@ -166,7 +166,7 @@ pub fn run() -> ExitCode {
         // to ask it for a new topic's channels. The broker then never reconnected to a lookup
         // that had restarted or been unreachable, and held every new topic's first PUB 1 s.
         .blocking_thread_pool_placement(PoolPlacement::Unbound(2))
-        .io_memory(rlimit::IO_MEMORY_PER_SHARD)
+        .io_memory(rlimit::IO_MEMORY_CONTROL)
         .spawn(move || async move {
             control::run(
                 control_config,

@@ -4,6 +4,8 @@
 
 /// Locked memory each shard asks glommio for (its registered I/O buffer pool).
 pub const IO_MEMORY_PER_SHARD: usize = 512 * 1024;
+/// The control thread's pool: it does no direct I/O, and glommio's smallest is 64 KiB.
+pub const IO_MEMORY_CONTROL: usize = 64 * 1024;
 /// Slack for the rings themselves on kernels that still charge them to RLIMIT_MEMLOCK.
 const RING_SLACK: u64 = 256 * 1024;
 

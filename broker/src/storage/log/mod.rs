@@ -173,6 +173,9 @@ pub struct TopicLog {
     start: u64,
     window: VecDeque<Stored>,
     mem_limit: usize,
+    /// Every channel had read below this at the flusher's last round: written records below
+    /// it leave the window ([`TopicLog::forget_read`]). 0 until then, and in an ephemeral log.
+    read_past: u64,
     pending: Vec<Chunk>,
     /// Seqs below this are planned in `pending` (or skipped, or written); the window holds the
     /// records from here to `head`, not planned yet ([`TopicLog::plan`]).
@@ -227,6 +230,7 @@ impl TopicLog {
             start: 0,
             window: VecDeque::new(),
             mem_limit: mem_limit as usize,
+            read_past: 0,
             pending: Vec::new(),
             planned_end: 0,
             unplanned_bytes: 0,

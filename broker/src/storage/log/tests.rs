@@ -171,6 +171,12 @@ fn read_and_written_records_leave_the_window() {
         assert_eq!(log.borrow().window_start(), 60, "read by all and written");
         log.borrow_mut().forget_read(120);
         assert_eq!(log.borrow().window_start(), 100, "100.. not written");
+        flush(&log).await.unwrap();
+        assert_eq!(
+            log.borrow().window_start(),
+            120,
+            "gone as the write completed"
+        );
         match read_through(&log, 42, DiskHint::default()).await {
             Read::Msg(s, _) => assert_eq!(s.msg, message(42)),
             _ => panic!("seq 42 not read back from the file"),

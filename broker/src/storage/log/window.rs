@@ -14,12 +14,22 @@ use super::TopicLog;
 use crate::storage::segment::Stored;
 use protocol::Message;
 
+/// The fewest records the window grows by.
+const GROW_AT_LEAST: usize = 64;
+
 /// Window capacity (records) below which [`TopicLog::shrink_window`] leaves it alone.
 const SHRINK_ABOVE: usize = 1024;
 
 impl TopicLog {
     /// Appends messages; returns the seq after the last one.
     pub fn append(&mut self, msgs: Vec<Message>, defer_until: i64) -> u64 {
+        let (len, cap) = (self.window.len(), self.window.capacity());
+        if len + msgs.len() > cap {
+            // A quarter more, not double: the window's peak is what a fast publisher's
+            // unwritten records reach, and doubling past it left up to half of it unused.
+            self.window
+                .reserve_exact(msgs.len().max(cap / 4).max(GROW_AT_LEAST));
+        }
         for msg in msgs {
             let mut stored = Stored {
                 seq: self.head,
@@ -42,17 +52,16 @@ impl TopicLog {
         self.head
     }
 
-    /// Drops from memory what is written and below `readers_from`, the lowest seq any channel
-    /// reads next (a channel that wants it later reads it from the file). Only a persistent
-    /// log: an ephemeral one's window is all there is.
+    /// Records `readers_from`, the lowest seq any channel reads next, and drops from memory
+    /// what is written below it, now and as later writes complete (a channel that wants it
+    /// after all, a new one or one rewound, reads the file). Only a persistent log: an
+    /// ephemeral one's window is all there is.
     pub fn forget_read(&mut self, readers_from: u64) {
         if self.dir.is_none() {
             return;
         }
-        let below = readers_from.min(self.written_end);
-        while self.window.front().is_some_and(|s| s.seq < below) {
-            self.window.pop_front();
-        }
+        self.read_past = readers_from;
+        self.evict();
     }
 
     /// Gives back the window's spare room once it holds far less than it has room for (a
@@ -65,13 +74,16 @@ impl TopicLog {
         }
     }
 
-    /// Drops from memory what is written and older than the newest `mem_limit`.
+    /// Drops from memory what is written and older than the newest `mem_limit`, or below
+    /// what every channel had read at the last [`TopicLog::forget_read`].
     pub(super) fn evict(&mut self) {
-        while self.window.len() > self.mem_limit {
-            let Some(front) = self.window.front() else {
+        let persistent = self.dir.is_some();
+        let read_past = if persistent { self.read_past } else { 0 };
+        while let Some(front) = self.window.front() {
+            if persistent && front.seq >= self.written_end {
                 break;
-            };
-            if self.dir.is_some() && front.seq >= self.written_end {
+            }
+            if self.window.len() <= self.mem_limit && front.seq >= read_past {
                 break;
             }
             self.window.pop_front();
