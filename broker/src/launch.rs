@@ -25,6 +25,7 @@ const START_FAILURE_STOP_LIMIT: Duration = Duration::from_secs(30);
 
 /// Runs the broker with the process's command line until it stops; the exit status.
 pub fn run() -> ExitCode {
+    crate::sys::malloc_tuning::tune();
     let mut config = match Config::from_env() {
         Ok(c) => c,
         Err(e) => {

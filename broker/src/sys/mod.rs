@@ -12,12 +12,14 @@
 //! - [`eager_read`]: a non-blocking read of a request that has probably arrived;
 //! - [`send_batch`]: many connections' answers in one io_uring submission;
 //! - [`mem_trim`]: giving closed connections' memory back to the system;
+//! - [`malloc_tuning`]: glibc malloc's thresholds, fixed at start-up;
 //! - [`rlimit`]: RLIMIT_MEMLOCK for io_uring.
 
 pub mod accept_limit;
 pub mod conn_socket;
 pub mod eager_read;
 pub mod listen;
+pub mod malloc_tuning;
 pub mod mem_trim;
 pub mod rlimit;
 pub mod send_batch;
