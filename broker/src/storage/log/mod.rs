@@ -177,6 +177,8 @@ pub struct TopicLog {
     /// it leave the window ([`TopicLog::forget_read`]). 0 until then, and in an ephemeral log.
     read_past: u64,
     pending: Vec<Chunk>,
+    /// Bytes of the chunks a flush has taken from `pending` and not written yet.
+    writing: usize,
     /// Seqs below this are planned in `pending` (or skipped, or written); the window holds the
     /// records from here to `head`, not planned yet ([`TopicLog::plan`]).
     planned_end: u64,
@@ -232,6 +234,7 @@ impl TopicLog {
             mem_limit: mem_limit as usize,
             read_past: 0,
             pending: Vec::new(),
+            writing: 0,
             planned_end: 0,
             unplanned_bytes: 0,
             written_end: 0,
@@ -284,9 +287,9 @@ impl TopicLog {
         self.window.get(usize::try_from(i).ok()?)
     }
 
-    /// Bytes of records appended but not written yet.
+    /// Bytes of records appended but not written yet (those of a write under way too).
     pub fn unwritten_bytes(&self) -> usize {
-        self.unplanned_bytes + self.pending.iter().map(|c| c.len).sum::<usize>()
+        self.unplanned_bytes + self.pending.iter().map(|c| c.len).sum::<usize>() + self.writing
     }
 
     /// Seqs below this are planned for writing, written, or left out ([`TopicLog::plan`]).

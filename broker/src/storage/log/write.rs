@@ -32,6 +32,7 @@ pub async fn flush(log: &RefCell<TopicLog>) -> Result<(), StorageError> {
     if l.destroyed {
         // Deleted meanwhile: nothing left to write to, and nothing to retry.
         l.pending.clear();
+        l.writing = 0;
         l.failed = None;
         return Ok(());
     }
@@ -45,7 +46,9 @@ async fn flush_pending(log: &RefCell<TopicLog>) -> Result<(), StorageError> {
         // wanted.
         let start = l.start;
         l.plan(start);
-        std::mem::take(&mut l.pending)
+        let chunks = std::mem::take(&mut l.pending);
+        l.writing = chunks.iter().map(|c| c.len).sum();
+        chunks
     };
     let mut chunks = VecDeque::from(chunks);
     while let Some(mut chunk) = chunks.pop_front() {
@@ -83,6 +86,7 @@ async fn flush_pending(log: &RefCell<TopicLog>) -> Result<(), StorageError> {
             }
         }
         let mut l = log.borrow_mut();
+        l.writing = l.writing.saturating_sub(len);
         l.bytes_written += len as u64;
         l.written_end = l.written_end.max(chunk.end_seq);
         l.unsynced += 1;
@@ -208,6 +212,8 @@ async fn write_piece(
 /// Puts unwritten chunks back in front of anything appended meanwhile, and records the error.
 fn restore(log: &RefCell<TopicLog>, chunks: VecDeque<Chunk>, e: StorageError) -> StorageError {
     let mut l = log.borrow_mut();
+    // Counted as pending again.
+    l.writing = 0;
     let newer = std::mem::take(&mut l.pending);
     l.pending = chunks.into_iter().chain(newer).collect();
     l.failed = Some(e.to_string());
