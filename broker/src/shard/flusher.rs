@@ -88,7 +88,7 @@ impl FlushHost for Shard {
     }
     fn count_planned(&self, planned: &Planned) {
         let c = &self.admin.records;
-        c.written.set(c.written.get() + planned.encoded);
+        c.written.set(c.written.get() + planned.kept);
         c.skipped.set(c.skipped.get() + planned.skipped);
     }
     fn answer_disk_acks(&self) {

@@ -28,8 +28,8 @@ use std::time::{Duration, Instant};
 pub const BLOCK: u64 = 256 * 1024;
 /// Blocks a sequential reader asks for beyond the one it is in.
 pub const READ_AHEAD: u64 = 3;
-/// Blocks kept per log (6 MiB): room for the read-ahead of 6 channels at different places.
-/// (32 drained a backlog no faster, 16 was 5% slower; shard-bench, 5 alternating runs.)
+/// Blocks kept per log (6 MiB): room for the read-ahead of 6 channels at different places
+/// (docs/performance-history.md, the twentieth session, has what 16 and 32 did).
 pub const CAPACITY: usize = 24;
 
 /// A block of one segment: (segment base seq, block number).

@@ -5,10 +5,10 @@
 //! arena's free top beyond 128 KiB, both thresholds moving with what the process frees. A
 //! shard's buffers of that size flow through at the publish rate (connections' read buffers
 //! that message bodies point into, 1 MiB direct-I/O write buffers, 256 KiB blocks read back),
-//! and every one that went back to the system came back as fresh zeroed pages: measured with
-//! `shard-bench compare --workload pub --batch-size 200 --connections 4`, 5 alternating runs,
-//! the same build was 1.18x faster at 0.83x the CPU a message with the thresholds fixed, and
-//! its peak RSS no higher (the peak is what the shard holds at once, not what it recycles).
+//! and every one that went back to the system would come back as fresh zeroed pages, a page
+//! fault and a page of zeroing per 4 KiB published. With the thresholds fixed they are
+//! reused; the peak RSS is no higher, since it is what the shard holds at once, not what it
+//! recycles (the measurement: docs/performance-history.md, the twentieth session).
 //!
 //! [`tune`] sets the mmap threshold to [`MMAP_THRESHOLD`] (which also ends glibc's moving
 //! thresholds) and the trim threshold to [`TRIM_THRESHOLD`], unless the operator set either

@@ -3,10 +3,9 @@
 //! refuses to start with a message that says what to set.
 
 /// Locked memory each shard asks glommio for (its registered I/O buffer pool), glommio's
-/// smallest. Segment writes (up to 1 MiB) never fitted it and 256 KiB block reads hardly did:
-/// they take heap buffers either way, and the pool's pages are resident for good (512 KiB
-/// drained a backlog no faster and cost each shard 0.45 MiB of peak RSS; shard-bench, 5
-/// alternating runs).
+/// smallest. Segment writes (up to 1 MiB) do not fit a pool of this order and 256 KiB block
+/// reads hardly do: they take heap buffers either way, while the pool's pages stay resident
+/// for the broker's whole life.
 pub const IO_MEMORY_PER_SHARD: usize = 64 * 1024;
 /// The control thread's pool: it does no direct I/O.
 pub const IO_MEMORY_CONTROL: usize = 64 * 1024;

@@ -8,10 +8,10 @@
 //! topic once, at the command that ties it to a topic: its SUB or its first PUB, MPUB or
 //! DPUB. The price: a topic's producers and consumers all share its owner's core, where they
 //! used to spread their socket work over the shards the kernel gave them (one hot topic on a
-//! large host: `--move-to-owner=false`). The reader stops before executing that command, the connection's
-//! tasks end here (the writer writes what is buffered and leaves the socket open), and the
-//! owner adopts a duplicate of the socket with what the reader knew ([`Handover`], mail) and
-//! runs the command first.
+//! large host: `--move-to-owner=false`). The reader stops before executing that command, the
+//! connection's tasks end here (the writer writes what is buffered and leaves the socket
+//! open), and the owner adopts a duplicate of the socket with what the reader knew
+//! ([`Handover`], mail) and runs the command first.
 //!
 //! Invariants: a connection moves at most once, and only before it has published or
 //! subscribed, so a producer publishing to topics of several owners does not travel between

@@ -16,8 +16,8 @@
 //!   channels. Bodies read from disk are slices of their block.
 //! - Memory bound: the window holds the newest `mem_limit` messages plus those not yet
 //!   written, less what is written and every channel has read past
-//!   ([`TopicLog::forget_read`]); everything older is read back from disk. An ephemeral topic has no files: what
-//!   falls out of its window is gone.
+//!   ([`TopicLog::forget_read`]); everything older is read back from disk. An ephemeral
+//!   topic has no files: what falls out of its window is gone.
 //! - Segments are deleted once every channel's floor has passed them and the topic's retention
 //!   (time, bytes) does not keep them ([`TopicLog::release_below`], [`Retention`]).
 //! - Start-up recovery ([`TopicLog::open`]) scans every segment through a memory mapping.
@@ -136,8 +136,8 @@ struct Chunk {
 /// What [`TopicLog::plan`] did with the records appended since the last plan.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Planned {
-    /// Encoded for writing.
-    pub encoded: u64,
+    /// Planned for writing.
+    pub kept: u64,
     /// Finished by every channel already: not written.
     pub skipped: u64,
 }

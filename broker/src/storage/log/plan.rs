@@ -27,7 +27,7 @@ pub(super) const MAX_WRITE: usize = 1 << 20;
 impl TopicLog {
     /// Plans the records appended since the last plan into the pending chunks, except
     /// those below `floor` (every channel has finished them: nobody will read them again, so
-    /// they need not be written). The newest record is always encoded, so the files end with
+    /// they need not be written). The newest record is always planned, so the files end with
     /// the log's head (and its highest ID), which recovery starts from. Called by the flusher
     /// just before it writes, when consumers have had the most time to finish what it holds.
     ///
@@ -47,7 +47,7 @@ impl TopicLog {
                 planned.skipped += 1;
                 continue;
             }
-            planned.encoded += 1;
+            planned.kept += 1;
             self.place(&window[(seq - ws) as usize]);
         }
         self.window = window;
@@ -75,8 +75,8 @@ impl TopicLog {
             return;
         };
         let offset = seg.planned_len;
-        // A chunk stops growing at MAX_WRITE (the next starts where it ends): doubling a Vec
-        // past that copied megabytes at every step and left glibc holding the big buffers.
+        // A chunk stops growing at MAX_WRITE (the next starts where it ends): each chunk is one
+        // direct-I/O write, and its buffer is allocated whole when it is written.
         let same_chunk = matches!(self.pending.last(),
             Some(c) if c.base == seg.base && c.len + rec_len as usize <= MAX_WRITE);
         if !same_chunk {

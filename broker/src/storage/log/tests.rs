@@ -121,14 +121,12 @@ fn planned_records_are_encoded_at_write() {
         log.borrow_mut().plan(0);
         {
             let l = log.borrow();
-            assert!(
-                l.pending.iter().any(|c| c.len > MAX_WRITE),
-                "the big record's chunk"
-            );
-            assert!(l
-                .pending
-                .iter()
-                .any(|c| c.seqs.len() > 1 || !c.head.is_empty()));
+            // The header's chunk lists 4..10 (0..4 left out), the big record has a chunk of its
+            // own, over MAX_WRITE, and the small ones after it another.
+            let seqs: Vec<_> = l.pending.iter().map(|c| c.seqs.clone()).collect();
+            assert_eq!(seqs, vec![vec![4..10], vec![10..11], vec![11..20]]);
+            assert!(!l.pending[0].head.is_empty(), "the segment header");
+            assert!(l.pending[1].len > MAX_WRITE, "the big record's chunk");
         }
         flush(&log).await.unwrap();
         sync(&log).await.unwrap();
@@ -307,7 +305,7 @@ fn records_finished_before_the_write_are_left_out() {
         assert_eq!(
             log.borrow_mut().plan(6),
             Planned {
-                encoded: 4,
+                kept: 4,
                 skipped: 3
             }
         );
@@ -315,7 +313,7 @@ fn records_finished_before_the_write_are_left_out() {
         assert_eq!(
             log.borrow_mut().plan(13),
             Planned {
-                encoded: 1,
+                kept: 1,
                 skipped: 2
             },
             "the head is written even when finished"

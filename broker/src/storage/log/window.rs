@@ -3,8 +3,9 @@
 //! the newest `mem_limit` messages (an ephemeral log, which writes nothing, drops what falls
 //! out), and, after each write, what is written and every channel has read past
 //! ([`TopicLog::forget_read`]: with no channel, or consumers that keep up, the window holds
-//! little more than what is not written yet). Also the list of DPUB records (seq, due time) from the log's start on, from which
-//! /stats counts a channel's deferred messages ([`TopicLog::deferred_between`]).
+//! little more than what is not written yet). Also the list of DPUB records (seq, due time)
+//! from the log's start on, from which /stats counts a channel's deferred messages
+//! ([`TopicLog::deferred_between`]).
 //!
 //! Invariants: appending never waits and does no I/O; a persistent log evicts nothing that is
 //! not written; the DPUB list is in seq order and holds nothing below the log's start.
