@@ -222,6 +222,18 @@ impl Blocks {
         !self.cached.is_empty()
     }
 
+    /// Drops the blocks that hold nothing at or after offset `off` of segment `base`, nor of any
+    /// later segment: what every reader has passed (a reader that wants it after all, a
+    /// channel rewound or a message read again, fetches it again).
+    pub fn drop_passed(&mut self, base: u64, off: u64) {
+        let passed = |k: &BlockKey| k.0 < base || k.0 == base && (k.1 + 1) * BLOCK <= off;
+        if !self.order.iter().any(passed) {
+            return;
+        }
+        self.cached.retain(|k, _| !passed(k));
+        self.order.retain(|k| !passed(k));
+    }
+
     /// Forgets the blocks of a deleted segment.
     pub fn drop_segment(&mut self, base: u64) {
         self.cached.retain(|k, _| k.0 != base);
@@ -327,6 +339,27 @@ mod tests {
         b.want((1, 5));
         assert!(!b.has_wanted(), "within RETRY_AFTER of the failure");
         assert!(!b.is_bad((1, 5)));
+    }
+
+    #[test]
+    fn blocks_every_reader_passed_are_dropped() {
+        let mut b = Blocks::default();
+        for (base, n) in [(1, 0), (1, 1), (9, 0), (9, 1), (9, 2)] {
+            b.insert((base, n), block(n, BLOCK as usize), BLOCK as usize);
+        }
+        // Readers are at byte 10 of block 1 of segment 9: what lies before it is passed.
+        b.drop_passed(9, BLOCK + 10);
+        assert!(
+            !b.has(1, 0, 8) && !b.has(1, 1, BLOCK + 8),
+            "an earlier segment"
+        );
+        assert!(!b.has(9, 0, 8), "a block before the readers");
+        assert!(b.has(9, 1, 2 * BLOCK), "the block the readers are in");
+        assert!(b.has(9, 2, 3 * BLOCK), "read-ahead");
+        assert_eq!(b.order.len(), 2);
+        // At a block's end exactly: that block is passed too.
+        b.drop_passed(9, 2 * BLOCK);
+        assert!(!b.has(9, 1, 2 * BLOCK) && b.has(9, 2, 3 * BLOCK));
     }
 
     #[test]

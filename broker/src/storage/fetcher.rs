@@ -125,6 +125,8 @@ impl<T: Fetched + 'static> Fetcher<T> {
             for t in &queued {
                 *t.borrow_mut().fetch_queued() = false;
                 let log = t.borrow().log().clone();
+                // Room first: the blocks every reader has passed go before new ones come.
+                log.borrow().drop_passed_blocks(t.borrow().lowest_cursor());
                 let (arrived, failed) = storage::log::fetch(&log).await;
                 if arrived > 0 {
                     Self::list_cached(&host, t);

@@ -327,6 +327,23 @@ impl TopicLog {
         self.blocks.borrow().cached_bytes() as u64
     }
 
+    /// Drops the cached blocks that hold only records below `readers_from` (the lowest seq
+    /// any channel reads next): they are read again only if a channel goes back for them.
+    /// The position of `readers_from` comes from its segment's sparse index, at or before
+    /// the record, so no block a reader still needs is dropped.
+    pub fn drop_passed_blocks(&self, readers_from: u64) {
+        if self.dir.is_none() {
+            return;
+        }
+        let at = self.segments.partition_point(|s| s.base <= readers_from);
+        let Some(seg) = at.checked_sub(1).and_then(|i| self.segments.get(i)) else {
+            return;
+        };
+        let i = seg.index.partition_point(|(s, _)| *s <= readers_from);
+        let off = i.checked_sub(1).map_or(0, |i| seg.index[i].1 as u64);
+        self.blocks.borrow_mut().drop_passed(seg.base, off);
+    }
+
     /// Drops cached blocks nobody read since the last call; whether any are left.
     pub fn age_blocks(&self) -> bool {
         self.blocks.borrow_mut().age()

@@ -63,6 +63,7 @@ impl TopicLog {
         }
         self.read_past = readers_from;
         self.evict();
+        self.drop_passed_blocks(readers_from);
     }
 
     /// Gives back the window's spare room once it holds far less than it has room for (a
