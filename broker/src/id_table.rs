@@ -13,21 +13,31 @@
 //! consumer) while thousands after it are finished would otherwise make it. So memory stays
 //! within a small factor of the records held, whatever the order of FINs.
 //!
+//! A window slot is the index of its record in a slab (*records*, 4 bytes a slot), not the
+//! record itself: the window spans up to `MAX_SPARSENESS` times the records it holds, and a
+//! channel's in-flight record is some 150 bytes, so slots of records cost a consumer with
+//! 5,000 in flight 2.4 MB of mostly empty window; slots of indices cost 64 KB beside the
+//! records themselves. The slab reuses freed places, so it holds as many places as the most
+//! records the window held at once.
+//!
 //! An ID is in at most one of the two (an ID in `others` may lie inside the window's range,
 //! in an empty slot: lookups fall back to `others`). The window is trimmed to start and end on
-//! a record, and is released when the table empties.
+//! a record; the window and the slab are released when the table empties.
 
 use crate::ids::IdHash;
 use protocol::MessageId;
 use std::collections::{HashMap, VecDeque};
 
 pub struct IdTable<T> {
-    /// Records under numbers `base..base + window.len()`; `None` where there is none.
-    /// Empty, or starts and ends with a record.
-    window: VecDeque<Option<T>>,
+    /// Where in `records` the record under number `base + i` is; [`EMPTY`] where there is
+    /// none. Empty, or starts and ends with a record.
+    window: VecDeque<u32>,
     base: u64,
     /// Records in the window.
     in_window: usize,
+    /// The window's records; `None` at the places listed in `free`.
+    records: Vec<Option<T>>,
+    free: Vec<u32>,
     others: HashMap<MessageId, T, IdHash>,
 }
 
@@ -37,10 +47,15 @@ impl<T> Default for IdTable<T> {
             window: VecDeque::new(),
             base: 0,
             in_window: 0,
+            records: Vec::new(),
+            free: Vec::new(),
             others: HashMap::default(),
         }
     }
 }
+
+/// A window slot without a record.
+const EMPTY: u32 = u32::MAX;
 
 /// Above this many slots, an emptied window gives its memory back.
 const KEEP_SLOTS: usize = 1024;
@@ -75,7 +90,8 @@ impl<T> IdTable<T> {
         };
         if self.window.is_empty() {
             self.base = n;
-            self.window.push_back(Some(value));
+            let at = self.place(value);
+            self.window.push_back(at);
             self.in_window = 1;
             return None;
         }
@@ -85,20 +101,22 @@ impl<T> IdTable<T> {
                 return self.others.insert(id, value);
             }
             for _ in 1..gap {
-                self.window.push_front(None);
+                self.window.push_front(EMPTY);
             }
-            self.window.push_front(Some(value));
+            let at = self.place(value);
+            self.window.push_front(at);
             self.base = n;
             self.in_window += 1;
             return None;
         }
         let at = n - self.base;
-        if let Some(slot) = self.window.get_mut(at as usize) {
-            let old = slot.replace(value);
-            if old.is_none() {
-                self.in_window += 1;
+        if let Some(&slot) = self.window.get(at as usize) {
+            if slot != EMPTY {
+                return self.records[slot as usize].replace(value);
             }
-            return old;
+            self.window[at as usize] = self.place(value);
+            self.in_window += 1;
+            return None;
         }
         // Past the end: extend, shedding the front first if that would leave the window too
         // sparse (or longer than an index can be).
@@ -113,16 +131,18 @@ impl<T> IdTable<T> {
             self.base = n;
         }
         let at = (n - self.base) as usize;
-        self.window.resize_with(at, || None);
-        self.window.push_back(Some(value));
+        self.window.resize(at, EMPTY);
+        let place = self.place(value);
+        self.window.push_back(place);
         self.in_window += 1;
         None
     }
 
     pub fn get_mut(&mut self, id: &MessageId) -> Option<&mut T> {
         if let Some(slot) = self.slot_of(id) {
-            if self.window[slot].is_some() {
-                return self.window[slot].as_mut();
+            let at = self.window[slot];
+            if at != EMPTY {
+                return self.records[at as usize].as_mut();
             }
         }
         if self.others.is_empty() {
@@ -132,11 +152,13 @@ impl<T> IdTable<T> {
     }
 
     pub fn remove(&mut self, id: &MessageId) -> Option<T> {
-        let taken = match self.slot_of(id).and_then(|slot| self.window[slot].take()) {
-            Some(value) => {
+        let in_window = self.slot_of(id).filter(|&slot| self.window[slot] != EMPTY);
+        let taken = match in_window {
+            Some(slot) => {
+                let at = std::mem::replace(&mut self.window[slot], EMPTY);
                 self.in_window -= 1;
                 self.trim();
-                value
+                self.unplace(at)
             }
             // An ID in `others` may lie inside the window (the window grew over it later).
             None if self.others.is_empty() => return None,
@@ -152,9 +174,17 @@ impl<T> IdTable<T> {
     pub fn retain(&mut self, mut keep: impl FnMut(&MessageId, &mut T) -> bool) {
         let base = self.base;
         for (i, slot) in self.window.iter_mut().enumerate() {
-            let Some(value) = slot else { continue };
+            let at = *slot;
+            if at == EMPTY {
+                continue;
+            }
+            let value = self.records[at as usize]
+                .as_mut()
+                .expect("a window slot's record");
             if !keep(&MessageId::from_u64(base + i as u64), value) {
-                *slot = None;
+                *slot = EMPTY;
+                self.records[at as usize] = None;
+                self.free.push(at);
                 self.in_window -= 1;
             }
         }
@@ -166,7 +196,31 @@ impl<T> IdTable<T> {
     }
 
     pub fn values(&self) -> impl Iterator<Item = &T> {
-        self.window.iter().flatten().chain(self.others.values())
+        self.window
+            .iter()
+            .filter(|&&at| at != EMPTY)
+            .filter_map(|&at| self.records[at as usize].as_ref())
+            .chain(self.others.values())
+    }
+
+    /// Puts `value` in a free place of the slab; returns where.
+    fn place(&mut self, value: T) -> u32 {
+        if let Some(at) = self.free.pop() {
+            self.records[at as usize] = Some(value);
+            return at;
+        }
+        // A window never holds u32::MAX records: it sheds its front long before (a window
+        // of that many slots would be 16 GiB).
+        self.records.push(Some(value));
+        (self.records.len() - 1) as u32
+    }
+
+    /// Takes the record at `at` out of the slab, freeing its place.
+    fn unplace(&mut self, at: u32) -> T {
+        self.free.push(at);
+        self.records[at as usize]
+            .take()
+            .expect("a window slot's record")
     }
 
     /// The window slot of `id`, if it falls inside the window.
@@ -183,8 +237,9 @@ impl<T> IdTable<T> {
 
     /// Moves the window's first record into `others` and trims the gap after it.
     fn shed_front(&mut self) {
-        if let Some(Some(value)) = self.window.pop_front() {
+        if let Some(at) = self.window.pop_front().filter(|&at| at != EMPTY) {
             self.in_window -= 1;
+            let value = self.unplace(at);
             self.others.insert(MessageId::from_u64(self.base), value);
         }
         self.base += 1;
@@ -193,20 +248,26 @@ impl<T> IdTable<T> {
 
     /// Drops the empty slots at both ends.
     fn trim(&mut self) {
-        while let Some(None) = self.window.front() {
+        while self.window.front() == Some(&EMPTY) {
             self.window.pop_front();
             self.base += 1;
         }
-        while let Some(None) = self.window.back() {
+        while self.window.back() == Some(&EMPTY) {
             self.window.pop_back();
         }
     }
 
     fn release(&mut self) {
         self.window.clear();
+        self.records.clear();
+        self.free.clear();
         self.in_window = 0;
         if self.window.capacity() > KEEP_SLOTS {
             self.window.shrink_to(KEEP_SLOTS);
+        }
+        if self.records.capacity() > KEEP_SLOTS {
+            self.records.shrink_to(KEEP_SLOTS);
+            self.free.shrink_to(KEEP_SLOTS);
         }
         if self.others.capacity() > KEEP_SLOTS {
             self.others.shrink_to(KEEP_SLOTS);
@@ -334,11 +395,18 @@ mod tests {
                     }
                 }
                 prop_assert_eq!(t.len(), model.len());
-                prop_assert_eq!(t.in_window, t.window.iter().flatten().count());
-                prop_assert!(t.window.front().is_none_or(|s| s.is_some()));
-                prop_assert!(t.window.back().is_none_or(|s| s.is_some()));
+                prop_assert_eq!(t.in_window, t.window.iter().filter(|&&at| at != EMPTY).count());
+                prop_assert!(t.window.front().is_none_or(|&at| at != EMPTY));
+                prop_assert!(t.window.back().is_none_or(|&at| at != EMPTY));
+                // The slab holds exactly the window's records, each at one slot's place.
+                prop_assert_eq!(t.records.iter().flatten().count(), t.in_window);
+                prop_assert_eq!(t.records.len(), t.in_window + t.free.len());
+                let mut places: Vec<u32> = t.window.iter().copied().filter(|&at| at != EMPTY).collect();
+                places.sort_unstable();
+                places.dedup();
+                prop_assert_eq!(places.len(), t.in_window, "two slots at one place");
                 for (k, _) in t.others.iter() {
-                    let in_window = t.slot_of(k).is_some_and(|s| t.window[s].is_some());
+                    let in_window = t.slot_of(k).is_some_and(|s| t.window[s] != EMPTY);
                     prop_assert!(!in_window, "an ID in both places");
                 }
             }
