@@ -31,6 +31,13 @@ fn run(cli: Cli) -> Result<ExitCode, BenchError> {
             plan.lookupds.clear();
             (plan, Some(sink))
         }
+        Command::Sink(s) => {
+            let sink = sink::start_at(s.tcp_address, s.cpu, s.size as usize)?;
+            eprintln!("shard-bench: sink listening on {} until killed", sink.addr);
+            loop {
+                std::thread::park();
+            }
+        }
         Command::Compare(c) => {
             compare::run(c, &command_line)?;
             return Ok(ExitCode::SUCCESS);

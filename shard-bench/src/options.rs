@@ -1,4 +1,4 @@
-//! The command line: `shard-bench pub | sub | pubsub | raw | report`, and the checks that turn
+//! The command line: `shard-bench pub | sub | pubsub | raw | sink | report | compare`, and the checks that turn
 //! it into a [`LoadPlan`] a run can trust.
 //!
 //! Flag names follow nsq's own tools where they have one (`--nsqd-tcp-address`,
@@ -37,6 +37,9 @@ pub enum Command {
     Pubsub(LoadArgs),
     /// The same client and framing against a trivial in-process sink: the ceiling.
     Raw(RawArgs),
+    /// Run the trivial sink of `raw` as a server on an address, until killed: the ceiling of a
+    /// broker on this runtime, for any client (`compare`, NSQ's bench tools).
+    Sink(SinkArgs),
     /// Turn result files into a markdown table and SVG charts.
     Report(ReportArgs),
     /// One workload against two or more broker commands, alternately, a fresh broker each
@@ -247,6 +250,19 @@ pub struct RawArgs {
     /// Pin the sink's executor to this CPU (default: not pinned).
     #[arg(long)]
     pub sink_cpu: Option<usize>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct SinkArgs {
+    /// Where to listen, host:port.
+    #[arg(long, default_value = "127.0.0.1:4150")]
+    pub tcp_address: std::net::SocketAddr,
+    /// Pin its executor to this CPU (default: not pinned).
+    #[arg(long)]
+    pub cpu: Option<usize>,
+    /// Body size of the messages it sends to a subscriber.
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(MIN_MESSAGE_SIZE as u64..))]
+    pub size: u64,
 }
 
 #[derive(Args, Debug, Clone)]

@@ -52,6 +52,11 @@ impl Drop for Sink {
 /// Starts a sink on 127.0.0.1 (an ephemeral port) on its own executor, pinned to `cpu` if
 /// given, sending message bodies of `size` bytes.
 pub fn start(cpu: Option<usize>, size: usize) -> Result<Sink> {
+    start_at(SocketAddr::from(([127, 0, 0, 1], 0)), cpu, size)
+}
+
+/// [`start`] on `addr`.
+pub fn start_at(addr: SocketAddr, cpu: Option<usize>, size: usize) -> Result<Sink> {
     let stop = Arc::new(AtomicBool::new(false));
     let (tx, rx) = std::sync::mpsc::channel();
     let placement = cpu.map_or(Placement::Unbound, Placement::Fixed);
@@ -59,7 +64,7 @@ pub fn start(cpu: Option<usize>, size: usize) -> Result<Sink> {
     LocalExecutorBuilder::new(placement)
         .name("bench-sink")
         .spawn(move || async move {
-            let listener = match TcpListener::bind("127.0.0.1:0") {
+            let listener = match TcpListener::bind(addr) {
                 Ok(l) => l,
                 Err(e) => {
                     let _ = tx.send(Err(e.to_string()));

@@ -426,3 +426,48 @@ fn compare_runs_two_broker_commands_alternately_and_prints_medians_and_ratios() 
     assert!(left.is_empty(), "left behind: {left:?}");
     let _ = std::fs::remove_dir_all(&tmp);
 }
+
+#[test]
+fn the_standalone_sink_answers_publishes_with_ok_until_killed() {
+    let port = free_port();
+    let mut sink = std::process::Command::new(env!("CARGO_BIN_EXE_shard-bench"))
+        .args(["sink", "--tcp-address", &format!("127.0.0.1:{port}")])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("shard-bench sink starts");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut conn = loop {
+        match TcpStream::connect(("127.0.0.1", port)) {
+            Ok(c) => break c,
+            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
+            Err(e) => {
+                let _ = sink.kill();
+                panic!("the sink never listened: {e}");
+            }
+        }
+    };
+    conn.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    use std::io::{Read, Write};
+    let mut request = b"  V2PUB t\n".to_vec();
+    request.extend_from_slice(&5u32.to_be_bytes());
+    request.extend_from_slice(b"hello");
+    // Then an MPUB of two.
+    request.extend_from_slice(b"MPUB t\n");
+    let mut body = 2u32.to_be_bytes().to_vec();
+    for m in [&b"a"[..], b"bc"] {
+        body.extend_from_slice(&(m.len() as u32).to_be_bytes());
+        body.extend_from_slice(m);
+    }
+    request.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    request.extend_from_slice(&body);
+    conn.write_all(&request).expect("write");
+    let ok = [0, 0, 0, 6, 0, 0, 0, 0, b'O', b'K'];
+    let mut answers = [0u8; 20];
+    let read = conn.read_exact(&mut answers);
+    let _ = sink.kill();
+    let _ = sink.wait();
+    read.expect("two answers");
+    assert_eq!(&answers[..10], &ok, "{answers:?}");
+    assert_eq!(&answers[10..], &ok, "{answers:?}");
+}

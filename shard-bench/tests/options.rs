@@ -14,7 +14,7 @@ fn load_args(args: &[&str]) -> shard_bench::options::LoadArgs {
         Command::Pub(a) | Command::Sub(a) | Command::Pubsub(a) => a,
         Command::Raw(r) => r.load,
         Command::Compare(c) => c.load,
-        Command::Report(_) => panic!("not a load command"),
+        Command::Report(_) | Command::Sink(_) => panic!("not a load command"),
     }
 }
 
