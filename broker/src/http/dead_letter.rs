@@ -14,7 +14,7 @@
 //! failure part-way leaves the rest recorded, to be redriven again.
 
 use super::ask;
-use super::manage::answer;
+use super::manage::{answer, setting};
 use super::routes::{error, query, topic_and_channel_args, topic_arg, Answer};
 use crate::admin::{AdminOp, AdminResult};
 use crate::mailbox::Reply;
@@ -65,13 +65,10 @@ pub async fn channel_config(shard: &Rc<Shard>, req: &Request) -> Answer {
 
 /// `default`: the flag's (`None`); else a number of deliveries, 0 for unlimited.
 fn parse_max_attempts(v: &str) -> Result<Option<u16>, String> {
-    let v = v.trim();
-    if v == "default" {
-        return Ok(None);
-    }
-    v.parse::<u16>()
-        .map(Some)
-        .map_err(|_| format!("{v:?} is not a number from 0 (unlimited) to 65535, nor default"))
+    setting(v.trim(), |v| {
+        v.parse::<u16>()
+            .map_err(|_| format!("{v:?} is not a number from 0 (unlimited) to 65535, nor default"))
+    })
 }
 
 /// `default` or empty: none; else a durable topic other than the channel's own.

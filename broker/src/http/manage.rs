@@ -78,8 +78,12 @@ pub async fn topic_config(shard: &Rc<Shard>, req: &Request) -> Answer {
     answer(ask::owner(shard, topic, op).await)
 }
 
-/// A topic setting's value: `default` (the flag's: `None`) or what `parse` makes of it.
-fn setting(v: &str, parse: impl Fn(&str) -> Result<u64, String>) -> Result<Option<u64>, String> {
+/// A topic or channel setting's value: `default` (the flag's: `None`) or what `parse` makes
+/// of it.
+pub(super) fn setting<T>(
+    v: &str,
+    parse: impl Fn(&str) -> Result<T, String>,
+) -> Result<Option<T>, String> {
     if v.trim() == "default" {
         return Ok(None);
     }
