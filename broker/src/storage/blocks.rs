@@ -225,14 +225,19 @@ impl Blocks {
 
     /// Drops the blocks that hold nothing at or after offset `off` of segment `base`, nor of any
     /// later segment: what every reader has passed (a reader that wants it after all, a
-    /// channel rewound or a message read again, fetches it again).
+    /// channel rewound or a message read again, fetches it again). Not those of the current
+    /// fetch round: a reader below every channel (a replay's seek by time) reads what its
+    /// round brought only once the round is over, and the round may await further reads
+    /// after inserting a block, while the flusher runs.
     pub fn drop_passed(&mut self, base: u64, off: u64) {
         let passed = |k: &BlockKey| k.0 < base || k.0 == base && (k.1 + 1) * BLOCK <= off;
         if !self.order.iter().any(passed) {
             return;
         }
-        self.cached.retain(|k, _| !passed(k));
-        self.order.retain(|k| !passed(k));
+        let round = self.round;
+        self.cached.retain(|k, b| !passed(k) || b.round == round);
+        let cached = &self.cached;
+        self.order.retain(|k| cached.contains_key(k));
     }
 
     /// Forgets the blocks of a deleted segment.
@@ -345,9 +350,13 @@ mod tests {
     #[test]
     fn blocks_every_reader_passed_are_dropped() {
         let mut b = Blocks::default();
+        b.begin_round();
         for (base, n) in [(1, 0), (1, 1), (9, 0), (9, 1), (9, 2)] {
             b.insert((base, n), block(n, BLOCK as usize), BLOCK as usize);
         }
+        b.drop_passed(9, BLOCK + 10);
+        assert_eq!(b.order.len(), 5, "the round that brought them is not over");
+        b.begin_round();
         // Readers are at byte 10 of block 1 of segment 9: what lies before it is passed.
         b.drop_passed(9, BLOCK + 10);
         assert!(
