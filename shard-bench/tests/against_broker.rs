@@ -427,23 +427,32 @@ fn compare_runs_two_broker_commands_alternately_and_prints_medians_and_ratios() 
     let _ = std::fs::remove_dir_all(&tmp);
 }
 
+/// Kills the process it holds when dropped, so a failing test leaves no sink running.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 #[test]
 fn the_standalone_sink_answers_publishes_with_ok_until_killed() {
     let port = free_port();
-    let mut sink = std::process::Command::new(env!("CARGO_BIN_EXE_shard-bench"))
-        .args(["sink", "--tcp-address", &format!("127.0.0.1:{port}")])
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("shard-bench sink starts");
+    let _sink = KillOnDrop(
+        std::process::Command::new(env!("CARGO_BIN_EXE_shard-bench"))
+            .args(["sink", "--tcp-address", &format!("127.0.0.1:{port}")])
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("shard-bench sink starts"),
+    );
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut conn = loop {
         match TcpStream::connect(("127.0.0.1", port)) {
             Ok(c) => break c,
             Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
-            Err(e) => {
-                let _ = sink.kill();
-                panic!("the sink never listened: {e}");
-            }
+            Err(e) => panic!("the sink never listened: {e}"),
         }
     };
     conn.set_read_timeout(Some(Duration::from_secs(5)))
@@ -464,10 +473,7 @@ fn the_standalone_sink_answers_publishes_with_ok_until_killed() {
     conn.write_all(&request).expect("write");
     let ok = [0, 0, 0, 6, 0, 0, 0, 0, b'O', b'K'];
     let mut answers = [0u8; 20];
-    let read = conn.read_exact(&mut answers);
-    let _ = sink.kill();
-    let _ = sink.wait();
-    read.expect("two answers");
+    conn.read_exact(&mut answers).expect("two answers");
     assert_eq!(&answers[..10], &ok, "{answers:?}");
     assert_eq!(&answers[10..], &ok, "{answers:?}");
 }

@@ -45,8 +45,19 @@ struct Block {
     valid: usize,
     /// Read since the last [`Blocks::age`].
     used: Cell<bool>,
+    /// A reader waited for it ([`Blocks::want_awaited`]) and nothing has read it since it
+    /// came: a block fetched for a reader below every channel (a redrive of dead letters, a
+    /// replay's seek) is not dropped as passed before that reader has had it.
+    awaited: Cell<bool>,
     /// The fetch round that inserted it.
     round: u64,
+}
+
+impl Block {
+    fn touch(&self) {
+        self.used.set(true);
+        self.awaited.set(false);
+    }
 }
 
 #[derive(Default)]
@@ -57,6 +68,8 @@ pub struct Blocks {
     wanted: Vec<BlockKey>,
     /// Wanted or being read: not asked for twice.
     asked: HashSet<BlockKey>,
+    /// Of those, the ones a reader waits for (not read-ahead).
+    awaited: HashSet<BlockKey>,
     /// The current fetch round: blocks inserted in it are not evicted by it.
     round: u64,
     /// Failed reads per block, and when the last one failed; at [`BAD_AFTER`] the block is
@@ -77,7 +90,7 @@ impl Blocks {
     pub fn tail_from(&self, base: u64, off: u64) -> Result<(&Bytes, usize, usize), BlockKey> {
         let n = off / BLOCK;
         let b = self.block(base, n, off + 1)?;
-        b.used.set(true);
+        b.touch();
         Ok((&b.data, (off - n * BLOCK) as usize, b.valid))
     }
 
@@ -95,7 +108,7 @@ impl Blocks {
         let last = (end.max(off + 1) - 1) / BLOCK;
         if first == last {
             let b = self.block(base, first, end)?;
-            b.used.set(true);
+            b.touch();
             let from = (off - first * BLOCK) as usize;
             return Ok(f(&b.data[from..from + len]));
         }
@@ -109,7 +122,7 @@ impl Blocks {
         let mut joined = Vec::with_capacity(len);
         for n in off / BLOCK..=(end.max(off + 1) - 1) / BLOCK {
             let b = self.block(base, n, end.min((n + 1) * BLOCK))?;
-            b.used.set(true);
+            b.touch();
             let from = off.max(n * BLOCK) - n * BLOCK;
             let to = end.min((n + 1) * BLOCK) - n * BLOCK;
             joined.extend_from_slice(&b.data[from as usize..to as usize]);
@@ -144,6 +157,15 @@ impl Blocks {
         }
     }
 
+    /// [`Blocks::want`] for a reader that waits for the block (not read-ahead): once
+    /// inserted, it stays until something reads it, even if every channel has passed it.
+    pub fn want_awaited(&mut self, key: BlockKey) {
+        self.want(key);
+        if self.asked.contains(&key) {
+            self.awaited.insert(key);
+        }
+    }
+
     pub fn has_wanted(&self) -> bool {
         !self.wanted.is_empty()
     }
@@ -164,12 +186,14 @@ impl Blocks {
     /// oldest blocks of earlier rounds beyond [`CAPACITY`].
     pub fn insert(&mut self, key: BlockKey, data: Bytes, valid: usize) {
         self.asked.remove(&key);
+        let awaited = self.awaited.remove(&key);
         self.failures.remove(&key);
         let valid = valid.min(data.len());
         let block = Block {
             data,
             valid,
             used: Cell::new(true),
+            awaited: Cell::new(awaited),
             round: self.round,
         };
         // Re-inserted (a grown last block): it moves to the back of the eviction order.
@@ -193,6 +217,7 @@ impl Blocks {
     /// times.
     pub fn give_up(&mut self, key: BlockKey) {
         self.asked.remove(&key);
+        self.awaited.remove(&key);
     }
 
     /// A read of `key` that failed (I/O error): counted towards [`Blocks::is_bad`].
@@ -224,18 +249,17 @@ impl Blocks {
     }
 
     /// Drops the blocks that hold nothing at or after offset `off` of segment `base`, nor of any
-    /// later segment: what every reader has passed (a reader that wants it after all, a
-    /// channel rewound or a message read again, fetches it again). Not those of the current
-    /// fetch round: a reader below every channel (a replay's seek by time) reads what its
-    /// round brought only once the round is over, and the round may await further reads
-    /// after inserting a block, while the flusher runs.
+    /// later segment: what every channel has passed (a reader that wants it after all, a
+    /// channel rewound or a message read again, fetches it again). Not a block a reader
+    /// waited for and has not read yet: a reader below every channel (a redrive of dead
+    /// letters, a replay's seek by time) reads it a fetch round or a retry later; capacity
+    /// and [`Blocks::age`] bound those.
     pub fn drop_passed(&mut self, base: u64, off: u64) {
         let passed = |k: &BlockKey| k.0 < base || k.0 == base && (k.1 + 1) * BLOCK <= off;
         if !self.order.iter().any(passed) {
             return;
         }
-        let round = self.round;
-        self.cached.retain(|k, b| !passed(k) || b.round == round);
+        self.cached.retain(|k, b| !passed(k) || b.awaited.get());
         let cached = &self.cached;
         self.order.retain(|k| cached.contains_key(k));
     }
@@ -246,6 +270,7 @@ impl Blocks {
         self.order.retain(|k| k.0 != base);
         self.wanted.retain(|k| k.0 != base);
         self.asked.retain(|k| k.0 != base);
+        self.awaited.retain(|k| k.0 != base);
         self.failures.retain(|k, _| k.0 != base);
     }
 
@@ -350,13 +375,40 @@ mod tests {
     #[test]
     fn blocks_every_reader_passed_are_dropped() {
         let mut b = Blocks::default();
-        b.begin_round();
         for (base, n) in [(1, 0), (1, 1), (9, 0), (9, 1), (9, 2)] {
+            b.want_awaited((base, n));
+        }
+        b.want((9, 3));
+        b.want((1, 2));
+        for (base, n) in b.take_wanted() {
             b.insert((base, n), block(n, BLOCK as usize), BLOCK as usize);
         }
         b.drop_passed(9, BLOCK + 10);
-        assert_eq!(b.order.len(), 5, "the round that brought them is not over");
+        assert!(
+            !b.has(1, 2, 2 * BLOCK + 8),
+            "read-ahead nobody waits for: passed, gone"
+        );
+        assert!(b.has(9, 3, 4 * BLOCK), "read-ahead not passed yet");
+        b.drop_segment(9);
+        for n in 0..3 {
+            b.want_awaited((9, n));
+        }
+        for (base, n) in b.take_wanted() {
+            b.insert((base, n), block(n, BLOCK as usize), BLOCK as usize);
+        }
+        assert_eq!(
+            b.order.len(),
+            5,
+            "waited for and not read yet: whoever asked still will"
+        );
+        // Rounds and later drops do not take an unread block either.
         b.begin_round();
+        b.begin_round();
+        b.drop_passed(9, BLOCK + 10);
+        assert_eq!(b.order.len(), 5);
+        for (base, n) in [(1, 0), (1, 1), (9, 0)] {
+            assert!(b.with_bytes(base, n * BLOCK, 4, |_| ()).is_ok());
+        }
         // Readers are at byte 10 of block 1 of segment 9: what lies before it is passed.
         b.drop_passed(9, BLOCK + 10);
         assert!(
@@ -367,7 +419,8 @@ mod tests {
         assert!(b.has(9, 1, 2 * BLOCK), "the block the readers are in");
         assert!(b.has(9, 2, 3 * BLOCK), "read-ahead");
         assert_eq!(b.order.len(), 2);
-        // At a block's end exactly: that block is passed too.
+        // At a block's end exactly: that block is passed too (once read).
+        assert!(b.tail_from(9, BLOCK + 10).is_ok());
         b.drop_passed(9, 2 * BLOCK);
         assert!(!b.has(9, 1, 2 * BLOCK) && b.has(9, 2, 3 * BLOCK));
     }

@@ -325,7 +325,7 @@ impl TopicLog {
     fn wait_for(&self, Missing(key, from, to): Missing, limit: u64) -> Read {
         {
             let mut cache = self.blocks.borrow_mut();
-            cache.want(key);
+            cache.want_awaited(key);
             // A reader needing more than two blocks (a large record, and the records before
             // it from where the reader started) asks for all of them in one round, cached ones
             // too, so that the round which brings the last cannot evict the first (a record
@@ -333,7 +333,7 @@ impl TopicLog {
             // rounds evict each other's blocks forever.
             for n in from..=to {
                 if to - from > 1 || !cache.has(key.0, n, limit) {
-                    cache.want((key.0, n));
+                    cache.want_awaited((key.0, n));
                 }
             }
         }

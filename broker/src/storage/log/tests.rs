@@ -756,3 +756,39 @@ fn direct_io_round_trip() {
 fn buffered_fallback_round_trip() {
     round_trip(false);
 }
+
+/// A reader below every channel (a redrive of dead letters, a replay's seek) gets the blocks
+/// it waited for even when other fetch rounds and writes come between its fetch and its
+/// read; once it has read them and every channel has passed them, they go.
+#[test]
+fn passed_blocks_wait_for_the_reader_that_asked_for_them() {
+    with_dir("passed-blocks", |dir| async move {
+        let log = RefCell::new(TopicLog::open("t", dir.join("t"), 0, 64 << 20).unwrap());
+        log.borrow_mut().append((0..2000).map(message).collect(), 0);
+        flush(&log).await.unwrap();
+        // Every channel is at the head: everything on disk is passed.
+        log.borrow_mut().forget_read(2000);
+        assert!(matches!(
+            log.borrow().read(10, DiskHint::default()),
+            Read::Wait
+        ));
+        fetch(&log).await;
+        // Before the reader comes back: another round (a channel's) and the flusher's drop.
+        fetch(&log).await;
+        log.borrow().drop_passed_blocks(2000);
+        log.borrow_mut().forget_read(2000);
+        match log.borrow().read(10, DiskHint::default()) {
+            Read::Msg(s, _) => assert_eq!(s.msg, message(10)),
+            _ => panic!("the block it waited for was dropped before it read it"),
+        }
+        // Read now, and passed by every channel: it goes at the next drop (the read-ahead
+        // nobody has read stays, for capacity and age to take).
+        let before = log.borrow().cached_bytes();
+        log.borrow_mut().forget_read(2000);
+        assert_eq!(log.borrow().cached_bytes(), before - BLOCK);
+        assert!(matches!(
+            log.borrow().read(10, DiskHint::default()),
+            Read::Wait
+        ));
+    });
+}
