@@ -1,5 +1,5 @@
-//! The command line: `shard-bench pub | sub | pubsub | raw | sink | report | compare`, and the checks that turn
-//! it into a [`LoadPlan`] a run can trust.
+//! The command line: `shard-bench pub | sub | pubsub | raw | sink | report | compare`, and the
+//! checks that turn it into a [`LoadPlan`] a run can trust.
 //!
 //! Flag names follow nsq's own tools where they have one (`--nsqd-tcp-address`,
 //! `--lookupd-http-address`, `--topic`, `--channel`, `--size`, `--batch-size`,

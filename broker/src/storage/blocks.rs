@@ -15,9 +15,10 @@
 //! - A block records how much of it was written when its read was issued; bytes past that
 //!   are not trusted (the file's last block grows), and a reader needing them refetches.
 //! - Blocks every channel has read past are dropped at each fetch round and after each
-//!   write ([`Blocks::drop_passed`]), unless a reader waited for one and has not read it yet; beyond that at most [`CAPACITY`] blocks per log,
-//!   evicted oldest first; blocks nobody read for a few seconds are dropped ([`Blocks::age`]). Bodies are slices of a block's copy; a record that
-//!   straddles two blocks is copied on its own.
+//!   write ([`Blocks::drop_passed`]), unless a reader waited for one and has not read it
+//!   yet; beyond that at most [`CAPACITY`] blocks per log, evicted oldest first; blocks
+//!   nobody read for a few seconds are dropped ([`Blocks::age`]). Bodies are slices of a
+//!   block's copy; a record that straddles two blocks is copied on its own.
 
 use crate::ids::IdHash;
 use bytes::Bytes;
