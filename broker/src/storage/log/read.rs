@@ -239,8 +239,13 @@ impl TopicLog {
         if rec <= here.len() {
             // A slice of the block; but a deferred message may wait for hours, so its body is
             // copied out rather than keep the block alive (once here, not by every channel).
+            // So is a body from the growing end of the newest segment: that block is read
+            // again, whole, each time a reader passes its valid part, and slices would keep
+            // every one of those copies alive while their messages are in flight (a consumer
+            // keeping up with `--mem-queue-size 0` held several MiB of them).
+            let tail = valid < BLOCK as usize && self.is_growing(seg);
             let body = |v: &segment::View| {
-                if v.defer_until != 0 {
+                if v.defer_until != 0 || tail {
                     Bytes::copy_from_slice(v.body)
                 } else {
                     block.slice(at + body_at..at + rec)

@@ -792,3 +792,56 @@ fn passed_blocks_wait_for_the_reader_that_asked_for_them() {
         ));
     });
 }
+
+/// A body read from the growing end of the newest segment is copied out: that block is read
+/// again, whole, each time a reader passes its valid part, and slices would keep every one
+/// of those copies alive while their messages are in flight (a consumer holding thousands
+/// would hold as many copies of the block). A body from a block written in full stays a
+/// slice of it.
+#[test]
+fn bodies_from_the_growing_end_keep_no_block_alive() {
+    with_dir("growing-end", |dir| async move {
+        let in_block = |log: &RefCell<TopicLog>, body: &Bytes| {
+            let l = log.borrow();
+            let cache = l.blocks.borrow();
+            let (block, _, _) = cache
+                .tail_from(0, HEADER_LEN as u64)
+                .expect("block 0 cached");
+            let start = block.as_ptr() as usize;
+            (start..start + block.len()).contains(&(body.as_ptr() as usize))
+        };
+        let log = RefCell::new(TopicLog::open("t", dir.join("t"), 0, 64 << 20).unwrap());
+        let mut held = Vec::new();
+        let mut seq = 0;
+        // A few records a round: block 0 grows, and a reader at the end reads it again.
+        for round in 0..4 {
+            log.borrow_mut()
+                .append((seq..seq + 5).map(message).collect(), 0);
+            flush(&log).await.unwrap();
+            for _ in 0..5 {
+                let Read::Msg(s, _) = read_through(&log, seq, DiskHint::default()).await else {
+                    panic!("seq {seq} not read");
+                };
+                assert_eq!(s.msg, message(seq));
+                assert!(
+                    !in_block(&log, &s.msg.body),
+                    "round {round}: seq {seq} is a slice of the growing block"
+                );
+                held.push(s);
+                seq += 1;
+            }
+        }
+        // Written past its end, block 0 no longer grows: read afresh, its bodies are slices.
+        let full = RefCell::new(TopicLog::open("f", dir.join("f"), 0, 64 << 20).unwrap());
+        full.borrow_mut().append((0..200).map(message).collect(), 0);
+        flush(&full).await.unwrap();
+        let Read::Msg(s, _) = read_through(&full, 0, DiskHint::default()).await else {
+            panic!("seq 0 not read");
+        };
+        assert_eq!(s.msg, message(0));
+        assert!(
+            in_block(&full, &s.msg.body),
+            "a full block's body is a slice"
+        );
+    });
+}
