@@ -26,6 +26,9 @@ pub enum TimerKind {
     InFlight,
     /// A message held back by DPUB or REQ with a delay.
     Deferred,
+    /// Messages in flight long enough to get their own copy of their body
+    /// (`channel/detach.rs`).
+    Detach,
 }
 
 pub struct TimerEntry<T> {

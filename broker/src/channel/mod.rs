@@ -45,6 +45,8 @@
 //!   returns the consumer's in-flight messages at once;
 //! - `deliveries.rs`: [`Deliveries`], the per-consumer buffers of encoded message frames a
 //!   dispatch fills;
+//! - `detach.rs`: a body held in flight for 250 ms gets its own allocation, so a consumer
+//!   holding messages does not keep the buffers they arrived in alive;
 //! - `figures.rs`: what the channel counts for `/stats` ([`Figures`]) and its floor for the
 //!   flusher;
 //! - `replay.rs`: a rewind to another position of the log, and the position for /stats;
@@ -63,6 +65,7 @@ mod audit;
 mod consumers;
 mod dead_letter;
 mod deliveries;
+mod detach;
 mod figures;
 mod persist;
 mod replay;
@@ -99,6 +102,8 @@ struct InFlight {
     /// Where `deadline` sits in `in_flight_order`.
     slot: Slot,
     delivered_at: Instant,
+    /// Its body has its own allocation (`detach.rs`).
+    detached: bool,
 }
 
 struct Deferred {
@@ -159,6 +164,8 @@ pub struct Channel {
     deferred_order: BTreeSet<(Instant, MessageId)>,
     armed_in_flight: Option<Instant>,
     armed_deferred: Option<Instant>,
+    /// When the detach timer fires, if armed (`detach.rs`).
+    armed_detach: Option<Instant>,
     in_flight: IdTable<InFlight>,
     deferred: HashMap<MessageId, Deferred, IdHash>,
     consumers: Vec<Consumer>,
@@ -201,6 +208,7 @@ impl Channel {
                 deferred_order: BTreeSet::new(),
                 armed_in_flight: None,
                 armed_deferred: None,
+                armed_detach: None,
                 in_flight: IdTable::default(),
                 deferred: HashMap::default(),
                 consumers: Vec::new(),
@@ -357,11 +365,15 @@ impl Channel {
                     deadline,
                     slot,
                     delivered_at: now,
+                    detached: false,
                 },
             );
         }
         self.compact_deadlines();
         self.arm(TimerKind::InFlight, timers);
+        if !self.in_flight.is_empty() {
+            self.arm_detach(now, timers);
+        }
     }
 
     /// The next deliverable message at the cursor; deferred ones (DPUB) met on the way are set

@@ -42,6 +42,8 @@ impl Channel {
                 self.deferred_order.first().map(|e| e.0),
                 &mut self.armed_deferred,
             ),
+            // Armed by deliveries and by itself (`detach.rs`), at its own times.
+            TimerKind::Detach => return,
         };
         if let Some(at) = first {
             if armed.is_none_or(|a| at < a) {
@@ -94,6 +96,14 @@ impl Channel {
         let armed = match kind {
             TimerKind::InFlight => &mut self.armed_in_flight,
             TimerKind::Deferred => &mut self.armed_deferred,
+            TimerKind::Detach => {
+                // An entry left from before the timer was re-armed earlier finds it armed
+                // for another time, and leaves it.
+                if self.armed_detach == Some(at) {
+                    self.detach_held(now, timers);
+                }
+                return false;
+            }
         };
         if *armed == Some(at) {
             *armed = None;
@@ -127,6 +137,7 @@ impl Channel {
                     }
                 }
             }
+            TimerKind::Detach => {}
         }
         self.arm(kind, timers);
         changed
