@@ -276,6 +276,7 @@ impl<T> Default for Slab<T> {
 
 impl<T> Slab<T> {
     /// Puts `value` in a free place; returns where.
+    #[inline]
     fn put(&mut self, value: T) -> u32 {
         if let Some(at) = self.free.pop() {
             *self.get_mut(at) = Some(value);
@@ -293,16 +294,19 @@ impl<T> Slab<T> {
     }
 
     /// Takes the record at `at` out, freeing its place.
+    #[inline]
     fn take(&mut self, at: u32) -> T {
         let value = self.get_mut(at).take().expect("a window slot's record");
         self.free.push(at);
         value
     }
 
+    #[inline]
     fn get(&self, at: u32) -> Option<&T> {
         self.chunks[at as usize / CHUNK][at as usize % CHUNK].as_ref()
     }
 
+    #[inline]
     fn get_mut(&mut self, at: u32) -> &mut Option<T> {
         &mut self.chunks[at as usize / CHUNK][at as usize % CHUNK]
     }
