@@ -20,7 +20,7 @@
 //! records themselves. The slab reuses freed places, so it holds as many places as the most
 //! records the window held at once; it grows by chunks of 256 places that never move, so a
 //! growing table allocates 36 KB at a time (for a channel's records) instead of reallocating
-//! all it holds, which at 5,000 in flight had both the old 0.6 MB and the new 1.2 MB alive.
+//! all it holds (at 5,000 in flight, 0.6 MB copied into 1.2 MB with both alive).
 //!
 //! An ID is in at most one of the two (an ID in `others` may lie inside the window's range,
 //! in an empty slot: lookups fall back to `others`). The window is trimmed to start and end on

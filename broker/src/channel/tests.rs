@@ -438,7 +438,7 @@ fn max_consumers_and_ephemeral_bound() {
     );
 }
 
-/// A message still in flight a second after its delivery gets its own copy of its body, so
+/// A message still in flight `DETACH_AFTER` after its delivery gets its own copy of its body, so
 /// a consumer holding messages does not keep the buffers they arrived in (a whole MPUB, a
 /// 256 KiB block) alive; one finished sooner is never copied. The detach timer re-arms for
 /// the oldest message not copied yet.
@@ -490,7 +490,7 @@ fn bodies_held_in_flight_are_copied_out() {
     assert_eq!(
         in_buffer(&c),
         [false, true],
-        "the one held a second is copied"
+        "the one held DETACH_AFTER is copied"
     );
     let second = later + detach::DETACH_AFTER;
     let due = timers.take_due(second);

@@ -241,8 +241,8 @@ impl TopicLog {
             // copied out rather than keep the block alive (once here, not by every channel).
             // So is a body from the growing end of the newest segment: that block is read
             // again, whole, each time a reader passes its valid part, and slices would keep
-            // every one of those copies alive while their messages are in flight (a consumer
-            // keeping up with `--mem-queue-size 0` held several MiB of them).
+            // every one of those copies alive while their messages are in flight (several MiB
+            // for a consumer with 5,000 in flight keeping up with `--mem-queue-size 0`).
             let tail = valid < BLOCK as usize && self.is_growing(seg);
             let body = |v: &segment::View| {
                 if v.defer_until != 0 || tail {
