@@ -84,8 +84,9 @@ impl Channel {
     }
 
     /// The shard's timer for this channel's `kind` fired (it was armed for `at`): times out
-    /// every in-flight message past its deadline, or makes every due deferred message ready,
-    /// then re-arms for the next earliest. Returns true when something became deliverable.
+    /// every in-flight message past its deadline, makes every due deferred message ready, or
+    /// copies out the bodies held in flight too long (`detach`), then re-arms for the next
+    /// earliest. Returns true when something became deliverable.
     pub fn on_timer(
         &mut self,
         kind: TimerKind,
@@ -93,53 +94,67 @@ impl Channel {
         now: Instant,
         timers: &TimerQueue,
     ) -> bool {
-        let armed = match kind {
-            TimerKind::InFlight => &mut self.armed_in_flight,
-            TimerKind::Deferred => &mut self.armed_deferred,
+        match kind {
+            TimerKind::InFlight => {
+                if self.armed_in_flight == Some(at) {
+                    self.armed_in_flight = None;
+                }
+                let changed = self.time_out_due(now);
+                self.arm(kind, timers);
+                changed
+            }
+            TimerKind::Deferred => {
+                if self.armed_deferred == Some(at) {
+                    self.armed_deferred = None;
+                }
+                let changed = self.release_due_deferred(now);
+                self.arm(kind, timers);
+                changed
+            }
             TimerKind::Detach => {
                 // An entry left from before the timer was re-armed earlier finds it armed
                 // for another time, and leaves it.
                 if self.armed_detach == Some(at) {
                     self.detach_held(now, timers);
                 }
-                return false;
+                false
             }
-        };
-        if *armed == Some(at) {
-            *armed = None;
         }
+    }
+
+    /// Times out every in-flight message past its deadline; true when any went back to the
+    /// queue.
+    fn time_out_due(&mut self, now: Instant) -> bool {
         let mut changed = false;
-        match kind {
-            TimerKind::InFlight => {
-                while let Some((_, id)) = self.in_flight_order.pop_due(now) {
-                    let Some(f) = self.in_flight.remove(&id) else {
-                        continue;
-                    };
-                    if let Some(c) = self.consumer_mut(f.consumer) {
-                        c.in_flight = c.in_flight.saturating_sub(1);
-                    }
-                    self.timeout_count += 1;
-                    if let Some(msg) = self.over_limit(f.msg) {
-                        self.requeue_now(msg);
-                    }
-                    changed = true;
-                }
+        while let Some((_, id)) = self.in_flight_order.pop_due(now) {
+            let Some(f) = self.in_flight.remove(&id) else {
+                continue;
+            };
+            if let Some(c) = self.consumer_mut(f.consumer) {
+                c.in_flight = c.in_flight.saturating_sub(1);
             }
-            TimerKind::Deferred => {
-                while let Some(&(due, id)) = self.deferred_order.first() {
-                    if due > now {
-                        break;
-                    }
-                    self.deferred_order.pop_first();
-                    if let Some(d) = self.deferred.remove(&id) {
-                        self.requeue_now(d.msg);
-                        changed = true;
-                    }
-                }
+            self.timeout_count += 1;
+            if let Some(msg) = self.over_limit(f.msg) {
+                self.requeue_now(msg);
             }
-            TimerKind::Detach => {}
+            changed = true;
         }
-        self.arm(kind, timers);
+        changed
+    }
+
+    /// Makes every deferred message that is due ready; true when any was.
+    fn release_due_deferred(&mut self, now: Instant) -> bool {
+        let mut changed = false;
+        while let Some(&(due, id)) = self.deferred_order.first() {
+            if due > now {
+                break;
+            }
+            self.deferred_order.pop_first();
+            if let Some(d) = self.deferred.remove(&id) {
+                self.requeue_now(d.msg);
+                changed = true;
+            }
+        }
         changed
     }
 
