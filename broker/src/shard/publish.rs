@@ -31,8 +31,8 @@ const WRITE_EARLY: usize = 2 << 20;
 /// [`WRITE_BACKLOG_LIMIT`] and [`WRITE_EARLY`] of a topic with no channel. Nothing can finish
 /// its records before they are written, so waiting gains no write and only holds the bodies
 /// (and the publishers' read buffers they point into) longer: a write starts at one write's
-/// worth (`MAX_WRITE`), and publishes wait once two are unwritten. MPUB ingest, `shard-bench
-/// compare --workload pub --runs 5`: peak RSS 17.7 -> 14.7 MiB, rate 0.99x.
+/// worth (`MAX_WRITE`), and publishes wait once two are unwritten (the measurement:
+/// docs/performance-history.md, the twenty-third session).
 const WRITE_BACKLOG_LIMIT_UNREAD: usize = 2 << 20;
 const WRITE_EARLY_UNREAD: usize = 1 << 20;
 
