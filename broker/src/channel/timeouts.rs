@@ -94,32 +94,26 @@ impl Channel {
         now: Instant,
         timers: &TimerQueue,
     ) -> bool {
-        match kind {
+        // An entry left from before its timer was re-armed finds it armed for another time:
+        // it disarms nothing (and a stale detach entry does nothing).
+        let changed = match kind {
             TimerKind::InFlight => {
-                if self.armed_in_flight == Some(at) {
-                    self.armed_in_flight = None;
-                }
-                let changed = self.time_out_due(now);
-                self.arm(kind, timers);
-                changed
+                self.armed_in_flight.take_if(|armed| *armed == at);
+                self.time_out_due(now)
             }
             TimerKind::Deferred => {
-                if self.armed_deferred == Some(at) {
-                    self.armed_deferred = None;
-                }
-                let changed = self.release_due_deferred(now);
-                self.arm(kind, timers);
-                changed
+                self.armed_deferred.take_if(|armed| *armed == at);
+                self.release_due_deferred(now)
             }
             TimerKind::Detach => {
-                // An entry left from before the timer was re-armed earlier finds it armed
-                // for another time, and leaves it.
                 if self.armed_detach == Some(at) {
                     self.detach_held(now, timers);
                 }
-                false
+                return false;
             }
-        }
+        };
+        self.arm(kind, timers);
+        changed
     }
 
     /// Times out every in-flight message past its deadline; true when any went back to the

@@ -11,6 +11,7 @@ use super::topics::{publish_refused, ParkedPublish};
 use super::Shard;
 use crate::ids::now_nanos;
 use crate::mailbox::{Reply, ReplyTo};
+use crate::storage::log::MAX_WRITE;
 use crate::topic::{DeadOrigin, Topic};
 use bytes::Bytes;
 use protocol::{ErrorCode, Message, ProtocolError};
@@ -31,10 +32,10 @@ const WRITE_EARLY: usize = 2 << 20;
 /// [`WRITE_BACKLOG_LIMIT`] and [`WRITE_EARLY`] of a topic with no channel. Nothing can finish
 /// its records before they are written, so waiting gains no write and only holds the bodies
 /// (and the publishers' read buffers they point into) longer: a write starts at one write's
-/// worth (`MAX_WRITE`), and publishes wait once two are unwritten (the measurement:
+/// worth, and publishes wait once two are unwritten (the measurement:
 /// docs/performance-history.md, the twenty-third session).
-const WRITE_BACKLOG_LIMIT_UNREAD: usize = 2 << 20;
-const WRITE_EARLY_UNREAD: usize = 1 << 20;
+const WRITE_BACKLOG_LIMIT_UNREAD: usize = 2 * MAX_WRITE;
+const WRITE_EARLY_UNREAD: usize = MAX_WRITE;
 
 /// What a topic's unwritten backlog asks of a publish that added to it.
 #[derive(Debug, PartialEq, Eq)]

@@ -62,6 +62,7 @@ mod window;
 mod write;
 
 pub use fetch::fetch;
+pub use plan::MAX_WRITE;
 pub use retention::Retention;
 pub use seek::{seek_time, History, Seek};
 pub use write::{flush, sync, trim_padding};

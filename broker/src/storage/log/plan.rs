@@ -22,7 +22,7 @@ pub(super) fn record_len(s: &Stored) -> u64 {
 }
 
 /// The largest single write: a pending chunk bigger than this goes out in pieces.
-pub(super) const MAX_WRITE: usize = 1 << 20;
+pub const MAX_WRITE: usize = 1 << 20;
 
 impl TopicLog {
     /// Plans the records appended since the last plan into the pending chunks, except
