@@ -9,8 +9,12 @@ Rows (a fresh broker and data directory per run, medians over --runs):
 Per run it also reads the broker's CPU (utime + stime from /proc over its life, per message
 published for pub rows, per message delivered for pubsub) and its peak RSS (VmHWM).
 
-A COMMAND may take {port} (the TCP port alone) instead of {tcp}, as tests/perf/pub_sink.c
-does: the ceiling of a publish per round trip on this host.
+A COMMAND may take {port} (the TCP port alone) instead of {tcp}, as tests/perf/pub_sink.c and
+tests/perf/uring_sink.c do: the ceilings of a publish per round trip on this host.
+
+--connect-cpu N starts bench_writer pinned to CPU N and unpins it a moment later, once it has
+connected: with `--connection-steering cpu` each of its connections then lands on the shard
+of CPU N, so a run measures one placement of the connections, not the scheduler's pick.
 
 Example (the bench tools and nsqd built from NSQ's source outside the repository):
   python3 tests/perf/bench_tools_vs.py --tools /work/nsqd-build/bin \
@@ -96,6 +100,22 @@ def ops(out):
     return float(m.group(1))
 
 
+def run_tool(cmd, env, args):
+    """Runs one bench tool to its end; returns its stderr (where it reports)."""
+    if args.connect_cpu is None:
+        return subprocess.run(cmd, stderr=subprocess.PIPE, text=True, env=env, check=True).stderr
+    proc = subprocess.Popen(["taskset", "-c", str(args.connect_cpu), *cmd],
+                            stderr=subprocess.PIPE, text=True, env=env)
+    time.sleep(0.25)
+    every_cpu = f"0-{os.cpu_count() - 1}"
+    subprocess.run(["taskset", "-a", "-p", "-c", every_cpu, str(proc.pid)],
+                   stdout=subprocess.DEVNULL, check=True)
+    _, err = proc.communicate(timeout=120)
+    if proc.returncode:
+        raise RuntimeError(f"{cmd[0]} failed: {err}")
+    return err
+
+
 def run_row(row, template, args):
     b = Broker(template)
     try:
@@ -113,20 +133,17 @@ def run_row(row, template, args):
             reader = subprocess.Popen(
                 [f"{tools}/bench_reader", addr, *common, at],
                 stderr=subprocess.PIPE, text=True, env=env)
-            writer = subprocess.run(
-                [f"{tools}/bench_writer", addr, *common, at],
-                stderr=subprocess.PIPE, text=True, env=env, check=True)
+            werr = run_tool([f"{tools}/bench_writer", addr, *common, at], env, args)
             _, rerr = reader.communicate(timeout=120)
-            result["in"] = ops(writer.stderr)
+            result["in"] = ops(werr)
             result["out"] = ops(rerr)
             result["out/in"] = result["out"] / result["in"]
             counted = result["out"]
         else:
             batch = "1" if row == "pub1" else str(args.batch)
-            writer = subprocess.run(
-                [f"{tools}/bench_writer", addr, *common, f"--batch-size={batch}"],
-                stderr=subprocess.PIPE, text=True, env=env, check=True)
-            result["in"] = ops(writer.stderr)
+            werr = run_tool([f"{tools}/bench_writer", addr, *common, f"--batch-size={batch}"],
+                            env, args)
+            result["in"] = ops(werr)
             counted = result["in"]
         # Per message delivered (pubsub) or published, over the run.
         cpu = cpu_seconds(b.proc.pid) - cpu0
@@ -147,6 +164,7 @@ def main():
     p.add_argument("--size", type=int, default=200)
     p.add_argument("--batch", type=int, default=200)
     p.add_argument("--gomaxprocs", type=int, default=2)
+    p.add_argument("--connect-cpu", type=int, help="make bench_writer's connections from this CPU")
     args = p.parse_args()
     brokers = [b.split("=", 1) for b in args.broker]
     for row in args.rows.split(","):
