@@ -26,13 +26,17 @@ fn run(cli: Cli) -> Result<ExitCode, BenchError> {
                 RawWorkload::Sub => (Mode::Sub, "raw-sub"),
             };
             let mut plan = r.load.plan(mode, name)?;
-            let sink = sink::start(r.sink_cpu, plan.size)?;
+            let sink = sink::start(sink::Placement::One(r.sink_cpu), plan.size)?;
             plan.brokers = vec![sink.addr.to_string()];
             plan.lookupds.clear();
             (plan, Some(sink))
         }
         Command::Sink(s) => {
-            let sink = sink::start_at(s.tcp_address, s.cpu, s.size as usize)?;
+            let placement = match s.executors {
+                1 => sink::Placement::One(s.cpu),
+                n => sink::Placement::PerCpu(n as usize),
+            };
+            let sink = sink::start_at(s.tcp_address, placement, s.size as usize)?;
             eprintln!("shard-bench: sink listening on {} until killed", sink.addr);
             loop {
                 std::thread::park();

@@ -257,9 +257,14 @@ pub struct SinkArgs {
     /// Where to listen, host:port.
     #[arg(long, default_value = "127.0.0.1:4150")]
     pub tcp_address: std::net::SocketAddr,
-    /// Pin its executor to this CPU (default: not pinned).
-    #[arg(long)]
+    /// Pin its executor to this CPU (default: not pinned; with --executors above 1 the
+    /// executors are pinned to CPUs 0, 1, ... and this is refused).
+    #[arg(long, conflicts_with = "executors")]
     pub cpu: Option<usize>,
+    /// Executors serving connections: the first accepts and gives the connections to the
+    /// executors in turn (connection i to executor i mod N), one executor per CPU at most.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    pub executors: u64,
     /// Body size of the messages it sends to a subscriber.
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(MIN_MESSAGE_SIZE as u64..))]
     pub size: u64,

@@ -6,6 +6,11 @@
 //! every PUB / MPUB / DPUB an `OK` (bodies are parsed, then dropped), SUB an `OK`, after which
 //! it sends stamped messages as fast as the consumer's RDY allows and counts FINs back. One
 //! task per connection reads, answers, writes, and reads again: no queues, no storage.
+//!
+//! It runs on one executor, or ([`Placement::PerCpu`]) on one pinned executor per CPU, the
+//! first accepting and giving connection i to executor i mod N (a duplicate of the socket,
+//! through a channel): what a runtime of that many executors makes when every
+//! connection has an executor of its own, independent of where the kernel would steer it.
 
 use crate::error::{BenchError, Result};
 use crate::payload;
@@ -13,12 +18,14 @@ use bytes::{Bytes, BytesMut};
 use client::conn::read_more;
 use futures_lite::future;
 use futures_lite::io::AsyncWriteExt;
+use glommio::channels::shared_channel::{self, SharedReceiver};
 use glommio::net::{TcpListener, TcpStream};
-use glommio::{LocalExecutorBuilder, Placement};
+use glommio::{LocalExecutorBuilder, Placement as Placement_};
 use protocol::frame::{write_frame, write_message_frame};
 use protocol::identify::{IdentifyLimits, IdentifyRequest, IdentifyResponse};
 use protocol::{decode_command, Command, ConnPhase, DecodeContext, FrameType, Message, MessageId};
 use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
@@ -49,19 +56,42 @@ impl Drop for Sink {
     }
 }
 
-/// Starts a sink on 127.0.0.1 (an ephemeral port) on its own executor, pinned to `cpu` if
-/// given, sending message bodies of `size` bytes.
-pub fn start(cpu: Option<usize>, size: usize) -> Result<Sink> {
-    start_at(SocketAddr::from(([127, 0, 0, 1], 0)), cpu, size)
+/// Where a sink's executors run.
+#[derive(Clone, Copy, Debug)]
+pub enum Placement {
+    /// One executor, pinned to this CPU if given.
+    One(Option<usize>),
+    /// This many executors, pinned to CPUs 0, 1, ...; the first accepts.
+    PerCpu(usize),
 }
 
+/// Starts a sink on 127.0.0.1 (an ephemeral port), sending message bodies of `size` bytes.
+pub fn start(placement: Placement, size: usize) -> Result<Sink> {
+    start_at(SocketAddr::from(([127, 0, 0, 1], 0)), placement, size)
+}
+
+/// How many connections may wait for an executor that has not taken them yet.
+const HANDOVER_DEPTH: usize = 64;
+
 /// [`start`] on `addr`.
-pub fn start_at(addr: SocketAddr, cpu: Option<usize>, size: usize) -> Result<Sink> {
+pub fn start_at(addr: SocketAddr, placement: Placement, size: usize) -> Result<Sink> {
     let stop = Arc::new(AtomicBool::new(false));
+    let (first_cpu, executors) = match placement {
+        Placement::One(cpu) => (cpu, 1),
+        Placement::PerCpu(n) => (Some(0), n),
+    };
+    let mut peers = Vec::new();
+    for cpu in 1..executors {
+        let (tx, rx) = shared_channel::new_bounded::<RawFd>(HANDOVER_DEPTH);
+        peers.push(tx);
+        LocalExecutorBuilder::new(Placement_::Fixed(cpu))
+            .name("bench-sink")
+            .spawn(move || serve_handed_over(rx, size))
+            .map_err(|e| BenchError::Executor(e.to_string()))?;
+    }
     let (tx, rx) = std::sync::mpsc::channel();
-    let placement = cpu.map_or(Placement::Unbound, Placement::Fixed);
     let stop_flag = stop.clone();
-    LocalExecutorBuilder::new(placement)
+    LocalExecutorBuilder::new(first_cpu.map_or(Placement_::Unbound, Placement_::Fixed))
         .name("bench-sink")
         .spawn(move || async move {
             let listener = match TcpListener::bind(addr) {
@@ -72,7 +102,11 @@ pub fn start_at(addr: SocketAddr, cpu: Option<usize>, size: usize) -> Result<Sin
                 }
             };
             let _ = tx.send(listener.local_addr().map_err(|e| e.to_string()));
-            accept_until_stopped(listener, stop_flag, size).await;
+            let mut connected = Vec::with_capacity(peers.len());
+            for peer in peers {
+                connected.push(peer.connect().await);
+            }
+            accept_until_stopped(listener, stop_flag, size, connected).await;
         })
         .map_err(|e| BenchError::Executor(e.to_string()))?;
     let addr = rx
@@ -82,7 +116,27 @@ pub fn start_at(addr: SocketAddr, cpu: Option<usize>, size: usize) -> Result<Sin
     Ok(Sink { addr, stop })
 }
 
-async fn accept_until_stopped(listener: TcpListener, stop: Arc<AtomicBool>, size: usize) {
+/// An executor other than the first: serves the connections the first hands it, until the
+/// first stops (and with it the channel).
+async fn serve_handed_over(rx: SharedReceiver<RawFd>, size: usize) {
+    let rx = rx.connect().await;
+    while let Some(fd) = rx.recv().await {
+        // SAFETY: the first executor made this duplicate for us alone and kept no copy.
+        let stream = unsafe { TcpStream::from_raw_fd(fd) };
+        glommio::spawn_local(async move {
+            let _ = serve(stream, size).await;
+        })
+        .detach();
+    }
+}
+
+async fn accept_until_stopped(
+    listener: TcpListener,
+    stop: Arc<AtomicBool>,
+    size: usize,
+    peers: Vec<shared_channel::ConnectedSender<RawFd>>,
+) {
+    let mut next = 0usize;
     loop {
         let accepted = future::or(async { Some(listener.accept().await) }, async {
             while !stop.load(Relaxed) {
@@ -94,10 +148,24 @@ async fn accept_until_stopped(listener: TcpListener, stop: Arc<AtomicBool>, size
         match accepted {
             Some(Ok(stream)) => {
                 let _ = stream.set_nodelay(true);
-                glommio::spawn_local(async move {
-                    let _ = serve(stream, size).await;
-                })
-                .detach();
+                // Connection i to executor i mod N; executor 0 is this one.
+                let turn = next % (peers.len() + 1);
+                next = next.wrapping_add(1);
+                if turn == 0 {
+                    glommio::spawn_local(async move {
+                        let _ = serve(stream, size).await;
+                    })
+                    .detach();
+                } else {
+                    // The executor gets a duplicate; this one's stream closes its own.
+                    // SAFETY: dup of a descriptor the stream holds open.
+                    let fd = unsafe { libc::dup(stream.as_raw_fd()) };
+                    drop(stream);
+                    if fd >= 0 && peers[turn - 1].send(fd).await.is_err() {
+                        // SAFETY: not delivered, so the duplicate is still ours alone.
+                        unsafe { libc::close(fd) };
+                    }
+                }
             }
             Some(Err(_)) => glommio::timer::sleep(Duration::from_millis(10)).await,
             None => return,

@@ -437,18 +437,24 @@ impl Drop for KillOnDrop {
     }
 }
 
-#[test]
-fn the_standalone_sink_answers_publishes_with_ok_until_killed() {
+/// Starts `shard-bench sink` with `extra` arguments on a free port; the port, and the process
+/// (killed when dropped).
+fn start_sink(extra: &[&str]) -> (KillOnDrop, u16) {
     let port = free_port();
-    let _sink = KillOnDrop(
+    let sink = KillOnDrop(
         std::process::Command::new(env!("CARGO_BIN_EXE_shard-bench"))
             .args(["sink", "--tcp-address", &format!("127.0.0.1:{port}")])
+            .args(extra)
             .stderr(std::process::Stdio::null())
             .spawn()
             .expect("shard-bench sink starts"),
     );
+    (sink, port)
+}
+
+fn connect_to_sink(port: u16) -> TcpStream {
     let deadline = Instant::now() + Duration::from_secs(10);
-    let mut conn = loop {
+    let conn = loop {
         match TcpStream::connect(("127.0.0.1", port)) {
             Ok(c) => break c,
             Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
@@ -457,6 +463,11 @@ fn the_standalone_sink_answers_publishes_with_ok_until_killed() {
     };
     conn.set_read_timeout(Some(Duration::from_secs(5)))
         .expect("timeout");
+    conn
+}
+
+/// Sends a PUB and an MPUB of two on a new connection and checks both are answered OK.
+fn assert_sink_answers_publishes(conn: &mut TcpStream) {
     use std::io::{Read, Write};
     let mut request = b"  V2PUB t\n".to_vec();
     request.extend_from_slice(&5u32.to_be_bytes());
@@ -476,4 +487,24 @@ fn the_standalone_sink_answers_publishes_with_ok_until_killed() {
     conn.read_exact(&mut answers).expect("two answers");
     assert_eq!(&answers[..10], &ok, "{answers:?}");
     assert_eq!(&answers[10..], &ok, "{answers:?}");
+}
+
+#[test]
+fn the_standalone_sink_answers_publishes_with_ok_until_killed() {
+    let (_sink, port) = start_sink(&[]);
+    assert_sink_answers_publishes(&mut connect_to_sink(port));
+}
+
+#[test]
+fn a_sink_of_several_executors_serves_the_connections_it_hands_over() {
+    // One executor per CPU at most: on a one-CPU machine this is the single-executor sink.
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let executors = cpus.min(2).to_string();
+    let (_sink, port) = start_sink(&["--executors", &executors]);
+    // Connection i goes to executor i mod N: three connections reach every executor, the
+    // later ones by hand-over, and each is answered while the others stay open.
+    let mut conns: Vec<TcpStream> = (0..3).map(|_| connect_to_sink(port)).collect();
+    for conn in &mut conns {
+        assert_sink_answers_publishes(conn);
+    }
 }
