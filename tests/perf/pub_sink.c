@@ -24,6 +24,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "listen.h"
+
 #define BUF (1 << 20)
 
 static int spin;
@@ -86,15 +88,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     spin = argc > 2 && !strcmp(argv[2], "spin");
-    int l = socket(AF_INET, SOCK_STREAM, 0);
-    int one = 1;
-    setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(atoi(argv[1]))};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (bind(l, (struct sockaddr *)&a, sizeof a) || listen(l, 128)) {
-        perror("listen");
-        return 1;
-    }
+    int l = listen_loopback(atoi(argv[1]), 128);
     for (;;) {
         int fd = accept(l, NULL, NULL);
         if (fd < 0) continue;

@@ -25,13 +25,15 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include "listen.h"
+#include "pin.h"
 
 #define BUF (1 << 20)
 #define MAX_OKS 1024
@@ -134,10 +136,7 @@ static void end(struct conn *c) {
 
 static void *serve(void *arg) {
     struct worker *w = arg;
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(w->cpu, &set);
-    pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+    pin(w->cpu);
 
     struct io_uring ring;
     struct io_uring_params params = {0};
@@ -240,15 +239,7 @@ int main(int argc, char **argv) {
         pthread_detach(t);
     }
 
-    int l = socket(AF_INET, SOCK_STREAM, 0);
-    int one = 1;
-    setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(atoi(argv[1]))};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (bind(l, (struct sockaddr *)&a, sizeof a) || listen(l, 128)) {
-        perror("listen");
-        return 1;
-    }
+    int l = listen_loopback(atoi(argv[1]), 128);
     for (long next = 0;; next = (next + 1) % threads) {
         int fd = accept(l, NULL, NULL);
         if (fd < 0) continue;
