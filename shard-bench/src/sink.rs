@@ -20,7 +20,7 @@ use futures_lite::future;
 use futures_lite::io::AsyncWriteExt;
 use glommio::channels::shared_channel::{self, SharedReceiver};
 use glommio::net::{TcpListener, TcpStream};
-use glommio::{LocalExecutorBuilder, Placement as Placement_};
+use glommio::{LocalExecutorBuilder, Placement as GlommioPlacement};
 use protocol::frame::{write_frame, write_message_frame};
 use protocol::identify::{IdentifyLimits, IdentifyRequest, IdentifyResponse};
 use protocol::{decode_command, Command, ConnPhase, DecodeContext, FrameType, Message, MessageId};
@@ -84,14 +84,14 @@ pub fn start_at(addr: SocketAddr, placement: Placement, size: usize) -> Result<S
     for cpu in 1..executors {
         let (tx, rx) = shared_channel::new_bounded::<RawFd>(HANDOVER_DEPTH);
         peers.push(tx);
-        LocalExecutorBuilder::new(Placement_::Fixed(cpu))
+        LocalExecutorBuilder::new(GlommioPlacement::Fixed(cpu))
             .name("bench-sink")
             .spawn(move || serve_handed_over(rx, size))
             .map_err(|e| BenchError::Executor(e.to_string()))?;
     }
     let (tx, rx) = std::sync::mpsc::channel();
     let stop_flag = stop.clone();
-    LocalExecutorBuilder::new(first_cpu.map_or(Placement_::Unbound, Placement_::Fixed))
+    LocalExecutorBuilder::new(first_cpu.map_or(GlommioPlacement::Unbound, GlommioPlacement::Fixed))
         .name("bench-sink")
         .spawn(move || async move {
             let listener = match TcpListener::bind(addr) {
