@@ -25,12 +25,12 @@
 #include <unistd.h>
 
 #include "listen.h"
+#include "v2.h"
 
 #define BUF (1 << 20)
 
 static int spin;
 
-static const unsigned char OK[] = {0, 0, 0, 6, 0, 0, 0, 0, 'O', 'K'};
 
 /* Fills buf[have..] with at least `need` bytes in all; returns the bytes held, 0 at EOF. */
 static size_t fill(int fd, unsigned char *buf, size_t have, size_t need) {
@@ -61,8 +61,7 @@ static void *serve(void *arg) {
             if (have == BUF || !(have = fill(fd, buf, have, have + 1))) goto out;
         }
         size_t line = (size_t)(nl - buf) + 1;
-        int with_body = !memcmp(buf, "PUB ", 4) || !memcmp(buf, "MPUB ", 5) ||
-                        !memcmp(buf, "DPUB ", 5) || !memcmp(buf, "IDENTIFY", 8);
+        int with_body = takes_body(buf, line);
         size_t total = line;
         if (with_body) {
             if (!(have = fill(fd, buf, have, line + 4))) goto out;

@@ -34,11 +34,11 @@
 
 #include "listen.h"
 #include "pin.h"
+#include "v2.h"
 
 #define BUF (1 << 20)
 #define MAX_OKS 1024
 
-static const unsigned char OK[] = {0, 0, 0, 6, 0, 0, 0, 0, 'O', 'K'};
 static unsigned char oks[MAX_OKS * sizeof OK];
 static int defer;
 
@@ -102,8 +102,7 @@ static long parse(struct conn *c) {
         if (!nl) break;
         size_t line = (size_t)(nl - (c->buf + at)) + 1;
         unsigned char *p = c->buf + at;
-        int with_body = !memcmp(p, "PUB ", 4) || !memcmp(p, "MPUB ", 5) ||
-                        !memcmp(p, "DPUB ", 5) || !memcmp(p, "IDENTIFY", 8);
+        int with_body = takes_body(p, line);
         size_t total = line;
         if (with_body) {
             if (c->have - at < line + 4) break;
