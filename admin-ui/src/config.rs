@@ -638,3 +638,19 @@ verbose = false
         );
     }
 }
+
+/// The admin-ui's section of the flags reference (`docs/flags.md`), generated from [`Flags`] and
+/// checked against the committed file: a flag changed without the file fails `cargo test`.
+#[cfg(test)]
+mod flags_doc {
+    use super::*;
+
+    #[test]
+    fn flags_doc_matches_the_code() {
+        let doc = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/flags.md");
+        let table = nsq_common::flags_doc::table(&Flags::command(), RENAMED_KEYS);
+        if let Err(e) = nsq_common::flags_doc::check_section(&doc, "admin-ui", &table) {
+            panic!("{e}");
+        }
+    }
+}

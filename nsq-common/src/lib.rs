@@ -5,6 +5,8 @@
 //! - [`local_sync`]: single-threaded wake-ups (a [`local_sync::oneshot`] for replies and a
 //!   [`local_sync::Notify`]) that need no particular executor;
 //! - [`config_file`] (feature `cli`): `--config FILE`, NSQ's TOML config files as flags.
+//! - [`flags_doc`] (feature `cli`): the flags reference `docs/flags.md`, generated from each
+//!   binary's clap definition and checked against it by each binary's tests.
 //! - [`cli`] (feature `cli`): the binaries' command-line conventions, NSQ's Go programs' own
 //!   (single-dash long flags, nsqd's log level names, SIGTERM as a clean end).
 //! - [`tls`] (feature `tls`): what the broker, the client library and admin-ui share of TLS
@@ -16,6 +18,8 @@
 pub mod cli;
 #[cfg(feature = "cli")]
 pub mod config_file;
+#[cfg(feature = "cli")]
+pub mod flags_doc;
 mod host;
 pub mod local_sync;
 #[cfg(feature = "tls")]

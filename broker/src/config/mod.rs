@@ -516,4 +516,6 @@ pub fn allowed_cpus() -> Vec<usize> {
 }
 
 #[cfg(test)]
+mod flags_doc;
+#[cfg(test)]
 mod tests;
