@@ -18,7 +18,8 @@
 #   PORT [24150]    broker TCP port (HTTP on PORT+1)
 #   OUT [shard-bench/results]   BUILD [1]: 0 skips `cargo build --release`
 #   REPORT_ONLY [0]: 1 skips the runs and rebuilds the table and charts from $OUT/*.json
-#   WRITE_README [1]: 0 leaves README.md alone (it is written only when OUT is the default)
+#   WRITE_DOC [1]: 0 leaves docs/benchmarks.md alone (it is written only when OUT is the
+#               default; WRITE_README is the same switch's former name)
 #   REPEAT [1]: run the whole matrix this many times and keep each row's best repetition
 #               (highest rate; lowest e2e p99 for the fixed-rate row): on a shared, noisy
 #               machine the noise only subtracts
@@ -229,14 +230,14 @@ for shards in $SHARDS; do files+=("$OUT"/s"$shards"-*.json); done
 
 cat "$OUT/report.md"
 
-# The README's performance section: the table and charts between the matrix markers.
-readme=$root/README.md
-if [[ ${WRITE_README:-1} == 1 && $OUT == "$here/results" ]] && grep -q '<!-- matrix:begin' "$readme"; then
-    body=$(sed -e '1,/^$/d' -e 's|](\([a-z]*\.svg\))|](shard-bench/results/\1)|' "$OUT/report.md")
+# docs/benchmarks.md's standard matrix: the table and charts between the matrix markers.
+readme=$root/docs/benchmarks.md
+if [[ ${WRITE_DOC:-${WRITE_README:-1}} == 1 && $OUT == "$here/results" ]] && grep -q '<!-- matrix:begin' "$readme"; then
+    body=$(sed -e '1,/^$/d' -e 's|](\([a-z]*\.svg\))|](../shard-bench/results/\1)|' "$OUT/report.md")
     awk -v body="$body" '
         /<!-- matrix:begin/ { print; print body; skip = 1; next }
         /<!-- matrix:end/ { skip = 0 }
         !skip { print }
     ' "$readme" >"$readme.tmp" && mv "$readme.tmp" "$readme"
-    echo "run-matrix: README.md performance table updated" >&2
+    echo "run-matrix: docs/benchmarks.md matrix table updated" >&2
 fi
