@@ -25,6 +25,8 @@ install -m 0644 'deploy/nsq_to_http@.service' '/etc/systemd/system/nsq_to_http@.
 [ -f /etc/default/nsq_to_http ] || install -m 0644 deploy/nsq_to_http.env /etc/default/nsq_to_http
 install -d -m 0755 /usr/local/share/doc/broker
 install -m 0644 README.md ARCHITECTURE.md /usr/local/share/doc/broker/
+# The README's links point into docs/ (flags, configuration, TLS and AUTH, ...).
+cp -R docs /usr/local/share/doc/broker/
 # Both are README.md: the deploy guide gets its own name rather than overwriting the first.
 install -m 0644 deploy/README.md /usr/local/share/doc/broker/DEPLOY.md
 systemctl daemon-reload
