@@ -1,14 +1,21 @@
 #!/usr/bin/env bash
-# The project's single test command (README and CI call exactly this).
+# The project's test command (README, CONTRIBUTING.md and CI call it).
 #
-#   tests/run.sh            everything: formatting and clippy checks, build, cargo tests,
-#                           Python and node wire tests for --shards 1, 2 and 4, then the
-#                           admin-ui tests (API and headless Chromium) once, then the cluster
-#                           test (tests/cluster: 2 lookups, 3 brokers, admin-ui on network
-#                           namespaces; skipped, saying why, where they cannot be made)
+#   tests/run.sh [full]     everything (what CI runs, `.ci/run`): formatting and clippy checks,
+#                           build, cargo tests, Python and node wire tests for --shards 1, 2 and
+#                           4, then the admin-ui tests (API and headless Chromium) once, then the
+#                           cluster test (tests/cluster: 2 lookups, 3 brokers, admin-ui on
+#                           network namespaces; skipped, saying why, where they cannot be made)
+#   tests/run.sh quick      the inner loop, under 2 minutes on a built tree: formatting, clippy,
+#                           and `cargo test --lib --bins` (every crate's unit tests, the owner
+#                           simulation, the flags reference and documentation link checks) with
+#                           the integration tests that start no process (codec properties and
+#                           allocations, the broker's layering)
+#   tests/run.sh wire       build, then the Python wire tests at one shard count (SHARDS,
+#                           default 2) without the tests marked slow (`-m "not slow"`)
 #
-# Environment:
-#   SHARDS="1 2 4"          shard counts of the wire-test matrix
+# Environment (a tier only changes defaults: e.g. `SKIP_NODE=0 tests/run.sh wire` adds nsqjs):
+#   SHARDS="1 2 4"          shard counts of the wire-test matrix (wire tier: "2")
 #   PYTEST_ARGS="..."       extra pytest arguments (e.g. "-k raw_errors -x")
 #   SKIP_CARGO_TEST=1       skip `cargo test --workspace` (the wire tests still build the broker)
 #   SKIP_NODE=1             skip the nsqjs tests
@@ -26,6 +33,34 @@ set -euo pipefail
 TESTS_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$TESTS_DIR/.." && pwd)"
 cd "$REPO"
+
+TIER="${1:-full}"
+# The wire tier's extra pytest arguments (an array: a marker expression has spaces).
+PYTEST_TIER_ARGS=()
+# What `cargo test` runs: every target, or (quick tier) the libraries' and binaries' own tests.
+CARGO_TEST_TARGETS=(--workspace)
+CARGO_TEST_NAME="cargo test --workspace"
+case "$TIER" in
+  full) ;;
+  quick)
+    : "${SKIP_BUILD:=1}" "${SKIP_WIRE:=1}" "${SKIP_NODE:=1}" "${SKIP_ADMIN:=1}" "${SKIP_CLUSTER:=1}"
+    # Plus the integration tests that start nothing: the codec's property and allocation
+    # tests and the broker's layering check (one `--workspace` build, so no feature re-build).
+    CARGO_TEST_TARGETS=(--workspace --lib --bins --test layering --test roundtrip
+      --test lookup_props --test mpub_alloc --test alloc --test decoder_props
+      --test response_decoder)
+    CARGO_TEST_NAME="cargo test (unit tests, simulation, codec, layering)"
+    ;;
+  wire)
+    : "${SKIP_LINT:=1}" "${SKIP_CARGO_TEST:=1}" "${SKIP_NODE:=1}" "${SKIP_ADMIN:=1}" "${SKIP_CLUSTER:=1}"
+    : "${SHARDS:=2}"
+    PYTEST_TIER_ARGS=(-m "not slow")
+    ;;
+  *)
+    echo "usage: tests/run.sh [quick|wire|full] (no argument: full; see the top of this file)" >&2
+    exit 2
+    ;;
+esac
 
 SHARDS="${SHARDS:-1 2 4}"
 VENV="$TESTS_DIR/.venv"
@@ -56,6 +91,12 @@ if [ "${SKIP_LINT:-0}" != "1" ]; then
 fi
 
 # ---- environments ------------------------------------------------------------------------
+# Python serves the wire, admin-ui and cluster tests; the quick tier needs none of them.
+NEEDS_PYTHON=0
+if [ "${SKIP_WIRE:-0}" != "1" ] || [ "${SKIP_ADMIN:-0}" != "1" ] || [ "${SKIP_CLUSTER:-0}" != "1" ]; then
+  NEEDS_PYTHON=1
+fi
+if [ "$NEEDS_PYTHON" = "1" ]; then
 step "python venv ($VENV)"
 if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV"
@@ -67,6 +108,7 @@ if [ ! -f "$REQ_STAMP" ] || [ "$(cat "$REQ_STAMP")" != "$REQ_SHA" ]; then
   echo "$REQ_SHA" > "$REQ_STAMP"
 fi
 "$VENV/bin/python" -c "import nsq, gnsq, pytest, pytest_timeout, selenium, snappy, zstandard"
+fi
 
 if [ "${SKIP_NODE:-0}" != "1" ]; then
   step "node modules (tests/node)"
@@ -79,7 +121,7 @@ fi
 
 # The TLS wire tests (tests/python/test_tls_compression.py, tests/node/tls_compression.test.js)
 # make their certificates with the openssl command.
-if ! command -v openssl >/dev/null 2>&1; then
+if { [ "$NEEDS_PYTHON" = "1" ] || [ "${SKIP_NODE:-0}" != "1" ]; } && ! command -v openssl >/dev/null 2>&1; then
   step "apt-get install openssl"
   SUDO=""
   if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then SUDO="sudo"; fi
@@ -97,9 +139,9 @@ if [ "${SKIP_BUILD:-0}" != "1" ]; then
 fi
 
 if [ "${SKIP_CARGO_TEST:-0}" != "1" ]; then
-  step "cargo test --release --workspace"
-  if cargo test --release --workspace; then record "cargo test --workspace" ok
-  else record "cargo test --workspace" FAILED; fi
+  step "cargo test --release ${CARGO_TEST_TARGETS[*]}"
+  if cargo test --release "${CARGO_TEST_TARGETS[@]}"; then record "$CARGO_TEST_NAME" ok
+  else record "$CARGO_TEST_NAME" FAILED; fi
 fi
 
 # ---- browser for the admin-ui tests ----------------------------------------------------------
@@ -128,7 +170,7 @@ trap 'rm -rf "$LOGDIR"' EXIT
 run_pytest() { # shards
   # shellcheck disable=SC2086
   BROKER_SHARDS="$1" "$VENV/bin/python" -m pytest "$TESTS_DIR/python" -rfE -q \
-    --shards "$1" ${PYTEST_ARGS:-} > "$LOGDIR/pytest-$1.log" 2>&1
+    --shards "$1" "${PYTEST_TIER_ARGS[@]}" ${PYTEST_ARGS:-} > "$LOGDIR/pytest-$1.log" 2>&1
 }
 
 run_node() { # shards
@@ -220,6 +262,6 @@ fi
 ELAPSED=$(( $(date +%s) - START ))
 step "summary"
 for r in "${RESULTS[@]}"; do echo "  $r"; done
-echo "run.sh: ${ELAPSED}s"
+echo "run.sh $TIER: ${ELAPSED}s"
 echo "suites: $(( ${#RESULTS[@]} - FAILED )) passed, $FAILED failed"
 [ "$FAILED" -eq 0 ]

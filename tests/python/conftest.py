@@ -41,6 +41,10 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "shards(n): only run when the shard count is n or more")
+    config.addinivalue_line(
+        "markers",
+        "slow: among the slowest wire tests; `tests/run.sh wire` leaves them out, the full run keeps them",
+    )
 
 
 def pytest_report_header(config):

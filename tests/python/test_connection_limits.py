@@ -6,6 +6,8 @@ import socket
 import struct
 import time
 
+import pytest
+
 from procstat import fd_count, rss_kib
 from nsqwire import MAGIC_V2, Conn, cmd_bytes
 
@@ -114,6 +116,7 @@ def test_at_the_descriptor_limit_new_connections_are_refused_and_old_ones_served
         consumer.close()
 
 
+@pytest.mark.slow
 def test_idle_connections_are_cheap_and_their_memory_is_reused(start_broker):
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     n = min(2000, hard // 2 - 100)

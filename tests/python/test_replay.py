@@ -146,6 +146,7 @@ def with_retention(restartable, channels=(), **retention):
     return r, b
 
 
+@pytest.mark.slow
 def test_rewind_to_a_time_replays_exactly_what_came_after_it(restartable):
     r, b = with_retention(restartable, ("a", "b"), retention_time="1h")
     middle = history_split(r)

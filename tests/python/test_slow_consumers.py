@@ -10,6 +10,8 @@ import socket
 import struct
 import time
 
+import pytest
+
 from procstat import rss_kib
 from nsqwire import MAGIC_V2, Conn, cmd_bytes
 
@@ -76,6 +78,7 @@ def drain(broker, topic, channel, want, timeout, tag):
     return seen
 
 
+@pytest.mark.slow
 def test_a_consumer_that_never_reads_keeps_memory_bounded_and_others_get_its_messages(
         start_broker):
     b = start_broker("--msg-timeout=1s")

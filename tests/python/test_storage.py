@@ -56,6 +56,7 @@ def create_channels(addr):
             c.sub(TOPIC, ch)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mem_queue_size", [0, 100, 10000])
 def test_clean_restart_keeps_every_message_for_every_channel(restartable, mem_queue_size):
     r = restartable("--mem-queue-size=%d" % mem_queue_size, "--max-bytes-per-file=1048576")
@@ -472,6 +473,7 @@ def assert_crashes_lose_nothing(r, what):
     assert not lost, "lost %d acknowledged messages, e.g. %s" % (len(lost), sorted(lost)[:5])
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_sigkill_under_durable_publishing_loses_no_acknowledged_message(restartable):
     """20 SIGKILLs under full-speed pipelined publishing with --durable: every OK'd message
@@ -479,6 +481,7 @@ def test_sigkill_under_durable_publishing_loses_no_acknowledged_message(restarta
     assert_crashes_lose_nothing(restartable("--durable", "--mem-queue-size=100"), "durable")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_sigkill_with_mem_queue_size_0_loses_no_acknowledged_message(restartable):
     """20 SIGKILLs under full-speed pipelined publishing with --mem-queue-size 0 (not durable):
@@ -581,6 +584,7 @@ def _read_cache_bytes(broker):
     return sum(per_shard(metrics_text(broker), "nsq_shard_read_cache_bytes").values())
 
 
+@pytest.mark.slow
 def test_read_cache_is_given_back_when_readers_stop(restartable):
     """A channel reading behind memory fills the topic's block cache (/metrics
     nsq_shard_read_cache_bytes); once nobody reads, the blocks are dropped within seconds."""
@@ -889,6 +893,7 @@ def test_a_restart_on_the_same_ports_binds_over_lingering_connections(restartabl
     keepalive.close()
 
 
+@pytest.mark.slow
 def test_a_clean_stop_under_publishing_loses_no_acknowledged_message(restartable):
     """SIGTERM while three producers publish one message at a time to three topics (a
     channel each, no consumer): after a restart every acknowledged message is there. The
@@ -1052,6 +1057,7 @@ def test_a_broker_starting_on_an_address_another_is_starting_on_is_refused(workd
         assert b.stop() == 0
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_a_start_that_stalls_is_named_by_the_watchdog_and_bounded(workdir, shards):
     """A shard that never finishes a start-up step (forced with the BROKER_TEST_STALL_START test

@@ -381,6 +381,7 @@ def test_corrupt_deflate_stream_closes_that_connection(tls_broker):
     assert serves_plain_client(tls_broker)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["zeros", "huge_body"])
 def test_deflate_bomb_is_cut_off_and_closes_that_connection(tls_broker, kind):
     """1 GiB of plaintext in about a megabyte: the broker decodes only what the command limits
