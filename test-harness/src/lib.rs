@@ -15,6 +15,11 @@
 //!   listens on every given address (or fails with its log if it exits first), killed and its
 //!   directory removed when dropped (also when the test panics). Any binary can be started so:
 //!   a crate's own tests give `env!("CARGO_BIN_EXE_<name>")`, which cargo builds for them.
+//!
+//! Its own unit tests check the documentation's relative links (`doc_links.rs`).
+
+#[cfg(test)]
+mod doc_links;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
