@@ -258,7 +258,9 @@ fn stop_after_start_failure() {
 /// hold until it exits.
 ///
 /// An explicit port is probed with a bound socket (SO_REUSEADDR, no SO_REUSEPORT, never
-/// listening), which fails if anything listens on the port, then released for the shards.
+/// listening), which fails if anything listens on the port, then released for the shards. A
+/// listener that only a process which has exited still holds (its io_uring not yet torn down:
+/// a restart right after a crash) is waited for, bounded ([`listen::RELEASE_WAIT`]).
 /// Between the probe and the shards' binds a second broker started at the same moment could
 /// pass its own probe and join the same SO_REUSEPORT group (each would then answer half of
 /// the connections), so the address is also claimed by name: an abstract unix socket
@@ -303,8 +305,22 @@ fn claim_port(
         // socket listening on the port still refuses it.
         sock.set_reuse_address(true).map_err(fail)?;
         // Bound, never listening: fails if anything listens on the port, and no client can
-        // connect to the probe and take it for the broker before the shards listen.
-        sock.bind(&addr.into()).map_err(fail)?;
+        // connect to the probe and take it for the broker before the shards listen. A port
+        // held only by the listener of a broker that has just died (its io_uring is torn down
+        // after it exits) is waited for; a live process's is refused at once.
+        nsq_common::port_holder::bind_when_released(
+            addr,
+            listen::RELEASE_WAIT,
+            || sock.bind(&addr.into()),
+            || {
+                warn!(
+                    "{flag} {addr}: the port is still held by a listening socket of a process \
+                     that has exited; waiting up to {}s for the kernel to release it",
+                    listen::RELEASE_WAIT.as_secs()
+                )
+            },
+        )
+        .map_err(|(e, holder)| ListenError::with_holder(flag, addr, e, holder))?;
         held.push(claim_by_name(flag, addr)?);
         drop(sock);
         return Ok(addr);

@@ -7,6 +7,8 @@
 //! - [`config_file`] (feature `cli`): `--config FILE`, NSQ's TOML config files as flags.
 //! - [`cli`] (feature `cli`): the binaries' command-line conventions, NSQ's Go programs' own
 //!   (single-dash long flags, nsqd's log level names, SIGTERM as a clean end).
+//! - [`port_holder`] (feature `cli`): what holds a TCP port a bind found in use, and binding
+//!   once a listener left by an exited process is released (a restart right after a crash).
 //! - [`tls`] (feature `tls`): what the broker, the client library and admin-ui share of TLS
 //!   (PEM files, the crypto provider, the accept-any-certificate verifier).
 //!
@@ -18,6 +20,8 @@ pub mod cli;
 pub mod config_file;
 mod host;
 pub mod local_sync;
+#[cfg(feature = "cli")]
+pub mod port_holder;
 #[cfg(feature = "tls")]
 pub mod tls;
 
