@@ -354,33 +354,63 @@ fn claim_by_name(
     }
 }
 
-/// Takes an exclusive lock (`flock`) on the data directory, created if missing, for the life
-/// of the process, as nsqd does: two brokers writing one directory would overwrite each
-/// other's segments and metadata (each believes it owns every topic there), and acknowledged
-/// messages of one are lost at the next start. The kernel drops the lock when the process
-/// ends, however it ends.
+/// Takes an exclusive lock (`flock`) on the data directory for the life of the process, as
+/// nsqd does: two brokers writing one directory would overwrite each other's segments and
+/// metadata (each believes it owns every topic there), and acknowledged messages of one are
+/// lost at the next start. The kernel drops the lock when the process ends, however it ends.
+///
+/// The directory must exist (a missing one is a typo, or a mount not there yet: starting an
+/// empty store there would hide the real data) and this user must be able to create files in
+/// it (otherwise the broker would look healthy and refuse every publish).
 fn lock_data_path(path: &std::path::Path) -> Result<std::fs::File, StartError> {
     use std::os::fd::AsRawFd;
-    std::fs::create_dir_all(path).map_err(|source| StartError::DataPathCreate {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let owned = || path.to_path_buf();
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => return Err(StartError::DataPathNotDirectory { path: owned() }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(StartError::DataPathMissing { path: owned() })
+        }
+        Err(source) => {
+            return Err(StartError::DataPathOpen {
+                path: owned(),
+                source,
+            })
+        }
+    }
     let dir = std::fs::File::open(path).map_err(|source| StartError::DataPathOpen {
-        path: path.to_path_buf(),
+        path: owned(),
         source,
     })?;
     // SAFETY: flock on a descriptor this function owns; no memory is passed.
     let rc = unsafe { libc::flock(dir.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
     if rc != 0 {
         let e = std::io::Error::last_os_error();
-        let path = path.to_path_buf();
         return Err(if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
-            StartError::DataPathInUse { path }
+            StartError::DataPathInUse { path: owned() }
         } else {
-            StartError::DataPathLock { path, source: e }
+            StartError::DataPathLock {
+                path: owned(),
+                source: e,
+            }
         });
     }
+    check_writable(path)?;
     Ok(dir)
+}
+
+/// Creates and removes a file in `path`: what every topic directory and segment needs.
+fn check_writable(path: &std::path::Path) -> Result<(), StartError> {
+    let probe = path.join(format!(".write-check-{}", std::process::id()));
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)
+        .and_then(|_| std::fs::remove_file(&probe))
+        .map_err(|source| StartError::DataPathNotWritable {
+            path: path.to_path_buf(),
+            source,
+        })
 }
 
 /// A panic is a bug, and a shard thread that dies of one leaves its connections hanging and its
