@@ -10,7 +10,7 @@ import urllib.request
 
 import pytest
 
-from brokerhttp import http
+from brokerhttp import config_value, http
 from conftest import broker_bin
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -54,10 +54,6 @@ log_prefix = "[nsqd] "
 """
 
 
-def config_value(broker, name):
-    status, body = http(broker, "GET", "/config/%s" % name)
-    assert status == 200, (name, status, body)
-    return json.loads(body)
 
 
 def test_nsqd_config_file_with_overriding_flags(start_broker, tmp_path):

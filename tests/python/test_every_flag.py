@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from brokerhttp import http
+from brokerhttp import config_value, http
 from conftest import REPO, free_port, port_accepts
 
 SEC = 10**9
@@ -112,10 +112,6 @@ def command_line(flags, form):
     return args
 
 
-def config_value(broker, name):
-    status, body = http(broker, "GET", "/config/%s" % name)
-    assert status == 200, (name, status, body)
-    return json.loads(body)
 
 
 @pytest.mark.parametrize("form", ["go", "gnu"])
