@@ -45,6 +45,9 @@ pub fn run() -> ExitCode {
     for note in &config.without_effect {
         warn!("flag accepted without effect: {note}");
     }
+    for key in &config.ignored_keys {
+        warn!("config file key accepted without effect: {key} (an nsqd option the broker has no use for)");
+    }
     config.tls_server = match crate::tls::server_config(config.tls.as_ref()) {
         Ok(server) => server.map(|s| Arc::new(crate::tls::Reloadable::new(s))),
         Err(e) => return start_failed(e.into()),
