@@ -7,8 +7,10 @@
 //! window each; the older one is dropped when a new half starts. Each bucket counts every
 //! sample but keeps at most [`RESERVOIR`] of them (reservoir sampling), so memory per channel
 //! is bounded whatever the rate, and quantiles weigh each kept sample by how many it stands
-//! for. The settings are process-wide and fixed at start-up ([`configure_e2e`]); without
-//! percentiles, recording is a no-op and the figures are `{count: 0, percentiles: null}`.
+//! for. Beside the window, each channel counts every message and sums their latencies since
+//! it was made ([`E2eTotals`], for `/metrics`). The settings are process-wide and fixed at
+//! start-up ([`configure_e2e`]); without percentiles, recording is a no-op and the figures
+//! are `{count: 0, percentiles: null}`.
 //!
 //! This module is part of the domain layer: channels own their [`E2eSamples`]; `crate::stats`
 //! re-exports what the `/stats` documents need.
@@ -19,10 +21,36 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 /// `e2e_processing_latency`: `{count, percentiles: null}` when no percentile is configured.
+/// `count` and the percentiles cover the window; `totals` (not in `/stats`) every message
+/// since the channel was made.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Latency {
     pub count: u64,
     pub percentiles: Option<Vec<Percentile>>,
+    #[serde(skip)]
+    pub totals: E2eTotals,
+}
+
+/// Every finished message recorded since the channel was made: how many, and the sum of their
+/// latencies. `/metrics` gives them as a summary's `_count` and `_sum`, which Prometheus reads
+/// as counters (an average is the ratio of their rates), so they only grow.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct E2eTotals {
+    pub count: u64,
+    /// Nanoseconds; a u128, as a backlog drained hours late adds hours per message.
+    pub sum_ns: u128,
+}
+
+impl E2eTotals {
+    pub fn add(&mut self, other: E2eTotals) {
+        self.count = self.count.saturating_add(other.count);
+        self.sum_ns = self.sum_ns.saturating_add(other.sum_ns);
+    }
+
+    /// The sum in seconds, the unit of the `_seconds` families.
+    pub fn sum_seconds(&self) -> f64 {
+        self.sum_ns as f64 / 1e9
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -76,12 +104,13 @@ struct Bucket {
     samples: Vec<u64>,
 }
 
-/// One channel's e2e latency samples over the window.
+/// One channel's e2e latency samples over the window, and its totals since it was made.
 #[derive(Debug, Default)]
 pub struct E2eSamples {
     buckets: [Bucket; 2],
     current: usize,
     rng: u64,
+    totals: E2eTotals,
 }
 
 impl E2eSamples {
@@ -94,6 +123,10 @@ impl E2eSamples {
         let now = now_nanos();
         self.rotate(now, cfg.half_window_ns);
         let latency = now.saturating_sub(published_ns).max(0) as u64;
+        self.totals.add(E2eTotals {
+            count: 1,
+            sum_ns: u128::from(latency),
+        });
         let seen = {
             let b = &mut self.buckets[self.current];
             b.count += 1;
@@ -131,6 +164,11 @@ impl E2eSamples {
         self.buckets[self.current].started_ns = now;
     }
 
+    /// Every message recorded since the channel was made.
+    pub fn totals(&self) -> E2eTotals {
+        self.totals
+    }
+
     fn next_random(&mut self) -> u64 {
         if self.rng == 0 {
             self.rng = 0x2545_F491_4F6C_DD1D ^ (now_nanos() as u64);
@@ -160,7 +198,9 @@ pub fn latency_of<'a>(sources: impl IntoIterator<Item = &'a E2eSamples>) -> Late
     let now = now_nanos();
     let mut weighted: Vec<(u64, f64)> = Vec::new();
     let mut count = 0u64;
+    let mut totals = E2eTotals::default();
     for s in sources {
+        totals.add(s.totals);
         for (n, samples) in s.live(now, cfg.half_window_ns) {
             count += n;
             if samples.is_empty() {
@@ -181,6 +221,7 @@ pub fn latency_of<'a>(sources: impl IntoIterator<Item = &'a E2eSamples>) -> Late
                 })
                 .collect(),
         ),
+        totals,
     }
 }
 

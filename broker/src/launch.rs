@@ -45,6 +45,9 @@ pub fn run() -> ExitCode {
     for note in &config.without_effect {
         warn!("flag accepted without effect: {note}");
     }
+    for key in &config.ignored_keys {
+        warn!("config file key accepted without effect: {key} (an nsqd option the broker has no use for)");
+    }
     config.tls_server = match crate::tls::server_config(config.tls.as_ref()) {
         Ok(server) => server.map(|s| Arc::new(crate::tls::Reloadable::new(s))),
         Err(e) => return start_failed(e.into()),
@@ -258,7 +261,9 @@ fn stop_after_start_failure() {
 /// hold until it exits.
 ///
 /// An explicit port is probed with a bound socket (SO_REUSEADDR, no SO_REUSEPORT, never
-/// listening), which fails if anything listens on the port, then released for the shards.
+/// listening), which fails if anything listens on the port, then released for the shards. A
+/// listener that only a process which has exited still holds (its io_uring not yet torn down:
+/// a restart right after a crash) is waited for, bounded ([`listen::RELEASE_WAIT`]).
 /// Between the probe and the shards' binds a second broker started at the same moment could
 /// pass its own probe and join the same SO_REUSEPORT group (each would then answer half of
 /// the connections), so the address is also claimed by name: an abstract unix socket
@@ -303,8 +308,22 @@ fn claim_port(
         // socket listening on the port still refuses it.
         sock.set_reuse_address(true).map_err(fail)?;
         // Bound, never listening: fails if anything listens on the port, and no client can
-        // connect to the probe and take it for the broker before the shards listen.
-        sock.bind(&addr.into()).map_err(fail)?;
+        // connect to the probe and take it for the broker before the shards listen. A port
+        // held only by the listener of a broker that has just died (its io_uring is torn down
+        // after it exits) is waited for; a live process's is refused at once.
+        nsq_common::port_holder::bind_when_released(
+            addr,
+            listen::RELEASE_WAIT,
+            || sock.bind(&addr.into()),
+            || {
+                warn!(
+                    "{flag} {addr}: the port is still held by a listening socket of a process \
+                     that has exited; waiting up to {}s for the kernel to release it",
+                    listen::RELEASE_WAIT.as_secs()
+                )
+            },
+        )
+        .map_err(|(e, holder)| ListenError::with_holder(flag, addr, e, holder))?;
         held.push(claim_by_name(flag, addr)?);
         drop(sock);
         return Ok(addr);
@@ -338,33 +357,63 @@ fn claim_by_name(
     }
 }
 
-/// Takes an exclusive lock (`flock`) on the data directory, created if missing, for the life
-/// of the process, as nsqd does: two brokers writing one directory would overwrite each
-/// other's segments and metadata (each believes it owns every topic there), and acknowledged
-/// messages of one are lost at the next start. The kernel drops the lock when the process
-/// ends, however it ends.
+/// Takes an exclusive lock (`flock`) on the data directory for the life of the process, as
+/// nsqd does: two brokers writing one directory would overwrite each other's segments and
+/// metadata (each believes it owns every topic there), and acknowledged messages of one are
+/// lost at the next start. The kernel drops the lock when the process ends, however it ends.
+///
+/// The directory must exist (a missing one is a typo, or a mount not there yet: starting an
+/// empty store there would hide the real data) and this user must be able to create files in
+/// it (otherwise the broker would look healthy and refuse every publish).
 fn lock_data_path(path: &std::path::Path) -> Result<std::fs::File, StartError> {
     use std::os::fd::AsRawFd;
-    std::fs::create_dir_all(path).map_err(|source| StartError::DataPathCreate {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let owned = || path.to_path_buf();
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => return Err(StartError::DataPathNotDirectory { path: owned() }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(StartError::DataPathMissing { path: owned() })
+        }
+        Err(source) => {
+            return Err(StartError::DataPathOpen {
+                path: owned(),
+                source,
+            })
+        }
+    }
     let dir = std::fs::File::open(path).map_err(|source| StartError::DataPathOpen {
-        path: path.to_path_buf(),
+        path: owned(),
         source,
     })?;
     // SAFETY: flock on a descriptor this function owns; no memory is passed.
     let rc = unsafe { libc::flock(dir.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
     if rc != 0 {
         let e = std::io::Error::last_os_error();
-        let path = path.to_path_buf();
         return Err(if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
-            StartError::DataPathInUse { path }
+            StartError::DataPathInUse { path: owned() }
         } else {
-            StartError::DataPathLock { path, source: e }
+            StartError::DataPathLock {
+                path: owned(),
+                source: e,
+            }
         });
     }
+    check_writable(path)?;
     Ok(dir)
+}
+
+/// Creates and removes a file in `path`: what every topic directory and segment needs.
+fn check_writable(path: &std::path::Path) -> Result<(), StartError> {
+    let probe = path.join(format!(".write-check-{}", std::process::id()));
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)
+        .and_then(|_| std::fs::remove_file(&probe))
+        .map_err(|source| StartError::DataPathNotWritable {
+            path: path.to_path_buf(),
+            source,
+        })
 }
 
 /// A panic is a bug, and a shard thread that dies of one leaves its connections hanging and its

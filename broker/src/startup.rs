@@ -68,13 +68,25 @@ pub enum StartError {
         flag: &'static str,
         addr: SocketAddr,
     },
-    /// `--data-path` cannot be created (a missing parent, no permission, a file in the way).
+    /// `--data-path` does not exist: a typo would otherwise start an empty store while the
+    /// data sits elsewhere (nsqd refuses it too).
     #[error(
-        "cannot create --data-path {}: {source}; it must name a directory this user can \
-         create and write",
+        "--data-path {} does not exist; create it (the broker's systemd unit has \
+         StateDirectory= do so) or correct the path",
         path.display()
     )]
-    DataPathCreate {
+    DataPathMissing { path: PathBuf },
+    /// `--data-path` names something that is not a directory.
+    #[error("--data-path {} is not a directory", path.display())]
+    DataPathNotDirectory { path: PathBuf },
+    /// This user cannot create files in `--data-path` (its mode, its owner, a read-only file
+    /// system): every publish would fail.
+    #[error(
+        "--data-path {} is not writable: {source}; the broker's user must be able to create \
+         files there",
+        path.display()
+    )]
+    DataPathNotWritable {
         path: PathBuf,
         source: std::io::Error,
     },

@@ -318,6 +318,7 @@ mod tests {
                     quantile: 0.99,
                     value: 1234.0,
                 }]),
+                ..Latency::default()
             },
             retention: None,
             file_bytes: 0,

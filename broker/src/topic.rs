@@ -19,6 +19,7 @@ pub use dead_letters::DeadOrigin;
 
 use crate::channel::{Channel, TimerQueue};
 use crate::ids::IdGen;
+use crate::latency::E2eTotals;
 use crate::storage::log::{Retention, TopicLog};
 use crate::storage::meta::{ChannelMeta, TopicMeta, META_VERSION};
 use protocol::Message;
@@ -71,6 +72,9 @@ pub struct Topic {
     pub max_attempts: u16,
     /// As a dead-letter topic: where its messages came from (`topic/dead_letters.rs`).
     dead_letters: VecDeque<crate::storage::meta::DeadLetterMeta>,
+    /// The e2e totals of its channels deleted so far: the topic's `_count` and `_sum` in
+    /// `/metrics` add them, so that they never go down.
+    pub e2e_retired: E2eTotals,
 }
 
 impl Topic {
@@ -104,6 +108,7 @@ impl Topic {
             retention_default: Retention::default(),
             max_attempts: 0,
             dead_letters: VecDeque::new(),
+            e2e_retired: E2eTotals::default(),
         }
     }
 
@@ -195,7 +200,10 @@ impl Topic {
 
     pub fn remove_channel(&mut self, name: &str) -> Option<ChannelRef> {
         let removed = self.channels.remove(name);
-        if removed.is_some() {
+        if let Some(ch) = &removed {
+            if let Ok(c) = ch.try_borrow() {
+                self.e2e_retired.add(c.e2e_samples().totals());
+            }
             self.meta_dirty = true;
             if self.channels.is_empty() {
                 // What the deleted channels had not read is theirs; a next first channel starts

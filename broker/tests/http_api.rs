@@ -944,9 +944,7 @@ fn http_ping_info_and_config() {
     assert_eq!(get("deflate"), true);
     assert_eq!(get("snappy"), true);
     assert_eq!(get("auth_http_addresses"), serde_json::json!([]));
-    assert_eq!(get("tls_cert"), "");
     assert_eq!(get("tls_required"), 0);
-    assert_eq!(get("https_address"), "");
     let r = support::request(broker.http, "PUT", "/config/log_level", Some(b"trace"));
     assert_eq!(
         (r.status, r.text()),
@@ -976,6 +974,52 @@ fn http_ping_info_and_config() {
     for _ in 0..8 {
         assert_eq!(get("nsqlookupd_tcp_addresses"), addrs);
         assert_eq!(get("log_level"), 3);
+    }
+    broker.assert_alive();
+}
+
+#[test]
+fn http_config_answers_a_string_as_its_bare_text_as_nsqd() {
+    // nsqd's V1 API writes a string as it is (Go then sniffs `text/plain; charset=utf-8`; an
+    // empty one has no body and no Content-Type) and everything else as JSON; scripts read
+    // `/config/data_path` as the path itself.
+    let mut broker = Broker::start(2, &["--statsd-prefix=svc.%s"]);
+    let data = broker.data_path().display().to_string();
+    for (opt, want) in [
+        ("data_path", data.as_str()),
+        ("statsd_prefix", "svc.%s"),
+        ("log_prefix", "[nsqd] "),
+        ("tcp_address", &broker.tcp.to_string()),
+        ("auth_http_request_method", "get"),
+    ] {
+        let r = broker.get(&format!("/config/{opt}"));
+        assert_eq!((r.status, r.text()), (200, want.to_string()), "{opt}");
+        assert_eq!(
+            r.header("Content-Type"),
+            Some("text/plain; charset=utf-8"),
+            "{opt}"
+        );
+        assert_eq!(r.header("X-NSQ-Content-Type"), Some("nsq; version=1.0"));
+    }
+    for opt in ["tls_cert", "https_address", "statsd_address"] {
+        let r = broker.get(&format!("/config/{opt}"));
+        assert_eq!((r.status, r.text()), (200, String::new()), "{opt}");
+        assert_eq!(r.header("Content-Type"), None, "{opt}");
+        assert_eq!(r.header("X-NSQ-Content-Type"), Some("nsq; version=1.0"));
+    }
+    // Numbers, booleans and lists stay JSON.
+    for (opt, want) in [
+        ("max_msg_size", "1048576"),
+        ("deflate", "true"),
+        ("nsqlookupd_tcp_addresses", "[]"),
+    ] {
+        let r = broker.get(&format!("/config/{opt}"));
+        assert_eq!((r.status, r.text()), (200, want.to_string()), "{opt}");
+        assert_eq!(
+            r.header("Content-Type"),
+            Some("application/json; charset=utf-8"),
+            "{opt}"
+        );
     }
     broker.assert_alive();
 }

@@ -143,30 +143,44 @@ pub fn with_config_file<F: CommandFactory>(
     args: Vec<String>,
     renamed: &[(&str, &str)],
 ) -> Result<Vec<String>, ConfigFileError> {
+    with_config_file_ignoring::<F>(args, renamed, &[]).map(|(args, _)| args)
+}
+
+/// [`with_config_file`], where the keys in `ignored` are accepted with any value and stand for
+/// no flag: keys the NSQ program knows (its options without a flag, its flags without an
+/// option) that mean nothing here. Also returns the ignored keys the file sets, for the
+/// program to say they have no effect.
+pub fn with_config_file_ignoring<F: CommandFactory>(
+    args: Vec<String>,
+    renamed: &[(&str, &str)],
+    ignored: &[&str],
+) -> Result<(Vec<String>, Vec<String>), ConfigFileError> {
     let Some(path) = config_path(&args) else {
-        return Ok(args);
+        return Ok((args, Vec::new()));
     };
     let path = PathBuf::from(path);
     let text = std::fs::read_to_string(&path).map_err(|source| ConfigFileError::Read {
         path: path.clone(),
         source,
     })?;
-    let words = file_flags::<F>(&path, &text, renamed, &given_flags(&args))?;
+    let (words, found) = file_flags::<F>(&path, &text, renamed, ignored, &given_flags(&args))?;
     let mut out = Vec::with_capacity(args.len() + words.len());
     let mut rest = args.into_iter();
     out.extend(rest.next());
     out.extend(words);
     out.extend(rest);
-    Ok(out)
+    Ok((out, found))
 }
 
-/// The flag words of a config file's `text`, leaving out the flags in `given`.
+/// The flag words of a config file's `text`, leaving out the flags in `given`, and the keys
+/// of `ignored` it sets.
 fn file_flags<F: CommandFactory>(
     path: &Path,
     text: &str,
     renamed: &[(&str, &str)],
+    ignored: &[&str],
     given: &[String],
-) -> Result<Vec<String>, ConfigFileError> {
+) -> Result<(Vec<String>, Vec<String>), ConfigFileError> {
     let table: toml::Table =
         text.parse()
             .map_err(|e: toml::de::Error| ConfigFileError::Syntax {
@@ -179,7 +193,12 @@ fn file_flags<F: CommandFactory>(
         .filter_map(|a| a.get_long().map(str::to_string))
         .collect();
     let mut words = Vec::new();
+    let mut found = Vec::new();
     for (key, value) in &table {
+        if ignored.contains(&key.as_str()) {
+            found.push(key.clone());
+            continue;
+        }
         let line = line_of(text, key);
         let flag = renamed
             .iter()
@@ -219,7 +238,7 @@ fn file_flags<F: CommandFactory>(
             words.extend(words_for::<F>(&flag, item, &text).map_err(bad)?);
         }
     }
-    Ok(words)
+    Ok((words, found))
 }
 
 #[cfg(test)]
@@ -294,6 +313,37 @@ mod tests {
             parse("durable = false\nmsg_timeout = \"2s\"\n", &[]).unwrap_or_else(|e| panic!("{e}"));
         assert!(!f.durable);
         assert_eq!(f.msg_timeout, std::time::Duration::from_secs(2));
+    }
+
+    #[test]
+    fn ignored_keys_are_accepted_with_any_value_and_reported() {
+        let dir = std::env::temp_dir().join(format!("nsq-config-ignored-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).ok();
+        let path = dir.join("t.cfg");
+        std::fs::write(
+            &path,
+            "scan_interval = \"100ms\"\nmem_queue_size = 3\ndirty = 0.25\nconfig = \"x\"\n",
+        )
+        .ok();
+        let argv = vec!["t".to_string(), format!("--config={}", path.display())];
+        let (words, found) = with_config_file_ignoring::<Flags>(
+            argv.clone(),
+            RENAMED,
+            &["scan_interval", "dirty", "config"],
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let f = Flags::try_parse_from(words).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(f.mem_queue_size, 3);
+        let mut found = found;
+        found.sort();
+        assert_eq!(found, ["config", "dirty", "scan_interval"]);
+        // Not ignored: still refused.
+        let e = with_config_file::<Flags>(argv, RENAMED)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(e.contains("line 4: unknown key `config`"), "{e}");
+        std::fs::remove_dir_all(&dir).ok();
     }
 
     #[test]

@@ -9,6 +9,8 @@
 //!   binary's clap definition and checked against it by each binary's tests.
 //! - [`cli`] (feature `cli`): the binaries' command-line conventions, NSQ's Go programs' own
 //!   (single-dash long flags, nsqd's log level names, SIGTERM as a clean end).
+//! - [`port_holder`] (feature `cli`): what holds a TCP port a bind found in use, and binding
+//!   once a listener left by an exited process is released (a restart right after a crash).
 //! - [`tls`] (feature `tls`): what the broker, the client library and admin-ui share of TLS
 //!   (PEM files, the crypto provider, the accept-any-certificate verifier).
 //!
@@ -22,6 +24,8 @@ pub mod config_file;
 pub mod flags_doc;
 mod host;
 pub mod local_sync;
+#[cfg(feature = "cli")]
+pub mod port_holder;
 #[cfg(feature = "tls")]
 pub mod tls;
 

@@ -1,9 +1,11 @@
-"""HTTP helpers the wire tests share: one request to the broker's API, reading its /metrics,
+"""HTTP helpers the wire tests share: one request to the broker's API, reading an option of
+/config as nsqd answers it, reading its /metrics,
 publishing over one keep-alive connection a request at a time, and which shard owns a topic.
 
 Every request is bounded by a timeout; nothing here can block forever.
 """
 
+import json
 import re
 import urllib.error
 import urllib.request
@@ -19,6 +21,31 @@ def http(broker, method, target, data=None, timeout=10):
             return resp.status, resp.read()
     except urllib.error.HTTPError as e:
         return e.code, e.read()
+
+
+def config_value(broker, name, opener=None):
+    """`GET /config/<name>` read as nsqd answers it: a string as its bare text (text/plain, or
+    no body and no Content-Type when empty), anything else as JSON. `opener(target)` gives
+    (status, headers, body) for another transport (HTTPS)."""
+    target = "/config/%s" % name
+    if opener is None:
+        url = "http://127.0.0.1:%d%s" % (broker.http_port, target)
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            status, headers, body = resp.status, resp.headers, resp.read()
+    else:
+        status, headers, body = opener(target)
+    assert status == 200, (name, status, body)
+    assert headers.get("X-NSQ-Content-Type") == "nsq; version=1.0", (name, dict(headers))
+    kind = headers.get("Content-Type")
+    if kind == "application/json; charset=utf-8":
+        value = json.loads(body)
+        assert not isinstance(value, str), "%s: a string answered as JSON: %r" % (name, body)
+        return value
+    if body == b"":
+        assert kind is None, (name, kind)
+        return ""
+    assert kind == "text/plain; charset=utf-8", (name, kind, body)
+    return body.decode()
 
 
 def metrics_text(broker):

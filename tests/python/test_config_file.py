@@ -10,7 +10,7 @@ import urllib.request
 
 import pytest
 
-from brokerhttp import http
+from brokerhttp import config_value, http
 from conftest import broker_bin
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -54,10 +54,6 @@ log_prefix = "[nsqd] "
 """
 
 
-def config_value(broker, name):
-    status, body = http(broker, "GET", "/config/%s" % name)
-    assert status == 200, (name, status, body)
-    return json.loads(body)
 
 
 def test_nsqd_config_file_with_overriding_flags(start_broker, tmp_path):
@@ -72,6 +68,39 @@ def test_nsqd_config_file_with_overriding_flags(start_broker, tmp_path):
     # The command line wins, in Go's -flag=value form and in --flag value form.
     assert config_value(broker, "max_msg_size") == 2000
     assert config_value(broker, "mem_queue_size") == 9
+
+
+# nsqd 1.3's keys that stand for no broker flag: its options without a flag, its flags
+# without an option (nsqd reads none of them from the file).
+KEYS_WITHOUT_A_FLAG = """
+mem_queue_size = 5
+queue_scan_interval = "100ms"
+queue_scan_refresh_interval = "5s"
+queue_scan_dirty_percent = 0.25
+client_timeout = 60000
+version = false
+config = "/etc/nsqd.cfg"
+"""
+
+
+def test_nsqd_keys_without_a_flag_are_accepted_and_logged(start_broker, tmp_path):
+    cfg = tmp_path / "nsqd.cfg"
+    cfg.write_text(KEYS_WITHOUT_A_FLAG)
+    broker = start_broker("--config=%s" % cfg)
+    assert config_value(broker, "mem_queue_size") == 5, "the file's other keys are read"
+    log = broker.stderr()
+    for key in ("queue_scan_interval", "queue_scan_refresh_interval", "queue_scan_dirty_percent",
+                "client_timeout", "version", "config"):
+        assert log.count("config file key accepted without effect: %s " % key) == 1, (key, log)
+        # As nsqd: only options with a flag are readable.
+        status, body = http(broker, "GET", "/config/%s" % key)
+        assert (status, json.loads(body)) == (400, {"message": "INVALID_OPTION"}), key
+    # A key nsqd does not know either is still refused, named with its file and line.
+    cfg.write_text(KEYS_WITHOUT_A_FLAG + "queue_scan_intervall = \"1s\"\n")
+    out = run_broker("--config=%s" % cfg, "--data-path=%s" % tmp_path)
+    assert out.returncode == 2, (out.returncode, out.stderr)
+    assert "config file %s line 9: unknown key `queue_scan_intervall`" % cfg in out.stderr, \
+        out.stderr
 
 
 def run_broker(*args, timeout=10):

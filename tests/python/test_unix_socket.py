@@ -54,6 +54,7 @@ class UnixBroker:
         self.tcp = os.path.join(self.dir, "tcp.sock")
         self.http = os.path.join(self.dir, "http.sock")
         self.log = os.path.join(self.dir, "broker.log")
+        os.mkdir(os.path.join(self.dir, "data"))
         self.args = [broker_bin(), "--data-path=" + os.path.join(self.dir, "data"),
                      "--shards=%d" % shards,
                      "--tcp-address=" + (self.tcp if tcp else "127.0.0.1:0"),
@@ -218,6 +219,7 @@ def test_lookups_hear_the_broadcast_ports(unix_broker, tmp_path):
 
 def _start_fails(*flags):
     d = tempfile.mkdtemp(prefix="broker-unix-fail-")
+    os.mkdir(os.path.join(d, "data"))
     try:
         p = subprocess.run([broker_bin(), "--data-path=" + os.path.join(d, "data")] + list(flags),
                            stdin=subprocess.DEVNULL, capture_output=True, timeout=20)

@@ -1,6 +1,7 @@
 //! The command line as clap reads it ([`Args`]): every nsqd flag with its name, meaning and
-//! default, plus ours; the config-file keys nsqd spells differently ([`RENAMED_KEYS`]); and
-//! the flags accepted for compatibility that have no effect here ([`Args::without_effect`]).
+//! default, plus ours; the config-file keys nsqd spells differently ([`RENAMED_KEYS`]) and
+//! those it knows that stand for no flag here ([`IGNORED_KEYS`]); and the flags accepted for
+//! compatibility that have no effect here ([`Args::without_effect`]).
 //! Turning them into a checked [`super::Config`] is `config/mod.rs`'s job.
 
 use super::size;
@@ -238,6 +239,19 @@ pub const RENAMED_KEYS: &[(&str, &str)] = &[
         "e2e-processing-latency-percentile",
     ),
     ("enable_experiment", "enable-experiment"),
+];
+
+/// The config file keys nsqd 1.3 knows that stand for no flag here, accepted with any value
+/// and without effect: its options that have no flag (read from a file by nothing in nsqd
+/// either; `queue_scan_*` tune its timeout scan, which the broker does not have) and its flags
+/// that are no option (`version`, `config`).
+pub const IGNORED_KEYS: &[&str] = &[
+    "queue_scan_interval",
+    "queue_scan_refresh_interval",
+    "queue_scan_dirty_percent",
+    "client_timeout",
+    "version",
+    "config",
 ];
 
 impl Args {

@@ -10,7 +10,7 @@
 mod args;
 pub mod size;
 
-pub use args::{Args, RENAMED_KEYS};
+pub use args::{Args, IGNORED_KEYS, RENAMED_KEYS};
 
 use crate::sys::listen::ListenAddr;
 use clap::Parser;
@@ -64,6 +64,9 @@ pub struct Config {
     pub snappy: bool,
     /// nsqd flags given that have no effect here, each with why (logged once at start-up).
     pub without_effect: Vec<String>,
+    /// nsqd's config file keys the `--config` file sets that stand for nothing here
+    /// ([`IGNORED_KEYS`]; logged once at start-up).
+    pub ignored_keys: Vec<String>,
     /// Where and how to push metrics to statsd (`--statsd-*`); `None` without an address.
     pub statsd: Option<StatsdConfig>,
     /// `--tls-cert` and friends; `None` without a certificate.
@@ -161,8 +164,12 @@ impl Config {
 
     pub fn parse_from<I: IntoIterator<Item = String>>(argv: I) -> Result<Config, ConfigError> {
         let argv = nsq_common::cli::go_style_flags::<Args, _>(argv);
-        let argv = nsq_common::config_file::with_config_file::<Args>(argv, RENAMED_KEYS)
-            .map_err(|e| ConfigError::BadFlag(e.to_string()))?;
+        let (argv, ignored) = nsq_common::config_file::with_config_file_ignoring::<Args>(
+            argv,
+            RENAMED_KEYS,
+            IGNORED_KEYS,
+        )
+        .map_err(|e| ConfigError::BadFlag(e.to_string()))?;
         let args = Args::try_parse_from(argv).map_err(|e| {
             if matches!(
                 e.kind(),
@@ -173,7 +180,9 @@ impl Config {
             }
             ConfigError::Usage(e)
         })?;
-        Config::from_args(args)
+        let mut config = Config::from_args(args)?;
+        config.ignored_keys = ignored;
+        Ok(config)
     }
 
     fn from_args(a: Args) -> Result<Config, ConfigError> {
@@ -346,6 +355,7 @@ impl Config {
             deflate: a.deflate,
             snappy: a.snappy,
             without_effect,
+            ignored_keys: Vec::new(),
             statsd,
             tls,
             tls_required,

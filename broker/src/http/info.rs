@@ -2,8 +2,9 @@
 //!
 //! `/ping` asks every shard for its health: one shard that cannot write its segments makes
 //! the whole broker answer `500 NOK - <reason>`, as nsqd does after a failed disk write.
-//! `/config` reads options by nsqd's names (flag names with `_`, durations in nanoseconds)
-//! and changes the two nsqd lets change at run time, on every shard.
+//! `/config` reads options by nsqd's names (flag names with `_`, durations in nanoseconds;
+//! strings as bare text, everything else as JSON, as nsqd answers) and changes the two nsqd
+//! lets change at run time, on every shard.
 
 use super::ask;
 use super::routes::{error, Answer};
@@ -211,7 +212,17 @@ pub async fn config(shard: &Rc<Shard>, req: &Request) -> Answer {
         ask::every_shard(shard, || AdminOp::SetOption(change.clone())).await;
     }
     match option_value(shard, opt) {
-        Some(v) => json_answer(&v),
+        Some(v) => option_answer(v),
         None => error(400, "INVALID_OPTION"),
+    }
+}
+
+/// An option's value as nsqd's V1 API answers it: a string as its bare text (`text/plain`, or
+/// no body and no `Content-Type` when empty), anything else as JSON.
+fn option_answer(v: Value) -> Answer {
+    match v {
+        Value::String(s) if s.is_empty() => Response::empty(200).nsq_v1().into(),
+        Value::String(s) => Response::text(200, s).nsq_v1().into(),
+        v => json_answer(&v),
     }
 }

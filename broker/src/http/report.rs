@@ -306,7 +306,7 @@ fn render_metrics(parts: &[ShardStats]) -> String {
     f.head(
         name,
         "summary",
-        "Time from publish to FIN over --e2e-processing-latency-window-time.",
+        "Time from publish to FIN: quantiles over --e2e-processing-latency-window-time, _sum and _count since the channel was made (with --e2e-processing-latency-percentile).",
     );
     for t in &topics {
         for c in &t.channels {
@@ -321,7 +321,7 @@ fn render_metrics(parts: &[ShardStats]) -> String {
     f.head(
         name,
         "summary",
-        "Time from publish to FIN, over all channels of the topic.",
+        "Time from publish to FIN over all channels of the topic: quantiles over --e2e-processing-latency-window-time, _sum and _count since start (with --e2e-processing-latency-percentile).",
     );
     for t in &topics {
         let labels = [("topic", t.topic_name.as_str())];
@@ -467,7 +467,9 @@ fn latency_samples(f: &mut Family<'_>, name: &str, labels: &[(&str, &str)], l: &
         with_q.push(("quantile", &q));
         f.sample(name, &with_q, p.value / 1e9);
     }
-    f.sample(&format!("{name}_count"), labels, l.count);
+    // Counters, as Prometheus reads a summary's: dashboards divide their rates.
+    f.sample(&format!("{name}_sum"), labels, l.totals.sum_seconds());
+    f.sample(&format!("{name}_count"), labels, l.totals.count);
 }
 
 #[cfg(test)]

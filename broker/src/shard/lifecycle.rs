@@ -18,11 +18,8 @@ use tracing::{debug, error, info, warn};
 impl Shard {
     /// Loads the topics this shard owns from `--data-path` (blocking: before serving).
     fn load_topics(&self) -> Result<(), StartError> {
+        // It exists and is writable: `launch` checked it, and holds its lock.
         let data = &self.config.data_path;
-        std::fs::create_dir_all(data).map_err(|source| StartError::DataPathCreate {
-            path: data.clone(),
-            source,
-        })?;
         for name in storage::stored_topics(data) {
             if self.config.owner_of(&name) != self.id {
                 continue;

@@ -75,11 +75,12 @@ fn topic_stats(t: &Topic, q: &StatsQuery, held: &mut u64) -> Option<TopicStats> 
     let all: Vec<std::cell::Ref<'_, crate::channel::Channel>> =
         t.channels().map(|c| c.borrow()).collect();
     // nsqd aggregates over the channels: a topic without any has no percentiles (null).
-    let latency = if all.is_empty() {
+    let mut latency = if all.is_empty() {
         stats::Latency::default()
     } else {
         stats::latency_of(all.iter().map(|c| c.e2e_samples()))
     };
+    latency.totals.add(t.e2e_retired);
     drop(all);
     let now_ns = crate::ids::now_nanos();
     // Positions where replay matters (a retention limit keeps history) or where asked.

@@ -22,6 +22,7 @@
 //! Also [`dup_socket`], the one way the broker takes a second descriptor of a connection.
 
 use super::unix_listen::{self, SocketFile, UnixListenError};
+use nsq_common::port_holder::Holder;
 use socket2::{Domain, Protocol, Socket, Type};
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
@@ -85,15 +86,14 @@ pub struct ShardListeners {
 /// `--http-address`, `--https-address`).
 #[derive(Debug, thiserror::Error)]
 pub enum ListenError {
-    /// Something else holds the address: a process listening on the port, most often.
-    #[error(
-        "cannot listen on {flag} {addr}: {source}; another process holds the port (`ss -tlnp` \
-         lists the listening ones), or choose another address"
-    )]
+    /// Something else holds the address: a process listening on the port, most often;
+    /// `holder` says what, when it was looked for.
+    #[error("cannot listen on {flag} {addr}: {source}; {}", in_use_advice(holder.as_ref()))]
     InUse {
         flag: &'static str,
         addr: SocketAddr,
         source: std::io::Error,
+        holder: Option<Holder>,
     },
     #[error("cannot listen on {flag} {addr}: {source}")]
     Failed {
@@ -105,11 +105,48 @@ pub enum ListenError {
     Unix(#[from] UnixListenError),
 }
 
+/// What to tell the operator about a port in use, given what holds it.
+fn in_use_advice(holder: Option<&Holder>) -> String {
+    match holder {
+        Some(h @ Holder::Process { .. }) => {
+            format!("{h}; stop it, or choose another address")
+        }
+        Some(h @ Holder::Exited) => format!(
+            "{h} after waiting {}s for the kernel to release it",
+            RELEASE_WAIT.as_secs()
+        ),
+        _ => "another process holds the port (`ss -tlnp` lists the listening ones), or choose \
+              another address"
+            .to_string(),
+    }
+}
+
+/// How long start-up waits for a port held only by a listening socket of a process that has
+/// exited (see [`nsq_common::port_holder`]): the kernel releases it in milliseconds, later
+/// when the exited process's io_uring still had I/O running.
+pub const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 impl ListenError {
     /// `source`, met opening a socket on `flag`'s `addr`.
     pub fn new(flag: &'static str, addr: SocketAddr, source: std::io::Error) -> ListenError {
+        ListenError::with_holder(flag, addr, source, None)
+    }
+
+    /// `source`, met opening a socket on `flag`'s `addr`, and what held the port when that was
+    /// looked for.
+    pub fn with_holder(
+        flag: &'static str,
+        addr: SocketAddr,
+        source: std::io::Error,
+        holder: Option<Holder>,
+    ) -> ListenError {
         if source.kind() == std::io::ErrorKind::AddrInUse {
-            ListenError::InUse { flag, addr, source }
+            ListenError::InUse {
+                flag,
+                addr,
+                source,
+                holder,
+            }
         } else {
             ListenError::Failed { flag, addr, source }
         }

@@ -55,6 +55,11 @@ impl Broker {
         self.proc.log()
     }
 
+    /// Its `--data-path` (the harness's `data` in its scratch directory).
+    pub fn data_path(&self) -> PathBuf {
+        self.proc.dir().join("data")
+    }
+
     /// Panics (with the broker's stderr) if the broker has exited.
     pub fn assert_alive(&mut self) {
         if let Some(status) = self.proc.exited() {
