@@ -59,15 +59,33 @@ struct Listener {
 
 /// What holds `addr`, as far as `/proc` shows (see the module's doc).
 pub fn holder(addr: SocketAddr) -> Holder {
+    look(addr, &HashSet::new()).0
+}
+
+/// [`holder`], where the listening sockets whose inodes are in `exited` were found in no
+/// process by an earlier look (no process takes such a socket back: only the scan of the
+/// descriptor tables for the others is needed). Also returns the inodes of the listeners
+/// found.
+fn look(addr: SocketAddr, exited: &HashSet<u64>) -> (Holder, HashSet<u64>) {
     let listeners: Vec<Listener> = ["/proc/net/tcp", "/proc/net/tcp6"]
         .iter()
         .filter_map(|path| std::fs::read_to_string(path).ok())
         .flat_map(|text| parse_listeners(&text))
         .filter(|l| conflicts(l.addr, addr))
         .collect();
+    let inodes: HashSet<u64> = listeners.iter().map(|l| l.inode).collect();
     if listeners.is_empty() {
-        return Holder::NotListening;
+        return (Holder::NotListening, inodes);
     }
+    if inodes.is_subset(exited) {
+        return (Holder::Exited, inodes);
+    }
+    (owner(&listeners), inodes)
+}
+
+/// Who holds one of `listeners`: a process that has one in its descriptor table, or none
+/// (`Exited`), or perhaps one we may not look into (`Unseen`).
+fn owner(listeners: &[Listener]) -> Holder {
     let inodes: HashSet<u64> = listeners.iter().map(|l| l.inode).collect();
     let uids: HashSet<u32> = listeners.iter().map(|l| l.uid).collect();
     let mut unseen = false;
@@ -130,13 +148,17 @@ pub fn bind_when_released<T>(
     let started = Instant::now();
     let mut on_wait = Some(on_wait);
     let mut previous = None;
+    let mut exited = HashSet::new();
     loop {
         let e = match bind() {
             Ok(v) => return Ok(v),
             Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => e,
             Err(e) => return Err((e, None)),
         };
-        let held = holder(addr);
+        let (held, inodes) = look(addr, &exited);
+        if held == Holder::Exited {
+            exited = inodes;
+        }
         match held {
             Holder::Exited if started.elapsed() < limit => {
                 if let Some(f) = on_wait.take() {
@@ -283,8 +305,23 @@ mod tests {
             .unwrap();
         drop(listener);
         let found = holder(addr);
+        let mut waited = false;
+        let bound = bind_when_released(
+            addr,
+            Duration::from_secs(5),
+            || std::net::TcpListener::bind(addr),
+            || waited = true,
+        );
         let _ = child.kill();
         let _ = child.wait();
+        match bound {
+            Err((e, Some(Holder::Process { pid, .. }))) => {
+                assert_eq!(e.kind(), std::io::ErrorKind::AddrInUse);
+                assert_eq!(pid, child.id());
+            }
+            other => panic!("a live listener must be refused at once: {other:?}"),
+        }
+        assert!(!waited, "a live listener is not waited for");
         assert_eq!(
             found,
             Holder::Process {
