@@ -5,6 +5,8 @@
 //! - [`local_sync`]: single-threaded wake-ups (a [`local_sync::oneshot`] for replies and a
 //!   [`local_sync::Notify`]) that need no particular executor;
 //! - [`config_file`] (feature `cli`): `--config FILE`, NSQ's TOML config files as flags.
+//! - [`memlock`] (feature `cli`): RLIMIT_MEMLOCK raised for, or refused with what to set by,
+//!   the programs that run glommio executors (broker, lookup, the tools).
 //! - [`cli`] (feature `cli`): the binaries' command-line conventions, NSQ's Go programs' own
 //!   (single-dash long flags, nsqd's log level names, SIGTERM as a clean end).
 //! - [`tls`] (feature `tls`): what the broker, the client library and admin-ui share of TLS
@@ -18,6 +20,8 @@ pub mod cli;
 pub mod config_file;
 mod host;
 pub mod local_sync;
+#[cfg(feature = "cli")]
+pub mod memlock;
 #[cfg(feature = "tls")]
 pub mod tls;
 

@@ -104,9 +104,11 @@ pub fn main() -> i32 {
         Ok(s) => s,
         Err(e) => return fatal(&format!("installing signal handlers: {e}")),
     };
-    let result = glommio::LocalExecutorBuilder::default()
-        .name(TOOL)
-        .spawn(move || async move { run(opts, go, signals).await });
+    let executor = match cli::executor(TOOL) {
+        Ok(b) => b,
+        Err(e) => return fatal(&e),
+    };
+    let result = executor.spawn(move || async move { run(opts, go, signals).await });
     match result.map(|h| h.join()) {
         Ok(Ok(code)) => code,
         Ok(Err(e)) | Err(e) => fatal(&e.to_string()),
