@@ -62,6 +62,8 @@ pub struct ConsumerStats {
     pub messages_finished: u64,
     pub messages_requeued: u64,
     pub messages_given_up: u64,
+    /// Messages a deferred handler released unanswered ([`Pending::release`]).
+    pub messages_released: u64,
     /// Handlers running right now.
     pub in_flight: u64,
     /// Sum of the RDY counts last sent.

@@ -393,6 +393,58 @@ fn deferred_handler_holds_messages_then_answers_them_in_a_batch() {
 }
 
 #[test]
+fn released_messages_get_no_answer_and_stop_does_not_wait_for_them() {
+    run(|| async {
+        let fake = FakeNsqd::start();
+        let held: Rc<RefCell<Vec<Pending>>> = Rc::default();
+        let h = held.clone();
+        let c = Consumer::new_deferred(
+            quick_config().max_in_flight(10),
+            move |_m: Message, p: Pending| h.borrow_mut().push(p),
+        )
+        .expect("consumer");
+        c.connect_to_nsqd(fake.addr.clone())
+            .await
+            .expect("subscribe");
+        for i in 0..3 {
+            fake.push_message(&format!("m{i}"), 0);
+        }
+        assert!(eventually(WAIT, || held.borrow().len() == 3).await);
+        c.set_max_in_flight(0);
+        for p in std::mem::take(&mut *held.borrow_mut()) {
+            p.release();
+        }
+        let stats = c.stats();
+        assert_eq!(
+            (
+                stats.messages_released,
+                stats.in_flight,
+                stats.messages_finished,
+                stats.messages_requeued
+            ),
+            (3, 0, 0, 0)
+        );
+        // quick_config's stop_timeout is WAIT: a stop that waited for them would take it all.
+        let started = std::time::Instant::now();
+        c.stop().await;
+        assert!(started.elapsed() < WAIT / 2, "{:?}", started.elapsed());
+        assert!(
+            eventually(WAIT, || fake.is_dead(0)).await,
+            "connection closed"
+        );
+        let cmds = fake.commands_on(0);
+        assert!(
+            !cmds
+                .iter()
+                .any(|c| matches!(c, Command::Fin(_) | Command::Req { .. })),
+            "released: neither FIN nor REQ: {cmds:?}"
+        );
+        let rdy0 = cmds.iter().rposition(|c| *c == Command::Rdy(0));
+        assert!(rdy0.is_some(), "RDY 0 sent: {cmds:?}");
+    });
+}
+
+#[test]
 fn consumer_answers_heartbeats_with_nop() {
     run(|| async {
         let fake = FakeNsqd::start();

@@ -36,11 +36,16 @@ fn main() -> ExitCode {
         eprintln!("lookup: cannot handle SIGTERM/SIGINT: {e}");
         return ExitCode::FAILURE;
     }
+    // glommio refuses an executor under a small RLIMIT_MEMLOCK: raise it, or say what to set.
+    if let Err(e) = nsq_common::memlock::ensure("lookup", false, 1, "") {
+        tracing::error!("{e}");
+        eprintln!("lookup: {e}");
+        return ExitCode::FAILURE;
+    }
     let executor = LocalExecutorBuilder::new(Placement::Unbound)
         .name("lookup")
-        // The lookup does no storage I/O: keep the registered buffer small so that a low
-        // RLIMIT_MEMLOCK does not matter.
-        .io_memory(64 * 1024)
+        // The lookup does no storage I/O: glommio's smallest registered buffer.
+        .io_memory(nsq_common::memlock::IO_MEMORY_PER_EXECUTOR)
         .make();
     let executor = match executor {
         Ok(executor) => executor,

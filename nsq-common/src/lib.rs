@@ -7,6 +7,8 @@
 //! - [`config_file`] (feature `cli`): `--config FILE`, NSQ's TOML config files as flags.
 //! - [`flags_doc`] (feature `cli`): the flags reference `docs/flags.md`, generated from each
 //!   binary's clap definition and checked against it by each binary's tests.
+//! - [`memlock`] (feature `cli`): RLIMIT_MEMLOCK raised for, or refused with what to set by,
+//!   the programs that run glommio executors (broker, lookup, the tools).
 //! - [`cli`] (feature `cli`): the binaries' command-line conventions, NSQ's Go programs' own
 //!   (single-dash long flags, nsqd's log level names, SIGTERM as a clean end).
 //! - [`port_holder`] (feature `cli`): what holds a TCP port a bind found in use, and binding
@@ -24,6 +26,8 @@ pub mod config_file;
 pub mod flags_doc;
 mod host;
 pub mod local_sync;
+#[cfg(feature = "cli")]
+pub mod memlock;
 #[cfg(feature = "cli")]
 pub mod port_holder;
 #[cfg(feature = "tls")]

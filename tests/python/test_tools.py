@@ -6,7 +6,9 @@ brokers (and a lookup) the tests start: by their files and their output.
   zstd): every message at least once, and the output dir never holds a partial gzip or zstd file; --topic-pattern finds topics through a
   lookup; every flag of NSQ 1.3's nsq_to_file is accepted in both forms.
 - to_nsq -> broker -> nsq_tail round trips (several destinations, --delimiter, --rate,
-  --print-topic, several topics, -n exits); to_nsq fails with a message naming what failed.
+  --print-topic, several topics, -n exits); nsq_tail -n on a named channel leaves the rest
+  in the channel, each message's attempts unspent; to_nsq fails with a message naming what
+  failed.
 - TLS with a client certificate, snappy, deflate and AUTH through --consumer-opt /
   --producer-opt.
 - Bad flags end each tool with status 1 or 2 and a message naming the flag.
@@ -310,6 +312,37 @@ def test_nsq_tail_print_topic_several_topics_and_to_nsq_delimiter_and_rate(broke
     out, _ = t.proc.communicate(timeout=60)
     assert t.proc.returncode == 0, t.stderr()
     assert out == b"ta | x\nta | y\nta | z\n", "-n counts per topic; empty records skipped"
+
+
+@pytest.mark.timeout(120)
+def test_nsq_tail_n_on_a_named_channel_takes_no_more_and_loses_nothing(broker, tmp_path):
+    """Issue 40 item 3: after -n the tool takes no more (RDY 0) and closes, so what it held goes
+    back to the channel: no REQ loop spending the messages' attempts, nothing given up (FINed)
+    unprinted. Published one PUB at a time while it runs, as the report did."""
+    t = tail([broker.tcp_address], ["keep_t"], "--channel=keep", "-n", "5", workdir=str(tmp_path))
+    wait_until(lambda: (channel_stats(broker, "keep_t", "keep") or {}).get("client_count"), 30,
+               "tail subscribed")
+    bodies = [body(i) for i in range(1000)]
+    r = to_nsq([broker.tcp_address], "keep_t", b"\n".join(bodies) + b"\n")
+    assert r.returncode == 0, r.stderr
+    out, _ = t.proc.communicate(timeout=60)
+    assert t.proc.returncode == 0, t.stderr()
+    shown = out.split(b"\n")[:-1]
+    assert len(shown) == 5 and set(shown) <= set(bodies), out
+    assert "giving up" not in t.stderr(), t.stderr()
+
+    def settled():
+        c = channel_stats(broker, "keep_t", "keep")
+        return c if c["in_flight_count"] == 0 and c["deferred_count"] == 0 else None
+    c = wait_until(settled, 30, "the tail's messages back in the channel")
+    assert c["depth"] == 995, c
+    # What was in flight at RDY 0 (at most -n) went back on close; no REQ loop.
+    assert c["requeue_count"] <= 5, c
+    rest = tail([broker.tcp_address], ["keep_t"], "--channel=keep", "-n", "995",
+                workdir=str(tmp_path))
+    out, _ = rest.proc.communicate(timeout=60)
+    assert rest.proc.returncode == 0, rest.stderr()
+    assert sorted(shown + out.split(b"\n")[:-1]) == bodies, "every message printed exactly once"
 
 
 def test_to_nsq_fails_with_a_message(broker, tmp_path):

@@ -9,7 +9,8 @@ nsq_to_http) against brokers (and a lookup) the tests start: by their output, by
 - nsq_to_http: against test HTTP servers (plain and HTTPS) that fail some requests (500s and
   answers slower than the request timeout): every message delivered, the retried ones counted
   (the source channel's requeues equal the failed requests); GET with %s; round-robin;
-  --sample; --header and --content-type as sent.
+  --sample; --header and --content-type as sent; 1,000 messages to a stock Python endpoint
+  (listen backlog 5) all delivered within seconds, at most two connections left idle.
 - Every flag of NSQ 1.3's counterpart is accepted, in Go's `-flag=value` and in `--flag value`.
 """
 
@@ -435,6 +436,83 @@ def test_nsq_to_http_https_and_sample(broker, tmp_path, sinks, certs):
     wait_until(lambda: drained(broker, "t0", "nsq_to_http"), 60, "source drained")
     assert p.stop() == 0
     assert b"z" not in sink.attempts
+
+
+class StockServer:
+    """An endpoint as `python3 -m http.server` makes one: socketserver's listen backlog of 5, a
+    thread per connection, HTTP/1.0 (one request a connection) unless `keep_alive`. Counts the
+    bodies it answered and the connections open now."""
+
+    def __init__(self, keep_alive):
+        self.lock = threading.Lock()
+        self.delivered = set()
+        self.open = 0
+        srv = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1" if keep_alive else "HTTP/1.0"
+
+            def log_message(self, *a):
+                pass
+
+            def setup(self):
+                super().setup()
+                with srv.lock:
+                    srv.open += 1
+
+            def finish(self):
+                with srv.lock:
+                    srv.open -= 1
+                super().finish()
+
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                with srv.lock:
+                    srv.delivered.add(body)
+                self.send_response(200)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"ok")
+
+        class Server(http.server.ThreadingHTTPServer):
+            request_queue_size = 5
+            daemon_threads = True
+
+            def handle_error(self, request, client_address):
+                pass  # a client that went away mid-request
+
+        self.server = Server(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("keep_alive", [False, True], ids=["http1.0", "keep-alive"])
+def test_nsq_to_http_small_backlog_endpoint_gets_everything_at_once(broker, tmp_path, keep_alive):
+    """Issue 40 item 4: 1,000 messages at NSQ's defaults (-n 100) to a stock Python endpoint.
+    A hundred connections opened at once overflowed its accept queue: the connections its
+    kernel dropped waited out TCP's retransmissions past the 20 s request timeout and were
+    requeued 90 s away. New connections now go out a few at a time, and at most two stay
+    open idle, as Go's client keeps."""
+    srv = StockServer(keep_alive)
+    try:
+        bodies = [b"msg-%04d" % i for i in range(1000)]
+        create_channel(broker, "tb", "nsq_to_http")
+        mpub(broker, "tb", bodies)
+        p = to_http(tmp_path, broker, "tb", "--post", "http://127.0.0.1:%d/" % srv.port)
+        wait_until(lambda: drained(broker, "tb", "nsq_to_http"), 30, "source drained")
+        assert srv.delivered == set(bodies)
+        assert channel_stats(broker, "tb", "nsq_to_http")["requeue_count"] == 0, p.stderr()
+        assert "timed out" not in p.stderr(), p.stderr()
+        if keep_alive:
+            wait_until(lambda: srv.open <= 2, 10, "at most two connections left open idle")
+        assert p.stop() == 0, p.stderr()
+    finally:
+        srv.close()
 
 
 @pytest.mark.parametrize("form", [go_form, gnu_form], ids=["go", "gnu"])

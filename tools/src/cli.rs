@@ -1,7 +1,8 @@
 //! What every tool does around its work: reading its command line as Go's flag package would
 //! (`-flag=value`, `-flag value`, `--flag value`; a boolean takes its value only after `=`),
-//! `--version` in NSQ's words, logging to stderr, and SIGINT / SIGTERM (and SIGHUP) turned
-//! into flags a glommio task can watch.
+//! `--version` in NSQ's words, logging to stderr, SIGINT / SIGTERM (and SIGHUP) turned
+//! into flags a glommio task can watch, and the tool's executor ([`executor`]: RLIMIT_MEMLOCK
+//! checked first).
 //!
 //! The flags several tools share, with NSQ's names, defaults and help, are defined once here
 //! and `#[command(flatten)]`ed into each tool's `Options`: [`VersionFlag`], [`ConsumerFlags`]
@@ -127,6 +128,17 @@ pub fn init_logging(level: tracing::Level) {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
+}
+
+/// The tool's one glommio executor, named `tool`: RLIMIT_MEMLOCK raised first if it must be
+/// (`Err` says what to set), and glommio's smallest registered buffer pool, as the tools do no
+/// direct I/O through it.
+pub fn executor(tool: &str) -> Result<glommio::LocalExecutorBuilder, String> {
+    use nsq_common::memlock;
+    memlock::ensure(tool, false, 1, "").map_err(|e| e.to_string())?;
+    Ok(glommio::LocalExecutorBuilder::default()
+        .name(tool)
+        .io_memory(memlock::IO_MEMORY_PER_EXECUTOR))
 }
 
 /// clap value parser: a Go boolean (`true`, `1`, `F`, ...).

@@ -6,25 +6,45 @@
 //! ([`client::transport::TlsStream`]); sockets and time are glommio's. Used by `nsq_stat`
 //! (brokers' `/stats`, lookups' `/lookup`) and `nsq_to_http` (its endpoints).
 //!
+//! Connections per endpoint, as Go's `http.Transport` that NSQ's tools use: a request takes an
+//! idle one (the one used last) if there is one, else opens one, so there are never more than
+//! the requests under way; idle beyond [`MAX_IDLE_PER_ENDPOINT`] (Go's default, 2) for
+//! [`IDLE_GRACE`] a connection closes, so a burst leaves two open, while steady concurrent
+//! requests keep reusing theirs instead of opening one a request (Go closes the third idle one
+//! at once). Beyond Go, new connections are let out [`MAX_OPENING_PER_ENDPOINT`] at a
+//! time: a request that would open one while that many fresh ones still wait for their first
+//! answer waits for one of them (or an idle one) instead. A burst of requests against a server
+//! with a small listen backlog (Python's `http.server`: 5) then does not overflow its accept
+//! queue; a connection the server's kernel dropped there (SYN cookies) looks open to us, and
+//! its request waits out TCP's doubling retransmissions, which the burst's newer connections
+//! keep winning, past the request timeout. (The price: an endpoint that closes every
+//! connection after its answer gets at most that many requests at once. Counting a connection
+//! as opened once the server's kernel acknowledged the request is not enough: the kernel
+//! queues what the application has not accepted yet, and that queue is what overflows.)
+//!
 //! Invariants: a kept connection is reused only after a whole answer that framed its body
 //! (`Content-Length` or chunked) on HTTP/1.1 without `Connection: close`, and by one request at
 //! a time; a request that fails on a reused connection (the server may have closed it while
-//! idle) is sent once more on a fresh one. Every failure (bad URL, connect, TLS, timeout, a malformed or oversized answer)
-//! is an `Err` with a sentence naming the address; nothing here panics on what a server sends.
+//! idle) is sent once more on a fresh one; the count of fresh connections waiting for their
+//! first answer is given back however the request ends (answer, error, timeout). Every failure
+//! (bad URL, connect, TLS, timeout, a malformed or oversized answer) is an `Err` with a
+//! sentence naming the address; nothing here panics on what a server sends.
 
 use futures_lite::future;
 use futures_lite::io::{AsyncRead, AsyncWrite};
 use glommio::net::TcpStream;
 use http1::client::{exchange, request_bytes};
 use http1::{Limits, ReceivedResponse, Version};
-use std::cell::RefCell;
+use nsq_common::local_sync::Notify;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::net::ToSocketAddrs;
 use std::pin::Pin;
+use std::rc::{Rc, Weak};
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Bounds on an answer.
 const LIMITS: Limits = Limits {
@@ -230,14 +250,56 @@ fn reusable(answer: &ReceivedResponse) -> bool {
     answer.version == Version::Http11 && framed && !close
 }
 
-/// Idle connections kept per endpoint (`scheme://authority`).
-const MAX_IDLE_PER_ENDPOINT: usize = 256;
+/// Idle connections kept per endpoint (`scheme://authority`) once a burst is over: Go's
+/// `DefaultMaxIdleConnsPerHost`.
+pub const MAX_IDLE_PER_ENDPOINT: usize = 2;
+/// How long a connection beyond [`MAX_IDLE_PER_ENDPOINT`] may stay idle.
+pub const IDLE_GRACE: Duration = Duration::from_secs(1);
+/// A bound on idle connections per endpoint at any moment.
+const MAX_IDLE_BURST: usize = 256;
+/// Fresh connections per endpoint that may wait for their first answer at once; below a stock
+/// listen backlog of 5, so a burst never overflows a small server's accept queue.
+pub const MAX_OPENING_PER_ENDPOINT: usize = 4;
+
+/// One endpoint's connections.
+#[derive(Default)]
+struct Endpoint {
+    /// Idle connections and when each went idle, the most recent last.
+    idle: Vec<(Conn, Instant)>,
+    /// Fresh connections (being opened, or waiting for their first answer).
+    opening: usize,
+}
 
 /// Requests with connections kept open between them.
 pub struct Client {
     timeouts: Timeouts,
     tls: Option<Arc<rustls::ClientConfig>>,
-    idle: RefCell<HashMap<String, Vec<Conn>>>,
+    endpoints: Rc<RefCell<HashMap<String, Endpoint>>>,
+    /// True while a task is due to close the idle connections beyond the kept ones.
+    reaping: Rc<Cell<bool>>,
+    /// Poked when a connection goes idle or a fresh one stops counting as opening.
+    freed: Notify,
+}
+
+/// A fresh connection's place among [`MAX_OPENING_PER_ENDPOINT`], given back when dropped.
+struct Opening<'a> {
+    client: &'a Client,
+    key: &'a str,
+}
+
+impl Drop for Opening<'_> {
+    fn drop(&mut self) {
+        if let Some(ep) = self.client.endpoints.borrow_mut().get_mut(self.key) {
+            ep.opening = ep.opening.saturating_sub(1);
+        }
+        self.client.freed.notify();
+    }
+}
+
+/// How a request gets its connection.
+enum Slot<'a> {
+    Kept(Conn),
+    Fresh(Opening<'a>),
 }
 
 impl Client {
@@ -245,13 +307,38 @@ impl Client {
         Client {
             timeouts,
             tls,
-            idle: RefCell::new(HashMap::new()),
+            endpoints: Rc::default(),
+            reaping: Rc::default(),
+            freed: Notify::new(),
         }
     }
 
+    /// An idle connection to `key`, or the right to open one; waits while neither is free.
+    async fn slot<'a>(&'a self, key: &'a str) -> Slot<'a> {
+        loop {
+            let freed = {
+                let mut endpoints = self.endpoints.borrow_mut();
+                let ep = endpoints.entry(key.to_string()).or_default();
+                if let Some((conn, _)) = ep.idle.pop() {
+                    return Slot::Kept(conn);
+                }
+                if ep.opening < MAX_OPENING_PER_ENDPOINT {
+                    ep.opening += 1;
+                    return Slot::Fresh(Opening { client: self, key });
+                }
+                self.freed.changed()
+            };
+            freed.await;
+        }
+    }
+
+    async fn open(&self, url: &Url) -> Result<Conn, String> {
+        connect(url, self.timeouts.connect, self.tls.as_ref()).await
+    }
+
     /// One request: on an idle connection to the endpoint if there is one (once more on a
-    /// fresh connection if that fails), else on a fresh one; the whole within the request
-    /// timeout.
+    /// fresh connection if that fails), else on a fresh one; the whole, waiting for a
+    /// connection included, within the request timeout.
     pub async fn request(
         &self,
         url: &Url,
@@ -261,36 +348,81 @@ impl Client {
     ) -> Result<ReceivedResponse, String> {
         let key = format!("{}{}", if url.tls { "s:" } else { ":" }, url.authority);
         let bytes = keep_alive_request(method, url, headers, body);
+        let failed = |e: http1::client::ExchangeError| format!("{method} {}: {e}", url.authority);
         let work = async {
-            let kept = self.idle.borrow_mut().get_mut(&key).and_then(Vec::pop);
-            let fresh = kept.is_none();
-            let mut conn = match kept {
-                Some(c) => c,
-                None => connect(url, self.timeouts.connect, self.tls.as_ref()).await?,
+            let (mut conn, opening) = match self.slot(&key).await {
+                Slot::Fresh(opening) => (self.open(url).await?, Some(opening)),
+                Slot::Kept(mut conn) => match exchange(&mut conn, &bytes, &LIMITS).await {
+                    Ok(answer) => {
+                        self.keep(&key, conn, &answer);
+                        return Ok(answer);
+                    }
+                    // The server may have closed it while it was idle: once more, fresh.
+                    Err(_) => {
+                        drop(conn);
+                        match self.slot(&key).await {
+                            Slot::Kept(c) => (c, None),
+                            Slot::Fresh(opening) => (self.open(url).await?, Some(opening)),
+                        }
+                    }
+                },
             };
-            let answer = match exchange(&mut conn, &bytes, &LIMITS).await {
-                Ok(a) => a,
-                Err(e) if fresh => return Err(format!("{method} {}: {e}", url.authority)),
-                Err(_) => {
-                    conn = connect(url, self.timeouts.connect, self.tls.as_ref()).await?;
-                    exchange(&mut conn, &bytes, &LIMITS)
-                        .await
-                        .map_err(|e| format!("{method} {}: {e}", url.authority))?
-                }
-            };
-            if reusable(&answer) {
-                let mut idle = self.idle.borrow_mut();
-                let list = idle.entry(key.clone()).or_default();
-                if list.len() < MAX_IDLE_PER_ENDPOINT {
-                    list.push(conn);
-                }
-            }
+            let answer = exchange(&mut conn, &bytes, &LIMITS).await.map_err(failed)?;
+            drop(opening);
+            self.keep(&key, conn, &answer);
             Ok(answer)
         };
         with_timeout(self.timeouts.request, work, || {
             format!("{method} {}{}: timed out", url.authority, url.target)
         })
         .await
+    }
+
+    /// Keeps `conn` idle after `answer` if it may carry another request; otherwise it closes
+    /// (dropped). Past [`MAX_IDLE_PER_ENDPOINT`] idle, the reaper is due.
+    fn keep(&self, key: &str, conn: Conn, answer: &ReceivedResponse) {
+        let crowded = reusable(answer) && {
+            let mut endpoints = self.endpoints.borrow_mut();
+            let ep = endpoints.entry(key.to_string()).or_default();
+            if ep.idle.len() < MAX_IDLE_BURST {
+                ep.idle.push((conn, Instant::now()));
+            }
+            ep.idle.len() > MAX_IDLE_PER_ENDPOINT
+        };
+        if crowded && !self.reaping.replace(true) {
+            let (endpoints, reaping) = (Rc::downgrade(&self.endpoints), self.reaping.clone());
+            glommio::spawn_local(reap(endpoints, reaping)).detach();
+        }
+        self.freed.notify();
+    }
+}
+
+/// Closes, every [`IDLE_GRACE`], the connections idle that long beyond the
+/// [`MAX_IDLE_PER_ENDPOINT`] most recently used of each endpoint; ends when none is left over
+/// (or the client is gone).
+async fn reap(endpoints: Weak<RefCell<HashMap<String, Endpoint>>>, reaping: Rc<Cell<bool>>) {
+    loop {
+        glommio::timer::sleep(IDLE_GRACE).await;
+        let Some(all) = endpoints.upgrade() else {
+            return;
+        };
+        let mut all = all.borrow_mut();
+        let now = Instant::now();
+        let mut left_over = false;
+        for ep in all.values_mut() {
+            let extra = ep.idle.len().saturating_sub(MAX_IDLE_PER_ENDPOINT);
+            // The oldest come first: close the ones of the surplus idle the whole grace.
+            let stale = ep.idle[..extra]
+                .iter()
+                .take_while(|(_, since)| now.duration_since(*since) >= IDLE_GRACE)
+                .count();
+            ep.idle.drain(..stale);
+            left_over |= ep.idle.len() > MAX_IDLE_PER_ENDPOINT;
+        }
+        if !left_over {
+            reaping.set(false);
+            return;
+        }
     }
 }
 

@@ -194,9 +194,12 @@ pub fn main() -> i32 {
         Ok(s) => s,
         Err(e) => return fatal(&format!("installing signal handlers: {e}")),
     };
-    let result = glommio::LocalExecutorBuilder::default()
-        .name(TOOL)
-        .spawn(move || async move { run(opts, consumer_go, producer_go, signals).await });
+    let executor = match cli::executor(TOOL) {
+        Ok(b) => b,
+        Err(e) => return fatal(&e),
+    };
+    let result =
+        executor.spawn(move || async move { run(opts, consumer_go, producer_go, signals).await });
     match result.map(|h| h.join()) {
         Ok(Ok(Ok(()))) => 0,
         Ok(Ok(Err(e))) => fatal(&e),

@@ -3,15 +3,18 @@
 //! `tail<6 digits>#ephemeral` unless `--channel` is given; `-n N` stops after N messages of a
 //! topic (each topic counts its own, as NSQ) and exits 0; SIGINT / SIGTERM stop cleanly.
 //!
-//! Invariants: a message is FINished only after its line was written to stdout; once a topic
-//! reached `-n`, further deliveries are requeued unprinted.
+//! Invariants: a message is FINished only after its line was written to stdout (or given up
+//! past go-nsq's `max_attempts`, as go-nsq's consumer does, before `-n` is reached). Once a
+//! topic reached `-n` the tool takes no more: RDY 0 at once, every delivery still arriving is
+//! released unanswered ([`client::Pending::release`]), and the consumers stop, so what they
+//! held goes back to the channel with no attempt spent on a REQ and nothing FINished unprinted.
 
 use crate::cli::{self, go_bool, Signals};
 use crate::cli::{ConsumerFlags, VersionFlag};
 use crate::goconfig::GoConfig;
 use clap::Parser;
-use client::{Consumer, ConsumerConfig, HandlerResult, Message};
-use std::cell::Cell;
+use client::{Consumer, ConsumerConfig, Message, Pending};
+use std::cell::{Cell, RefCell};
 use std::io::Write;
 use std::rc::Rc;
 use std::time::Duration;
@@ -101,9 +104,11 @@ pub fn main() -> i32 {
         Ok(s) => s,
         Err(e) => return fatal(&format!("installing signal handlers: {e}")),
     };
-    let result = glommio::LocalExecutorBuilder::default()
-        .name(TOOL)
-        .spawn(move || async move { run(opts, go, signals).await });
+    let executor = match cli::executor(TOOL) {
+        Ok(b) => b,
+        Err(e) => return fatal(&e),
+    };
+    let result = executor.spawn(move || async move { run(opts, go, signals).await });
     match result.map(|h| h.join()) {
         Ok(Ok(code)) => code,
         Ok(Err(e)) | Err(e) => fatal(&e.to_string()),
@@ -113,40 +118,51 @@ pub fn main() -> i32 {
 async fn run(opts: Options, go: GoConfig, signals: Signals) -> i32 {
     let done = Rc::new(Cell::new(false));
     let mut consumers = Vec::new();
+    // Each handler's way to its own consumer (RDY 0 from inside the handler at `-n`); emptied
+    // at the end, which ends the cycle consumer -> handler -> consumer.
+    let mut selves: Vec<Rc<RefCell<Option<Consumer>>>> = Vec::new();
     for topic in &opts.topic {
         eprintln!("Adding consumer for topic: {topic}");
         let config = go
             .consumer(ConsumerConfig::new(topic.as_str(), opts.channel.as_str()))
             .user_agent(cli::user_agent(TOOL))
             .max_in_flight(opts.consumer.max_in_flight);
-        let shown = Rc::new(Cell::new(0u64));
-        let (limit, prefix, done2) = (
-            opts.n,
-            opts.print_topic.then(|| topic.clone()),
-            done.clone(),
-        );
-        let consumer = match Consumer::new(config, move |msg: Message| {
-            let result = show(&msg, prefix.as_deref(), &shown, limit, &done2);
-            async move { result }
-        }) {
-            Ok(c) => c,
-            Err(e) => {
-                eprintln!("{TOOL}: {e}");
-                return 1;
-            }
+        // The handler applies go-nsq's max_attempts itself: past `-n` a message is released,
+        // never given up (FINished) unprinted.
+        let max_attempts = config.max_attempts;
+        let config = config.max_attempts(0);
+        let me: Rc<RefCell<Option<Consumer>>> = Rc::default();
+        let tail = Tail {
+            topic: opts.print_topic.then(|| topic.clone()),
+            limit: opts.n,
+            max_attempts,
+            shown: Cell::new(0),
+            done: done.clone(),
+            consumer: me.clone(),
         };
-        let connected = async {
-            consumer
-                .connect_to_nsqds(opts.consumer.nsqd_tcp_address.clone())
-                .await?;
-            for l in &opts.consumer.lookupd_http_address {
-                consumer.connect_to_lookupd(l.clone()).await?;
-            }
-            Ok::<(), client::Error>(())
-        };
-        if let Err(e) = connected.await {
+        let consumer =
+            match Consumer::new_deferred(config, move |msg, answer| tail.handle(&msg, answer)) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("{TOOL}: {e}");
+                    return 1;
+                }
+            };
+        *me.borrow_mut() = Some(consumer.clone());
+        selves.push(me);
+        if let Err(e) = consumer
+            .connect_to_nsqds(opts.consumer.nsqd_tcp_address.clone())
+            .await
+        {
             eprintln!("{TOOL}: {e}");
             return 1;
+        }
+        for l in &opts.consumer.lookupd_http_address {
+            // As go-nsq: a lookup that does not answer yet is asked again every
+            // lookupd_poll_interval; a long-running tool waits for it.
+            if let Err(e) = consumer.connect_to_lookupd(l.clone()).await {
+                tracing::warn!(lookupd = %l, topic = %topic, error = %e, "lookupd query failed; retrying");
+            }
         }
         consumers.push(consumer);
     }
@@ -154,36 +170,61 @@ async fn run(opts: Options, go: GoConfig, signals: Signals) -> i32 {
         glommio::timer::sleep(Duration::from_millis(20)).await;
     }
     for c in &consumers {
+        c.set_max_in_flight(0);
+    }
+    for c in &consumers {
         c.stop().await;
+    }
+    for me in &selves {
+        me.borrow_mut().take();
     }
     let _ = std::io::stdout().flush();
     0
 }
 
-/// Prints one message, counting toward `-n`.
-fn show(
-    msg: &Message,
-    topic: Option<&str>,
-    shown: &Cell<u64>,
+/// One topic's handler: prints, counts toward `-n`, and once the tool is done takes nothing.
+struct Tail {
+    /// `--print-topic`'s prefix.
+    topic: Option<String>,
+    /// `-n` (0: no limit).
     limit: u64,
-    done: &Cell<bool>,
-) -> HandlerResult {
-    if limit > 0 && shown.get() >= limit {
-        return HandlerResult::requeue_after(Duration::ZERO);
+    /// go-nsq's `max_attempts` (0: never give up).
+    max_attempts: u16,
+    shown: Cell<u64>,
+    /// Set when any topic reached `-n`: the whole tool stops, as NSQ's exits.
+    done: Rc<Cell<bool>>,
+    consumer: Rc<RefCell<Option<Consumer>>>,
+}
+
+impl Tail {
+    fn handle(&self, msg: &Message, answer: Pending) {
+        if self.done.get() {
+            answer.release();
+            return;
+        }
+        if self.max_attempts > 0 && msg.attempts() > self.max_attempts {
+            tracing::warn!(id = %msg.id(), attempts = msg.attempts(), "giving up on message");
+            answer.finish();
+            return;
+        }
+        let mut out = std::io::stdout().lock();
+        if let Err(e) = out
+            .write_all(&line(self.topic.as_deref(), msg.body()))
+            .and_then(|_| out.flush())
+        {
+            eprintln!("{TOOL}: failed to write to os.Stdout - {e}");
+            std::process::exit(1);
+        }
+        self.shown.set(self.shown.get() + 1);
+        if self.limit > 0 && self.shown.get() >= self.limit {
+            self.done.set(true);
+            // RDY 0 goes out ahead of this message's FIN: the broker sends nothing more.
+            if let Some(c) = self.consumer.borrow().as_ref() {
+                c.set_max_in_flight(0);
+            }
+        }
+        answer.finish();
     }
-    let mut out = std::io::stdout().lock();
-    if let Err(e) = out
-        .write_all(&line(topic, msg.body()))
-        .and_then(|_| out.flush())
-    {
-        eprintln!("{TOOL}: failed to write to os.Stdout - {e}");
-        std::process::exit(1);
-    }
-    shown.set(shown.get() + 1);
-    if limit > 0 && shown.get() >= limit {
-        done.set(true);
-    }
-    HandlerResult::Finish
 }
 
 #[cfg(test)]

@@ -302,8 +302,11 @@ pub fn main() -> i32 {
         Ok(s) => s,
         Err(e) => return fatal(&format!("installing signal handlers: {e}")),
     };
-    let result = glommio::LocalExecutorBuilder::default()
-        .name(TOOL)
+    let executor = match cli::executor(TOOL) {
+        Ok(b) => b,
+        Err(e) => return fatal(&e),
+    };
+    let result = executor
         .spawn(move || async move { run(opts, go, endpoints, headers, tls, signals).await });
     match result.map(|h| h.join()) {
         Ok(Ok(Ok(()))) => 0,

@@ -14,12 +14,16 @@
 //! - until answered, the message counts in flight on its connection (RDY refills, starvation,
 //!   [`Consumer::stop`] waiting, retiring a connection only once drained);
 //! - FIN counts as a success for backoff, REQ with `backoff: true` as a failure, as for a
-//!   returning handler; a consumer whose handlers return is unaffected by this module.
+//!   returning handler; a consumer whose handlers return is unaffected by this module;
+//! - [`Pending::release`] answers nothing on the wire: the broker keeps the message in flight
+//!   until the connection closes (then it is back in the channel at once) or its timeout, so a
+//!   handler that stops taking messages neither spends their attempts nor finishes them.
 //!
 //! [`Consumer::new_deferred`]: super::Consumer::new_deferred
 //! [`Consumer::stop`]: super::Consumer::stop
 
 use super::Inner;
+use crate::backoff::Outcome;
 use crate::conn::Conn;
 use crate::error::Result;
 use crate::message::{HandlerResult, Message};
@@ -74,6 +78,22 @@ impl Pending {
     /// Answers as a returning handler's `result` would.
     pub fn answer(self, result: HandlerResult) {
         answer_all([self], result);
+    }
+
+    /// Leaves the message to the broker: no FIN, no REQ. The broker holds it in flight until
+    /// the connection closes (it is then back in the channel at once, as a disconnected
+    /// consumer's messages are) or until its timeout passes. For a handler that takes no more
+    /// messages (nsq_tail after `-n`): release what still arrives, then stop the consumer.
+    /// Here it stops counting in flight, so RDY and [`Consumer::stop`] do not wait for it.
+    ///
+    /// [`Consumer::stop`]: super::Consumer::stop
+    pub fn release(mut self) {
+        self.answered = true;
+        if let Some(consumer) = self.consumer.upgrade() {
+            consumer.state.borrow_mut().stats.messages_released += 1;
+            consumer.book(self.conn_id, Outcome::Neutral, std::time::Instant::now());
+            consumer.changed.notify();
+        }
     }
 
     /// Sends the answer and books it on `consumer` (RDY, backoff, counters).

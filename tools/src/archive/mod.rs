@@ -54,8 +54,14 @@ pub fn main() -> i32 {
     };
     // Blocking threads: one writes a topic's batches while others fdatasync the ones before
     // (`topic::MAX_SYNCS` under way at once).
-    let result = glommio::LocalExecutorBuilder::default()
-        .name(TOOL)
+    let executor = match cli::executor(TOOL) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("{TOOL}: {e}");
+            return 1;
+        }
+    };
+    let result = executor
         .blocking_thread_pool_placement(glommio::PoolPlacement::Unbound(topic::MAX_SYNCS + 1))
         .spawn(move || async move { run(opts, go, signals).await });
     match result.map(|h| h.join()) {
