@@ -402,12 +402,14 @@ fn lock_data_path(path: &std::path::Path) -> Result<std::fs::File, StartError> {
     Ok(dir)
 }
 
-/// Creates and removes a file in `path`: what every topic directory and segment needs.
+/// Creates (or opens, one a killed run left) and removes a file in `path`: what every topic
+/// directory and segment needs.
 fn check_writable(path: &std::path::Path) -> Result<(), StartError> {
     let probe = path.join(format!(".write-check-{}", std::process::id()));
     std::fs::OpenOptions::new()
         .write(true)
-        .create_new(true)
+        .create(true)
+        .truncate(true)
         .open(&probe)
         .and_then(|_| std::fs::remove_file(&probe))
         .map_err(|source| StartError::DataPathNotWritable {
