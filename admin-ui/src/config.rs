@@ -17,7 +17,10 @@ use std::time::Duration;
 #[command(
     name = "admin-ui",
     version = concat!(env!("CARGO_PKG_VERSION"), " (nsqadmin v1.3.0-compatible)"),
-    about = "NSQ-compatible admin web UI (nsqadmin replacement)"
+    about = "NSQ-compatible admin web UI (nsqadmin replacement)",
+    // As Go's flag package: a flag given twice takes its last value (wrapper scripts append
+    // their extra flags to the defaults); list flags still add up.
+    args_override_self = true
 )]
 struct Flags {
     /// <addr>:<port> to listen on for HTTP clients (browsers)
@@ -235,7 +238,11 @@ impl Config {
             })?),
         };
         if flags.proxy_graphite && graphite_url.is_none() {
-            return Err(missing("--proxy-graphite needs --graphite-url"));
+            // nsqadmin starts too (its proxy then has nowhere to go).
+            without_effect.push(
+                "--proxy-graphite: no --graphite-url to proxy to (GET /render answers 404)"
+                    .to_string(),
+            );
         }
         Ok(Config {
             base_path: normalize_base_path(&flags.base_path),
@@ -511,10 +518,15 @@ verbose = false
         ] {
             assert_eq!(normalize_base_path(given), want, "{given:?}");
         }
-        let proxy_alone = Config::from_args(args(&["--nsqd-http-address=h:1", "--proxy-graphite"]));
+        let proxy_alone = Config::from_args(args(&["--nsqd-http-address=h:1", "--proxy-graphite"]))
+            .expect("nsqadmin starts with --proxy-graphite alone");
         assert!(
-            proxy_alone.is_err(),
-            "--proxy-graphite needs --graphite-url"
+            proxy_alone
+                .without_effect
+                .iter()
+                .any(|n| n.starts_with("--proxy-graphite: no --graphite-url")),
+            "{:?}",
+            proxy_alone.without_effect
         );
         for bad in ["--allow-config-from-cidr=10.0.0.1", "--graphite-url=g:80"] {
             assert!(

@@ -15,7 +15,10 @@ use std::time::Duration;
 #[command(
     name = "lookup",
     version = concat!(env!("CARGO_PKG_VERSION"), " (nsqlookupd v1.3.0-compatible)"),
-    about = "NSQ-compatible lookup (nsqlookupd replacement)"
+    about = "NSQ-compatible lookup (nsqlookupd replacement)",
+    // As Go's flag package: a flag given twice takes its last value (wrapper scripts append
+    // their extra flags to the defaults).
+    args_override_self = true
 )]
 struct Flags {
     /// <addr>:<port> to listen on for TCP clients

@@ -50,3 +50,62 @@ fn startup_help_lists_nsqlookupds_flags() {
         assert!(help.contains(flag), "{flag} missing from help");
     }
 }
+
+/// Runs the lookup with `args` until its log says it listens (its stderr so far) or it exits
+/// (`Err` with its stderr); killed either way, within 20 s.
+fn start_and_stop(args: &[&str]) -> Result<String, String> {
+    use std::io::BufRead;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_lookup"))
+        .args(args)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn lookup");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut log = String::new();
+    let listening = loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) => {
+                log.push_str(&line);
+                log.push('\n');
+                if line.contains("HTTP: listening") {
+                    break true;
+                }
+            }
+            Err(_) => break false,
+        }
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    if listening {
+        Ok(log)
+    } else {
+        Err(log)
+    }
+}
+
+#[test]
+fn a_repeated_flag_takes_its_last_value_as_gos_flag_package() {
+    // The first value is a port another socket holds: starting at all proves the last won.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let taken = taken.local_addr().expect("addr").to_string();
+    let log = start_and_stop(&[
+        "--tcp-address=127.0.0.1:0",
+        &format!("--http-address={taken}"),
+        "-http-address=127.0.0.1:0",
+        "--tombstone-lifetime=1s",
+        "--tombstone-lifetime=2s",
+    ])
+    .unwrap_or_else(|log| panic!("did not start:\n{log}"));
+    assert!(!log.contains(&taken), "{log}");
+}

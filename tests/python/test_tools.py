@@ -345,6 +345,22 @@ def test_nsq_tail_n_on_a_named_channel_takes_no_more_and_loses_nothing(broker, t
     assert sorted(shown + out.split(b"\n")[:-1]) == bodies, "every message printed exactly once"
 
 
+@pytest.mark.timeout(60)
+def test_a_repeated_flag_takes_its_last_value_list_flags_add_up(broker, tmp_path):
+    """Issue 40 item 10, for the tools: Go's flag package takes a repeated flag's last value
+    (`$DEFAULTS $EXTRA` wrapper scripts); NSQ's list flags (--topic) still add up."""
+    create_channel(broker, "rep_a", "c")
+    create_channel(broker, "rep_b", "c")
+    mpub(broker, "rep_a", [b"a1", b"a2"])
+    mpub(broker, "rep_b", [b"b1", b"b2"])
+    r = subprocess.run([tool("nsq_tail"), "--nsqd-tcp-address", broker.tcp_address,
+                        "--topic=rep_a", "--topic=rep_b", "--channel=x", "--channel=c",
+                        "-n", "5", "-n=1", "--print-topic=false", "--print-topic"],
+                       capture_output=True, timeout=30)
+    assert r.returncode == 0, r
+    assert r.stdout in (b"rep_a | a1\n", b"rep_b | b1\n"), r.stdout
+
+
 def test_to_nsq_fails_with_a_message(broker, tmp_path):
     r = to_nsq([broker.tcp_address], "bad topic!", b"a\n")
     assert r.returncode == 1 and b"publishing to %s" % broker.tcp_address.encode() in r.stderr, r

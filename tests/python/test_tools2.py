@@ -12,6 +12,8 @@ nsq_to_http) against brokers (and a lookup) the tests start: by their output, by
   --sample; --header and --content-type as sent; 1,000 messages to a stock Python endpoint
   (listen backlog 5) all delivered within seconds, at most two connections left idle.
 - Every flag of NSQ 1.3's counterpart is accepted, in Go's `-flag=value` and in `--flag value`.
+- A lookup that does not answer at start is polled again by nsq_tail, nsq_to_http, nsq_to_nsq
+  and nsq_to_file; nsq_to_file refuses an unusable --output-dir at start-up, naming it.
 """
 
 import http.server
@@ -26,7 +28,7 @@ import pytest
 
 from conftest import free_port
 
-from test_lookup import registered_broker, start_lookup, wait_registered  # noqa: F401
+from test_lookup import Lookup, registered_broker, start_lookup, wait_registered  # noqa: F401
 from test_tools import (Proc, channel_stats, create_channel, drained, go_form, gnu_form, mpub,
                         tail, tool, wait_until)
 
@@ -591,3 +593,62 @@ def test_the_alternative_flags_through_a_lookup(start_broker, start_lookup, tmp_
     assert q.stop() == 0, q.stderr()
     assert channel_stats(b, "alt", "check")["depth"] == 2
     assert sorted(sink.delivered) == [b"x y", b"z"]
+
+
+@pytest.mark.timeout(120)
+def test_a_lookup_not_answering_yet_is_asked_again(start_broker, tmp_path, sinks):
+    """Issue 40 item 7: a long-running tool whose lookup does not answer at start keeps
+    polling it, as go-nsq does (nsq_tail, nsq_to_http and nsq_to_nsq exited at once); once the
+    lookup is up and lists a broker, each gets the message."""
+    lookup = Lookup(str(tmp_path))  # its ports chosen, nothing listening on them yet
+    lk = "127.0.0.1:%d" % lookup.http_port
+    common = ["--topic=late", "--lookupd-http-address=%s" % lk,
+              "--consumer-opt=lookupd_poll_interval,200ms"]
+    dest = start_broker()
+    sink = sinks()
+    out_dir = tmp_path / "out"
+    procs = {
+        "nsq_tail": Proc([tool("nsq_tail"), "--channel=tail", "-n", "1"] + common,
+                         str(tmp_path), "tail", stdout=subprocess.PIPE),
+        "nsq_to_http": Proc([tool("nsq_to_http"), "--post", sink.url("/")] + common,
+                            str(tmp_path), "to_http"),
+        "nsq_to_nsq": Proc([tool("nsq_to_nsq"), "--destination-nsqd-tcp-address",
+                            dest.tcp_address] + common, str(tmp_path), "relay"),
+        "nsq_to_file": Proc([tool("nsq_to_file"), "--output-dir=%s" % out_dir,
+                             "--sync-interval=200ms"] + common, str(tmp_path), "to_file"),
+    }
+    try:
+        time.sleep(1.5)
+        for name, p in procs.items():
+            assert p.proc.poll() is None, "%s exited:\n%s" % (name, p.stderr())
+        lookup.start()
+        src = registered_broker(start_broker, lookup)
+        for ch in ["tail", "nsq_to_http", "nsq_to_nsq", "nsq_to_file"]:
+            create_channel(src, "late", ch)
+        wait_registered(lookup, src, "late")
+        create_channel(dest, "late", "check")
+        mpub(src, "late", [b"hello"])
+        out, _ = procs["nsq_tail"].proc.communicate(timeout=60)
+        assert (procs["nsq_tail"].proc.returncode, out) == (0, b"hello\n"), \
+            procs["nsq_tail"].stderr()
+        wait_until(lambda: sink.delivered == [b"hello"], 30, "nsq_to_http's request")
+        wait_until(lambda: (channel_stats(dest, "late", "check") or {}).get("depth") == 1, 30,
+                   "nsq_to_nsq's publish")
+        wait_until(lambda: any(b"hello\n" in f.read_bytes() for f in out_dir.iterdir()), 30,
+                   "nsq_to_file's file")
+        for name in ["nsq_to_http", "nsq_to_nsq", "nsq_to_file"]:
+            assert procs[name].stop() == 0, procs[name].stderr()
+    finally:
+        lookup.stop()
+
+
+@pytest.mark.parametrize("make,text", [
+    (lambda tmp: "/proc/nonexistent/x", "--output-dir /proc/nonexistent/x: cannot create"),
+    (lambda tmp: str(tmp / "a-file"), "a-file: "),
+])
+def test_nsq_to_file_refuses_an_unusable_output_dir_at_once(tmp_path, make, text):
+    """Issue 40 item 7: checked at start-up, named (it said nothing until its first sync)."""
+    (tmp_path / "a-file").write_bytes(b"x")
+    r = subprocess.run([tool("nsq_to_file"), "--topic=t", "--nsqd-tcp-address=127.0.0.1:1",
+                        "--output-dir=%s" % make(tmp_path)], capture_output=True, timeout=10)
+    assert r.returncode == 1 and text in r.stderr.decode(), r

@@ -275,10 +275,11 @@ async fn run(
             .await
             .map_err(|e| e.to_string())?;
         for l in &opts.consumer.lookupd_http_address {
-            consumer
-                .connect_to_lookupd(l.clone())
-                .await
-                .map_err(|e| e.to_string())?;
+            // As go-nsq: a lookup that does not answer yet is asked again every
+            // lookupd_poll_interval; a long-running tool waits for it.
+            if let Err(e) = consumer.connect_to_lookupd(l.clone()).await {
+                tracing::warn!(lookupd = %l, error = %e, "lookupd query failed; retrying");
+            }
         }
     }
     signals.terminated().await;

@@ -37,7 +37,7 @@ pub fn main() -> i32 {
         return 0;
     }
     cli::init_logging(opts.log_level);
-    if let Err(e) = opts.check() {
+    if let Err(e) = opts.check().and_then(|_| opts.prepare_dirs()) {
         eprintln!("{TOOL}: {e}");
         return 1;
     }

@@ -188,6 +188,33 @@ impl Options {
         Ok(())
     }
 
+    /// Makes the output and work directories if missing (NSQ makes them as it opens a file)
+    /// and checks that files can be made in them, so that a wrong directory stops the tool at
+    /// start-up with the flag and the path named, before any message is taken. After
+    /// [`Options::check`].
+    pub fn prepare_dirs(&self) -> Result<(), String> {
+        let mut dirs = vec![("--output-dir", &self.output_dir)];
+        if self.separate_work_dir() {
+            dirs.push(("--work-dir", &self.work_dir));
+        }
+        for (flag, dir) in dirs {
+            let shown = dir.display();
+            std::fs::create_dir_all(dir)
+                .map_err(|e| format!("{flag} {shown}: cannot create the directory: {e}"))?;
+            if !dir.is_dir() {
+                return Err(format!("{flag} {shown}: not a directory"));
+            }
+            let path = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
+                .map_err(|_| format!("{flag} {shown}: the path holds a NUL byte"))?;
+            // SAFETY: access reads the NUL-terminated path we pass.
+            if unsafe { libc::access(path.as_ptr(), libc::W_OK | libc::X_OK) } != 0 {
+                let e = std::io::Error::last_os_error();
+                return Err(format!("{flag} {shown}: cannot make files in it: {e}"));
+            }
+        }
+        Ok(())
+    }
+
     /// True when in-progress files live apart from finished ones.
     pub fn separate_work_dir(&self) -> bool {
         self.work_dir != self.output_dir
