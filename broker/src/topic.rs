@@ -257,7 +257,8 @@ impl Topic {
         }
     }
 
-    /// The lowest seq any durable channel may still need; segments below it can go.
+    /// The lowest seq any channel may still need; segments below it can go. An `#ephemeral`
+    /// channel needs only what it has yet to read of its memory queue's worth of the log.
     pub fn floor(&self) -> u64 {
         self.floor_above(0)
     }
@@ -284,10 +285,15 @@ impl Topic {
         let mut floor = log.head();
         for c in self.channels.values() {
             let c = c.borrow();
-            if c.ephemeral {
-                continue;
-            }
-            floor = floor.min(c.floor_above(bound));
+            let needs = if c.ephemeral {
+                // It keeps what it took itself and reads no further back than its memory
+                // queue; releasing what it has not read yet would lose messages it is owed.
+                c.cursor()
+                    .max(c.visible_end.saturating_sub(self.mem_queue_size))
+            } else {
+                c.floor_above(bound)
+            };
+            floor = floor.min(needs);
             if floor <= bound {
                 break;
             }

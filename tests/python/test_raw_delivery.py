@@ -306,6 +306,39 @@ def test_ephemeral_topic_and_channel_names_accepted(broker):
         c.fin(m.id)
 
 
+def test_first_ephemeral_channel_gets_what_the_topic_held(broker):
+    """Messages published before any channel exists go to the first channel, #ephemeral or
+    not. With only an #ephemeral channel the checkpoint used to release the topic's log up to
+    its head, so the messages the channel had not read yet (no RDY yet) were skipped: counted
+    in the channel's message_count, never delivered. Some rounds wait before RDY so that a
+    checkpoint falls between SUB and RDY; the last rounds use an #ephemeral topic too."""
+    rounds = 30
+    deadline = time.monotonic() + 120
+    lost = []
+    with publisher(broker) as p:
+        for i in range(rounds):
+            assert time.monotonic() < deadline, "rounds took too long: %d done" % i
+            topic = "efirst%02d" % i + ("#ephemeral" if i >= rounds - 4 else "")
+            p.pub(topic, b"a")
+            p.pub(topic, b"b")
+            with Conn(broker.addr) as c:
+                c.identify()
+                c.sub(topic, "c#ephemeral")
+                time.sleep(0.3 if i % 2 else 0.0)
+                c.cmd("RDY 10")
+                got, until = [], time.monotonic() + 3
+                while len(got) < 2 and time.monotonic() < until:
+                    left = max(0.01, until - time.monotonic())
+                    try:
+                        got.append(c.read_message(timeout=left).body)
+                    except socket.timeout:
+                        break
+                if sorted(got) != [b"a", b"b"]:
+                    lost.append((topic, got))
+    assert not lost, "messages published before the #ephemeral channel existed were lost " \
+        "in %d of %d rounds: %r" % (len(lost), rounds, lost)
+
+
 def test_rdy_limits_in_flight(broker):
     with consumer(broker, "rdy", "ch", rdy=2) as c, publisher(broker) as p:
         p.mpub("rdy", [b"1", b"2", b"3", b"4", b"5"])
