@@ -10,7 +10,7 @@ use glommio::net::TcpListener;
 use protocol::lookup::PeerInfo;
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
-use tracing::info;
+use tracing::{info, warn};
 
 /// State shared by every connection.
 #[derive(Debug)]
@@ -82,6 +82,9 @@ impl std::error::Error for StartError {}
 /// the last run's lingering connections), and no SO_REUSEPORT, so that a second lookup started
 /// on the same port fails with "Address already in use" instead of silently sharing the port
 /// (glommio's own `TcpListener::bind` sets SO_REUSEPORT, made for one listener per executor).
+/// How long a restart waits for the listener of a process that has exited to be released.
+const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 fn listen(address: std::net::SocketAddr) -> std::io::Result<TcpListener> {
     use socket2::{Domain, Protocol, Socket, Type};
     use std::os::fd::{FromRawFd, IntoRawFd};
@@ -91,7 +94,24 @@ fn listen(address: std::net::SocketAddr) -> std::io::Result<TcpListener> {
         Some(Protocol::TCP),
     )?;
     socket.set_reuse_address(true)?;
-    socket.bind(&address.into())?;
+    // A lookup that has just died (its io_uring accept keeps the listener alive for some
+    // milliseconds after exit) is waited for; a live process's listener is refused at once.
+    nsq_common::port_holder::bind_when_released(
+        address,
+        RELEASE_WAIT,
+        || socket.bind(&address.into()),
+        || {
+            warn!(
+                "{address}: the port is still held by a listening socket of a process that has \
+                 exited; waiting up to {}s for the kernel to release it",
+                RELEASE_WAIT.as_secs()
+            )
+        },
+    )
+    .map_err(|(e, holder)| match holder {
+        Some(holder) => std::io::Error::new(e.kind(), format!("{e} ({holder})")),
+        None => e,
+    })?;
     // The backlog glommio's own listeners get (std's 128 is short for a burst of brokers and
     // readers reconnecting at once after a lookup restart).
     socket.listen(1024)?;

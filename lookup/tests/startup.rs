@@ -33,6 +33,9 @@ fn startup_reports_a_port_it_cannot_bind() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("cannot listen on TCP address"), "{stderr}");
+    // The holder is named: here, this test's own process.
+    let me = format!("process {}", std::process::id());
+    assert!(stderr.contains(&me), "{stderr}");
 }
 
 #[test]
@@ -108,4 +111,31 @@ fn a_repeated_flag_takes_its_last_value_as_gos_flag_package() {
     ])
     .unwrap_or_else(|log| panic!("did not start:\n{log}"));
     assert!(!log.contains(&taken), "{log}");
+}
+
+/// Two ports free now (bound and released at once).
+fn free_ports() -> (String, String) {
+    let a = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let b = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = |l: &std::net::TcpListener| l.local_addr().expect("addr").to_string();
+    (addr(&a), addr(&b))
+}
+
+#[test]
+fn a_restart_at_once_after_a_kill_comes_up_on_the_same_ports() {
+    // A killed lookup's listeners stay listening for some milliseconds (its io_uring accept is
+    // torn down after it exits): each restart must wait for them, not fail. Rounds:
+    // LOOKUP_CRASH_RESTARTS (default 5).
+    let rounds: usize = std::env::var("LOOKUP_CRASH_RESTARTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5);
+    let (tcp, http) = free_ports();
+    let tcp = format!("--tcp-address={tcp}");
+    let http = format!("--http-address={http}");
+    for round in 0..=rounds {
+        if let Err(log) = start_and_stop(&[&tcp, &http]) {
+            panic!("round {round}: the restart did not come up:\n{log}");
+        }
+    }
 }
