@@ -58,24 +58,29 @@ def test_a_hard_limit_too_small_is_refused_with_what_to_set(name, tmp_path):
     assert "LimitMEMLOCK" in err and "MemLockLimit" not in err, err
 
 
+def assert_serves_ping(name, args, preexec):
+    """Starts binary `name` with `args` and an --http-address under `preexec`'s limit, and
+    checks that it stays up and answers /ping OK."""
+    port = free_port()
+    proc = subprocess.Popen([binary(name), "--http-address=127.0.0.1:%d" % port] + args,
+                            stderr=subprocess.PIPE, preexec_fn=preexec)
+    try:
+        wait_until(lambda: port_accepts("127.0.0.1", port) or proc.poll() is not None, 30,
+                   "%s listening" % name)
+        assert proc.poll() is None, proc.stderr.read()
+        with urllib.request.urlopen("http://127.0.0.1:%d/ping" % port, timeout=10) as resp:
+            assert resp.read() == b"OK"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
 @pytest.mark.skipif(HARD != resource.RLIM_INFINITY and HARD < 1024 * 1024,
                     reason="the hard RLIMIT_MEMLOCK here is below what a raise needs")
 def test_a_small_soft_limit_is_raised_and_the_binaries_run(start_broker, tmp_path):
     low = limited(SMALL, HARD)
     # lookup: serves.
-    port = free_port()
-    lookup = subprocess.Popen([binary("lookup"), "--tcp-address=127.0.0.1:0",
-                               "--http-address=127.0.0.1:%d" % port],
-                              stderr=subprocess.PIPE, preexec_fn=low)
-    try:
-        wait_until(lambda: port_accepts("127.0.0.1", port) or lookup.poll() is not None, 30,
-                   "lookup listening")
-        assert lookup.poll() is None, lookup.stderr.read()
-        with urllib.request.urlopen("http://127.0.0.1:%d/ping" % port, timeout=10) as resp:
-            assert resp.read() == b"OK"
-    finally:
-        lookup.terminate()
-        lookup.wait(10)
+    assert_serves_ping("lookup", ["--tcp-address=127.0.0.1:0"], low)
     # the tools: nsq_tail and nsq_stat against a broker.
     broker = start_broker()
     create_channel(broker, "ml", "c")
@@ -96,16 +101,4 @@ def test_the_binaries_without_io_uring_run_under_any_limit(start_broker):
     r = subprocess.run([binary("to_nsq"), "--topic=ml2", "--nsqd-tcp-address", broker.tcp_address],
                        input=b"one\n", capture_output=True, timeout=60, preexec_fn=low)
     assert r.returncode == 0, r
-    port = free_port()
-    admin = subprocess.Popen([binary("admin-ui"), "--http-address=127.0.0.1:%d" % port,
-                              "--nsqd-http-address=127.0.0.1:%d" % broker.http_port],
-                             stderr=subprocess.PIPE, preexec_fn=low)
-    try:
-        wait_until(lambda: port_accepts("127.0.0.1", port) or admin.poll() is not None, 30,
-                   "admin-ui listening")
-        assert admin.poll() is None, admin.stderr.read()
-        with urllib.request.urlopen("http://127.0.0.1:%d/ping" % port, timeout=10) as resp:
-            assert resp.read() == b"OK"
-    finally:
-        admin.terminate()
-        admin.wait(10)
+    assert_serves_ping("admin-ui", ["--nsqd-http-address=127.0.0.1:%d" % broker.http_port], low)
