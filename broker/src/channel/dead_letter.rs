@@ -3,7 +3,9 @@
 //!
 //! A message given back (REQ, with or without a delay, an in-flight timeout, or its consumer's
 //! disconnect, which nsqd would let time out) whose attempts already reach the limit would exceed it on its next delivery: it leaves the channel instead
-//! of going back to the queue. It is set aside in [`DeadLetters::out`] (counted in
+//! of going back to the queue. A limit lowered by `POST /channel/config` applies at once to
+//! what waits given back ([`Channel::configure_dead_letters`]), so no delivery after the
+//! answer exceeds it. It is set aside in [`DeadLetters::out`] (counted in
 //! `dead_lettered_count`), and the owner shard takes it (`Channel::take_dead`) after the
 //! operation or timer that gave it back: with a dead-letter topic it is published there
 //! (`shard::dead_letter`), without one it is dropped, as if the broker had FINished it.
@@ -12,8 +14,9 @@
 //! channel does; a message set aside is no longer owed by the channel (it is in none of its
 //! queues), so it is never delivered by this channel again.
 
-use super::Channel;
+use super::{Channel, Requeued};
 use crate::storage::segment::Stored;
+use protocol::MessageId;
 use std::sync::Arc;
 
 /// A channel's dead-letter settings and what they set aside.
@@ -52,6 +55,43 @@ impl Channel {
         self.dead.topic = topic;
     }
 
+    /// `POST /channel/config`: new settings (see [`Channel::set_dead_letters`]). A lower
+    /// limit applies at once to what waits given back (requeued or deferred): a message whose
+    /// next delivery would exceed it is set aside now, as it would be had it come back under
+    /// this limit. A message in flight meets the limit when it is given back.
+    pub fn configure_dead_letters(
+        &mut self,
+        default_max: u16,
+        own_max: Option<u16>,
+        topic: Option<Arc<str>>,
+    ) {
+        self.set_dead_letters(default_max, own_max, topic);
+        let max = self.dead.max;
+        if max == 0 {
+            return;
+        }
+        for r in std::mem::take(&mut self.requeued) {
+            if let Some(msg) = self.over_limit(r.msg) {
+                self.requeued.push_back(Requeued {
+                    after: r.after,
+                    msg,
+                });
+            }
+        }
+        let over: Vec<MessageId> = self
+            .deferred
+            .iter()
+            .filter(|(_, d)| d.msg.msg.attempts >= max)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in over {
+            if let Some(d) = self.deferred.remove(&id) {
+                self.deferred_order.remove(&(d.at, id));
+                self.set_aside(d.msg);
+            }
+        }
+    }
+
     /// The dead-letter settings and counts.
     pub fn dead_letters(&self) -> &DeadLetters {
         &self.dead
@@ -63,11 +103,15 @@ impl Channel {
         if self.dead.max == 0 || msg.msg.attempts < self.dead.max {
             return Some(msg);
         }
+        self.set_aside(msg);
+        None
+    }
+
+    fn set_aside(&mut self, msg: Stored) {
         tracing::debug!(topic = %self.topic, channel = %self.name, id = %msg.msg.id,
             attempts = msg.msg.attempts, "message reached max attempts");
         self.dead.count += 1;
         self.dead.out.push(msg);
-        None
     }
 
     /// The messages set aside since the last call, and the dead-letter topic they go to.
@@ -173,6 +217,48 @@ mod tests {
         c.remove_consumer(key);
         assert_eq!(c.take_dead().map(|(m, _)| m.len()), Some(1));
         assert_eq!(c.floor(), 1);
+    }
+
+    /// A lower limit set while messages wait given back applies to them at once: no
+    /// delivery after the setting exceeds it. One in flight meets it when given back.
+    #[test]
+    fn a_lower_limit_sets_aside_what_waits_at_once() {
+        let timers = TimerQueue::default();
+        let (log, ch, key) = setup(0);
+        let mut c = ch.borrow_mut();
+        let now = Instant::now();
+        let id = MessageId::from_u64(7);
+        for want in 1..=3 {
+            assert_eq!(deliver(&mut c, &log, now, &timers), Some(want));
+            c.requeue(key, id, Duration::ZERO, now, &timers).unwrap();
+        }
+        // Requeued after its third delivery; the limit drops to 2.
+        c.configure_dead_letters(0, Some(2), None);
+        assert_eq!(deliver(&mut c, &log, now, &timers), None);
+        assert_eq!(c.take_dead().map(|(m, _)| m[0].msg.attempts), Some(3));
+        // Deferred after its second delivery; the limit drops to 2.
+        let (log, ch, key) = setup(0);
+        let mut d = ch.borrow_mut();
+        for want in 1..=2 {
+            assert_eq!(deliver(&mut d, &log, now, &timers), Some(want));
+            d.requeue(key, id, Duration::from_secs(5), now, &timers)
+                .unwrap();
+            let due = now + Duration::from_secs(5);
+            if want == 1 {
+                d.on_timer(TimerKind::Deferred, due, due, &timers);
+            }
+        }
+        d.configure_dead_letters(0, Some(2), None);
+        assert_eq!(d.figures(&log, 0).deferred, 0);
+        assert_eq!(d.take_dead().map(|(m, _)| m.len()), Some(1));
+        // In flight after its first delivery; the limit drops to 1: set aside when given back.
+        let (log, ch, key) = setup(0);
+        let mut e = ch.borrow_mut();
+        assert_eq!(deliver(&mut e, &log, now, &timers), Some(1));
+        e.configure_dead_letters(0, Some(1), None);
+        assert!(e.take_dead().is_none(), "nothing waits");
+        e.requeue(key, id, Duration::ZERO, now, &timers).unwrap();
+        assert_eq!(e.take_dead().map(|(m, _)| m.len()), Some(1));
     }
 
     #[test]

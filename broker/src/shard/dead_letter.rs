@@ -132,8 +132,10 @@ impl Shard {
                 None => c.dead_letters().topic.clone(),
             };
             info!(topic, channel = name, max_attempts = ?own, dead_letter_topic = ?to, "channel dead letters set");
-            c.set_dead_letters(default, own, to);
+            c.configure_dead_letters(default, own, to);
         }
+        // What a lower limit set aside goes now, as after a REQ.
+        self.send_dead_letters(&ch);
         self.note_meta_change(&t);
         self.answer_when_meta_saved(&t, reply)
     }
