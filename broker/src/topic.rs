@@ -198,6 +198,13 @@ impl Topic {
         (ch, true)
     }
 
+    /// Moves channel `ch` to `seq` (a rewind, or a channel created in the past): the log
+    /// serves reads from there again. The caller checked that the log holds `seq`.
+    pub fn rewind_channel(&self, ch: &ChannelRef, seq: u64) {
+        self.log.borrow_mut().reopen_from(seq);
+        ch.borrow_mut().rewind(seq);
+    }
+
     pub fn remove_channel(&mut self, name: &str) -> Option<ChannelRef> {
         let removed = self.channels.remove(name);
         if let Some(ch) = &removed {

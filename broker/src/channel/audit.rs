@@ -2,7 +2,7 @@
 //! together checked ([`Channel::audit`]), for the owner simulation (`crate::owner_sim`), which
 //! compares it with its own model after every step.
 
-use super::{Channel, ConsumerKey};
+use super::{Channel, ConsumerKey, Owes};
 use crate::storage::log::{DiskHint, Read, TopicLog};
 use protocol::MessageId;
 
@@ -35,6 +35,13 @@ impl Channel {
         for f in self.in_flight.values() {
             a.in_flight
                 .push((f.msg.msg.id, f.consumer, f.msg.msg.attempts));
+            a.owes.push((f.msg.msg.id, f.owes));
+            if f.msg.seq >= self.cursor && f.owes != Owes::Replayed {
+                return Err(format!(
+                    "{:?} in flight at or after the cursor, marked {:?}",
+                    f.msg.msg.id, f.owes
+                ));
+            }
         }
         if a.in_flight.len() != self.in_flight.len() {
             return Err("the in-flight table's count disagrees with its entries".into());
@@ -86,4 +93,6 @@ pub(crate) struct Audit {
     pub deferred: Vec<MessageId>,
     /// With the consumer holding it and its attempts.
     pub in_flight: Vec<(MessageId, ConsumerKey, u16)>,
+    /// What each delivery in flight owes when it ends.
+    pub owes: Vec<(MessageId, Owes)>,
 }

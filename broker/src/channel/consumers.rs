@@ -8,7 +8,7 @@
 //! the consumer held to the front of the channel's queue at once, with its attempts kept, so
 //! nothing is lost (nsqd waits for their timeout).
 
-use super::{Channel, Requeued};
+use super::{Channel, Owes, Requeued};
 use crate::storage::segment::Stored;
 use std::sync::Arc;
 use std::time::Duration;
@@ -122,23 +122,23 @@ impl Channel {
     /// Removes a consumer and puts its in-flight messages back in front of the queue at once.
     pub fn remove_consumer(&mut self, key: ConsumerKey) {
         self.consumers.retain(|c| c.spec.key != key);
-        let mut returned: Vec<Stored> = Vec::new();
+        let mut returned: Vec<(Owes, Stored)> = Vec::new();
         let order = &mut self.in_flight_order;
         self.in_flight.retain(|id, f| {
             if f.consumer == key {
                 order.remove(f.slot, f.deadline, *id);
-                returned.push(f.msg.clone());
+                returned.push((f.owes, f.msg.clone()));
                 false
             } else {
                 true
             }
         });
         // Oldest first, ahead of newer messages: they were due first.
-        returned.sort_by_key(|m| m.seq);
-        for msg in returned.into_iter().rev() {
+        returned.sort_by_key(|(_, m)| m.seq);
+        for (owes, msg) in returned.into_iter().rev() {
             self.requeue_count += 1;
             // nsqd would time these out: the limit applies as to a timeout.
-            if let Some(msg) = self.over_limit(msg) {
+            if let Some(msg) = self.given_back(owes, msg) {
                 self.requeued.push_front(Requeued { after: 0, msg });
             }
         }

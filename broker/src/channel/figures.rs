@@ -95,7 +95,12 @@ impl Channel {
             .requeued
             .iter()
             .map(|r| r.msg.seq)
-            .chain(self.in_flight.values().map(|f| f.msg.seq))
+            .chain(
+                self.in_flight
+                    .values()
+                    .filter(|f| self.owed_by(f).is_some())
+                    .map(|f| f.msg.seq),
+            )
             .chain(self.deferred.values().map(|d| d.msg.seq));
         let mut floor = self.cursor;
         for seq in owed {

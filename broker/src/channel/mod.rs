@@ -6,14 +6,19 @@
 //! - Every message of the log from the channel's creation on is, for this channel, either
 //!   at or after `cursor` (not taken yet), or in exactly one of `requeued`, `in_flight`,
 //!   `deferred`, or finished: every message is delivered or pending exactly once. After a
-//!   rewind ([`Channel::rewind`]) a message in flight may also lie at or after `cursor`; it
-//!   is not handed out again while that delivery is in flight (`rewound_until`), so it is
-//!   still owed once.
+//!   rewind ([`Channel::rewind`]) a message in flight may also lie at or after `cursor`: the
+//!   log owes it and its delivery ends without giving it back; one the cursor passes while
+//!   it is in flight is not handed out again then (`rewound_until`) but comes back fresh
+//!   when that delivery ends (`owes.rs`), so it is owed once.
+//! - An admin operation takes effect whatever reaches the owner after it: what it changes for
+//!   a delivery in flight (a rewind owes the message again, an empty drops it) is marked on
+//!   the delivery ([`Owes`]) and followed when its FIN, REQ, timeout or departure comes.
 //! - Nothing is lost on requeue, timeout or disconnect: REQ, a timed-out delivery and a
 //!   deferral come due go back to `requeued` (or, REQ with a delay, to `deferred`); a
 //!   consumer's disconnect puts everything it held back at the front of `requeued`; CLS stops
 //!   deliveries but FIN/REQ/TOUCH still count. Messages leave only by FIN, by an explicit
-//!   empty ([`Channel::empty`]), by reaching max attempts (`dead_letter.rs`), by a consumer's sampling (`sample_rate`: the channel skips
+//!   empty ([`Channel::empty`]; one in flight when its delivery ends), by reaching max
+//!   attempts (`dead_letter.rs`), by a consumer's sampling (`sample_rate`: the channel skips
 //!   the message, as nsqd's does), or, on an `#ephemeral` channel, beyond its memory queue
 //!   (`mem_queue_size`; it has no disk, as in nsqd).
 //! - `floor()` (the lowest seq still owed) only grows, except by a rewind, which moves it
@@ -50,9 +55,12 @@
 //! - `figures.rs`: what the channel counts for `/stats` ([`Figures`]) and its floor for the
 //!   flusher;
 //! - `replay.rs`: a rewind to another position of the log, and the position for /stats;
+//! - `owes.rs`: what a delivery in flight owes when it ends, as a rewind or an empty since
+//!   its delivery decided;
 //! - `dead_letter.rs`: max attempts: a message given back (REQ, timeout) whose next delivery
-//!   would exceed the limit is set aside for the owner, who publishes it to the dead-letter
-//!   topic or drops it (the invariants above count it as finished);
+//!   would exceed the limit, or one waiting when a lower limit is set, is set aside for the
+//!   owner, who publishes it to the dead-letter topic or drops it (the invariants above count
+//!   it as finished);
 //! - `persist.rs`: the channel's metadata (`meta.json`): what it saves and restores;
 //! - `audit.rs` (tests): where every owed message is, for the owner simulation
 //!   (`crate::owner_sim`), which checks the invariants above after every step.
@@ -67,6 +75,7 @@ mod dead_letter;
 mod deliveries;
 mod detach;
 mod figures;
+mod owes;
 mod persist;
 mod replay;
 mod timeouts;
@@ -75,6 +84,7 @@ pub use consumers::{ClientAuth, ClientInfo, Consumer, ConsumerKey, ConsumerSpec,
 pub use dead_letter::DeadLetters;
 pub use deliveries::{Batch, Deliveries};
 pub use figures::Figures;
+pub use owes::Owes;
 
 use crate::deadlines::{DeadlineQueue, Slot};
 use crate::id_table::IdTable;
@@ -104,6 +114,8 @@ struct InFlight {
     delivered_at: Instant,
     /// Its body has its own allocation (`detach.rs`).
     detached: bool,
+    /// What it owes when it ends, as admin operations since its delivery decided (`owes.rs`).
+    owes: Owes,
 }
 
 struct Deferred {
@@ -268,6 +280,9 @@ impl Channel {
         if let Some(c) = self.consumer_mut(key) {
             c.finish_count += 1;
         }
+        if let Some(copy) = self.owed_after_fin(done.owes, &done.msg) {
+            self.requeue_now(copy);
+        }
         Ok(())
     }
 
@@ -284,7 +299,7 @@ impl Channel {
         if let Some(c) = self.consumer_mut(key) {
             c.requeue_count += 1;
         }
-        let Some(msg) = self.over_limit(f.msg) else {
+        let Some(msg) = self.given_back(f.owes, f.msg) else {
             return Ok(());
         };
         if delay.is_zero() {
@@ -330,10 +345,6 @@ impl Channel {
             let Some(mut stored) = next else {
                 break;
             };
-            if stored.seq < self.rewound_until && self.in_flight.get_mut(&stored.msg.id).is_some() {
-                // Rewound: its delivery from before is still in flight, and owes it.
-                continue;
-            }
             // The turn passes only once a message was taken for this consumer: moving on
             // when there was none gave the same consumer of two every single message (each
             // dispatch's last, empty look skipped the other one).
@@ -366,6 +377,7 @@ impl Channel {
                     slot,
                     delivered_at: now,
                     detached: false,
+                    owes: Owes::Message,
                 },
             );
         }
@@ -408,6 +420,11 @@ impl Channel {
                     }
                     self.cursor = s.seq + 1;
                     self.hint = hint;
+                    if s.seq < self.rewound_until && self.in_flight.get_mut(&s.msg.id).is_some() {
+                        // Rewound over while in flight: not handed out twice at once; the
+                        // delivery's end gives the replay's copy back (`owes.rs`).
+                        continue;
+                    }
                     let now_ns = match (s.defer_until, *now_ns) {
                         (0, _) => 0,
                         (_, Some(t)) => t,
@@ -436,12 +453,14 @@ impl Channel {
         x % 100
     }
 
-    /// Drops every message that is not in flight (nsqd's channel empty).
+    /// nsqd's channel empty: drops every message waiting, and every message in flight once
+    /// its delivery ends (a FIN or TOUCH of it still works; see `owes.rs`).
     pub fn empty(&mut self) {
         self.cursor = self.cursor.max(self.visible_end);
         self.requeued.clear();
         self.deferred.clear();
         self.deferred_order.clear();
+        self.mark_emptied();
     }
 
     /// End-to-end latency samples, for /stats.

@@ -26,20 +26,28 @@ impl Channel {
         let mut pending: Vec<PendingMeta> = self
             .requeued
             .iter()
-            .map(|r| (&r.msg, 0))
-            .chain(self.in_flight.values().map(|f| (&f.msg, 0)))
+            .map(|r| (&r.msg, r.msg.msg.attempts, 0))
             .chain(self.deferred.values().map(|d| {
                 (
                     &d.msg,
+                    d.msg.msg.attempts,
                     d.at.saturating_duration_since(now).as_millis() as u64,
                 )
             }))
-            .map(|(s, delay_ms)| PendingMeta {
+            .map(|(s, attempts, delay_ms)| PendingMeta {
                 seq: s.seq,
-                attempts: s.msg.attempts,
+                attempts,
                 delay_ms,
             })
             .collect();
+        // What a delivery in flight owes itself (`owes.rs`), as requeued.
+        pending.extend(self.in_flight.values().filter_map(|f| {
+            self.owed_by(f).map(|attempts| PendingMeta {
+                seq: f.msg.seq,
+                attempts,
+                delay_ms: 0,
+            })
+        }));
         pending.sort_by_key(|p| p.seq);
         ChannelMeta {
             name: self.name.to_string(),

@@ -514,3 +514,56 @@ fn bodies_held_in_flight_are_copied_out() {
         "nothing left to copy: not re-armed"
     );
 }
+
+/// An empty drops what waits at once and what is in flight when its delivery ends: a FIN and
+/// a TOUCH of it still work, but a REQ, a timeout or a disconnect sent before the empty and
+/// arriving after it bring nothing back.
+#[test]
+fn an_empty_drops_what_is_in_flight_once_its_delivery_ends() {
+    let timers = TimerQueue::default();
+    let (log, ch) = setup("c", 6, 0);
+    let mut c = ch.borrow_mut();
+    let now = Instant::now();
+    c.add_consumer(spec(1), 0).unwrap();
+    c.add_consumer(spec(2), 0).unwrap();
+    c.set_rdy(spec(1).key, 2);
+    c.set_rdy(spec(2).key, 2);
+    let mut out = Deliveries::default();
+    c.dispatch(&log, now, MAX, &timers, &mut out);
+    let held = |key: ConsumerKey| -> Vec<MessageId> {
+        out.iter()
+            .filter(|d| d.to == key)
+            .map(|d| d.msg.id)
+            .collect()
+    };
+    let (one, two) = (held(spec(1).key), held(spec(2).key));
+    c.empty();
+    assert_eq!((c.waiting(), c.figures(&log, 0).in_flight), (0, 4));
+    c.touch(spec(1).key, one[0], MAX, now, &timers).unwrap();
+    c.finish(spec(1).key, one[0]).unwrap();
+    c.requeue(spec(1).key, one[1], Duration::ZERO, now, &timers)
+        .unwrap();
+    c.remove_consumer(spec(2).key);
+    assert_eq!(
+        c.waiting(),
+        0,
+        "the REQ and the disconnect gave nothing back"
+    );
+    assert_eq!(c.floor(), 6);
+    c.set_rdy(spec(1).key, 1);
+    let mut none = Deliveries::default();
+    c.dispatch(&log, now, MAX, &timers, &mut none);
+    assert!(none.is_empty(), "nothing to deliver again");
+    assert!(two.iter().all(|id| c.finish(spec(2).key, *id).is_err()));
+    // A timeout after the empty gives nothing back either.
+    let (log, ch) = setup("d", 1, 0);
+    let mut d = ch.borrow_mut();
+    d.add_consumer(spec(1), 0).unwrap();
+    d.set_rdy(spec(1).key, 1);
+    let mut out = Deliveries::default();
+    d.dispatch(&log, now, MAX, &timers, &mut out);
+    d.empty();
+    let late = now + Duration::from_secs(61);
+    d.on_timer(TimerKind::InFlight, late, late, &timers);
+    assert_eq!((d.timeout_count, d.waiting()), (1, 0));
+}

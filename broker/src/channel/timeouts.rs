@@ -128,7 +128,7 @@ impl Channel {
                 c.in_flight = c.in_flight.saturating_sub(1);
             }
             self.timeout_count += 1;
-            if let Some(msg) = self.over_limit(f.msg) {
+            if let Some(msg) = self.given_back(f.owes, f.msg) {
                 self.requeue_now(msg);
             }
             changed = true;

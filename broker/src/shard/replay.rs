@@ -170,8 +170,7 @@ impl Shard {
             };
             ch
         };
-        t.borrow().log.borrow_mut().reopen_from(seq);
-        ch.borrow_mut().rewind(seq);
+        t.borrow().rewind_channel(&ch, seq);
         self.note_meta_change(&t);
         self.dispatch(&ch);
         self.answer_when_meta_saved(&t, reply)
