@@ -16,10 +16,14 @@
 //!   directory removed when dropped (also when the test panics). Any binary can be started so:
 //!   a crate's own tests give `env!("CARGO_BIN_EXE_<name>")`, which cargo builds for them.
 //!
+//! - [`imports`] reads which modules of a directory name which, for the layering tests (no
+//!   circle of imports).
+//!
 //! Its own unit tests check the documentation's relative links (`doc_links.rs`).
 
 #[cfg(test)]
 mod doc_links;
+pub mod imports;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
