@@ -16,6 +16,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         &[
             "sys",
             "config",
+            "placement",
             "tls",
             "auth",
             "work_set",
