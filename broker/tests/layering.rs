@@ -3,8 +3,8 @@
 //! (`crate::<module>`) only modules of its own layer or below, and no two modules name each
 //! other through any chain (no cycle). A new module must be given a layer here.
 //!
-//! Unit tests (`tests.rs` files, inline `#[cfg(test)] mod tests`) and comments are not
-//! counted: a test may reach anything, a doc link is no dependency.
+//! Unit tests (`tests.rs` and `*_tests.rs` files, inline `#[cfg(test)] mod tests`) and comments
+//! are not counted: a test may reach anything, a doc link is no dependency.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -58,7 +58,7 @@ fn source_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The top-level module a file belongs to (`shard/flusher.rs` -> `shard`, `lib.rs` -> `lib`).
+/// The top-level module a file belongs to (`shard/flush_host.rs` -> `shard`, `lib.rs` -> `lib`).
 fn module_of(src: &Path, file: &Path) -> String {
     let rel = file.strip_prefix(src).unwrap_or(file);
     let first = rel
@@ -147,7 +147,8 @@ fn dependency_graph() -> BTreeMap<String, BTreeSet<String>> {
     assert!(!files.is_empty(), "no source under {}", src.display());
     let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for file in files {
-        if file.file_name().is_some_and(|n| n == "tests.rs") {
+        let name = file.file_name().map(|n| n.to_string_lossy().into_owned());
+        if name.is_some_and(|n| n == "tests.rs" || n.ends_with("_tests.rs")) {
             continue;
         }
         let module = module_of(&src, &file);

@@ -511,6 +511,6 @@ pub fn allowed_cpus() -> Vec<usize> {
 }
 
 #[cfg(test)]
-mod flags_doc;
+mod config_tests;
 #[cfg(test)]
-mod tests;
+mod flags_doc;
