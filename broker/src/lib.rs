@@ -18,6 +18,7 @@ mod lookup_reg;
 mod mailbox;
 #[cfg(test)]
 mod owner_sim;
+mod placement;
 mod shard;
 mod startup;
 mod stats;

@@ -19,6 +19,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         &[
             "sys",
             "config",
+            "placement",
             "tls",
             "auth",
             "work_set",

@@ -8,7 +8,7 @@
 //! - `POST /topic/redrive?topic=[&id=]`: publishes a dead-letter topic's recorded messages
 //!   (or the one with that ID) back to their origin topics, then forgets their records.
 //!
-//! The owner does the work (`shard::dead_letter`); a redrive reads the bodies from the owner
+//! The owner does the work (`shard::dead_letter_routing`); a redrive reads the bodies from it
 //! in batches (asking again while blocks are fetched from disk) and publishes them through
 //! the ordinary publish path, waiting for each answer, before the records are forgotten: a
 //! failure part-way leaves the rest recorded, to be redriven again.
