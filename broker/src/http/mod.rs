@@ -10,6 +10,7 @@
 //! - [`server`]: the accept loops and the per-connection loop (HTTP/1.1 keep-alive and
 //!   pipelining on `http1`), generic over [`transport`] (plain, or TLS);
 //! - [`routes`]: path and method to handler, nsqd's 404 and 405;
+//! - [`api_error`]: the error answers, one variant per code, with status and text;
 //! - [`publish`]: `/pub` and `/mpub`;
 //! - [`manage`]: `/topic/*` and `/channel/*`;
 //! - [`replay`]: `/channel/rewind`, and `/channel/create` with `from=` (ours);
@@ -18,6 +19,7 @@
 //! - [`report`]: `/stats` (JSON and text) and `/metrics` (Prometheus text);
 //! - [`ask`]: requests to one shard or to every shard.
 
+mod api_error;
 mod ask;
 mod dead_letter;
 mod info;

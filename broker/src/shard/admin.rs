@@ -4,7 +4,7 @@
 //! [`super::durable`]).
 
 use super::Shard;
-use crate::admin::{Action, AdminOp, AdminResult, OptionChange};
+use crate::admin::{Action, AdminOp, AdminResult, Failure, OptionChange, Refusal};
 use crate::channel::ConsumerKey;
 use crate::mailbox::{Mail, RegistryOp, ReplyTo};
 use crate::topic::ChannelRef;
@@ -93,7 +93,7 @@ impl Shard {
         if action == Action::Create {
             return Some(match self.topic_or_create(name) {
                 Ok(_) => AdminResult::Done,
-                Err(refused) => AdminResult::Failed(refused.to_string()),
+                Err(refused) => AdminResult::Failed(Failure::CreateTopic(refused.to_string())),
             });
         }
         let Some(t) = self.topics.borrow().get(name).cloned() else {
@@ -119,7 +119,9 @@ impl Shard {
                 // The control thread unregisters its channels, then the topic.
                 self.report(RegistryOp::Unregister, name, None);
                 if let Err(reason) = destroyed {
-                    return Some(AdminResult::Failed(reason.to_string()));
+                    return Some(AdminResult::Failed(Failure::DestroyTopic(
+                        reason.to_string(),
+                    )));
                 }
                 if persistent {
                     self.answer_when_data_path_synced(reply);
@@ -162,9 +164,7 @@ impl Shard {
             return Some(AdminResult::TopicNotFound);
         };
         if t.borrow().ephemeral {
-            return Some(AdminResult::Refused(
-                "EPHEMERAL_TOPIC: an #ephemeral topic keeps no history".into(),
-            ));
+            return Some(AdminResult::Refused(Refusal::EphemeralTopicRetention));
         }
         {
             let mut tb = t.borrow_mut();
