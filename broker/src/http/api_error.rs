@@ -7,7 +7,7 @@
 //! body is nsqd's V1 error `{"message":"<text>"}` with `X-NSQ-Content-Type`, except
 //! `TLS_REQUIRED`, which carries the HTTPS port as nsqd writes it.
 
-use crate::admin::Refusal;
+use crate::admin_ops::Refusal;
 use http1::Response;
 use std::borrow::Cow;
 

@@ -9,7 +9,7 @@
 use super::api_error::ApiError;
 use super::ask;
 use super::routes::Handled;
-use crate::admin::{AdminOp, AdminResult, OptionChange};
+use crate::admin_ops::{AdminOp, AdminResult, OptionChange};
 use crate::shard::Shard;
 use http1::{Request, Response};
 use serde::Serialize;

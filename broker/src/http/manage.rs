@@ -1,7 +1,7 @@
 //! `POST /topic/{create,delete,empty,pause,unpause}?topic=` and
 //! `POST /channel/{create,delete,empty,pause,unpause}?topic=&channel=`: arguments checked as
-//! nsqd checks them, then the work is done by the topic's owner ([`crate::admin`]). (A
-//! `/channel/create` with `from=` is replay's, [`super::replay`].)
+//! nsqd checks them, then the work is done by the topic's owner ([`crate::admin_ops`]). (A
+//! `/channel/create` with `from=` is replay's, [`super::replay_routes`].)
 //! `POST /topic/config?topic=&retention_time=&retention_bytes=` (ours): a topic's own
 //! retention, Go durations and byte sizes ([`crate::config::size`]), `default` for the flag's;
 //! a bad value is refused with 400 and what is wrong with it.
@@ -13,7 +13,7 @@
 use super::api_error::ApiError;
 use super::ask;
 use super::routes::{done, query, topic_and_channel_args, topic_arg, Handled};
-use crate::admin::{Action, AdminOp, AdminResult};
+use crate::admin_ops::{Action, AdminOp, AdminResult};
 use crate::shard::Shard;
 use http1::Request;
 use protocol::duration::parse_flag_duration;

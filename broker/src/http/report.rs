@@ -1,13 +1,13 @@
 //! `GET /stats` (nsqd's JSON and text) and `GET /metrics` (Prometheus text, which nsqd lacks).
 //!
-//! Both ask every shard for its part ([`crate::admin::ShardStats`]) at once and merge: topics
+//! Both ask every shard for its part ([`crate::admin_ops::ShardStats`]) at once and merge: topics
 //! are owned by one shard each, so merging is concatenating and sorting by name; producers
 //! are the connections of every shard that published.
 
 use super::api_error::ApiError;
 use super::ask;
 use super::routes::{query, Handled};
-use crate::admin::{AdminOp, AdminResult, ShardStats, StatsQuery};
+use crate::admin_ops::{AdminOp, AdminResult, ShardStats, StatsQuery};
 use crate::shard::Shard;
 use crate::stats::{self, Latency, MemStats, StatsDoc};
 use http1::{Request, Response};

@@ -5,8 +5,8 @@
 //! becomes its answer here, in [`handle`].
 
 use super::api_error::{allow, ApiError};
-use super::{dead_letter, info, manage, publish, replay, report};
-use crate::admin::Action;
+use super::{dead_letter_routes, info, manage, pub_routes, replay_routes, report};
+use crate::admin_ops::Action;
 use crate::shard::Shard;
 use http1::{escape_html, escape_path, Query, Request, RequestHead, Response};
 use std::rc::Rc;
@@ -230,18 +230,18 @@ async fn route_and_serve(shard: &Rc<Shard>, req: &Request) -> Handled {
     match route {
         Route::Ping => info::ping(shard).await,
         Route::Info => info::info(shard),
-        Route::Pub => publish::pub_one(shard, req).await,
-        Route::Mpub => publish::pub_many(shard, req).await,
+        Route::Pub => pub_routes::pub_one(shard, req).await,
+        Route::Mpub => pub_routes::pub_many(shard, req).await,
         Route::Stats => report::stats(shard, req).await,
         Route::Metrics => report::metrics(shard).await,
         Route::Topic(a) => manage::topic(shard, req, a).await,
         Route::TopicConfig => manage::topic_config(shard, req).await,
-        Route::Channel(Action::Create) => replay::create(shard, req).await,
+        Route::Channel(Action::Create) => replay_routes::create(shard, req).await,
         Route::Channel(a) => manage::channel(shard, req, a).await,
-        Route::Rewind => replay::rewind(shard, req).await,
-        Route::ChannelConfig => dead_letter::channel_config(shard, req).await,
-        Route::DeadLetters => dead_letter::list(shard, req).await,
-        Route::Redrive => dead_letter::redrive(shard, req).await,
+        Route::Rewind => replay_routes::rewind(shard, req).await,
+        Route::ChannelConfig => dead_letter_routes::channel_config(shard, req).await,
+        Route::DeadLetters => dead_letter_routes::list(shard, req).await,
+        Route::Redrive => dead_letter_routes::redrive(shard, req).await,
         Route::Config => info::config(shard, req).await,
     }
 }

@@ -8,7 +8,7 @@
 //! shutting down every answer says `Connection: close`.
 //!
 //! The loop is generic over what lies between the socket and the decoder
-//! ([`super::transport`]): nothing on `--http-address`, TLS on `--https-address`; each is
+//! ([`super::conn_io`]): nothing on `--http-address`, TLS on `--https-address`; each is
 //! compiled for its own, so plain HTTP pays nothing for HTTPS. With `--tls-required` (true,
 //! not `tcp-https`) the plain listener answers every request as nsqd does: 403 with
 //! `{"message": "TLS_REQUIRED", "https_port": N}`.
@@ -18,8 +18,8 @@
 //! first, so that it gets the answer rather than a reset.
 
 use super::api_error::ApiError;
+use super::conn_io::{Plain, Tls, Transport};
 use super::routes::{self, Answer};
-use super::transport::{Plain, Tls, Transport};
 use crate::shard::Shard;
 use crate::sys::eager_read::EagerRead;
 use crate::sys::listen::{ListenAddr, Steering};

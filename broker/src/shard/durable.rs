@@ -4,7 +4,7 @@
 //! race a checkpoint.
 
 use super::Shard;
-use crate::admin::{AdminResult, Failure};
+use crate::admin_ops::{AdminResult, Failure};
 use crate::mailbox::{Reply, ReplyTo};
 use crate::topic::Topic;
 use std::cell::RefCell;

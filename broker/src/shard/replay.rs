@@ -1,5 +1,5 @@
 //! The owner's side of replay: `POST /channel/rewind` and `POST /channel/create` with
-//! `from=` ([`crate::admin::AdminOp::Rewind`]). The position is resolved on the log
+//! `from=` ([`crate::admin_ops::AdminOp::Rewind`]). The position is resolved on the log
 //! (`earliest`: the oldest record kept; a time: [`seek_time`], which may read segment blocks
 //! through the fetch path, in a task of its own so the shard never waits), then checked against
 //! what the log still holds, and the channel moved there in one synchronous step
@@ -17,7 +17,7 @@
 //! keeps it there (retention never deletes what a channel owes).
 
 use super::Shard;
-use crate::admin::{AdminResult, Failure, Refusal, RewindTo};
+use crate::admin_ops::{AdminResult, Failure, Refusal, RewindTo};
 use crate::mailbox::{RegistryOp, Reply, ReplyTo};
 use crate::storage::log::{seek_time, History, Seek};
 use crate::topic::Topic;

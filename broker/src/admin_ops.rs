@@ -4,7 +4,7 @@
 //! health, options changed at runtime, HTTP and record counters).
 //!
 //! The HTTP side sends an [`AdminOp`] with `Shard::request(owner, |reply| Mail::Admin{..})`
-//! and awaits `Reply::Admin(AdminResult)`; the owner's handling is in `shard::admin`.
+//! and awaits `Reply::Admin(AdminResult)`; the owner's handling is in `shard::admin_exec`.
 
 use crate::stats::{ClientStats, TopicStats};
 use std::cell::{Cell, RefCell};

@@ -17,7 +17,7 @@ use super::api_error::ApiError;
 use super::ask;
 use super::manage::{answer, setting};
 use super::routes::{query, topic_and_channel_args, topic_arg, Handled};
-use crate::admin::{AdminOp, AdminResult};
+use crate::admin_ops::{AdminOp, AdminResult};
 use crate::mailbox::Reply;
 use crate::shard::Shard;
 use http1::{Request, Response};

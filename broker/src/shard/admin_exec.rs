@@ -1,10 +1,11 @@
 //! The owner's side of the HTTP API's topic and channel actions (create, delete, empty, pause,
-//! unpause), of a topic's retention settings (`POST /topic/config`), and of runtime options (`PUT /config`). Deleting closes the consumers' connections
-//! wherever they are (`Mail::CloseConn`); a delete is answered once durable (see
-//! [`super::durable`]).
+//! unpause), of a topic's retention settings (`POST /topic/config`), and of runtime options
+//! (`PUT /config`). Deleting closes the consumers' connections wherever they are
+//! (`Mail::CloseConn`); a delete is answered once durable (see [`super::durable`]). What
+//! cannot be done is answered as a typed [`Refusal`] or [`Failure`], worded by the HTTP side.
 
 use super::Shard;
-use crate::admin::{Action, AdminOp, AdminResult, Failure, OptionChange, Refusal};
+use crate::admin_ops::{Action, AdminOp, AdminResult, Failure, OptionChange, Refusal};
 use crate::channel::ConsumerKey;
 use crate::mailbox::{Mail, RegistryOp, ReplyTo};
 use crate::topic::ChannelRef;
@@ -81,7 +82,7 @@ impl Shard {
             OptionChange::LogLevel(l) => {
                 // One shard applies it to the (process-wide) logger; all remember it.
                 if self.id == 0 {
-                    if let Err(e) = crate::admin::set_log_level(&l) {
+                    if let Err(e) = crate::admin_ops::set_log_level(&l) {
                         tracing::warn!("log level {l}: {e}");
                     }
                 }

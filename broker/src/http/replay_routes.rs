@@ -3,7 +3,7 @@
 //! topic's log, as `/stats` shows it) or `earliest`, and `POST /channel/create` with
 //! `from=earliest|<timestamp>|offset:<n>` (the same positions; without `from=` it is nsqd's
 //! create, in [`super::manage`]). Arguments are checked here and refused with 400 and what is
-//! wrong; the owner ([`crate::admin::AdminOp::Rewind`]) resolves the position, refuses one
+//! wrong; the owner ([`crate::admin_ops::AdminOp::Rewind`]) resolves the position, refuses one
 //! before the history (saying how far back it goes) and answers once the channel's new
 //! cursor is in the topic's metadata. With `dry_run=true` a rewind moves nothing and answers
 //! `{"offset": N, "redelivered": M}`: the position resolved, and the messages from there up
@@ -13,7 +13,7 @@ use super::api_error::ApiError;
 use super::ask;
 use super::manage;
 use super::routes::{query, topic_and_channel_args, Handled};
-use crate::admin::{Action, AdminOp, AdminResult, RewindTo};
+use crate::admin_ops::{Action, AdminOp, AdminResult, RewindTo};
 use crate::shard::Shard;
 use http1::{Query, Request, Response};
 use std::rc::Rc;
