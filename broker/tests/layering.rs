@@ -34,7 +34,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "domain",
         &["timer", "latency", "channel", "topic", "stats", "statsd"],
     ),
-    ("mail and start-up", &["mailbox", "admin", "startup"]),
+    ("mail and start-up", &["mailbox", "admin_ops", "startup"]),
     ("owner", &["shard", "owner_sim"]),
     ("front-ends", &["tcp", "http"]),
     (

@@ -34,7 +34,7 @@
 //! Each run is reproducible from its seed; a failure names the seed and the step. `SIM_SEED`
 //! and `SIM_STEPS` in the environment run one chosen seed.
 
-mod admin_ops;
+mod admin_steps;
 mod checks;
 mod client_ops;
 

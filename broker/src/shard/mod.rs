@@ -31,13 +31,13 @@
 //!   whose tasks live in [`crate::storage::flusher`] and [`crate::storage::fetcher`];
 //! - [`dead_letter_routing`]: messages over max attempts sent to their dead-letter topic, origin
 //!   records, channel settings and redrive;
-//! - [`admin`], [`durable`]: the HTTP API's topic and channel actions, answered once durable;
+//! - [`admin_exec`], [`durable`]: the HTTP API's topic and channel actions, answered once durable;
 //!   [`rewind`]: a channel rewound (or created) to a past position of its topic's log;
 //!   [`stats_collect`]: the shard's part of /stats and /metrics; [`statsd_push`]: pushing
 //!   them to statsd;
 //! - [`lifecycle`]: start-up, the shard's tasks, shutdown.
 
-mod admin;
+mod admin_exec;
 mod dead_letter_routing;
 mod dispatch;
 mod durable;
@@ -117,8 +117,8 @@ pub struct Shard {
     pub(crate) sends: crate::sys::send_batch::SendBatch,
     pub(crate) exit: Notify,
     pub(crate) conns_changed: Notify,
-    /// Health and runtime options for the HTTP API (see [`crate::admin`]).
-    pub(crate) admin: crate::admin::AdminState,
+    /// Health and runtime options for the HTTP API (see [`crate::admin_ops`]).
+    pub(crate) admin: crate::admin_ops::AdminState,
     /// Admin actions waiting for the disk.
     durable: durable::DurableAnswers,
     /// The write path: topics with writes, the next checkpoint's topics, the flusher's
@@ -174,7 +174,7 @@ impl Shard {
             sends: crate::sys::send_batch::SendBatch::new(),
             exit: Notify::new(),
             conns_changed: Notify::new(),
-            admin: crate::admin::AdminState::default(),
+            admin: crate::admin_ops::AdminState::default(),
             durable: durable::DurableAnswers::default(),
             flusher,
             fetcher: Fetcher::default(),
