@@ -9,8 +9,8 @@
 //! order: TLS, then the compression, each followed by an `OK` through it); a connection is
 //! upgraded once, and a client gets [`TLS_HANDSHAKE_TIMEOUT`] for its handshake.
 
+use super::layers::Layers;
 use super::reader::Session;
-use super::transport::Layers;
 use super::Conn;
 use crate::shard::Shard;
 use crate::sys::conn_socket::ReadHalf;

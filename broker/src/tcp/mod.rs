@@ -17,7 +17,7 @@
 //! heartbeats off) closes the connection, and its in-flight messages go back to the channel.
 //!
 //! Responses keep the order of commands. Publishes pipeline: the reader sends PUB/MPUB/DPUB to
-//! the topic's owner and goes on decoding (up to [`publish::MAX_PIPELINED`] outstanding), while
+//! the topic's owner and goes on decoding (up to [`pub_pipeline::MAX_PIPELINED`] outstanding), while
 //! a fourth task, the replier, writes their answers in command order as they come back. A
 //! command that answers anything else (IDENTIFY, SUB, CLS, ...) first waits until every
 //! outstanding publish has been answered, so the client sees responses exactly in the order of
@@ -30,17 +30,17 @@
 //! - [`handover`]: when a connection moves to its topic's owner, and what it takes along;
 //! - [`identify`]: IDENTIFY and its negotiation;
 //! - [`auth`]: AUTH, and the authorization gate of PUB, MPUB, DPUB and SUB;
-//! - [`publish`]: PUB, MPUB and DPUB, early answers, the replier;
+//! - [`pub_pipeline`]: PUB, MPUB and DPUB, early answers, the replier;
 //! - [`writer`]: the output buffer, the writer task, heartbeats;
-//! - [`transport`]: TLS and compression between the socket and the codec, once IDENTIFY
+//! - [`layers`]: TLS and compression between the socket and the codec, once IDENTIFY
 //!   switched them on.
 
 mod auth;
 mod handover;
 mod identify;
-mod publish;
+mod layers;
+mod pub_pipeline;
 mod reader;
-mod transport;
 mod writer;
 
 use crate::channel::{ClientInfo, ConsumerKey};
@@ -49,7 +49,7 @@ use crate::shard::Shard;
 use bytes::BytesMut;
 use glommio::net::{TcpListener, TcpStream};
 use nsq_common::local_sync::Notify;
-use publish::{reply_loop, PendingPublish};
+use pub_pipeline::{reply_loop, PendingPublish};
 use reader::{flush_fins, read_loop};
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -104,7 +104,7 @@ pub struct Conn {
     /// Report written bytes once this many have gathered (a quarter of the owner's window).
     report_every: u64,
     /// TLS and compression, once IDENTIFY switched any on (`None`: plaintext, no layer).
-    layers: RefCell<Option<Box<transport::Layers>>>,
+    layers: RefCell<Option<Box<layers::Layers>>>,
     /// Whether the connection runs over TLS, and the common name of the client's certificate
     /// ("" without one): set by the TLS layer, sent to the auth servers by AUTH.
     pub(crate) tls: Cell<bool>,

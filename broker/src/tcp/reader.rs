@@ -9,13 +9,13 @@
 //! channels are dispatched once, and a consumer whose outbox to the channel's owner is
 //! congested reads no more until it drains. Once an answer is on its way out, the next read
 //! may be an eager one ([`crate::sys::eager_read`]). Once IDENTIFY put TLS or a compression
-//! on, socket bytes go through [`super::transport`] and the buffer is refilled from it by at
+//! on, socket bytes go through [`super::layers`] and the buffer is refilled from it by at
 //! most [`PULL_BUDGET`] at a time before the socket is read again; with `--tls-required`,
 //! every command but IDENTIFY before TLS is refused with nsqd's error.
 
 use super::handover;
 use super::identify::identify;
-use super::publish::{publish, MAX_PIPELINED};
+use super::pub_pipeline::{publish, MAX_PIPELINED};
 use super::{route_channel_op, Conn, Subscription};
 use crate::channel::{ClientInfo, ConsumerKey, ConsumerSpec};
 use crate::mailbox::Handover;
@@ -344,7 +344,7 @@ async fn command_loop(
     }
 }
 
-/// Bytes read from the socket into the layers (see [`super::transport`]); `Ok(true)` when
+/// Bytes read from the socket into the layers (see [`super::layers`]); `Ok(true)` when
 /// TLS ended cleanly, `Err` when the input is bad (the connection then closes, after the
 /// writer sent any TLS alert).
 fn layers_input(

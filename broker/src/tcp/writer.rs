@@ -19,7 +19,7 @@
 //! the window has gathered. Frames leave in the order they were buffered. A write that makes
 //! no progress for the write deadline (a heartbeat interval, or [`WRITE_TIMEOUT`] with
 //! heartbeats off) closes the connection; on close the writer writes what is buffered, held
-//! or not, then shuts the socket down. With TLS or compression on ([`super::transport`]),
+//! or not, then shuts the socket down. With TLS or compression on ([`super::layers`]),
 //! each write goes through the layers first; without, the buffer is written as it is.
 
 use super::{route_channel_op, Conn};
