@@ -21,7 +21,7 @@
 //! publish is outstanding, and the new shard starts only after this shard's writer has
 //! written its last byte, so the client sees its answers in the order of its commands.
 
-use super::reader::Session;
+use super::session::Session;
 use super::Conn;
 use crate::mailbox::Handover;
 use crate::shard::Shard;
@@ -44,13 +44,13 @@ pub(super) fn destination(
         _ => return None,
     };
     if !shard.config.move_to_owner
-        || session.moved_in
-        || session.layered
-        || session.sub.is_some()
+        || session.moved_in()
+        || session.is_layered()
+        || session.sub().is_some()
         || shard.config.auth.enabled()
         || shard.is_stopping()
-        || conn.outstanding.get() > 0
-        || !conn.pub_counts.borrow().is_empty()
+        || conn.pipeline.outstanding() > 0
+        || conn.pipeline.has_published()
     {
         return None;
     }
@@ -60,14 +60,14 @@ pub(super) fn destination(
 
 /// What a moving connection takes along (its socket travels beside it, duplicated).
 pub(super) fn handover(conn: &Conn, session: &Session, first: Command, rest: BytesMut) -> Handover {
-    let out = conn.out_buffer.get();
+    let out = conn.out.holding();
     Handover {
         first,
         rest,
-        info: session.info.clone(),
-        heartbeats: session.heartbeats,
-        heartbeat: conn.heartbeat.get(),
-        msg_timeout: session.msg_timeout,
+        info: session.info().clone(),
+        heartbeats: session.heartbeats(),
+        heartbeat: conn.heartbeat(),
+        msg_timeout: session.msg_timeout(),
         output_buffer_size: out.size,
         output_buffer_timeout: out.timeout,
     }

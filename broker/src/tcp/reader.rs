@@ -15,9 +15,10 @@
 
 use super::handover;
 use super::identify::identify;
-use super::pub_pipeline::{publish, MAX_PIPELINED};
-use super::{route_channel_op, Conn, Subscription};
-use crate::channel::{ClientInfo, ConsumerKey, ConsumerSpec};
+use super::pub_pipeline::{publish, Publish, MAX_PIPELINED};
+use super::session::Session;
+use super::{route_channel_op, Conn};
+use crate::channel::ClientInfo;
 use crate::mailbox::Handover;
 use crate::mailbox::{ChannelOp, Mail, Reply};
 use crate::shard::Shard;
@@ -25,10 +26,8 @@ use crate::sys::conn_socket::ReadHalf;
 use crate::sys::eager_read::EagerRead;
 use bytes::BytesMut;
 use futures_lite::AsyncReadExt;
-use protocol::command::ConnPhase;
 use protocol::{
-    decode_command_resuming, Command, DecodeContext, DecodeProgress, ErrorCode, FrameType,
-    ProtocolError,
+    decode_command_resuming, Command, DecodeProgress, ErrorCode, FrameType, ProtocolError,
 };
 use std::os::fd::AsRawFd;
 use std::rc::Rc;
@@ -46,71 +45,16 @@ const READ_MAX: usize = 256 * 1024;
 /// ([`crate::sys::eager_read`]): the replier, then the writer.
 const EAGER_YIELDS: usize = 3;
 
-/// What the reader knows of its connection.
-pub(super) struct Session {
-    phase: ConnPhase,
-    pub(super) heartbeats: bool,
-    pub(super) msg_timeout: Duration,
-    pub(super) info: ClientInfo,
-    /// The owner shard and the channel this connection consumes, after SUB.
-    pub(super) sub: Option<Subscription>,
-    /// FINs decoded from the current read, sent together (see [`flush_fins`]).
-    fins: Vec<protocol::MessageId>,
-    /// `--tls-required` and TLS not on yet: every command but IDENTIFY is refused.
-    pub(super) tls_required: bool,
-    /// TLS or a compression is on ([`Conn::layers`]): socket bytes go through them.
-    pub(super) layered: bool,
-    /// IDENTIFY has just put layers on: what follows it in the read buffer is theirs.
-    pub(super) upgraded: bool,
-    /// AUTH's secret and answer ([`super::auth`]).
-    pub(super) auth: super::auth::SessionAuth,
-    /// The connection came from another shard ([`super::handover`]): it moves no more.
-    pub(super) moved_in: bool,
-    /// The connection is to move to this shard, with this ([`super::handover`]).
-    pub(super) handover: Option<(usize, std::os::fd::OwnedFd, Box<Handover>)>,
-}
-
-impl Session {
-    /// A connection's session before its first command (`moved_in`: after a move).
-    fn new(
-        info: ClientInfo,
-        heartbeats: bool,
-        msg_timeout: Duration,
-        tls_required: bool,
-        moved_in: bool,
-    ) -> Session {
-        Session {
-            phase: ConnPhase::Init,
-            heartbeats,
-            msg_timeout,
-            info,
-            sub: None,
-            fins: Vec::new(),
-            tls_required,
-            layered: false,
-            upgraded: false,
-            auth: Default::default(),
-            moved_in,
-            handover: None,
-        }
-    }
-}
-
 /// Most bytes the layers decode onto the read buffer before the commands in it are run: a
 /// decompression bomb grows the buffer by no more than this past the command limits.
 const PULL_BUDGET: usize = 64 * 1024;
 
-/// Most FINs gathered into one mail.
-const FIN_BATCH: usize = 512;
-
 /// Sends the gathered FINs to the channel's owner as one operation. Called before any other
 /// command runs (so operations keep their order) and when the read buffer is used up.
 pub(super) fn flush_fins(shard: &Shard, conn: &Conn, session: &mut Session) {
-    if session.fins.is_empty() {
-        return;
+    if let Some(fins) = session.take_fins() {
+        channel_op(shard, conn, session, ChannelOp::Fin(fins));
     }
-    let op = ChannelOp::Fin(std::mem::take(&mut session.fins));
-    channel_op(shard, conn, session, op);
 }
 
 /// Reads and executes commands until the connection ends; returns the session (for cleanup).
@@ -124,12 +68,12 @@ pub(super) async fn read_loop(
     if let Some(moved) = moved {
         return resume_loop(shard, conn, stream, *moved).await;
     }
-    let heartbeat = conn.heartbeat.get().unwrap_or(Duration::from_secs(30));
+    let heartbeat = conn.heartbeat().unwrap_or(Duration::from_secs(30));
     stream.set_read_timeout(Some(heartbeat * 2));
     let mut magic = [0u8; 4];
     let got =
         futures_lite::future::or(async { Some(stream.read_exact(&mut magic).await) }, async {
-            conn.wake_reader.notified().await;
+            conn.reader_woken().await;
             None
         })
         .await;
@@ -150,7 +94,7 @@ pub(super) async fn read_loop(
     };
     let tls_required = shard.config.tls_required != crate::tls::TlsRequired::No;
     let session = Session::new(info, true, shard.config.msg_timeout, tls_required, false);
-    *conn.info.borrow_mut() = session.info.clone();
+    conn.identity.show(session.info());
     command_loop(shard, conn, stream, session, BytesMut::new()).await
 }
 
@@ -190,10 +134,10 @@ async fn command_loop(
     let mut eager = EagerRead::default();
     loop {
         loop {
-            if conn.closed.get() {
+            if conn.is_closed() {
                 return Some(session);
             }
-            if session.tls_required {
+            if session.tls_required() {
                 if let Some(e) = refuse_before_tls(&rbuf) {
                     flush_fins(shard, conn, &mut session);
                     conn.wait_outstanding(0).await;
@@ -201,15 +145,10 @@ async fn command_loop(
                     return Some(session);
                 }
             }
-            let ctx = DecodeContext {
-                phase: session.phase,
-                heartbeats_enabled: session.heartbeats,
-                limits,
-            };
+            let ctx = session.decode_context(limits);
             match decode_command_resuming(&mut rbuf, &ctx, &mut progress) {
-                Ok(Some(Command::Fin(id))) if session.sub.is_some() => {
-                    session.fins.push(id);
-                    if session.fins.len() >= FIN_BATCH {
+                Ok(Some(Command::Fin(id))) if session.sub().is_some() => {
+                    if session.push_fin(id) {
                         flush_fins(shard, conn, &mut session);
                     }
                 }
@@ -220,7 +159,7 @@ async fn command_loop(
                             Ok(fd) => {
                                 let rest = rbuf.split();
                                 let h = handover::handover(conn, &session, cmd, rest);
-                                session.handover = Some((owner, fd, Box::new(h)));
+                                session.move_to((owner, fd, Box::new(h)));
                                 return Some(session);
                             }
                             Err(e) => debug!("connection stays: dup failed ({e})"),
@@ -232,7 +171,7 @@ async fn command_loop(
                     );
                     let limit = if publishes { MAX_PIPELINED - 1 } else { 0 };
                     conn.wait_outstanding(limit).await;
-                    if conn.closed.get() {
+                    if conn.is_closed() {
                         return Some(session);
                     }
                     if let Err(e) = execute(shard, conn, &mut stream, &mut session, cmd).await {
@@ -242,7 +181,7 @@ async fn command_loop(
                             return Some(session);
                         }
                     }
-                    if std::mem::take(&mut session.upgraded) {
+                    if session.take_upgraded() {
                         // What the client sent after IDENTIFY is for the new layers.
                         let rest = rbuf.split();
                         progress = DecodeProgress::default();
@@ -263,16 +202,16 @@ async fn command_loop(
                 }
             }
         }
-        if conn.stop_requested.get() {
+        if conn.stop_requested() {
             return Some(session);
         }
         flush_fins(shard, conn, &mut session);
         // FINs/RDYs of this read for this shard's own channels: dispatch once, now.
         shard.flush_dispatches();
-        if let Some((owner, _, _)) = &session.sub {
+        if let Some((owner, _, _)) = session.sub() {
             wait_while_congested(shard, *owner).await;
         }
-        if session.layered {
+        if session.is_layered() {
             // Decode more of what the layers hold before reading the socket again.
             let pulled = match conn.layers.borrow_mut().as_deref_mut() {
                 Some(l) => l.pull(&mut rbuf, PULL_BUDGET),
@@ -302,20 +241,20 @@ async fn command_loop(
         if read.is_none() {
             read =
                 futures_lite::future::or(async { Some(stream.read(&mut scratch).await) }, async {
-                    conn.wake_reader.notified().await;
+                    conn.reader_woken().await;
                     None
                 })
                 .await;
         }
         match read {
             None => {
-                if conn.stop_requested.get() || conn.closed.get() {
+                if conn.stop_requested() || conn.is_closed() {
                     return Some(session);
                 }
             }
             Some(Ok(0)) => return Some(session),
             Some(Ok(n)) => {
-                if session.layered {
+                if session.is_layered() {
                     match layers_input(conn, &mut session, &stream, &scratch[..n], &mut rbuf) {
                         Ok(false) => {}
                         Ok(true) | Err(()) => return Some(session),
@@ -362,21 +301,18 @@ fn layers_input(
     match l.input(data, rbuf) {
         Err(e) => {
             debug!("input layers failed: {e}");
-            conn.wake_writer.notify();
+            conn.out.wake_writer();
             Err(())
         }
         Ok(events) => {
             if events.wants_write {
-                conn.wake_writer.notify();
+                conn.out.wake_writer();
             }
             if events.handshake_done {
-                session.info.tls = l.tls_info();
                 // AUTH tells the auth servers (`tls=true`, the certificate's common name).
-                conn.tls.set(true);
-                *conn.tls_common_name.borrow_mut() = l.peer_common_name();
-                *conn.info.borrow_mut() = session.info.clone();
-                stream.set_read_timeout(conn.heartbeat.get().map(|d| d * 2));
-                debug!(tls = ?session.info.tls, common_name = %conn.tls_common_name.borrow(), "TLS handshake done");
+                session.tls_done(conn, l.tls_info(), l.peer_common_name());
+                stream.set_read_timeout(conn.heartbeat().map(|d| d * 2));
+                debug!(tls = ?session.info().tls, common_name = %conn.identity.common_name(), "TLS handshake done");
             }
             Ok(events.closed)
         }
@@ -419,38 +355,14 @@ async fn execute(
     session: &mut Session,
     cmd: Command,
 ) -> Result<(), ProtocolError> {
-    if shard.config.auth.enabled() {
-        if let Some((verb, topic, channel)) = super::auth::gated(&cmd) {
-            super::auth::check(shard, conn, session, verb, topic, channel).await?;
-        }
-    }
+    session.authorize(shard, conn, &cmd).await?;
     match cmd {
         Command::Identify(body) => identify(shard, conn, stream, session, &body),
-        Command::Auth(secret) => super::auth::auth(shard, conn, session, secret).await,
+        Command::Auth(secret) => session.auth(shard, conn, secret).await,
         Command::Sub { topic, channel } => subscribe(shard, conn, session, topic, channel).await,
-        Command::Pub { topic, body } => {
-            publish(
-                shard,
-                conn,
-                topic,
-                vec![body],
-                Duration::ZERO,
-                ErrorCode::PubFailed,
-                "PUB",
-            )
-            .await
-        }
+        Command::Pub { topic, body } => publish(shard, conn, Publish::Pub { topic, body }).await,
         Command::Mpub { topic, bodies } => {
-            publish(
-                shard,
-                conn,
-                topic,
-                bodies,
-                Duration::ZERO,
-                ErrorCode::MpubFailed,
-                "MPUB",
-            )
-            .await
+            publish(shard, conn, Publish::Mpub { topic, bodies }).await
         }
         Command::Dpub {
             topic,
@@ -458,16 +370,7 @@ async fn execute(
             body,
         } => {
             let defer = Duration::from_millis(defer_ms);
-            publish(
-                shard,
-                conn,
-                topic,
-                vec![body],
-                defer,
-                ErrorCode::DpubFailed,
-                "DPUB",
-            )
-            .await
+            publish(shard, conn, Publish::Dpub { topic, defer, body }).await
         }
         Command::Rdy(n) => {
             if n == 0 {
@@ -493,7 +396,7 @@ async fn execute(
         }
         Command::Cls => {
             channel_op(shard, conn, session, ChannelOp::Close);
-            session.phase = ConnPhase::Closing;
+            session.closing();
             conn.push_response(protocol::CLOSE_WAIT);
             Ok(())
         }
@@ -509,15 +412,7 @@ async fn subscribe(
     channel: String,
 ) -> Result<(), ProtocolError> {
     let owner = shard.config.owner_of(&topic);
-    let spec = ConsumerSpec {
-        key: ConsumerKey {
-            shard: shard.id,
-            conn: conn.id,
-        },
-        msg_timeout: session.msg_timeout,
-        info: Arc::new(session.info.clone()),
-        output_window: shard.config.output_window(),
-    };
+    let spec = session.consumer_spec(shard, conn);
     let (t, c): (Arc<str>, Arc<str>) = (Arc::from(topic.as_str()), Arc::from(channel.as_str()));
     let reply = shard
         .request(owner, |reply| Mail::Subscribe {
@@ -529,10 +424,7 @@ async fn subscribe(
         .await;
     match reply {
         Some(Reply::Subscribe(Ok(()))) => {
-            session.phase = ConnPhase::Subscribed;
-            session.sub = Some((owner, t.clone(), c.clone()));
-            *conn.consumes.borrow_mut() = Some((owner, t.clone(), c.clone()));
-            conn.subscribed.set(true);
+            session.subscribed(conn, (owner, t.clone(), c.clone()));
             debug!(topic = %t, channel = %c, owner, "subscribed");
             conn.push_response(protocol::OK);
             Ok(())
@@ -546,5 +438,5 @@ async fn subscribe(
 }
 
 fn channel_op(shard: &Shard, conn: &Conn, session: &Session, op: ChannelOp) {
-    route_channel_op(shard, conn.id, session.sub.as_ref(), op);
+    route_channel_op(shard, conn.id, session.sub(), op);
 }
