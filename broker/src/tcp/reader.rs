@@ -119,166 +119,292 @@ async fn resume_loop(
     command_loop(shard, conn, stream, session, moved.rest).await
 }
 
-/// Decodes and executes the commands of a connection past its magic, reading as it needs.
-async fn command_loop(
-    shard: &Rc<Shard>,
-    conn: &Rc<Conn>,
-    mut stream: ReadHalf,
-    mut session: Session,
-    mut rbuf: BytesMut,
-) -> Option<Session> {
-    let limits = shard.decode_limits();
-    let mut progress = DecodeProgress::default();
-    let mut scratch = vec![0u8; READ_MIN];
-    let mut small_reads = 0u8;
-    let mut eager = EagerRead::default();
-    loop {
-        loop {
-            if conn.is_closed() {
-                return Some(session);
-            }
-            if session.tls_required() {
-                if let Some(e) = refuse_before_tls(&rbuf) {
-                    flush_fins(shard, conn, &mut session);
-                    conn.wait_outstanding(0).await;
-                    conn.push_error(&e);
-                    return Some(session);
-                }
-            }
-            let ctx = session.decode_context(limits);
-            match decode_command_resuming(&mut rbuf, &ctx, &mut progress) {
-                Ok(Some(Command::Fin(id))) if session.sub().is_some() => {
-                    if session.push_fin(id) {
-                        flush_fins(shard, conn, &mut session);
-                    }
-                }
-                Ok(Some(cmd)) => {
-                    flush_fins(shard, conn, &mut session);
-                    if let Some(owner) = handover::destination(shard, conn, &session, &cmd) {
-                        match crate::sys::listen::dup_socket(stream.as_raw_fd()) {
-                            Ok(fd) => {
-                                let rest = rbuf.split();
-                                let h = handover::handover(conn, &session, cmd, rest);
-                                session.move_to((owner, fd, Box::new(h)));
-                                return Some(session);
-                            }
-                            Err(e) => debug!("connection stays: dup failed ({e})"),
-                        }
-                    }
-                    let publishes = matches!(
-                        cmd,
-                        Command::Pub { .. } | Command::Mpub { .. } | Command::Dpub { .. }
-                    );
-                    let limit = if publishes { MAX_PIPELINED - 1 } else { 0 };
-                    conn.wait_outstanding(limit).await;
-                    if conn.is_closed() {
-                        return Some(session);
-                    }
-                    if let Err(e) = execute(shard, conn, &mut stream, &mut session, cmd).await {
-                        debug!(error = %e, "command failed");
-                        conn.push_error(&e);
-                        if e.fatal {
-                            return Some(session);
-                        }
-                    }
-                    if session.take_upgraded() {
-                        // What the client sent after IDENTIFY is for the new layers.
-                        let rest = rbuf.split();
-                        progress = DecodeProgress::default();
-                        match layers_input(conn, &mut session, &stream, &rest, &mut rbuf) {
-                            Ok(false) => {}
-                            Ok(true) | Err(()) => return Some(session),
-                        }
-                    }
-                }
-                Ok(None) => break,
-                Err(e) => {
-                    flush_fins(shard, conn, &mut session);
-                    debug!(error = %e, "protocol error");
-                    // After the answers of the publishes before it, as on the wire.
-                    conn.wait_outstanding(0).await;
-                    conn.push_error(&e);
-                    return Some(session);
-                }
-            }
+/// Whether the reader goes on with the connection, or its commands end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    Go,
+    End,
+}
+
+/// What the reader reads from: the socket, the bytes read and not yet decoded, and the
+/// buffer the socket is read into (sized to the reads, see [`READ_MIN`]).
+struct Input {
+    stream: ReadHalf,
+    rbuf: BytesMut,
+    progress: DecodeProgress,
+    scratch: Vec<u8>,
+    small_reads: u8,
+    eager: EagerRead,
+}
+
+impl Input {
+    fn new(stream: ReadHalf, rbuf: BytesMut) -> Input {
+        Input {
+            stream,
+            rbuf,
+            progress: DecodeProgress::default(),
+            scratch: vec![0u8; READ_MIN],
+            small_reads: 0,
+            eager: EagerRead::default(),
         }
-        if conn.stop_requested() {
-            return Some(session);
-        }
-        flush_fins(shard, conn, &mut session);
-        // FINs/RDYs of this read for this shard's own channels: dispatch once, now.
-        shard.flush_dispatches();
-        if let Some((owner, _, _)) = session.sub() {
-            wait_while_congested(shard, *owner).await;
-        }
-        if session.is_layered() {
-            // Decode more of what the layers hold before reading the socket again.
-            let pulled = match conn.layers.borrow_mut().as_deref_mut() {
-                Some(l) => l.pull(&mut rbuf, PULL_BUDGET),
-                None => Ok(0),
-            };
-            match pulled {
-                Ok(0) => {}
-                Ok(_) => continue,
-                Err(e) => {
-                    debug!("input layers failed: {e}");
-                    return Some(session);
-                }
-            }
-        }
-        let mut read = None;
-        if conn.answer_pending() && eager.wanted() {
+    }
+
+    /// Reads the socket into `scratch`: eagerly once the answer the client waits for is out
+    /// ([`crate::sys::eager_read`]), else when it is readable. `None`: woken by a stop or a
+    /// close.
+    async fn read(&mut self, conn: &Conn) -> Option<std::io::Result<usize>> {
+        if conn.answer_pending() && self.eager.wanted() {
             // Let the replier and the writer send the answer; a client on this CPU runs as
             // that send wakes it, and its next command is then already here.
             for _ in 0..EAGER_YIELDS {
                 futures_lite::future::yield_now().await;
                 if !conn.answer_pending() {
-                    read = eager.read(stream.as_raw_fd(), &mut scratch).await;
+                    let read = self
+                        .eager
+                        .read(self.stream.as_raw_fd(), &mut self.scratch)
+                        .await;
+                    if read.is_some() {
+                        return read;
+                    }
                     break;
                 }
             }
         }
-        if read.is_none() {
-            read =
-                futures_lite::future::or(async { Some(stream.read(&mut scratch).await) }, async {
-                    conn.reader_woken().await;
-                    None
-                })
-                .await;
+        let (stream, scratch) = (&mut self.stream, &mut self.scratch);
+        futures_lite::future::or(async { Some(stream.read(scratch).await) }, async {
+            conn.reader_woken().await;
+            None
+        })
+        .await
+    }
+
+    /// `n` bytes were read into `scratch`: onto the read buffer (through the layers when they
+    /// are on), then `scratch` grows after a full read and shrinks after small ones.
+    fn take_read(&mut self, conn: &Conn, session: &mut Session, n: usize) -> Step {
+        if session.is_layered() {
+            let data = &self.scratch[..n];
+            match layers_input(conn, session, &self.stream, data, &mut self.rbuf) {
+                Ok(false) => {}
+                Ok(true) | Err(()) => return Step::End,
+            }
+        } else {
+            self.rbuf.extend_from_slice(&self.scratch[..n]);
         }
-        match read {
-            None => {
-                if conn.stop_requested() || conn.is_closed() {
-                    return Some(session);
+        let scratch = &mut self.scratch;
+        if n < scratch.len() / 8 {
+            self.small_reads = self.small_reads.saturating_add(1);
+        } else {
+            self.small_reads = 0;
+        }
+        if n == scratch.len() && scratch.len() < READ_MAX {
+            scratch.resize(scratch.len() * 2, 0);
+        } else if self.small_reads >= SHRINK_AFTER && scratch.len() > READ_MIN {
+            scratch.truncate(scratch.len() / 2);
+            scratch.shrink_to_fit();
+            self.small_reads = 0;
+        }
+        Step::Go
+    }
+
+    /// IDENTIFY has just put layers on: what the client sent after it is theirs.
+    fn hand_rest_to_layers(&mut self, conn: &Conn, session: &mut Session) -> Step {
+        let rest = self.rbuf.split();
+        self.progress = DecodeProgress::default();
+        match layers_input(conn, session, &self.stream, &rest, &mut self.rbuf) {
+            Ok(false) => Step::Go,
+            Ok(true) | Err(()) => Step::End,
+        }
+    }
+}
+
+/// Decodes and executes the commands of a connection past its magic, reading as it needs.
+async fn command_loop(
+    shard: &Rc<Shard>,
+    conn: &Rc<Conn>,
+    stream: ReadHalf,
+    mut session: Session,
+    rbuf: BytesMut,
+) -> Option<Session> {
+    let limits = shard.decode_limits();
+    let mut input = Input::new(stream, rbuf);
+    loop {
+        if run_buffered(shard, conn, &mut input, &mut session, limits).await == Step::End
+            || conn.stop_requested()
+        {
+            return Some(session);
+        }
+        read_done(shard, conn, &mut session).await;
+        match pull_layers(conn, &session, &mut input.rbuf) {
+            Pulled::More => continue,
+            Pulled::Nothing => {}
+            Pulled::Failed => return Some(session),
+        }
+        if read_more(conn, &mut session, &mut input).await == Step::End {
+            return Some(session);
+        }
+    }
+}
+
+/// Decodes and runs the commands in the read buffer until it holds no whole command.
+async fn run_buffered(
+    shard: &Rc<Shard>,
+    conn: &Rc<Conn>,
+    input: &mut Input,
+    session: &mut Session,
+    limits: protocol::Limits,
+) -> Step {
+    loop {
+        if conn.is_closed() {
+            return Step::End;
+        }
+        if session.tls_required() {
+            if let Some(e) = refuse_before_tls(&input.rbuf) {
+                refuse(shard, conn, session, &e).await;
+                return Step::End;
+            }
+        }
+        let ctx = session.decode_context(limits);
+        match decode_command_resuming(&mut input.rbuf, &ctx, &mut input.progress) {
+            Ok(Some(Command::Fin(id))) if session.sub().is_some() => {
+                if session.push_fin(id) {
+                    flush_fins(shard, conn, session);
                 }
             }
-            Some(Ok(0)) => return Some(session),
-            Some(Ok(n)) => {
-                if session.is_layered() {
-                    match layers_input(conn, &mut session, &stream, &scratch[..n], &mut rbuf) {
-                        Ok(false) => {}
-                        Ok(true) | Err(()) => return Some(session),
-                    }
-                } else {
-                    rbuf.extend_from_slice(&scratch[..n]);
-                }
-                if n < scratch.len() / 8 {
-                    small_reads = small_reads.saturating_add(1);
-                } else {
-                    small_reads = 0;
-                }
-                if n == scratch.len() && scratch.len() < READ_MAX {
-                    scratch.resize(scratch.len() * 2, 0);
-                } else if small_reads >= SHRINK_AFTER && scratch.len() > READ_MIN {
-                    scratch.truncate(scratch.len() / 2);
-                    scratch.shrink_to_fit();
-                    small_reads = 0;
+            Ok(Some(cmd)) => {
+                if run_command(shard, conn, input, session, cmd).await == Step::End {
+                    return Step::End;
                 }
             }
-            Some(Err(e)) => {
-                debug!("read ended: {e}");
-                return Some(session);
+            Ok(None) => return Step::Go,
+            Err(e) => {
+                debug!(error = %e, "protocol error");
+                refuse(shard, conn, session, &e).await;
+                return Step::End;
             }
+        }
+    }
+}
+
+/// A fatal error in the input: its frame goes out after the answers of the publishes before
+/// it, as on the wire.
+async fn refuse(shard: &Shard, conn: &Conn, session: &mut Session, e: &ProtocolError) {
+    flush_fins(shard, conn, session);
+    conn.wait_outstanding(0).await;
+    conn.push_error(e);
+}
+
+/// Runs one command (a FIN gathered aside): the connection moves first if the command ties it
+/// to another shard's topic, and the command waits its turn behind the publishes before it.
+async fn run_command(
+    shard: &Rc<Shard>,
+    conn: &Rc<Conn>,
+    input: &mut Input,
+    session: &mut Session,
+    cmd: Command,
+) -> Step {
+    flush_fins(shard, conn, session);
+    let Some(cmd) = move_or_keep(shard, conn, input, session, cmd) else {
+        return Step::End;
+    };
+    let publishes = matches!(
+        cmd,
+        Command::Pub { .. } | Command::Mpub { .. } | Command::Dpub { .. }
+    );
+    let limit = if publishes { MAX_PIPELINED - 1 } else { 0 };
+    conn.wait_outstanding(limit).await;
+    if conn.is_closed() {
+        return Step::End;
+    }
+    if let Err(e) = execute(shard, conn, &mut input.stream, session, cmd).await {
+        debug!(error = %e, "command failed");
+        conn.push_error(&e);
+        if e.fatal {
+            return Step::End;
+        }
+    }
+    if session.take_upgraded() {
+        return input.hand_rest_to_layers(conn, session);
+    }
+    Step::Go
+}
+
+/// Moves the connection to its topic's owner when `cmd` ties it there ([`handover`]): `None`
+/// then (the reader stops, `cmd` and the unread bytes travel along), else `cmd` back.
+fn move_or_keep(
+    shard: &Shard,
+    conn: &Conn,
+    input: &mut Input,
+    session: &mut Session,
+    cmd: Command,
+) -> Option<Command> {
+    let Some(owner) = handover::destination(shard, conn, session, &cmd) else {
+        return Some(cmd);
+    };
+    match crate::sys::listen::dup_socket(input.stream.as_raw_fd()) {
+        Ok(fd) => {
+            let rest = input.rbuf.split();
+            let h = handover::handover(conn, session, cmd, rest);
+            session.move_to((owner, fd, Box::new(h)));
+            None
+        }
+        Err(e) => {
+            debug!("connection stays: dup failed ({e})");
+            Some(cmd)
+        }
+    }
+}
+
+/// The read buffer is used up: its FINs go, this shard's marked channels are dispatched once,
+/// and a consumer waits while its outbox to the channel's owner is congested.
+async fn read_done(shard: &Shard, conn: &Conn, session: &mut Session) {
+    flush_fins(shard, conn, session);
+    // FINs/RDYs of this read for this shard's own channels: dispatch once, now.
+    shard.flush_dispatches();
+    if let Some((owner, _, _)) = session.sub() {
+        wait_while_congested(shard, *owner).await;
+    }
+}
+
+/// What the layers gave the read buffer.
+enum Pulled {
+    /// Nothing (or no layers): read the socket.
+    Nothing,
+    /// More input: decode it before reading the socket again.
+    More,
+    /// The layers failed: the connection ends.
+    Failed,
+}
+
+/// Decodes more of what the layers hold, at most [`PULL_BUDGET`].
+fn pull_layers(conn: &Conn, session: &Session, rbuf: &mut BytesMut) -> Pulled {
+    if !session.is_layered() {
+        return Pulled::Nothing;
+    }
+    let pulled = match conn.layers.borrow_mut().as_deref_mut() {
+        Some(l) => l.pull(rbuf, PULL_BUDGET),
+        None => Ok(0),
+    };
+    match pulled {
+        Ok(0) => Pulled::Nothing,
+        Ok(_) => Pulled::More,
+        Err(e) => {
+            debug!("input layers failed: {e}");
+            Pulled::Failed
+        }
+    }
+}
+
+/// Reads more of the connection's input; `End` at its end, on a read error, or when the
+/// connection is stopped or closed.
+async fn read_more(conn: &Conn, session: &mut Session, input: &mut Input) -> Step {
+    match input.read(conn).await {
+        None if conn.stop_requested() || conn.is_closed() => Step::End,
+        None => Step::Go,
+        Some(Ok(0)) => Step::End,
+        Some(Ok(n)) => input.take_read(conn, session, n),
+        Some(Err(e)) => {
+            debug!("read ended: {e}");
+            Step::End
         }
     }
 }
