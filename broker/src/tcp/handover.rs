@@ -1,14 +1,10 @@
 //! Moving a connection to the shard that owns its topic (`--move-to-owner`).
 //!
-//! A connection lives on the shard the kernel steered it to. Its publishes to a topic another
-//! shard owns then cost a hop to that owner and back, and its deliveries a hop from the owner
-//! for every batch and one back for its FINs; on an idle host each hop may wake a parked
-//! shard (docs/performance-history.md: a PUB per round trip costs twice the CPU, and a
-//! consumer beside a producer falls behind it). So a TCP connection moves to the owner of its
-//! topic once, at the command that ties it to a topic: its SUB or its first PUB, MPUB or
-//! DPUB. The price: a topic's producers and consumers all share its owner's core, where they
-//! used to spread their socket work over the shards the kernel gave them (one hot topic on a
-//! large host: `--move-to-owner=false`). The reader stops before executing that command, the
+//! A connection on another shard than its topic's owner pays a hop to the owner and back for
+//! its publishes, and one for every batch of deliveries and of FINs. So a TCP connection moves
+//! to the owner of its topic once, at the command that ties it to a topic: its SUB or its
+//! first PUB, MPUB or DPUB (why, and what it costs: docs/design/connections.md, "Moving a
+//! connection to its topic's owner"). The reader stops before executing that command, the
 //! connection's tasks end here (the writer writes what is buffered and leaves the socket
 //! open), and the owner adopts a duplicate of the socket with what the reader knew
 //! ([`Handover`], mail) and runs the command first.

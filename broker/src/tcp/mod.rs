@@ -354,8 +354,9 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream, moved: Option<Box<Handov
         shard.unregister_conn(id);
         conn.close();
         writer.await;
-        // close() woke them: they see the connection closed and end by themselves. (A task
-        // ended with glommio's `cancel` kept its allocation for good: 240 bytes a connection.)
+        // close() woke them: they see the connection closed and end by themselves (a task ended
+        // with glommio's `cancel` keeps its allocation: docs/design/connections.md, "What an
+        // idle connection holds").
         ticker.await;
         if conn.pipeline.outstanding() == 0 {
             replier.await;
