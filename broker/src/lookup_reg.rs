@@ -33,10 +33,10 @@ use glommio::net::TcpStream;
 use http1::client::{exchange, request_bytes, ACCEPT_NSQ_V1};
 use http1::{Limits, ReceivedResponse};
 use nsq_common::local_sync::Notify;
+use nsq_common::timeout::with_timeout;
 use protocol::lookup::{decode_reply, LookupCommand, LookupReply, PeerInfo};
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
-use std::future::Future;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -555,15 +555,6 @@ async fn read_reply(
             None => return Err(LookupError::NoReply),
         }
     }
-}
-
-/// `fut`'s output, or `None` when `d` passes first.
-async fn with_timeout<T>(d: Duration, fut: impl Future<Output = T>) -> Option<T> {
-    futures_lite::future::or(async { Some(fut.await) }, async {
-        glommio::timer::sleep(d).await;
-        None
-    })
-    .await
 }
 
 /// Resolves `host:port` off the executor's thread (DNS may block).

@@ -2,6 +2,7 @@
 //! not the wire protocol:
 //!
 //! - [`hostname`]: this machine's name, as Go's `os.Hostname` gives it;
+//! - [`timeout`] (feature `glommio`): a future raced against a glommio timer;
 //! - [`local_sync`]: single-threaded wake-ups (a [`local_sync::oneshot`] for replies and a
 //!   [`local_sync::Notify`]) that need no particular executor;
 //! - [`config_file`] (feature `cli`): `--config FILE`, NSQ's TOML config files as flags.
@@ -30,6 +31,8 @@ pub mod local_sync;
 pub mod memlock;
 #[cfg(feature = "cli")]
 pub mod port_holder;
+#[cfg(feature = "glommio")]
+pub mod timeout;
 #[cfg(feature = "tls")]
 pub mod tls;
 
