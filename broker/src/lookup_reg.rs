@@ -32,6 +32,7 @@ use futures_lite::io::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::TcpStream;
 use http1::client::{exchange, request_bytes, ACCEPT_NSQ_V1};
 use http1::{Limits, ReceivedResponse};
+use nsq_common::host_of;
 use nsq_common::local_sync::Notify;
 use nsq_common::timeout::with_timeout;
 use protocol::lookup::{decode_reply, LookupCommand, LookupReply, PeerInfo};
@@ -579,15 +580,6 @@ async fn resolve(addr: &str) -> Result<SocketAddr, LookupError> {
             source,
         }),
     }
-}
-
-/// The host part of `host:port` (`[v6]:port` gives `v6`).
-pub fn host_of(addr: &str) -> &str {
-    let host = match addr.rfind(':') {
-        Some(i) => &addr[..i],
-        None => addr,
-    };
-    host.trim_start_matches('[').trim_end_matches(']')
 }
 
 /// `host:port`, bracketing an IPv6 host.

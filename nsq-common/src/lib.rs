@@ -2,6 +2,7 @@
 //! not the wire protocol:
 //!
 //! - [`hostname`]: this machine's name, as Go's `os.Hostname` gives it;
+//! - [`host_of`]: the host of a `host:port` address (IPv6 brackets removed);
 //! - [`timeout`] (feature `glommio`): a future raced against a glommio timer;
 //! - [`local_sync`]: single-threaded wake-ups (a [`local_sync::oneshot`] for replies and a
 //!   [`local_sync::Notify`]) that need no particular executor;
@@ -19,6 +20,7 @@
 //!
 //! The version reported on the wire is the codec's: `protocol::NSQD_COMPAT_VERSION`.
 
+mod addr;
 #[cfg(feature = "cli")]
 pub mod cli;
 #[cfg(feature = "cli")]
@@ -36,4 +38,5 @@ pub mod timeout;
 #[cfg(feature = "tls")]
 pub mod tls;
 
+pub use addr::host_of;
 pub use host::hostname;
