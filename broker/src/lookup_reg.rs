@@ -32,6 +32,7 @@ use futures_lite::io::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::TcpStream;
 use http1::client::{exchange, request_bytes, ACCEPT_NSQ_V1};
 use http1::{Limits, ReceivedResponse};
+use nsq_common::backoff::Backoff;
 use nsq_common::host_of;
 use nsq_common::local_sync::Notify;
 use nsq_common::timeout::with_timeout;
@@ -206,34 +207,6 @@ impl Registrations {
 
     pub fn topic_count(&self) -> usize {
         self.topics.len()
-    }
-}
-
-/// Reconnect delays: `min`, doubling up to `max`; [`Backoff::reset`] after a success.
-#[derive(Debug, Clone)]
-pub struct Backoff {
-    next: Duration,
-    min: Duration,
-    max: Duration,
-}
-
-impl Backoff {
-    pub fn new(min: Duration, max: Duration) -> Backoff {
-        Backoff {
-            next: min,
-            min,
-            max,
-        }
-    }
-
-    pub fn next_delay(&mut self) -> Duration {
-        let d = self.next;
-        self.next = (d * 2).min(self.max);
-        d
-    }
-
-    pub fn reset(&mut self) {
-        self.next = self.min;
     }
 }
 

@@ -3,6 +3,7 @@
 //!
 //! - [`hostname`]: this machine's name, as Go's `os.Hostname` gives it;
 //! - [`host_of`]: the host of a `host:port` address (IPv6 brackets removed);
+//! - [`backoff`]: delays doubling up to a cap (reconnections, consumer backoff);
 //! - [`timeout`] (feature `glommio`): a future raced against a glommio timer;
 //! - [`local_sync`]: single-threaded wake-ups (a [`local_sync::oneshot`] for replies and a
 //!   [`local_sync::Notify`]) that need no particular executor;
@@ -21,6 +22,7 @@
 //! The version reported on the wire is the codec's: `protocol::NSQD_COMPAT_VERSION`.
 
 mod addr;
+pub mod backoff;
 #[cfg(feature = "cli")]
 pub mod cli;
 #[cfg(feature = "cli")]
