@@ -143,11 +143,11 @@ for shards in $SHARDS; do
         --target "sub_rate>=500000"
     stop_broker
 
-    # One round trip per message: what it costs is wake-ups, and on this VM a wake-up across
-    # the two vCPUs costs ~60 us where one on the same vCPU costs a few. So this row runs the
-    # blocking client (one thread, blocked in read until each OK) on the CPU of the shard that
-    # owns the topic: connection steering then gives it that shard, and the whole round trip
-    # stays on one core. Its raw ceiling below is pinned the same way.
+    # One round trip per message: what it costs is wake-ups, and a wake-up across vCPUs costs
+    # far more than one on the same vCPU (docs/benchmarks.md, "One PUB per round trip"). So
+    # this row runs the blocking client (one thread, blocked in read until each OK) on the CPU
+    # of the shard that owns the topic: connection steering then gives it that shard, and the
+    # whole round trip stays on one core. Its raw ceiling below is pinned the same way.
     start_broker "$shards"
     pub1_cpu=$(owner_cpu bench)
     [[ -n $pub1_cpu ]] || { echo "run-matrix: no nsq_topic_shard for bench" >&2; exit 1; }

@@ -120,11 +120,6 @@ pub struct Cluster {
     pub upstream: std::sync::Arc<Upstream>,
 }
 
-/// `node` as its host name when nothing better is known (nsqadmin's fallback).
-fn host_of(node: &str) -> String {
-    node.rsplit_once(':').map_or(node, |(h, _)| h).to_owned()
-}
-
 /// A node and its figures for one topic.
 struct OnNode {
     node: String,
@@ -165,7 +160,10 @@ impl Cluster {
             .map(|n| (n.node, n.hostname))
             .collect();
         for b in &self.brokers {
-            names.entry(b.clone()).or_insert_with(|| host_of(b));
+            // Its host when nothing better is known (nsqadmin's fallback).
+            names
+                .entry(b.clone())
+                .or_insert_with(|| nsq_common::host_of(b).to_owned());
         }
         (names, warnings)
     }

@@ -1,50 +1,14 @@
 //! Start-up through the binary's command line: Go's flag conventions that wrapper scripts
 //! rely on, and what nsqadmin accepts.
 
-use std::io::BufRead;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
 /// Runs admin-ui with `args` until its log says it listens (`Ok` with its stderr so far) or it
 /// exits (`Err` with its stderr); killed either way, within 20 s.
 fn start_and_stop(args: &[&str]) -> Result<String, String> {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_admin-ui"))
-        .args(args)
-        .arg("--sample-interval=0")
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn admin-ui");
-    let stderr = child.stderr.take().expect("stderr");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok)
-        {
-            let _ = tx.send(line);
-        }
-    });
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let mut log = String::new();
-    let listening = loop {
-        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-            Ok(line) => {
-                log.push_str(&line);
-                log.push('\n');
-                if line.contains("HTTP: listening") {
-                    break true;
-                }
-            }
-            Err(_) => break false,
-        }
-    };
-    let _ = child.kill();
-    let _ = child.wait();
-    if listening {
-        Ok(log)
-    } else {
-        Err(log)
-    }
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_admin-ui"));
+    cmd.args(args).arg("--sample-interval=0");
+    test_harness::start_and_stop(cmd, "HTTP: listening")
 }
 
 #[test]

@@ -32,11 +32,13 @@ use futures_lite::io::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::TcpStream;
 use http1::client::{exchange, request_bytes, ACCEPT_NSQ_V1};
 use http1::{Limits, ReceivedResponse};
+use nsq_common::backoff::Backoff;
+use nsq_common::host_of;
 use nsq_common::local_sync::Notify;
+use nsq_common::timeout::with_timeout;
 use protocol::lookup::{decode_reply, LookupCommand, LookupReply, PeerInfo};
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
-use std::future::Future;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -205,34 +207,6 @@ impl Registrations {
 
     pub fn topic_count(&self) -> usize {
         self.topics.len()
-    }
-}
-
-/// Reconnect delays: `min`, doubling up to `max`; [`Backoff::reset`] after a success.
-#[derive(Debug, Clone)]
-pub struct Backoff {
-    next: Duration,
-    min: Duration,
-    max: Duration,
-}
-
-impl Backoff {
-    pub fn new(min: Duration, max: Duration) -> Backoff {
-        Backoff {
-            next: min,
-            min,
-            max,
-        }
-    }
-
-    pub fn next_delay(&mut self) -> Duration {
-        let d = self.next;
-        self.next = (d * 2).min(self.max);
-        d
-    }
-
-    pub fn reset(&mut self) {
-        self.next = self.min;
     }
 }
 
@@ -557,15 +531,6 @@ async fn read_reply(
     }
 }
 
-/// `fut`'s output, or `None` when `d` passes first.
-async fn with_timeout<T>(d: Duration, fut: impl Future<Output = T>) -> Option<T> {
-    futures_lite::future::or(async { Some(fut.await) }, async {
-        glommio::timer::sleep(d).await;
-        None
-    })
-    .await
-}
-
 /// Resolves `host:port` off the executor's thread (DNS may block).
 async fn resolve(addr: &str) -> Result<SocketAddr, LookupError> {
     if let Ok(a) = addr.parse::<SocketAddr>() {
@@ -588,15 +553,6 @@ async fn resolve(addr: &str) -> Result<SocketAddr, LookupError> {
             source,
         }),
     }
-}
-
-/// The host part of `host:port` (`[v6]:port` gives `v6`).
-pub fn host_of(addr: &str) -> &str {
-    let host = match addr.rfind(':') {
-        Some(i) => &addr[..i],
-        None => addr,
-    };
-    host.trim_start_matches('[').trim_end_matches(']')
 }
 
 /// `host:port`, bracketing an IPv6 host.

@@ -149,8 +149,7 @@ fn duration_at(multiplier: Duration, max: Duration, level: u32) -> Duration {
     if level == 0 {
         return Duration::ZERO;
     }
-    let factor = 1u32.checked_shl(level - 1).unwrap_or(u32::MAX);
-    multiplier.saturating_mul(factor).min(max)
+    nsq_common::backoff::doubled(multiplier, level - 1, max)
 }
 
 #[cfg(test)]

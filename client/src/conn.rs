@@ -76,9 +76,9 @@ pub(crate) fn answer_of(frame: Frame) -> Option<Result<Bytes>> {
 
 /// Reads what the socket has into `scratch`, then onto the end of `buf`; 0 means end of
 /// stream. Reading through a scratch buffer zeroed once costs a copy of what arrived, where
-/// growing `buf` by a zeroed chunk before every read cost a 64 KiB memset (3% of a synchronous
-/// publisher's CPU, whose answers are 10 bytes). Public for shard-bench's sink, which reads
-/// its connections the same way.
+/// growing `buf` by a zeroed chunk before every read costs a memset of the whole chunk for each
+/// answer of a few bytes a synchronous publisher reads. Public for shard-bench's sink, which
+/// reads its connections the same way.
 pub async fn read_more<R: AsyncRead + Unpin>(
     r: &mut R,
     buf: &mut BytesMut,

@@ -412,11 +412,11 @@ impl Inner {
 
     fn reconnect_delay(&self, failures: u32) -> Duration {
         let base = self.config.reconnect_delay;
-        let factor = 1u32
-            .checked_shl(failures.saturating_sub(1))
-            .unwrap_or(u32::MAX);
-        base.saturating_mul(factor)
-            .min(self.config.max_reconnect_delay.max(base))
+        nsq_common::backoff::doubled(
+            base,
+            failures.saturating_sub(1),
+            self.config.max_reconnect_delay.max(base),
+        )
     }
 
     /// Connects, subscribes and registers one connection; returns its driver to run.

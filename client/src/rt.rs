@@ -5,7 +5,6 @@
 //! single-threaded executor replaces this file.
 
 use crate::error::{Error, Result};
-use futures_lite::future;
 use std::cell::Cell;
 use std::future::Future;
 use std::net::ToSocketAddrs;
@@ -44,11 +43,9 @@ pub(crate) async fn with_timeout<T>(
     d: Duration,
     fut: impl Future<Output = Result<T>>,
 ) -> Result<T> {
-    future::or(fut, async {
-        sleep(d).await;
-        Err(Error::Timeout)
-    })
-    .await
+    nsq_common::timeout::with_timeout(d, fut)
+        .await
+        .unwrap_or_else(|| Err(Error::Timeout))
 }
 
 /// Polls `fut` once right here; only if it is not done then does it become a task (whose

@@ -10,6 +10,7 @@
 //! skip-verify verifier are `nsq_common::tls`'s, shared with the broker and admin-ui.
 
 use crate::error::{Error, Result};
+use nsq_common::host_of;
 use nsq_common::tls::{read_certs, read_private_key, read_roots, AnyCertificate, PemError};
 use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, RootCertStore};
@@ -122,17 +123,6 @@ impl TlsConfig {
         };
         ServerName::try_from(name.clone())
             .map_err(|_| Error::Tls(format!("{name:?} is not a valid server name")))
-    }
-}
-
-/// The host part of `host:port`, `[v6]:port` or a bare host.
-fn host_of(addr: &str) -> &str {
-    if let Some(rest) = addr.strip_prefix('[') {
-        return rest.split(']').next().unwrap_or(rest);
-    }
-    match addr.rsplit_once(':') {
-        Some((host, _)) if !host.contains(':') => host,
-        _ => addr,
     }
 }
 

@@ -12,8 +12,8 @@ use std::mem::MaybeUninit;
 pub(crate) const STACK_HEADERS: usize = 128;
 
 /// Runs `f` with `count` uninitialised header slots for httparse: on the stack up to
-/// [`STACK_HEADERS`], so a parse costs no allocation and no zeroing (a zeroed 4 KiB `Vec` per
-/// request was a tenth of the HTTP /pub profile), on the heap beyond.
+/// [`STACK_HEADERS`], so a parse costs no allocation and no zeroing (a zeroed `Vec` per request
+/// shows in an HTTP /pub profile: docs/benchmarks.md, "Codec micro-benchmarks"), on the heap beyond.
 pub(crate) fn with_header_slots<'b, R>(
     count: usize,
     f: impl FnOnce(&mut [MaybeUninit<httparse::Header<'b>>]) -> R,

@@ -57,44 +57,9 @@ fn startup_help_lists_nsqlookupds_flags() {
 /// Runs the lookup with `args` until its log says it listens (its stderr so far) or it exits
 /// (`Err` with its stderr); killed either way, within 20 s.
 fn start_and_stop(args: &[&str]) -> Result<String, String> {
-    use std::io::BufRead;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_lookup"))
-        .args(args)
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn lookup");
-    let stderr = child.stderr.take().expect("stderr");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok)
-        {
-            let _ = tx.send(line);
-        }
-    });
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    let mut log = String::new();
-    let listening = loop {
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        match rx.recv_timeout(left) {
-            Ok(line) => {
-                log.push_str(&line);
-                log.push('\n');
-                if line.contains("HTTP: listening") {
-                    break true;
-                }
-            }
-            Err(_) => break false,
-        }
-    };
-    let _ = child.kill();
-    let _ = child.wait();
-    if listening {
-        Ok(log)
-    } else {
-        Err(log)
-    }
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_lookup"));
+    cmd.args(args);
+    test_harness::start_and_stop(cmd, "HTTP: listening")
 }
 
 #[test]

@@ -2,6 +2,9 @@
 //! not the wire protocol:
 //!
 //! - [`hostname`]: this machine's name, as Go's `os.Hostname` gives it;
+//! - [`host_of`]: the host of a `host:port` address (IPv6 brackets removed);
+//! - [`backoff`]: delays doubling up to a cap (reconnections, consumer backoff);
+//! - [`timeout`] (feature `glommio`): a future raced against a glommio timer;
 //! - [`local_sync`]: single-threaded wake-ups (a [`local_sync::oneshot`] for replies and a
 //!   [`local_sync::Notify`]) that need no particular executor;
 //! - [`config_file`] (feature `cli`): `--config FILE`, NSQ's TOML config files as flags.
@@ -18,6 +21,8 @@
 //!
 //! The version reported on the wire is the codec's: `protocol::NSQD_COMPAT_VERSION`.
 
+mod addr;
+pub mod backoff;
 #[cfg(feature = "cli")]
 pub mod cli;
 #[cfg(feature = "cli")]
@@ -30,7 +35,10 @@ pub mod local_sync;
 pub mod memlock;
 #[cfg(feature = "cli")]
 pub mod port_holder;
+#[cfg(feature = "glommio")]
+pub mod timeout;
 #[cfg(feature = "tls")]
 pub mod tls;
 
+pub use addr::host_of;
 pub use host::hostname;

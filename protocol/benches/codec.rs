@@ -4,7 +4,8 @@
 //!
 //! `cargo bench -p protocol` (a plain harness, no extra crates). Each case runs 15 samples of
 //! a fixed batch after a warm-up and prints the median and the fastest sample in nanoseconds
-//! per operation. Compare runs of one sitting; the machine is shared.
+//! per operation. Compare only runs made back to back on one machine: it is shared, so its
+//! speed drifts (docs/benchmarks.md, "Codec micro-benchmarks").
 
 use std::hint::black_box;
 use std::time::Instant;

@@ -5,7 +5,7 @@
 //! its process is the broker itself, whose CPU and peak RSS are measured), with `{tcp}`,
 //! `{http}` and `{data}` replaced by two free 127.0.0.1 ports and a new empty directory; the
 //! run starts once `{tcp}` accepts connections. The order alternates (A B, then B A, ...) so
-//! that a drift of the host's speed during the sitting falls on both sides alike. `--prefill`
+//! that a drift of the host's speed during the comparison falls on both sides alike. `--prefill`
 //! publishes a backlog (MPUB of 200, not measured) before each measured run: with
 //! `--workload sub` (and no `--count`) each run ends once it is drained, so the rate is the
 //! drain's (and `--warmup` is not applied: it would drain part of the backlog unmeasured). Every broker is stopped with SIGTERM (SIGKILL

@@ -11,6 +11,8 @@
 //! - [`start_broker`] and [`start_lookup`] start one on ephemeral ports it binds itself and
 //!   names in its log (and, for a broker, a data directory of its own), with the test's flags
 //!   after the addresses.
+//! - [`start_and_stop`] runs a binary until its log says it is ready (or it exits), for
+//!   start-up tests of its flags.
 //! - [`Proc`] is a running binary: started with its output in a log file, waited for until it
 //!   listens on every given address (or fails with its log if it exits first), killed and its
 //!   directory removed when dropped (also when the test panics). Any binary can be started so:
@@ -288,6 +290,56 @@ pub fn start_lookup(bin: &Path, prefix: &str, flags: &[&str]) -> Started {
     Started { proc, tcp, http }
 }
 
+/// Runs `cmd` (a binary with its arguments) until a line of its stderr contains `ready`, and
+/// stops it: `Ok` with its stderr so far, or `Err` with its stderr if it exits first or does
+/// not get there within [`STOP_WAIT`]; killed either way. For start-up tests of a binary's
+/// flags, where the process runs for a moment and nothing else.
+pub fn start_and_stop(mut cmd: Command, ready: &str) -> Result<String, String> {
+    use std::io::BufRead;
+    let mut child = cmd
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{:?} does not start: {e}", cmd.get_program()));
+    let Some(stderr) = child.stderr.take() else {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err("no stderr".into());
+    };
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = Instant::now() + STOP_WAIT;
+    let mut log = String::new();
+    let started = loop {
+        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(line) => {
+                log.push_str(&line);
+                log.push('\n');
+                if line.contains(ready) {
+                    break true;
+                }
+            }
+            Err(_) => break false,
+        }
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    if started {
+        Ok(log)
+    } else {
+        Err(log)
+    }
+}
+
+/// Longest [`start_and_stop`] waits for its line.
+pub const STOP_WAIT: Duration = Duration::from_secs(20);
+
 /// The address written right after `marker` in `log` (up to the next space or line end).
 fn address_after(log: &str, marker: &str) -> Option<String> {
     let rest = &log[log.find(marker)? + marker.len()..];
@@ -322,6 +374,23 @@ mod tests {
         assert_eq!(
             address_after("TCP: listening tcp=", "TCP: listening tcp="),
             None
+        );
+    }
+
+    #[test]
+    fn start_and_stop_waits_for_its_line_or_the_exit() {
+        let mut ready = Command::new("/bin/sh");
+        ready.args([
+            "-c",
+            "echo starting >&2; echo HTTP: listening >&2; sleep 30",
+        ]);
+        let log = start_and_stop(ready, "HTTP: listening");
+        assert_eq!(log.as_deref(), Ok("starting\nHTTP: listening\n"));
+        let mut failing = Command::new("/bin/sh");
+        failing.args(["-c", "echo bad flag >&2; exit 2"]);
+        assert_eq!(
+            start_and_stop(failing, "HTTP: listening"),
+            Err("bad flag\n".to_owned())
         );
     }
 

@@ -30,7 +30,6 @@
 //! (bad URL, connect, TLS, timeout, a malformed or oversized answer) is an `Err` with a
 //! sentence naming the address; nothing here panics on what a server sends.
 
-use futures_lite::future;
 use futures_lite::io::{AsyncRead, AsyncWrite};
 use glommio::net::TcpStream;
 use http1::client::{exchange, request_bytes};
@@ -432,11 +431,9 @@ async fn with_timeout<T>(
     fut: impl std::future::Future<Output = Result<T, String>>,
     timed_out: impl FnOnce() -> String,
 ) -> Result<T, String> {
-    future::or(fut, async {
-        glommio::timer::sleep(d).await;
-        Err(timed_out())
-    })
-    .await
+    nsq_common::timeout::with_timeout(d, fut)
+        .await
+        .unwrap_or_else(|| Err(timed_out()))
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ use super::{AuthError, AuthRequest, AuthServer, AuthSettings, AuthState};
 use glommio::net::TcpStream;
 use http1::client::exchange;
 use http1::Limits;
-use std::future::Future;
+use nsq_common::timeout::with_timeout;
 use std::hash::{BuildHasher, Hasher};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -95,22 +95,13 @@ pub async fn query_one(
         }
         AuthState::from_answer(&answer.body, Instant::now())
     };
-    match within(settings.request_timeout, attempt).await {
+    match with_timeout(settings.request_timeout, attempt).await {
         Some(result) => result,
         None => Err(AuthError(format!(
             "no answer within {:?} (--http-client-request-timeout)",
             settings.request_timeout
         ))),
     }
-}
-
-/// `fut`'s output, or `None` when `d` passes first.
-async fn within<T>(d: Duration, fut: impl Future<Output = T>) -> Option<T> {
-    futures_lite::future::or(async { Some(fut.await) }, async {
-        glommio::timer::sleep(d).await;
-        None
-    })
-    .await
 }
 
 /// The server's address: parsed at once for an IP, else resolved off the executor's thread
