@@ -2,7 +2,7 @@
 //! Markdown files (README.md, ARCHITECTURE.md, CONTRIBUTING.md, docs/, and the crates' own
 //! guides) that is not a URL must name a file or directory that exists, and a `#anchor` must
 //! name a heading of its file (GitHub's slugs). Links in code blocks and code spans are not
-//! links and are skipped.
+//! links and are skipped. No Markdown file keeps a merge's conflict markers.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -173,6 +173,30 @@ fn documentation_links_resolve() {
         "broken links in the documentation:\n{}",
         problems.join("\n")
     );
+}
+
+/// A line a merge left unresolved (`<<<<<<< `, `=======`, `>>>>>>> ` at its start).
+fn conflict_markers(text: &str) -> Vec<usize> {
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| l.starts_with("<<<<<<< ") || *l == "=======" || l.starts_with(">>>>>>> "))
+        .map(|(i, _)| i + 1)
+        .collect()
+}
+
+#[test]
+fn no_merge_conflict_markers_in_the_documentation() {
+    let root = crate::workspace_root();
+    let mut found = Vec::new();
+    for file in markdown_files(&root) {
+        let text = std::fs::read_to_string(&file).unwrap_or_default();
+        for line in conflict_markers(&text) {
+            let name = file.strip_prefix(&root).unwrap_or(&file).display();
+            found.push(format!("{name}:{line}"));
+        }
+    }
+    assert!(found.is_empty(), "unresolved merge markers:\n{}", found.join("\n"));
+    assert_eq!(conflict_markers("a\n<<<<<<< HEAD\nb\n=======\nc\n>>>>>>> x\n"), [2, 4, 6]);
 }
 
 #[test]
