@@ -18,8 +18,11 @@
 //!   directory removed when dropped (also when the test panics). Any binary can be started so:
 //!   a crate's own tests give `env!("CARGO_BIN_EXE_<name>")`, which cargo builds for them.
 //!
+//! - [`certs`]: TLS certificates made in-process (rcgen) for the TLS tests of the crates.
+//!
 //! Its own unit tests check the documentation's relative links (`doc_links.rs`).
 
+pub mod certs;
 #[cfg(test)]
 mod doc_links;
 
