@@ -19,12 +19,14 @@
 //!   a crate's own tests give `env!("CARGO_BIN_EXE_<name>")`, which cargo builds for them.
 //!
 //! - [`certs`]: TLS certificates made in-process (rcgen) for the TLS tests of the crates.
+//! - [`handshake`]: a fake broker's read of the magic and IDENTIFY.
 //!
 //! Its own unit tests check the documentation's relative links (`doc_links.rs`).
 
 pub mod certs;
 #[cfg(test)]
 mod doc_links;
+pub mod handshake;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -12,7 +12,7 @@
 
 use bytes::{Bytes, BytesMut};
 use protocol::frame::{write_frame, write_message_frame, FrameType};
-use protocol::{decode_command, Command, ConnPhase, DecodeContext, Message, MessageId, MAGIC_V2};
+use protocol::{decode_command, Command, ConnPhase, DecodeContext, Message, MessageId};
 use rustls::{ServerConfig, ServerConnection, StreamOwned};
 use std::cell::RefCell;
 use std::io::{Read, Write};
@@ -209,16 +209,14 @@ fn serve(tcp: TcpStream, settings: &Settings, log: &Log, idx: usize) -> std::io:
     // second part for the client's delayed ACK.
     tcp.set_nodelay(true)?;
     let mut plain = tcp;
-    let mut magic = [0u8; 4];
-    plain.read_exact(&mut magic)?;
-    if &magic != MAGIC_V2 {
-        return Ok(());
-    }
+    let hello = match test_harness::handshake::read_identify(&mut plain) {
+        Ok(h) => h,
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let body = Bytes::from(hello.body);
     let mut buf = BytesMut::new();
     let mut ctx = DecodeContext::default();
-    let Some(Command::Identify(body)) = next_command(&mut plain, &mut buf, &ctx)? else {
-        return Ok(());
-    };
     note(log, idx, |s| {
         s.commands.push(Command::Identify(body.clone()))
     });
