@@ -6,6 +6,7 @@
 //! `{"message": "..."}`; an action done is `{"message": ""}`, or `"WARNING: ..."` naming what
 //! failed). A bad request is refused before anything is asked of the cluster.
 
+use crate::action::{Action, Settings};
 use crate::audit::Audit;
 use crate::cluster::{Cluster, Failure};
 use crate::graphite::GraphiteSettings;
@@ -65,15 +66,6 @@ fn failure(f: Failure) -> Response {
     }
 }
 
-/// nsqadmin's `message` for what did not answer: empty, or `WARNING: ` and each joined.
-pub fn warn_message(warnings: &[String]) -> String {
-    if warnings.is_empty() {
-        String::new()
-    } else {
-        format!("WARNING: {}", warnings.join("; "))
-    }
-}
-
 /// The path under `base` (`""` or `/a/b`): `/...`, or `None` when outside it.
 fn under_base<'p>(path: &'p str, base: &str) -> Option<&'p str> {
     if base.is_empty() {
@@ -86,93 +78,27 @@ fn under_base<'p>(path: &'p str, base: &str) -> Option<&'p str> {
     }
 }
 
-/// What a POST or DELETE asks for.
-pub enum Action<'a> {
-    Create(String, Option<String>),
-    Topic(&'a str, &'static str),
-    DeleteTopic(&'a str),
-    Channel(&'a str, &'a str, &'static str),
-    DeleteChannel(&'a str, &'a str),
-    Tombstone(&'a str, String),
-    /// A topic's own settings (its retention): `(name, value)` as the broker takes them.
-    TopicConfig(&'a str, Settings),
-    /// A channel's own settings (max attempts, dead-letter topic).
-    ChannelConfig(&'a str, &'a str, Settings),
-    /// A dead-letter topic's records published back (only the one with this ID when given).
-    Redrive(&'a str, Option<String>),
-    /// A channel rewound to a position (`timestamp` or `earliest`, as the broker takes it);
-    /// with `dry_run`, only what it would deliver again.
-    Rewind {
-        topic: &'a str,
-        channel: &'a str,
-        position: (&'static str, String),
-        dry_run: bool,
-    },
-}
-
-/// A setting's broker argument name and its value.
-pub type Settings = Vec<(&'static str, String)>;
-
-impl Action<'_> {
-    /// nsqadmin's name for it in notifications.
-    pub fn name(&self) -> String {
-        match self {
-            Action::Create(_, None) => "create_topic".into(),
-            Action::Create(_, Some(_)) => "create_channel".into(),
-            Action::Topic(_, op) => format!("{op}_topic"),
-            Action::DeleteTopic(_) => "delete_topic".into(),
-            Action::Channel(_, _, op) => format!("{op}_channel"),
-            Action::DeleteChannel(..) => "delete_channel".into(),
-            Action::Tombstone(..) => "tombstone_topic_producer".into(),
-            Action::TopicConfig(..) => "config_topic".into(),
-            Action::ChannelConfig(..) => "config_channel".into(),
-            Action::Redrive(..) => "redrive_topic".into(),
-            Action::Rewind { .. } => "rewind_channel".into(),
-        }
-    }
-
-    /// Its topic, channel and node.
-    pub fn subject(&self) -> (&str, Option<&str>, Option<&str>) {
-        match self {
-            Action::Create(t, c) => (t, c.as_deref(), None),
-            Action::Topic(t, _)
-            | Action::DeleteTopic(t)
-            | Action::TopicConfig(t, _)
-            | Action::Redrive(t, _) => (t, None, None),
-            Action::Channel(t, c, _)
-            | Action::DeleteChannel(t, c)
-            | Action::ChannelConfig(t, c, _)
-            | Action::Rewind {
-                topic: t,
-                channel: c,
-                ..
-            } => (t, Some(c), None),
-            Action::Tombstone(n, t) => (t, None, Some(n)),
-        }
-    }
-
-    /// Does it: `Ok` with what failed on the way (nsqadmin's partial errors, answered as a
-    /// warning) and what to add to the answer, or why it could not be done at all.
-    fn perform(&self, cluster: &Cluster) -> Result<Done, Failure> {
-        let plain = match self {
-            Action::TopicConfig(t, s) => return cluster.topic_config(t, s),
-            Action::ChannelConfig(t, c, s) => return cluster.channel_config(t, c, s),
-            Action::Redrive(t, id) => return cluster.redrive(t, id.as_deref()),
-            Action::Rewind {
-                topic,
-                channel,
-                position,
-                dry_run,
-            } => return cluster.rewind(topic, channel, position, *dry_run),
-            Action::Create(t, c) => cluster.create(t, c.as_deref()),
-            Action::Topic(t, op) => cluster.topic_action(t, op),
-            Action::DeleteTopic(t) => cluster.delete_topic(t),
-            Action::Channel(t, c, op) => cluster.channel_action(t, c, op),
-            Action::DeleteChannel(t, c) => cluster.delete_channel(t, c),
-            Action::Tombstone(n, t) => cluster.tombstone(n, t),
-        };
-        plain.map(|w| (w, Map::new()))
-    }
+/// Does `action`: `Ok` with what failed on the way (nsqadmin's partial errors, answered as a
+/// warning) and what to add to the answer, or why it could not be done at all.
+fn perform(action: &Action, cluster: &Cluster) -> Result<Done, Failure> {
+    let plain = match action {
+        Action::TopicConfig(t, s) => return cluster.topic_config(t, s),
+        Action::ChannelConfig(t, c, s) => return cluster.channel_config(t, c, s),
+        Action::Redrive(t, id) => return cluster.redrive(t, id.as_deref()),
+        Action::Rewind {
+            topic,
+            channel,
+            position,
+            dry_run,
+        } => return cluster.rewind(topic, channel, position, *dry_run),
+        Action::Create(t, c) => cluster.create(t, c.as_deref()),
+        Action::Topic(t, op) => cluster.topic_action(t, op),
+        Action::DeleteTopic(t) => cluster.delete_topic(t),
+        Action::Channel(t, c, op) => cluster.channel_action(t, c, op),
+        Action::DeleteChannel(t, c) => cluster.delete_channel(t, c),
+        Action::Tombstone(n, t) => cluster.tombstone(n, t),
+    };
+    plain.map(|w| (w, Map::new()))
 }
 
 /// The answer to one request from `peer`.
@@ -252,7 +178,7 @@ fn handle_api(app: &App, req: &Request, parts: &[&str], peer: &str) -> Response 
         Ok(a) => a,
         Err(r) => return r,
     };
-    match action.perform(cluster) {
+    match perform(&action, cluster) {
         Ok((warnings, extra)) => {
             for w in &warnings {
                 tracing::warn!("{}: {w}", action.name());
@@ -262,7 +188,10 @@ fn handle_api(app: &App, req: &Request, parts: &[&str], peer: &str) -> Response 
                 app.audit.notify(&action, user, head, peer);
             }
             let mut answer = Map::new();
-            answer.insert("message".into(), warn_message(&warnings).into());
+            answer.insert(
+                "message".into(),
+                crate::warnings::warn_message(&warnings).into(),
+            );
             answer.extend(extra);
             ok(Value::Object(answer))
         }

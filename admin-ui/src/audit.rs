@@ -4,7 +4,7 @@
 //! succeeded is POSTed there as JSON, in nsqadmin's shape, from a thread of its own so that a
 //! slow endpoint never holds up the operator).
 
-use crate::api::Action;
+use crate::action::Action;
 use crate::upstream::Upstream;
 use http1::RequestHead;
 use serde_json::json;

@@ -7,9 +7,10 @@
 //! figures and named in the answer's warnings; an action that fails anywhere is an error that
 //! says where.
 
-use crate::api::warn_message;
-use crate::shapes::{self, list, num, text};
+use crate::shapes;
 use crate::upstream::Upstream;
+use crate::warnings::{dedup, with_warnings};
+use crate::wire::{Channels, Info, Lookup, Nodes, Stats, TopicStats, Topics};
 use http1::percent_encode;
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, BTreeSet};
@@ -23,19 +24,20 @@ pub struct Gathered<T> {
 }
 
 /// Runs `ask` on every address at once, a thread each (there are few, and each waits on the
-/// network).
-pub fn gather<T: Send>(
+/// network); each failure becomes its text.
+pub fn gather<T: Send, E: std::fmt::Display + Send>(
     addrs: &[String],
-    ask: impl Fn(&str) -> Result<T, String> + Sync,
+    ask: impl Fn(&str) -> Result<T, E> + Sync,
 ) -> Gathered<T> {
     let results: Vec<(String, Result<T, String>)> = std::thread::scope(|s| {
         let handles: Vec<_> = addrs.iter().map(|a| (a, s.spawn(|| ask(a)))).collect();
         handles
             .into_iter()
             .map(|(a, h)| {
-                let r = h
-                    .join()
-                    .unwrap_or_else(|_| Err(format!("{a}: the request panicked")));
+                let r = match h.join() {
+                    Ok(r) => r.map_err(|e| e.to_string()),
+                    Err(_) => Err(format!("{a}: the request panicked")),
+                };
                 (a.clone(), r)
             })
             .collect()
@@ -122,7 +124,7 @@ pub struct Cluster {
 struct OnNode {
     node: String,
     hostname: String,
-    topic: Value,
+    topic: TopicStats,
 }
 
 impl Cluster {
@@ -170,18 +172,14 @@ impl Cluster {
     /// node, with every lookup that lists it.
     fn producers(&self) -> (Vec<Node>, Vec<String>) {
         let g = gather(&self.lookup_addrs(), |l| {
-            self.upstream.get_json(l, "/nodes")
+            self.upstream.get_json::<Nodes>(l, "/nodes")
         });
         let mut nodes: BTreeMap<String, Node> = BTreeMap::new();
         for (lookup, answer) in &g.answers {
-            for p in list(answer, "producers") {
-                let node = format!("{}:{}", text(p, "broadcast_address"), num(p, "http_port"));
-                let remote = format!("{lookup}/{}", text(p, "remote_address"));
-                let tombstones = list(p, "tombstones");
-                let topics = list(p, "topics").iter().enumerate().filter_map(|(i, t)| {
-                    let tombstoned = tombstones.get(i).and_then(Value::as_bool).unwrap_or(false);
-                    t.as_str().map(|t| (t.to_owned(), tombstoned))
-                });
+            for p in &answer.producers {
+                let node = format!("{}:{}", p.broadcast_address, p.http_port);
+                let remote = format!("{lookup}/{}", p.remote_address);
+                let topics = p.topics().map(|(t, tombstoned)| (t.to_owned(), tombstoned));
                 match nodes.get_mut(&node) {
                     Some(known) => {
                         known.remote_addresses.push(remote);
@@ -193,12 +191,12 @@ impl Cluster {
                         let n = Node {
                             node: node.clone(),
                             remote_addresses: vec![remote],
-                            remote_address: text(p, "remote_address").into(),
-                            hostname: text(p, "hostname").into(),
-                            broadcast_address: text(p, "broadcast_address").into(),
-                            tcp_port: num(p, "tcp_port"),
-                            http_port: num(p, "http_port"),
-                            version: text(p, "version").into(),
+                            remote_address: p.remote_address.clone(),
+                            hostname: p.hostname.clone(),
+                            broadcast_address: p.broadcast_address.clone(),
+                            tcp_port: p.tcp_port,
+                            http_port: p.http_port,
+                            version: p.version.clone(),
                             topics: topics.collect(),
                         };
                         nodes.insert(node, n);
@@ -210,14 +208,14 @@ impl Cluster {
     }
 
     /// Every node's `/stats` (for one topic when given), and every node's host name.
-    fn stats(&self, topic: Option<&str>) -> (Gathered<Value>, BTreeMap<String, String>) {
+    fn stats(&self, topic: Option<&str>) -> (Gathered<Stats>, BTreeMap<String, String>) {
         let (hosts, warnings) = self.node_hosts();
         let names: Vec<String> = hosts.keys().cloned().collect();
         let path = match topic {
             Some(t) => format!("/stats?format=json&topic={}", percent_encode(t)),
             None => "/stats?format=json".to_owned(),
         };
-        let mut g = gather(&names, |n| self.upstream.get_json(n, &path));
+        let mut g = gather(&names, |n| self.upstream.get_json::<Stats>(n, &path));
         g.warnings.splice(0..0, warnings);
         (g, hosts)
     }
@@ -229,10 +227,7 @@ impl Cluster {
             .answers
             .into_iter()
             .filter_map(|(node, stats)| {
-                let t = list(&stats, "topics")
-                    .iter()
-                    .find(|t| text(t, "topic_name") == topic)?
-                    .clone();
+                let t = stats.topics.into_iter().find(|t| t.topic_name == topic)?;
                 let hostname = hosts.get(&node).cloned().unwrap_or_default();
                 Some(OnNode {
                     node,
@@ -267,15 +262,11 @@ impl Cluster {
     /// `GET /api/topics`.
     pub fn topics(&self) -> Result<Value, Failure> {
         let from_lookups = gather(&self.lookup_addrs(), |l| {
-            self.upstream.get_json(l, "/topics")
+            self.upstream.get_json::<Topics>(l, "/topics")
         });
         let mut topics = BTreeSet::new();
-        for (_, answer) in &from_lookups.answers {
-            for t in list(answer, "topics") {
-                if let Some(t) = t.as_str() {
-                    topics.insert(t.to_owned());
-                }
-            }
+        for (_, answer) in from_lookups.answers {
+            topics.extend(answer.topics);
         }
         let (nodes, mut warnings) = self.nodes_list();
         for n in nodes {
@@ -290,40 +281,34 @@ impl Cluster {
     /// channels the lookups know.
     pub fn inactive_topics(&self) -> Value {
         let lookups = self.lookup_addrs();
-        let g = gather(&lookups, |l| self.upstream.get_json(l, "/topics"));
+        let g = gather(&lookups, |l| self.upstream.get_json::<Topics>(l, "/topics"));
         let mut warnings = g.warnings;
         let mut names = BTreeSet::new();
-        for (_, answer) in &g.answers {
-            names.extend(
-                list(answer, "topics")
-                    .iter()
-                    .filter_map(|t| t.as_str().map(String::from)),
-            );
+        for (_, answer) in g.answers {
+            names.extend(answer.topics);
         }
         let mut inactive = Map::new();
         for t in names {
             let q = percent_encode(&t);
             let producers = gather(&lookups, |l| {
-                self.upstream.get_json(l, &format!("/lookup?topic={q}"))
+                self.upstream
+                    .get_json::<Lookup>(l, &format!("/lookup?topic={q}"))
             });
             if producers
                 .answers
                 .iter()
-                .any(|(_, a)| !list(a, "producers").is_empty())
+                .any(|(_, a)| !a.producers.is_empty())
             {
                 continue;
             }
             let channels = gather(&lookups, |l| {
-                self.upstream.get_json(l, &format!("/channels?topic={q}"))
+                self.upstream
+                    .get_json::<Channels>(l, &format!("/channels?topic={q}"))
             });
             warnings.extend(channels.warnings);
             let mut names = BTreeSet::new();
-            for (_, a) in &channels.answers {
-                names.extend(
-                    list(a, "channels")
-                        .iter()
-                        .filter_map(|c| c.as_str().map(String::from)),
-                );
+            for (_, a) in channels.answers {
+                names.extend(a.channels);
             }
             inactive.insert(t, names.into_iter().collect::<Vec<_>>().into());
         }
@@ -353,9 +338,10 @@ impl Cluster {
         let rows: Vec<Value> = on_nodes
             .iter()
             .filter_map(|n| {
-                list(&n.topic, "channels")
+                n.topic
+                    .channels
                     .iter()
-                    .find(|c| text(c, "channel_name") == channel)
+                    .find(|c| c.channel_name == channel)
                     .map(|c| shapes::channel(&n.node, &n.hostname, topic, c, true))
             })
             .collect();
@@ -373,22 +359,23 @@ impl Cluster {
     fn nodes_list(&self) -> (Vec<Node>, Vec<String>) {
         let (producers, mut warnings) = self.producers();
         let configured = gather(&self.brokers, |b| {
-            let info = self.upstream.get_json(b, "/info")?;
-            let stats = self
+            let info: Info = self.upstream.get_json(b, "/info")?;
+            let stats: Stats = self
                 .upstream
                 .get_json(b, "/stats?format=json&include_clients=false")?;
-            Ok(Node {
+            Ok::<_, crate::upstream::UpstreamError>(Node {
                 node: b.to_owned(),
                 remote_addresses: Vec::new(),
                 remote_address: String::new(),
-                hostname: text(&info, "hostname").into(),
-                broadcast_address: text(&info, "broadcast_address").into(),
-                tcp_port: num(&info, "tcp_port"),
-                http_port: num(&info, "http_port"),
-                version: text(&info, "version").into(),
-                topics: list(&stats, "topics")
-                    .iter()
-                    .map(|t| (text(t, "topic_name").to_owned(), false))
+                hostname: info.hostname,
+                broadcast_address: info.broadcast_address,
+                tcp_port: info.tcp_port,
+                http_port: info.http_port,
+                version: info.version,
+                topics: stats
+                    .topics
+                    .into_iter()
+                    .map(|t| (t.topic_name, false))
                     .collect(),
             })
         });
@@ -433,21 +420,19 @@ impl Cluster {
         let Some(hostname) = hosts.get(node) else {
             return Err(Failure::NotFound("NODE_NOT_FOUND"));
         };
-        let stats = self
+        let stats: Stats = self
             .upstream
             .get_json(node, "/stats?format=json")
-            .map_err(Failure::Upstream)?;
+            .map_err(|e| Failure::Upstream(e.to_string()))?;
         let mut total_messages = 0;
         let mut total_clients = 0;
-        let topics: Vec<Value> = list(&stats, "topics")
+        let topics: Vec<Value> = stats
+            .topics
             .iter()
             .map(|t| {
-                let row = shapes::topic(node, hostname, t, true);
-                total_messages += num(&row, "message_count");
-                for c in list(&row, "channels") {
-                    total_clients += list(c, "clients").len();
-                }
-                row
+                total_messages += t.message_count;
+                total_clients += t.channels.iter().map(|c| c.clients.len()).sum::<usize>();
+                shapes::topic(node, hostname, t, true)
             })
             .collect();
         warnings = dedup(warnings);
@@ -457,10 +442,10 @@ impl Cluster {
                 "topics": topics,
                 "total_messages": total_messages,
                 "total_clients": total_clients,
-                "version": text(&stats, "version"),
-                "health": text(&stats, "health"),
-                "start_time": num(&stats, "start_time"),
-                "memory": stats.get("memory").cloned().unwrap_or(Value::Null),
+                "version": stats.version,
+                "health": stats.health,
+                "start_time": stats.start_time,
+                "memory": stats.memory.unwrap_or(Value::Null),
             }),
             warnings,
         ))
@@ -474,15 +459,15 @@ impl Cluster {
         let mut per_topic: BTreeMap<String, u64> = BTreeMap::new();
         let mut per_channel = Map::new();
         for (node, stats) in &g.answers {
-            for t in list(stats, "topics") {
-                let topic = text(t, "topic_name");
-                *per_topic.entry(topic.to_owned()).or_default() += num(t, "message_count");
-                for c in list(t, "channels") {
-                    let channel = text(c, "channel_name");
+            for t in &stats.topics {
+                let topic = &t.topic_name;
+                *per_topic.entry(topic.clone()).or_default() += t.message_count;
+                for c in &t.channels {
+                    let channel = &c.channel_name;
                     per_channel.insert(
                         format!("{topic}:{channel}:{node}"),
                         json!({"node": node, "topic_name": topic, "channel_name": channel,
-                               "message_count": num(c, "message_count")}),
+                               "message_count": c.message_count}),
                     );
                 }
             }
@@ -502,15 +487,15 @@ impl Cluster {
     pub fn lookups(&self) -> Value {
         let addrs = self.lookup_addrs();
         let g = gather(&addrs, |l| {
-            let topics = self.upstream.get_json(l, "/topics")?;
+            let topics: Topics = self.upstream.get_json(l, "/topics")?;
             let mut out = Vec::new();
-            for t in list(&topics, "topics").iter().filter_map(Value::as_str) {
-                let channels = self
+            for t in &topics.topics {
+                let channels: Channels = self
                     .upstream
                     .get_json(l, &format!("/channels?topic={}", percent_encode(t)))?;
-                out.push(json!({"topic_name": t, "channels": list(&channels, "channels")}));
+                out.push(json!({"topic_name": t, "channels": channels.channels}));
             }
-            Ok(out)
+            Ok::<_, crate::upstream::UpstreamError>(out)
         });
         let mut answered: BTreeMap<&str, &Vec<Value>> = BTreeMap::new();
         for (l, topics) in &g.answers {
@@ -570,9 +555,7 @@ impl Cluster {
             .into_iter()
             .filter(|n| match channel {
                 None => true,
-                Some(channel) => list(&n.topic, "channels")
-                    .iter()
-                    .any(|c| text(c, "channel_name") == channel),
+                Some(channel) => n.topic.channels.iter().any(|c| c.channel_name == channel),
             })
             .map(|n| n.node)
             .collect();
@@ -668,24 +651,6 @@ impl Cluster {
 /// warning, the action done elsewhere).
 fn everywhere(upstream: &Upstream, addrs: &[String], path: &str) -> Vec<String> {
     gather(addrs, |a| upstream.post(a, path)).warnings
-}
-
-/// `answer` with nsqadmin's `message` (empty, or `WARNING: ` and what did not answer) and
-/// admin-ui's `warnings` list (the same, one string each).
-pub(crate) fn with_warnings(mut answer: Value, warnings: Vec<String>) -> Value {
-    let warnings = dedup(warnings);
-    if let Some(o) = answer.as_object_mut() {
-        o.insert("message".into(), warn_message(&warnings).into());
-        o.insert("warnings".into(), warnings.into());
-    }
-    answer
-}
-
-/// `v` without repeats, first occurrences kept in order.
-pub(crate) fn dedup(mut v: Vec<String>) -> Vec<String> {
-    let mut seen = BTreeSet::new();
-    v.retain(|w| seen.insert(w.clone()));
-    v
 }
 
 #[cfg(test)]

@@ -1,11 +1,11 @@
 //! Command-line flags, with nsqadmin's names and defaults.
 
 use crate::audit::Endpoint;
-use crate::cluster::dedup;
+use crate::cidr::Cidr;
 use crate::graphite::{GraphiteSettings, GraphiteUrl};
-use crate::live_config::Cidr;
 use crate::tls::TlsFlags;
 use crate::upstream::Timeouts;
+use crate::warnings::dedup;
 use clap::{CommandFactory, Parser};
 use serde_json::{Map, Value};
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -284,7 +284,7 @@ impl Config {
 fn options_of(f: &Flags) -> Map<String, Value> {
     let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
     let json = serde_json::json!({
-        "log_level": crate::live_config::level_number(f.log_level),
+        "log_level": level_number(f.log_level),
         "log_prefix": f.log_prefix,
         "http_address": f.http_address.to_string(),
         "base_path": match normalize_base_path(&f.base_path).as_str() { "" => "/".to_owned(), p => p.to_owned() },
@@ -392,6 +392,16 @@ pub(crate) fn upstream_addr(s: &str) -> Result<String, String> {
     match a.rsplit_once(':') {
         Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => Ok(a.to_owned()),
         _ => Err(format!("{s:?} is not host:port")),
+    }
+}
+
+/// nsqd's number for a log level (`lg.LogLevel`).
+pub fn level_number(level: tracing::Level) -> u8 {
+    match level {
+        tracing::Level::TRACE | tracing::Level::DEBUG => 1,
+        tracing::Level::INFO => 2,
+        tracing::Level::WARN => 3,
+        tracing::Level::ERROR => 4,
     }
 }
 

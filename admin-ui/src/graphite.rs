@@ -134,6 +134,7 @@ impl GraphiteSettings {
         tracing::info!("GRAPHITE: {}{path}", url.text);
         let first = upstream
             .get_from(url.tls, &url.addr, &path)
+            .map_err(|e| e.to_string())
             .and_then(|a| {
                 if a.status == 200 {
                     serde_json::from_slice::<Value>(&a.body).map_err(|e| e.to_string())

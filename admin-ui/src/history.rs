@@ -10,8 +10,10 @@
 //! own in `nodes`.
 
 use crate::cluster::{Cluster, Failure};
-use crate::shapes::{list, num, text};
+use crate::upstream::{body_text, UpstreamError};
+use crate::wire::{self, DeadLetters, ErrorBody, Redriven, Rewound};
 use http1::percent_encode;
+use serde::de::{DeserializeOwned, IgnoredAny};
 use serde_json::{json, Map, Value};
 
 /// What an action answers besides nsqadmin's `message`: each failure on the way (a warning)
@@ -27,35 +29,36 @@ fn query(pairs: &[(&str, &str)]) -> String {
         .join("&")
 }
 
-/// A broker's answer to a POST: its JSON body, or the error with the broker's `message`.
-fn post_json(cluster: &Cluster, node: &str, path: &str) -> Result<Value, String> {
+/// A broker's answer to a POST: its JSON body (the default when it has none), or the error
+/// with the broker's `message`.
+fn post_json<T: DeserializeOwned + Default>(
+    cluster: &Cluster,
+    node: &str,
+    path: &str,
+) -> Result<T, UpstreamError> {
     let answer = cluster.upstream.request(node, "POST", path)?;
-    let body: Option<Value> = serde_json::from_slice(&answer.body).ok();
     if !(200..300).contains(&answer.status) {
-        let why = body
-            .as_ref()
-            .map(|b| text(b, "message").to_owned())
+        let why = wire::parse::<ErrorBody>(&answer.body)
+            .ok()
+            .and_then(|b| b.message)
             .filter(|m| !m.is_empty())
-            .unwrap_or_else(|| String::from_utf8_lossy(&answer.body).trim().to_owned());
-        return Err(format!(
-            "POST {}{path}: HTTP {}: {why}",
-            answer.origin, answer.status
-        ));
+            .unwrap_or_else(|| body_text(&answer.body));
+        return Err(answer.failed("POST", path, why));
     }
-    Ok(body.unwrap_or(Value::Null))
+    Ok(wire::parse(&answer.body).unwrap_or_default())
 }
 
 /// Each node's answer, in the order asked.
-type Answers = Vec<(String, Value)>;
+type Answers<T> = Vec<(String, T)>;
 
 /// POSTs `path` to every one of `nodes`: each answer, and the warnings (`failed`, what went
 /// before, and each node that failed); `Err` when every node failed (nothing was done).
-fn fan_out(
+fn fan_out<T: DeserializeOwned + Default + Send>(
     cluster: &Cluster,
     nodes: &[String],
     mut failed: Vec<String>,
     path: &str,
-) -> Result<(Vec<String>, Answers), Failure> {
+) -> Result<(Vec<String>, Answers<T>), Failure> {
     let g = crate::cluster::gather(nodes, |n| post_json(cluster, n, path));
     if g.answers.is_empty() {
         failed.extend(g.warnings);
@@ -74,29 +77,23 @@ impl Cluster {
         let g = crate::cluster::gather(&nodes, |n| {
             let answer = self.upstream.request(n, "GET", &path)?;
             match answer.status {
-                200 => serde_json::from_slice::<Value>(&answer.body)
-                    .map_err(|e| format!("GET {}{path}: not JSON: {e}", answer.origin)),
+                200 => answer.json::<DeadLetters>("GET", &path),
                 // nsqd (no dead letters), or the topic gone meanwhile: nothing recorded.
-                404 => Ok(Value::Null),
-                s => Err(format!(
-                    "GET {}{path}: HTTP {s}: {}",
-                    answer.origin,
-                    String::from_utf8_lossy(&answer.body).trim()
-                )),
+                404 => Ok(DeadLetters::default()),
+                _ => Err(answer.failed("GET", &path, body_text(&answer.body))),
             }
         });
         warnings.extend(g.warnings);
         let mut records = Vec::new();
         for (node, answer) in g.answers {
-            for r in list(&answer, "dead_letters") {
-                let mut r = r.clone();
+            for mut r in answer.dead_letters {
                 if let Some(o) = r.as_object_mut() {
                     o.insert("node".into(), node.clone().into());
                 }
                 records.push(r);
             }
         }
-        Ok(crate::cluster::with_warnings(
+        Ok(crate::warnings::with_warnings(
             json!({ "topic_name": topic, "dead_letters": records }),
             warnings,
         ))
@@ -111,14 +108,13 @@ impl Cluster {
             pairs.push(("id", id));
         }
         let path = format!("/topic/redrive?{}", query(&pairs));
-        let (failed, answers) = fan_out(self, &nodes, failed, &path)?;
+        let (failed, answers) = fan_out::<Redriven>(self, &nodes, failed, &path)?;
         let (mut redriven, mut missing) = (0, 0);
         let mut per_node = Vec::new();
         for (node, a) in &answers {
-            redriven += num(a, "redriven");
-            missing += num(a, "missing");
-            per_node.push(json!({"node": node, "redriven": num(a, "redriven"),
-                                 "missing": num(a, "missing")}));
+            redriven += a.redriven;
+            missing += a.missing;
+            per_node.push(json!({"node": node, "redriven": a.redriven, "missing": a.missing}));
         }
         let mut extra = Map::new();
         extra.insert("redriven".into(), redriven.into());
@@ -139,7 +135,7 @@ impl Cluster {
         let mut pairs = vec![("topic", topic), ("channel", channel)];
         pairs.extend(settings.iter().map(|(k, v)| (*k, v.as_str())));
         let path = format!("/channel/config?{}", query(&pairs));
-        let (failed, _) = fan_out(self, &nodes, failed, &path)?;
+        let (failed, _) = fan_out::<IgnoredAny>(self, &nodes, failed, &path)?;
         Ok((failed, Map::new()))
     }
 
@@ -150,7 +146,7 @@ impl Cluster {
         let mut pairs = vec![("topic", topic)];
         pairs.extend(settings.iter().map(|(k, v)| (*k, v.as_str())));
         let path = format!("/topic/config?{}", query(&pairs));
-        let (failed, _) = fan_out(self, &nodes, failed, &path)?;
+        let (failed, _) = fan_out::<IgnoredAny>(self, &nodes, failed, &path)?;
         Ok((failed, Map::new()))
     }
 
@@ -175,15 +171,14 @@ impl Cluster {
             pairs.push(("dry_run", "true"));
         }
         let path = format!("/channel/rewind?{}", query(&pairs));
-        let (failed, answers) = fan_out(self, &nodes, failed, &path)?;
+        let (failed, answers) = fan_out::<Rewound>(self, &nodes, failed, &path)?;
         let mut extra = Map::new();
         if dry_run {
-            let redelivered: u64 = answers.iter().map(|(_, a)| num(a, "redelivered")).sum();
+            let redelivered: u64 = answers.iter().map(|(_, a)| a.redelivered).sum();
             let per_node: Vec<Value> = answers
                 .iter()
                 .map(|(node, a)| {
-                    json!({"node": node, "offset": num(a, "offset"),
-                           "redelivered": num(a, "redelivered")})
+                    json!({"node": node, "offset": a.offset, "redelivered": a.redelivered})
                 })
                 .collect();
             extra.insert("redelivered".into(), redelivered.into());

@@ -9,8 +9,10 @@
 //! - [`config`]: the flags (nsqadmin's names);
 //! - [`server`]: the listener and each connection's request loop;
 //! - [`api`]: the routes (under `--base-path`) and the JSON API;
+//! - [`action`]: what an operator's POST or DELETE asks for;
 //! - [`pages`]: the page at its path-style URLs, and its static files;
 //! - [`live_config`]: `/config/:opt`, the options read and changed while running;
+//! - [`cidr`]: the networks `/config` changes are allowed from;
 //! - [`graphite`]: the Graphite proxy, `/api/graphite` and the statsd key settings;
 //! - [`audit`]: who may take actions, and the notification of each one;
 //! - [`rates`]: the live rates' series kept from the brokers' `/stats` (`/api/rates`);
@@ -18,14 +20,21 @@
 //! - [`shapes`]: nsqadmin's JSON shapes of topics, channels, clients and nodes;
 //! - [`cluster`]: what the cluster looks like, gathered from lookups and brokers, and the
 //!   actions fanned out to them;
+//! - [`warnings`]: what did not answer, as the answers say it;
 //! - [`history`]: the brokers' features beyond nsqd (dead letters, channel settings,
 //!   rewind, retention), read and set on every broker concerned;
 //! - [`upstream`]: one HTTP request to a lookup or a broker, over HTTPS when a broker
-//!   requires TLS;
+//!   requires TLS, and what failed when it gives nothing usable;
+//! - [`wire`]: the lookups' and brokers' answers read into typed structs;
 //! - [`tls`]: the TLS client settings (`--http-client-tls-*`).
+//!
+//! No two modules import each other, directly or through others: shared types live below
+//! their users ([`wire`], [`action`], [`warnings`] and [`cidr`] import no other module).
 
+mod action;
 mod api;
 mod audit;
+mod cidr;
 mod cluster;
 mod config;
 mod graphite;
@@ -38,6 +47,8 @@ mod server;
 mod shapes;
 mod tls;
 mod upstream;
+mod warnings;
+mod wire;
 
 use std::process::ExitCode;
 

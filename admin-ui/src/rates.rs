@@ -1,5 +1,5 @@
 //! Live rates without Graphite: the series admin-ui keeps from the brokers' `/stats`, sampled
-//! by [`crate::sampler`] every `--sample-interval`, and their JSON (`GET /api/rates`, see
+//! by the sampler thread (`sampler.rs`) every `--sample-interval`, and their JSON (`GET /api/rates`, see
 //! `admin-ui/API.md`).
 //!
 //! What it owns: one series per topic, per channel (each summed over the nodes that have it)
@@ -25,7 +25,7 @@
 //!   it answers again, the average over the whole gap. A client that disconnects between two
 //!   samples takes its FINs of that last interval with it (they are not counted).
 
-use crate::shapes::{list, num, text};
+use crate::wire::{ChannelStats, Latency, Stats};
 use serde_json::{json, Map, Value};
 use std::collections::VecDeque;
 use std::collections::{BTreeMap, HashMap};
@@ -150,13 +150,12 @@ impl Acc {
         }
     }
 
-    /// The node's e2e percentiles (`e2e_processing_latency` of `from`), the largest kept.
-    fn e2e(&mut self, from: &Value) {
-        let e = from.get("e2e_processing_latency").unwrap_or(&Value::Null);
-        for (i, p) in list(e, "percentiles").iter().take(QUANTILES).enumerate() {
+    /// The node's e2e percentiles, the largest kept.
+    fn e2e(&mut self, e: &Latency) {
+        for (i, p) in e.percentiles.iter().take(QUANTILES).enumerate() {
             let (Some(q), Some(v)) = (
-                p.get("quantile").and_then(Value::as_f64),
-                p.get("value").and_then(Value::as_f64),
+                p.quantile.as_ref().and_then(|q| q.as_f64()),
+                p.value.as_ref().and_then(|v| v.as_f64()),
             ) else {
                 continue;
             };
@@ -213,7 +212,7 @@ impl Store {
         &mut self,
         now_ms: u64,
         known: &[String],
-        answers: &[(String, Value, f64)],
+        answers: &[(String, Stats, f64)],
         complete: bool,
     ) {
         let mut round: BTreeMap<Key, Acc> = BTreeMap::new();
@@ -222,7 +221,7 @@ impl Store {
             let base = self
                 .bases
                 .remove(node)
-                .filter(|b| b.start_time == num(stats, "start_time") && mono_secs > b.at_secs);
+                .filter(|b| b.start_time == stats.start_time && mono_secs > b.at_secs);
             let next = read_node(node, stats, base.as_ref(), mono_secs, &mut round);
             self.bases.insert(node.clone(), next);
         }
@@ -384,50 +383,50 @@ fn latest_json(s: &Series) -> Map<String, Value> {
 /// rates only where `base` (the node's previous reading, same start time) has the counter.
 fn read_node(
     node: &str,
-    stats: &Value,
+    stats: &Stats,
     base: Option<&NodeBase>,
     mono_secs: f64,
     round: &mut BTreeMap<Key, Acc>,
 ) -> NodeBase {
     let secs = base.map_or(0.0, |b| mono_secs - b.at_secs);
     let mut next = NodeBase {
-        start_time: num(stats, "start_time"),
+        start_time: stats.start_time,
         at_secs: mono_secs,
         topics: HashMap::new(),
     };
     let mut node_acc = Acc::new();
     node_acc.add(CLIENTS, Some(0.0));
     node_acc.add(DEPTH, Some(0.0));
-    if let Some(m) = stats.get("memory") {
-        node_acc.add(MEMORY, Some(num(m, "heap_in_use_bytes") as f64));
+    if let Some(heap) = stats.heap_in_use() {
+        node_acc.add(MEMORY, Some(heap as f64));
     }
-    for t in list(stats, "topics") {
-        let topic = text(t, "topic_name");
-        let count = num(t, "message_count");
+    for t in &stats.topics {
+        let topic = t.topic_name.as_str();
+        let count = t.message_count;
         let prev = base.and_then(|b| b.topics.get(topic));
         let in_rate = prev.and_then(|(c, _)| rate(*c, count, secs));
         let mut channel_bases = HashMap::new();
         let mut topic_acc = Acc::new();
         topic_acc.add(IN, in_rate);
-        topic_acc.add(DEPTH, Some(num(t, "depth") as f64));
-        topic_acc.e2e(t);
+        topic_acc.add(DEPTH, Some(t.depth as f64));
+        topic_acc.e2e(&t.e2e_processing_latency);
         node_acc.add(IN, in_rate);
-        node_acc.add(DEPTH, Some(num(t, "depth") as f64));
-        for c in list(t, "channels") {
-            let channel = text(c, "channel_name");
+        node_acc.add(DEPTH, Some(t.depth as f64));
+        for c in &t.channels {
+            let channel = c.channel_name.as_str();
             let prev_c = prev.and_then(|(_, chans)| chans.get(channel));
             let (next_c, in_c, out_c) = read_channel(c, prev_c, secs);
             let mut acc = Acc::new();
             acc.add(IN, in_c);
             acc.add(OUT, out_c);
             let figures = [
-                (DEPTH, "depth"),
-                (IN_FLIGHT, "in_flight_count"),
-                (DEFERRED, "deferred_count"),
-                (CLIENTS, "client_count"),
+                (DEPTH, c.depth),
+                (IN_FLIGHT, c.in_flight_count),
+                (DEFERRED, c.deferred_count),
+                (CLIENTS, c.client_count),
             ];
-            for (field, name) in figures {
-                let v = Some(num(c, name) as f64);
+            for (field, figure) in figures {
+                let v = Some(figure as f64);
                 acc.add(field, v);
                 node_acc.add(field, v);
                 if field != DEPTH {
@@ -435,7 +434,7 @@ fn read_node(
                     topic_acc.add(field, v);
                 }
             }
-            acc.e2e(c);
+            acc.e2e(&c.e2e_processing_latency);
             topic_acc.add(OUT, out_c);
             node_acc.add(OUT, out_c);
             merge(round, Key::Channel(topic.into(), channel.into()), acc);
@@ -450,19 +449,19 @@ fn read_node(
 
 /// A channel's new baseline, its messages/s in and its FIN'd/s.
 fn read_channel(
-    c: &Value,
+    c: &ChannelStats,
     prev: Option<&ChannelBase>,
     secs: f64,
 ) -> (ChannelBase, Option<f64>, Option<f64>) {
-    let count = num(c, "message_count");
+    let count = c.message_count;
     let mut next = ChannelBase {
         count,
         finished: HashMap::new(),
     };
     let mut finished = 0u64;
-    for cl in list(c, "clients") {
-        let id = (text(cl, "remote_address").to_owned(), num(cl, "connect_ts"));
-        let fin = num(cl, "finish_count");
+    for cl in &c.clients {
+        let id = (cl.remote_address.clone(), cl.connect_ts);
+        let fin = cl.finish_count;
         // A client not seen before connected since the last reading: all its FINs are new.
         let before = prev.and_then(|p| p.finished.get(&id)).copied().unwrap_or(0);
         finished += fin.saturating_sub(before);

@@ -26,8 +26,19 @@ fn keys(store: &Store) -> std::collections::BTreeSet<Key> {
 }
 
 /// `answers` as read at `secs`.
-fn at(secs: f64, answers: impl IntoIterator<Item = (String, Value)>) -> Vec<(String, Value, f64)> {
-    answers.into_iter().map(|(n, v)| (n, v, secs)).collect()
+fn at(
+    secs: f64,
+    answers: impl IntoIterator<Item = (String, Value)>,
+) -> Vec<(String, crate::wire::Stats, f64)> {
+    answers
+        .into_iter()
+        .map(|(n, v)| (n, read(v), secs))
+        .collect()
+}
+
+/// `v` read as a broker's `/stats`.
+fn read(v: Value) -> crate::wire::Stats {
+    serde_json::from_value(v).unwrap()
 }
 
 fn nodes(names: &[&str]) -> Vec<String> {
@@ -296,14 +307,14 @@ fn each_node_is_timed_by_its_own_reading() {
     let mut s = Store::new(Duration::from_secs(1));
     let n = nodes(&["a", "b"]);
     let first = [
-        ("a".into(), one(1, 0, 0), 1.0),
-        ("b".into(), one(1, 0, 0), 1.0),
+        ("a".into(), read(one(1, 0, 0)), 1.0),
+        ("b".into(), read(one(1, 0, 0)), 1.0),
     ];
     s.record(1000, &n, &first, true);
     // b answered half a second later than a in the second round.
     let second = [
-        ("a".into(), one(1, 100, 0), 2.0),
-        ("b".into(), one(1, 150, 0), 2.5),
+        ("a".into(), read(one(1, 100, 0)), 2.0),
+        ("b".into(), read(one(1, 150, 0)), 2.5),
     ];
     s.record(2000, &n, &second, true);
     assert_eq!(last(&s, &Key::Node("a".into()), IN), Some(100.0));

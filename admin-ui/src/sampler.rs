@@ -11,7 +11,7 @@
 
 use crate::cluster::{gather, Cluster};
 use crate::rates::Store;
-use serde_json::Value;
+use crate::wire::Stats;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -35,12 +35,12 @@ fn run(cluster: &Cluster, store: &Mutex<Store>, interval: Duration) {
         let names: Vec<String> = hosts.keys().cloned().collect();
         let g = gather(&names, |n| {
             let sent = origin.elapsed().as_secs_f64();
-            let stats = cluster.upstream.get_json(n, "/stats?format=json")?;
+            let stats: Stats = cluster.upstream.get_json(n, "/stats?format=json")?;
             let answered = origin.elapsed().as_secs_f64();
-            Ok((stats, (sent + answered) / 2.0))
+            Ok::<_, crate::upstream::UpstreamError>((stats, (sent + answered) / 2.0))
         });
         warnings.extend(g.warnings);
-        let answers: Vec<(String, Value, f64)> = g
+        let answers: Vec<(String, Stats, f64)> = g
             .answers
             .into_iter()
             .map(|(n, (v, at))| (n, v, at))

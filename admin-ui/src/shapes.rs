@@ -6,24 +6,30 @@
 //! Invariants: every field nsqadmin writes is present with its JSON type (a missing broker
 //! field reads as 0, `""` or false); totals are the sums of the rows in their `nodes`, and
 //! `paused` is true when any node has it paused; admin-ui's own additions (a topic row's
-//! `channel_count`) only add fields.
+//! `channel_count`) only add fields. A node's rows are built from its typed `/stats`
+//! ([`crate::wire`]); totals are added up from those rows, as they are what the answer holds.
 
+use crate::wire::{ChannelStats, ClientStats, Latency, TopicStats};
 use serde_json::{json, Map, Value};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-pub fn num(v: &Value, key: &str) -> u64 {
+/// A figure of a row, 0 when it has none.
+fn num(v: &Value, key: &str) -> u64 {
     v.get(key).and_then(Value::as_u64).unwrap_or(0)
 }
 
-pub fn text<'a>(v: &'a Value, key: &str) -> &'a str {
+/// A name of a row, `""` when it has none.
+fn text<'a>(v: &'a Value, key: &str) -> &'a str {
     v.get(key).and_then(Value::as_str).unwrap_or_default()
 }
 
-pub fn flag(v: &Value, key: &str) -> bool {
+/// A flag of a row, false when it has none.
+fn flag(v: &Value, key: &str) -> bool {
     v.get(key).and_then(Value::as_bool).unwrap_or(false)
 }
 
-pub fn list<'a>(v: &'a Value, key: &str) -> &'a [Value] {
+/// A list of a row, empty when it has none.
+fn list<'a>(v: &'a Value, key: &str) -> &'a [Value] {
     v.get(key)
         .and_then(Value::as_array)
         .map(Vec::as_slice)
@@ -54,55 +60,61 @@ const CHANNEL_SUMS: &[&str] = &[
 /// A client of a channel on `node` (nsqadmin's `ClientStats`): nsqd's `/stats` fields, its
 /// TLS, compression and auth state included, and `connected` (nanoseconds since
 /// `connect_ts`).
-pub fn client(node: &str, c: &Value) -> Value {
+pub fn client(node: &str, c: &ClientStats) -> Value {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
-    let connected = now.saturating_sub(num(c, "connect_ts")) * 1_000_000_000;
+    let connected = now.saturating_sub(c.connect_ts) * 1_000_000_000;
     json!({
         "node": node,
-        "remote_address": text(c, "remote_address"),
-        "version": text(c, "version"),
-        "client_id": text(c, "client_id"),
-        "hostname": text(c, "hostname"),
-        "user_agent": text(c, "user_agent"),
-        "connect_ts": num(c, "connect_ts"),
+        "remote_address": c.remote_address,
+        "version": c.version,
+        "client_id": c.client_id,
+        "hostname": c.hostname,
+        "user_agent": c.user_agent,
+        "connect_ts": c.connect_ts,
         "connected": connected,
-        "in_flight_count": num(c, "in_flight_count"),
-        "ready_count": num(c, "ready_count"),
-        "finish_count": num(c, "finish_count"),
-        "requeue_count": num(c, "requeue_count"),
-        "message_count": num(c, "message_count"),
-        "sample_rate": num(c, "sample_rate"),
-        "deflate": flag(c, "deflate"),
-        "snappy": flag(c, "snappy"),
-        "authed": flag(c, "authed"),
-        "auth_identity": text(c, "auth_identity"),
-        "auth_identity_url": text(c, "auth_identity_url"),
-        "tls": flag(c, "tls"),
-        "tls_cipher_suite": text(c, "tls_cipher_suite"),
-        "tls_version": text(c, "tls_version"),
-        "tls_negotiated_protocol": text(c, "tls_negotiated_protocol"),
-        "tls_negotiated_protocol_is_mutual": flag(c, "tls_negotiated_protocol_is_mutual"),
+        "in_flight_count": c.in_flight_count,
+        "ready_count": c.ready_count,
+        "finish_count": c.finish_count,
+        "requeue_count": c.requeue_count,
+        "message_count": c.message_count,
+        "sample_rate": c.sample_rate,
+        "deflate": c.deflate,
+        "snappy": c.snappy,
+        "authed": c.authed,
+        "auth_identity": c.auth_identity,
+        "auth_identity_url": c.auth_identity_url,
+        "tls": c.tls,
+        "tls_cipher_suite": c.tls_cipher_suite,
+        "tls_version": c.tls_version,
+        "tls_negotiated_protocol": c.tls_negotiated_protocol,
+        "tls_negotiated_protocol_is_mutual": c.tls_negotiated_protocol_is_mutual,
     })
 }
 
 /// A node's e2e latency as nsqadmin reads it: each percentile's `min`, `max` and `average`
 /// are its `value`, its `count` the node's.
-fn e2e_of(from: &Value, node: &str, topic: &str, channel: &str) -> Value {
-    let e = from.get("e2e_processing_latency").unwrap_or(&Value::Null);
-    let count = num(e, "count");
-    let percentiles: Vec<Value> = list(e, "percentiles")
+fn e2e_of(e: &Latency, node: &str, topic: &str, channel: &str) -> Value {
+    let count = e.count;
+    let percentiles: Vec<Value> = e
+        .percentiles
         .iter()
         .map(|p| {
-            let value = p.get("value").and_then(Value::as_f64).unwrap_or(0.0);
-            let mut p = p.as_object().cloned().unwrap_or_default();
-            for k in ["min", "max", "average"] {
-                p.insert(k.into(), value.into());
+            let mut row = Map::new();
+            if let Some(q) = &p.quantile {
+                row.insert("quantile".into(), q.clone().into());
             }
-            p.insert("count".into(), (count as f64).into());
-            Value::Object(p)
+            if let Some(v) = &p.value {
+                row.insert("value".into(), v.clone().into());
+            }
+            let value = p.value.as_ref().and_then(|v| v.as_f64()).unwrap_or(0.0);
+            for k in ["min", "max", "average"] {
+                row.insert(k.into(), value.into());
+            }
+            row.insert("count".into(), (count as f64).into());
+            Value::Object(row)
         })
         .collect();
     json!({"count": count, "percentiles": percentiles, "topic": topic, "channel": channel,
@@ -150,16 +162,16 @@ fn e2e_add(into: &mut Value, from: &Value) {
     }
 }
 
-/// The broker's fields of a channel with a max attempts in force (beyond nsqd): present on
-/// the broker's channel only then, and so on admin-ui's rows and totals.
-const DEAD_LETTER_FIELDS: &[&str] = &["dead_lettered_count", "max_attempts", "dead_letter_topic"];
-
-/// `row` with the broker's `from` fields among `keys` that `from` has.
-fn carry(mut row: Value, from: &Value, keys: &[&str]) -> Value {
+/// `row` with the broker's `fields` that it reported (beyond nsqd: present on the broker's
+/// topic or channel only while the feature is in force, and so on admin-ui's rows and totals).
+fn carry<'a>(
+    mut row: Value,
+    fields: impl IntoIterator<Item = (&'static str, Option<&'a Value>)>,
+) -> Value {
     if let Some(o) = row.as_object_mut() {
-        for k in keys {
-            if let Some(v) = from.get(*k) {
-                o.insert((*k).into(), v.clone());
+        for (k, v) in fields {
+            if let Some(v) = v {
+                o.insert(k.into(), v.clone());
             }
         }
     }
@@ -168,10 +180,10 @@ fn carry(mut row: Value, from: &Value, keys: &[&str]) -> Value {
 
 /// A channel of `topic` on one node (nsqadmin's `ChannelStats`), with the broker's
 /// dead-letter fields when it has them; its clients when asked.
-pub fn channel(node: &str, hostname: &str, topic: &str, ch: &Value, clients: bool) -> Value {
-    let name = text(ch, "channel_name");
+pub fn channel(node: &str, hostname: &str, topic: &str, ch: &ChannelStats, clients: bool) -> Value {
+    let name = ch.channel_name.as_str();
     let clients: Value = if clients {
-        list(ch, "clients")
+        ch.clients
             .iter()
             .map(|c| client(node, c))
             .collect::<Vec<_>>()
@@ -185,28 +197,29 @@ pub fn channel(node: &str, hostname: &str, topic: &str, ch: &Value, clients: boo
         "hostname": hostname,
         "topic_name": topic,
         "channel_name": name,
-        "depth": num(ch, "depth"),
-        "memory_depth": num(ch, "depth").saturating_sub(num(ch, "backend_depth")),
-        "backend_depth": num(ch, "backend_depth"),
-        "in_flight_count": num(ch, "in_flight_count"),
-        "deferred_count": num(ch, "deferred_count"),
-        "requeue_count": num(ch, "requeue_count"),
-        "timeout_count": num(ch, "timeout_count"),
-        "message_count": num(ch, "message_count"),
-        "client_count": num(ch, "client_count").max(list(ch, "clients").len() as u64),
+        "depth": ch.depth,
+        "memory_depth": ch.depth.saturating_sub(ch.backend_depth),
+        "backend_depth": ch.backend_depth,
+        "in_flight_count": ch.in_flight_count,
+        "deferred_count": ch.deferred_count,
+        "requeue_count": ch.requeue_count,
+        "timeout_count": ch.timeout_count,
+        "message_count": ch.message_count,
+        "client_count": ch.client_count.max(ch.clients.len() as u64),
         "nodes": null,
         "clients": clients,
-        "paused": flag(ch, "paused"),
-        "e2e_processing_latency": e2e_of(ch, node, topic, name),
+        "paused": ch.paused,
+        "e2e_processing_latency": e2e_of(&ch.e2e_processing_latency, node, topic, name),
     });
-    carry(row, ch, DEAD_LETTER_FIELDS)
+    carry(row, ch.dead_letter_fields())
 }
 
 /// A topic on one node (nsqadmin's `TopicStats`), its channels in `channels`, plus
 /// admin-ui's `channel_count` and the broker's `retention` block when it has one.
-pub fn topic(node: &str, hostname: &str, t: &Value, clients: bool) -> Value {
-    let name = text(t, "topic_name");
-    let channels: Vec<Value> = list(t, "channels")
+pub fn topic(node: &str, hostname: &str, t: &TopicStats, clients: bool) -> Value {
+    let name = t.topic_name.as_str();
+    let channels: Vec<Value> = t
+        .channels
         .iter()
         .map(|c| channel(node, hostname, name, c, clients))
         .collect();
@@ -214,18 +227,18 @@ pub fn topic(node: &str, hostname: &str, t: &Value, clients: bool) -> Value {
         "node": node,
         "hostname": hostname,
         "topic_name": name,
-        "depth": num(t, "depth"),
-        "memory_depth": num(t, "depth").saturating_sub(num(t, "backend_depth")),
-        "backend_depth": num(t, "backend_depth"),
-        "message_count": num(t, "message_count"),
+        "depth": t.depth,
+        "memory_depth": t.depth.saturating_sub(t.backend_depth),
+        "backend_depth": t.backend_depth,
+        "message_count": t.message_count,
         "delivery_msg_count": 0,
         "nodes": null,
         "channel_count": channels.len(),
         "channels": channels,
-        "paused": flag(t, "paused"),
-        "e2e_processing_latency": e2e_of(t, node, name, ""),
+        "paused": t.paused,
+        "e2e_processing_latency": e2e_of(&t.e2e_processing_latency, node, name, ""),
     });
-    carry(row, t, &["retention"])
+    carry(row, [("retention", t.retention.as_ref())])
 }
 
 /// The retention of a topic over its nodes' `rows` that report one (beyond nsqd): the limits
@@ -345,6 +358,11 @@ pub fn topic_total(topic: &str, mut rows: Vec<Value>) -> Map<String, Value> {
 mod tests {
     use super::*;
 
+    /// `v` read as a broker's `/stats` part.
+    fn parsed<T: serde::de::DeserializeOwned>(v: &Value) -> T {
+        serde_json::from_value(v.clone()).unwrap()
+    }
+
     #[test]
     fn beyond_nsqd_fields_only_where_the_brokers_report_them() {
         let plain = json!({"topic_name": "t", "channels": [{"channel_name": "c"}]});
@@ -355,8 +373,8 @@ mod tests {
         let t = topic_total(
             "t",
             vec![
-                topic("a:1", "a", &plain, false),
-                topic("b:1", "b", &kept, false),
+                topic("a:1", "a", &parsed(&plain), false),
+                topic("b:1", "b", &parsed(&kept), false),
             ],
         );
         assert_eq!(
@@ -373,7 +391,7 @@ mod tests {
             ),
             (Some(3), Some(2))
         );
-        let only_plain = topic_total("t", vec![topic("a:1", "a", &plain, false)]);
+        let only_plain = topic_total("t", vec![topic("a:1", "a", &parsed(&plain), false)]);
         assert!(only_plain.get("retention").is_none());
         assert!(only_plain["channels"][0].get("max_attempts").is_none());
     }
@@ -385,7 +403,10 @@ mod tests {
             "clients": [{"client_id": "x", "hostname": "h"}]}]});
         let t2 = json!({"topic_name": "t", "depth": 1, "backend_depth": 0, "message_count": 1,
             "paused": true, "channels": [{"channel_name": "c", "depth": 2, "paused": true}]});
-        let rows = vec![topic("b:2", "hb", &t2, true), topic("a:1", "ha", &t1, true)];
+        let rows = vec![
+            topic("b:2", "hb", &parsed(&t2), true),
+            topic("a:1", "ha", &parsed(&t1), true),
+        ];
         let total = Value::Object(topic_total("t", rows));
         assert_eq!(total["node"], "*");
         assert_eq!(
@@ -420,8 +441,9 @@ mod tests {
         let b = json!({"e2e_processing_latency": {"count": 3,
             "percentiles": [{"quantile": 0.99, "value": 2.0}]}});
         let mut total = json!({"count": 0, "percentiles": []});
-        e2e_add(&mut total, &e2e_of(&a, "a", "t", ""));
-        e2e_add(&mut total, &e2e_of(&b, "b", "t", ""));
+        let (a, b): (TopicStats, TopicStats) = (parsed(&a), parsed(&b));
+        e2e_add(&mut total, &e2e_of(&a.e2e_processing_latency, "a", "t", ""));
+        e2e_add(&mut total, &e2e_of(&b.e2e_processing_latency, "b", "t", ""));
         let p = &total["percentiles"][0];
         assert_eq!(total["count"], 4);
         assert_eq!(
@@ -441,7 +463,7 @@ mod tests {
             "snappy": false, "deflate": true,
             "authed": true, "auth_identity": "alice", "auth_identity_url": "https://id/alice",
         });
-        let row = client("n:1", &from_stats);
+        let row = client("n:1", &parsed(&from_stats));
         assert_eq!(row["node"], "n:1");
         assert_eq!(row["ready_count"], 3);
         assert_eq!(row["tls"], true);
@@ -449,7 +471,7 @@ mod tests {
         assert_eq!(row["deflate"], true);
         assert_eq!(row["auth_identity_url"], "https://id/alice");
         // nsqd leaves authed and the identity out when the client has none
-        let plain = client("n:1", &json!({"client_id": "p", "tls": false}));
+        let plain = client("n:1", &parsed(&json!({"client_id": "p", "tls": false})));
         assert_eq!(plain["authed"], false);
         assert_eq!(plain["auth_identity"], "");
         assert_eq!(plain["tls_version"], "");

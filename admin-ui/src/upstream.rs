@@ -1,6 +1,7 @@
 //! One HTTP request to a lookup or a broker: a fresh connection (`Connection: close`), bounded
 //! in time, sent and read by `http1::client` over the blocking socket, in the clear or over
-//! TLS. Failures come back as text that names the URL asked, ready to show an operator.
+//! TLS. A failure is an [`UpstreamError`] (no answer, an error status, a body that is not
+//! JSON) whose text names the URL asked, ready to show an operator.
 //!
 //! The scheme follows nsqadmin: every request goes to `http://host:port` first; a broker that
 //! serves its API over HTTPS only (nsqd's `--tls-required`) answers `403` with
@@ -14,11 +15,13 @@
 //! larger than [`MAX_ANSWER`]; a failed handshake (a certificate not trusted, a client
 //! certificate refused) is an error saying so, never a hang nor a plaintext retry.
 
+use crate::wire::{self, ErrorBody};
 use futures_lite::io::AssertAsync;
 use http1::client::{exchange, request_bytes, ExchangeError};
 use http1::Limits;
 use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, ClientConnection, StreamOwned};
+use serde::de::DeserializeOwned;
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::Arc;
@@ -31,6 +34,42 @@ const DEADLINE_FACTOR: u32 = 3;
 const MAX_ANSWER: usize = 64 << 20;
 /// Who asks.
 const USER_AGENT: &str = concat!("admin-ui/", env!("CARGO_PKG_VERSION"));
+
+/// Why a request to a lookup or a broker gave nothing usable; its text names the request
+/// (`GET http://host:port/path`).
+#[derive(Debug)]
+pub enum UpstreamError {
+    /// No answer: the address does not resolve, or connecting, the TLS handshake, sending or
+    /// reading failed (`what` says which).
+    Unreachable { request: String, what: String },
+    /// An answer whose status says the request failed, with what its body says.
+    Status {
+        request: String,
+        status: u16,
+        says: String,
+    },
+    /// A `200` whose body is not JSON.
+    NotJson {
+        request: String,
+        error: serde_json::Error,
+    },
+}
+
+impl std::fmt::Display for UpstreamError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            UpstreamError::Unreachable { request, what } => write!(f, "{request}: {what}"),
+            UpstreamError::Status {
+                request,
+                status,
+                says,
+            } => write!(f, "{request}: HTTP {status}: {says}"),
+            UpstreamError::NotJson { request, error } => write!(f, "{request}: not JSON: {error}"),
+        }
+    }
+}
+
+impl std::error::Error for UpstreamError {}
 
 /// An answer: where it came from (`http://host:port` or `https://host:port`), its status and
 /// body.
@@ -124,9 +163,8 @@ impl Read for Conn {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         match self {
             Conn::Plain(s) => s.read(buf),
-            // A server that closes without TLS's close_notify (Go's and Python's servers
-            // after `Connection: close`) ends the stream; the HTTP decoder still refuses an
-            // answer cut short of its length.
+            // Go's and Python's servers close without TLS's close_notify: that ends the
+            // stream, and the HTTP decoder still refuses an answer cut short of its length.
             Conn::Tls(s) => match s.read(buf) {
                 Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(0),
                 other => other,
@@ -160,9 +198,8 @@ fn tls_required_port(answer: &Answer) -> Option<u16> {
     if answer.status != 403 {
         return None;
     }
-    let body: serde_json::Value = serde_json::from_slice(&answer.body).ok()?;
-    let port = body.get("https_port")?.as_u64()?;
-    u16::try_from(port).ok().filter(|p| *p != 0)
+    let body: ErrorBody = wire::parse(&answer.body).ok()?;
+    u16::try_from(body.https_port?).ok().filter(|p| *p != 0)
 }
 
 /// The flag that would help with a TLS error `e`, if any (empty otherwise).
@@ -190,7 +227,7 @@ impl Upstream {
 
     /// Sends `method path` (with its query) to `addr` (`host:port`) and reads the answer;
     /// again over HTTPS when the broker answers that it requires TLS.
-    pub fn request(&self, addr: &str, method: &str, path: &str) -> Result<Answer, String> {
+    pub fn request(&self, addr: &str, method: &str, path: &str) -> Result<Answer, UpstreamError> {
         self.request_with(addr, method, path, None)
     }
 
@@ -201,7 +238,7 @@ impl Upstream {
         method: &str,
         path: &str,
         body: Option<(&str, &[u8])>,
-    ) -> Result<Answer, String> {
+    ) -> Result<Answer, UpstreamError> {
         let answer = self.send(false, addr, method, path, body)?;
         match tls_required_port(&answer) {
             Some(port) => {
@@ -220,11 +257,14 @@ impl Upstream {
         method: &str,
         path: &str,
         body: Option<(&str, &[u8])>,
-    ) -> Result<Answer, String> {
+    ) -> Result<Answer, UpstreamError> {
         let timeouts = self.timeouts;
         let until = Instant::now() + timeouts.request * DEADLINE_FACTOR;
         let scheme = if tls { "https" } else { "http" };
-        let fail = |what: &str| format!("{method} {scheme}://{addr}{path}: {what}");
+        let fail = |what: &str| UpstreamError::Unreachable {
+            request: format!("{method} {scheme}://{addr}{path}"),
+            what: what.to_owned(),
+        };
         let target = addr
             .to_socket_addrs()
             .map_err(|e| fail(&e.to_string()))?
@@ -290,28 +330,27 @@ impl Upstream {
 
     /// GETs `path` from `addr` over HTTPS when `tls` (a URL whose scheme is known, such as
     /// Graphite's: no `TLS_REQUIRED` round), whatever the status.
-    pub fn get_from(&self, tls: bool, addr: &str, path: &str) -> Result<Answer, String> {
+    pub fn get_from(&self, tls: bool, addr: &str, path: &str) -> Result<Answer, UpstreamError> {
         self.send(tls, addr, "GET", path, None)
     }
 
-    /// GETs `path` from `addr` and reads its JSON body; anything but a 200 is an error.
-    pub fn get_json(&self, addr: &str, path: &str) -> Result<serde_json::Value, String> {
+    /// GETs `path` from `addr` and reads its JSON body as `T` (see [`wire::parse`]); anything
+    /// but a 200 is an error.
+    pub fn get_json<T: DeserializeOwned + Default>(
+        &self,
+        addr: &str,
+        path: &str,
+    ) -> Result<T, UpstreamError> {
         let answer = self.request(addr, "GET", path)?;
         if answer.status != 200 {
-            return Err(format!(
-                "GET {}{path}: HTTP {}: {}",
-                answer.origin,
-                answer.status,
-                String::from_utf8_lossy(&answer.body).trim()
-            ));
+            return Err(answer.failed("GET", path, body_text(&answer.body)));
         }
-        serde_json::from_slice(&answer.body)
-            .map_err(|e| format!("GET {}{path}: not JSON: {e}", answer.origin))
+        answer.json("GET", path)
     }
 
     /// POSTs `path` (an action: its arguments in the query) to `addr`; anything but a 2xx is
     /// an error carrying the body's `message` when there is one.
-    pub fn post(&self, addr: &str, path: &str) -> Result<(), String> {
+    pub fn post(&self, addr: &str, path: &str) -> Result<(), UpstreamError> {
         check_posted(path, self.request(addr, "POST", path)?)
     }
 
@@ -324,7 +363,7 @@ impl Upstream {
         path: &str,
         content_type: &str,
         body: &[u8],
-    ) -> Result<(), String> {
+    ) -> Result<(), UpstreamError> {
         let body = Some((content_type, body));
         let answer = if tls {
             self.send(true, addr, "POST", path, body)?
@@ -335,18 +374,43 @@ impl Upstream {
     }
 }
 
-fn check_posted(path: &str, answer: Answer) -> Result<(), String> {
+fn check_posted(path: &str, answer: Answer) -> Result<(), UpstreamError> {
     if (200..300).contains(&answer.status) {
         return Ok(());
     }
-    let text = serde_json::from_slice::<serde_json::Value>(&answer.body)
+    let says = wire::parse::<ErrorBody>(&answer.body)
         .ok()
-        .and_then(|v| v.get("message").and_then(|m| m.as_str()).map(String::from))
-        .unwrap_or_else(|| String::from_utf8_lossy(&answer.body).trim().to_owned());
-    Err(format!(
-        "POST {}{path}: HTTP {}: {text}",
-        answer.origin, answer.status
-    ))
+        .and_then(|b| b.message)
+        .unwrap_or_else(|| body_text(&answer.body));
+    Err(answer.failed("POST", path, says))
+}
+
+/// A body as text to quote in an error, its surrounding white space trimmed.
+pub fn body_text(body: &[u8]) -> String {
+    String::from_utf8_lossy(body).trim().to_owned()
+}
+
+impl Answer {
+    /// The error for this answer to `method path`: its status, and `says`.
+    pub fn failed(&self, method: &str, path: &str, says: String) -> UpstreamError {
+        UpstreamError::Status {
+            request: format!("{method} {}{path}", self.origin),
+            status: self.status,
+            says,
+        }
+    }
+
+    /// Its body read as `T` (see [`wire::parse`]); an error when it is not JSON.
+    pub fn json<T: DeserializeOwned + Default>(
+        &self,
+        method: &str,
+        path: &str,
+    ) -> Result<T, UpstreamError> {
+        wire::parse(&self.body).map_err(|error| UpstreamError::NotJson {
+            request: format!("{method} {}{path}", self.origin),
+            error,
+        })
+    }
 }
 
 #[cfg(test)]
@@ -416,8 +480,9 @@ mod tests {
         let tls = crate::tls::client_config(&crate::tls::TlsFlags::default()).unwrap();
         let up = Upstream::new(tls, Timeouts::default());
         let e = up
-            .get_json(&format!("127.0.0.1:{plain}"), "/stats?format=json")
-            .expect_err("a plain answer on the HTTPS port is an error");
+            .get_json::<crate::wire::Stats>(&format!("127.0.0.1:{plain}"), "/stats?format=json")
+            .expect_err("a plain answer on the HTTPS port is an error")
+            .to_string();
         assert!(
             e.starts_with(&format!(
                 "GET https://127.0.0.1:{https}/stats?format=json: TLS handshake failed"
@@ -426,7 +491,7 @@ mod tests {
         );
         // A plain broker is asked once, in the clear.
         let ok = serve(b"HTTP/1.1 200 OK\r\nContent-Length: 11\r\n\r\n{\"a\": true}".to_vec());
-        let v = up.get_json(&format!("127.0.0.1:{ok}"), "/info").unwrap();
+        let v: serde_json::Value = up.get_json(&format!("127.0.0.1:{ok}"), "/info").unwrap();
         assert_eq!(v, serde_json::json!({"a": true}));
     }
 }

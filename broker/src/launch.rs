@@ -3,7 +3,7 @@
 //! thread, all joined by the mailbox mesh, watch them start (`crate::startup`), then wait for
 //! them to finish (after SIGTERM/SIGINT) and give the exit status. See ARCHITECTURE.md.
 
-use crate::admin;
+use crate::admin_ops;
 use crate::config::Config;
 use crate::startup::StartError;
 use crate::sys::listen::{ListenAddr, ListenError};
@@ -454,11 +454,11 @@ fn init_logging(level: &str) {
                 .with_target(false),
         )
         .init();
-    admin::set_log_level_setter(Box::new(move |l: &str| {
+    admin_ops::set_log_level_setter(Box::new(move |l: &str| {
         let l = if l == "fatal" { "error" } else { l };
         reload
             .modify(|f| *f = tracing_subscriber::EnvFilter::new(l))
-            .map_err(|e| admin::LogLevelError(e.to_string()))
+            .map_err(|e| admin_ops::LogLevelError(e.to_string()))
     }));
 }
 

@@ -2,7 +2,7 @@
 //! glommio shard per core. `main.rs` only calls [`run`]; tests reach the modules in-process.
 //! The layers, each depending only on those below, are listed in ARCHITECTURE.md.
 
-mod admin;
+mod admin_ops;
 mod auth;
 mod channel;
 mod civil_time;
@@ -18,6 +18,7 @@ mod lookup_reg;
 mod mailbox;
 #[cfg(test)]
 mod owner_sim;
+mod placement;
 mod shard;
 mod startup;
 mod stats;

@@ -62,7 +62,7 @@ pub enum RegistryOp {
 pub enum Reply {
     Publish(Result<(), ProtocolError>),
     Subscribe(Result<(), ProtocolError>),
-    Admin(crate::admin::AdminResult),
+    Admin(crate::admin_ops::AdminResult),
     /// From the control thread: the channels the lookups know for a topic being created.
     TopicChannels(Vec<String>),
 }
@@ -135,9 +135,9 @@ pub enum Mail {
     /// The answer to a request, for the waiting `token` on this shard.
     Reply { token: u64, reply: Reply },
     /// An HTTP request's work for a topic's owner (create, delete, pause, ...) or for every
-    /// shard (stats); see [`crate::admin`].
+    /// shard (stats); see [`crate::admin_ops`].
     Admin {
-        op: crate::admin::AdminOp,
+        op: crate::admin_ops::AdminOp,
         reply: ReplyTo,
     },
     /// From a topic's owner to a consumer's shard: close connection `conn` (its topic or

@@ -71,8 +71,8 @@ pub enum StartError {
     /// `--data-path` does not exist: a typo would otherwise start an empty store while the
     /// data sits elsewhere (nsqd refuses it too).
     #[error(
-        "--data-path {} does not exist; create it (the broker's systemd unit has \
-         StateDirectory= do so) or correct the path",
+        "--data-path {} does not exist; create it (the broker's systemd unit uses \
+         StateDirectory= to do so) or correct the path",
         path.display()
     )]
     DataPathMissing { path: PathBuf },

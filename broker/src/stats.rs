@@ -3,7 +3,7 @@
 //! process figures reported under nsqd's `memory` keys.
 //!
 //! Each shard fills [`TopicStats`] for the topics it owns and [`ClientStats`] for the
-//! producers connected to it ([`crate::admin`]); the HTTP side merges the shards' answers into
+//! producers connected to it ([`crate::admin_ops`]); the HTTP side merges the shards' answers into
 //! one [`StatsDoc`]. Everything here is plain data (`Send`), so it can travel in the mailboxes.
 //!
 //! End-to-end latency samples and their quantiles live in [`crate::latency`] (each channel keeps

@@ -1,7 +1,7 @@
 //! The statsd wire, as nsqd writes it: the metric names and types nsqd pushes for each topic
 //! and channel (from the same figures as /stats), counters sent as the difference since the
 //! previous push, and the lines packed into UDP packets of at most `--statsd-udp-packet-size`
-//! bytes. Pure: no socket, no clock; the push task is `shard::statsd`.
+//! bytes. Pure: no socket, no clock; the push task is `shard::statsd_push`.
 //!
 //! Invariants: a line is never split across packets; a packet holds whole lines and is no
 //! larger than the packet size, except a single line longer than it, which goes alone (as

@@ -78,13 +78,13 @@ impl std::fmt::Display for StartError {
 
 impl std::error::Error for StartError {}
 
+/// How long a restart waits for the listener of a process that has exited to be released.
+const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// A listener on `address` as nsqlookupd's Go listener is: SO_REUSEADDR (a restart binds over
 /// the last run's lingering connections), and no SO_REUSEPORT, so that a second lookup started
 /// on the same port fails with "Address already in use" instead of silently sharing the port
 /// (glommio's own `TcpListener::bind` sets SO_REUSEPORT, made for one listener per executor).
-/// How long a restart waits for the listener of a process that has exited to be released.
-const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
-
 fn listen(address: std::net::SocketAddr) -> std::io::Result<TcpListener> {
     use socket2::{Domain, Protocol, Socket, Type};
     use std::os::fd::{FromRawFd, IntoRawFd};

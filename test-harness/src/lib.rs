@@ -20,6 +20,8 @@
 //!
 //! - [`certs`]: TLS certificates made in-process (rcgen) for the TLS tests of the crates.
 //! - [`handshake`]: a fake broker's read of the magic and IDENTIFY.
+//! - [`imports`] reads which modules of a directory name which, for the layering tests (no
+//!   circle of imports).
 //!
 //! Its own unit tests check the documentation's relative links (`doc_links.rs`).
 
@@ -27,6 +29,7 @@ pub mod certs;
 #[cfg(test)]
 mod doc_links;
 pub mod handshake;
+pub mod imports;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -18,7 +18,7 @@
 //!   consumer's disconnect puts everything it held back at the front of `requeued`; CLS stops
 //!   deliveries but FIN/REQ/TOUCH still count. Messages leave only by FIN, by an explicit
 //!   empty ([`Channel::empty`]; one in flight when its delivery ends), by reaching max
-//!   attempts (`dead_letter.rs`), by a consumer's sampling (`sample_rate`: the channel skips
+//!   attempts (`attempt_limit.rs`), by a consumer's sampling (`sample_rate`: the channel skips
 //!   the message, as nsqd's does), or, on an `#ephemeral` channel, beyond its memory queue
 //!   (`mem_queue_size`; it has no disk, as in nsqd).
 //! - `floor()` (the lowest seq still owed) only grows, except by a rewind, which moves it
@@ -45,7 +45,7 @@
 //!   count drops, `timeout_count` grows, and `requeue_now` puts it at the tail. Deferred
 //!   messages (DPUB, REQ with a delay) come due in the same function (`TimerKind::Deferred`).
 //!   TOUCH ([`Channel::touch`]) moves a deadline;
-//! - `consumers.rs`: the consumer table: subscribe, RDY, CLS, written-byte reports (the output
+//! - `consumer_table.rs`: the consumer table: subscribe, RDY, CLS, written-byte reports (the output
 //!   window), the round-robin turn, and a disconnect ([`Channel::remove_consumer`]), which
 //!   returns the consumer's in-flight messages at once;
 //! - `deliveries.rs`: [`Deliveries`], the per-consumer buffers of encoded message frames a
@@ -54,10 +54,10 @@
 //!   holding messages does not keep the buffers they arrived in alive;
 //! - `figures.rs`: what the channel counts for `/stats` ([`Figures`]) and its floor for the
 //!   flusher;
-//! - `replay.rs`: a rewind to another position of the log, and the position for /stats;
+//! - `reposition.rs`: a rewind to another position of the log, and the position for /stats;
 //! - `owes.rs`: what a delivery in flight owes when it ends, as a rewind or an empty since
 //!   its delivery decided;
-//! - `dead_letter.rs`: max attempts: a message given back (REQ, timeout) whose next delivery
+//! - `attempt_limit.rs`: max attempts: a message given back (REQ, timeout) whose next delivery
 //!   would exceed the limit, or one waiting when a lower limit is set, is set aside for the
 //!   owner, who publishes it to the dead-letter topic or drops it (the invariants above count
 //!   it as finished);
@@ -68,20 +68,20 @@
 //! Nothing here does I/O: operations encode frames into [`Deliveries`], one buffer per consumer,
 //! which the shard routes to connections (local, or through the mailbox of the consumer's shard).
 
+mod attempt_limit;
 #[cfg(test)]
 mod audit;
-mod consumers;
-mod dead_letter;
+mod consumer_table;
 mod deliveries;
 mod detach;
 mod figures;
 mod owes;
 mod persist;
-mod replay;
+mod reposition;
 mod timeouts;
 
-pub use consumers::{ClientAuth, ClientInfo, Consumer, ConsumerKey, ConsumerSpec, TlsInfo};
-pub use dead_letter::DeadLetters;
+pub use attempt_limit::DeadLetters;
+pub use consumer_table::{ClientAuth, ClientInfo, Consumer, ConsumerKey, ConsumerSpec, TlsInfo};
 pub use deliveries::{Batch, Deliveries};
 pub use figures::Figures;
 pub use owes::Owes;
@@ -164,7 +164,7 @@ pub struct Channel {
     /// A stretch of the log to pass over (the topic was emptied while paused).
     skip: Option<(u64, u64)>,
     /// Seqs below this may be in flight and read again from the log after a rewind: such a
-    /// message is not handed out twice at once (see `replay.rs`). 0 when never rewound.
+    /// message is not handed out twice at once (see `reposition.rs`). 0 when never rewound.
     rewound_until: u64,
     /// Messages given back (REQ, timeouts, deferrals come due, a consumer gone), in order,
     /// each with the log position it waits for (see [`Requeued`]).
@@ -191,7 +191,7 @@ pub struct Channel {
     pub timeout_count: u64,
     /// End-to-end latency of finished messages, for /stats.
     e2e: E2eSamples,
-    /// Max attempts and the dead-letter topic (`dead_letter.rs`).
+    /// Max attempts and the dead-letter topic (`attempt_limit.rs`).
     dead: DeadLetters,
 }
 
@@ -470,4 +470,4 @@ impl Channel {
 }
 
 #[cfg(test)]
-mod tests;
+mod channel_tests;

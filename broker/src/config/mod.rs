@@ -419,16 +419,10 @@ impl Config {
         }
     }
 
-    /// The shard that owns `topic`: crc32 of its name, mixed, modulo the shard count. Stable
-    /// across restarts with the same `--shards`; data on disk is laid out by name, so another
-    /// count (or another hash) only moves ownership.
-    ///
-    /// Why the mix: every bit of a CRC is an XOR of fixed input bits, so crc32 modulo 2 put
-    /// every topic whose names differ only in the low bits of a character on one shard (`e2e1`,
-    /// `e2e2`, `e2e3`, `e2eX`, `e2eY`, `e2eZ` all on shard 1). murmur3's finalizer makes every
-    /// output bit depend on every input bit.
+    /// The shard that owns `topic` under this `--shards`: see [`crate::placement`].
+    #[inline]
     pub fn owner_of(&self, topic: &str) -> usize {
-        (mix32(crc32fast::hash(topic.as_bytes())) as usize) % self.shards
+        crate::placement::owner_of(topic, self.shards)
     }
 }
 
@@ -462,15 +456,6 @@ fn auth_settings(a: &Args) -> Result<crate::auth::AuthSettings, ConfigError> {
         connect_timeout: a.http_client_connect_timeout,
         request_timeout: a.http_client_request_timeout,
     })
-}
-
-/// murmur3's 32-bit finalizer: a bijection whose output bits each depend on all input bits.
-fn mix32(mut h: u32) -> u32 {
-    h ^= h >> 16;
-    h = h.wrapping_mul(0x85eb_ca6b);
-    h ^= h >> 13;
-    h = h.wrapping_mul(0xc2b2_ae35);
-    h ^ (h >> 16)
 }
 
 /// `--tcp-address` or `--http-address`: a unix socket path when Go cannot split it into host
@@ -526,6 +511,6 @@ pub fn allowed_cpus() -> Vec<usize> {
 }
 
 #[cfg(test)]
-mod flags_doc;
+mod config_tests;
 #[cfg(test)]
-mod tests;
+mod flags_doc;

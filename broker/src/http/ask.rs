@@ -1,6 +1,6 @@
 //! Requests from an HTTP handler to the shards: one topic's owner, or every shard at once.
 
-use crate::admin::{AdminOp, AdminResult};
+use crate::admin_ops::{AdminOp, AdminResult};
 use crate::mailbox::{Mail, Reply};
 use crate::shard::Shard;
 use std::rc::Rc;

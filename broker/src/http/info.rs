@@ -6,9 +6,10 @@
 //! strings as bare text, everything else as JSON, as nsqd answers) and changes the two nsqd
 //! lets change at run time, on every shard.
 
+use super::api_error::ApiError;
 use super::ask;
-use super::routes::{error, Answer};
-use crate::admin::{AdminOp, AdminResult, OptionChange};
+use super::routes::Handled;
+use crate::admin_ops::{AdminOp, AdminResult, OptionChange};
 use crate::shard::Shard;
 use http1::{Request, Response};
 use serde::Serialize;
@@ -16,11 +17,11 @@ use serde_json::{json, Value};
 use std::rc::Rc;
 use std::time::Duration;
 
-pub async fn ping(shard: &Rc<Shard>) -> Answer {
-    match health(shard).await {
+pub async fn ping(shard: &Rc<Shard>) -> Handled {
+    Ok(match health(shard).await {
         None => Response::text(200, "OK").into(),
         Some(reason) => Response::text(500, format!("NOK - {reason}")).into(),
-    }
+    })
 }
 
 /// The first unhealthy shard's reason, or `None` when all are healthy.
@@ -48,7 +49,7 @@ struct Info<'a> {
     max_deflate_level: u64,
 }
 
-pub fn info(shard: &Rc<Shard>) -> Answer {
+pub fn info(shard: &Rc<Shard>) -> Handled {
     let c = &shard.config;
     // The ports the broker listens on, as nsqd's `RealTCPAddr` / `RealHTTPAddr` (the
     // broadcast ports are what lookups hear, and `/config` shows them).
@@ -68,10 +69,10 @@ pub fn info(shard: &Rc<Shard>) -> Answer {
     json_answer(&info)
 }
 
-fn json_answer<T: Serialize>(v: &T) -> Answer {
+fn json_answer<T: Serialize>(v: &T) -> Handled {
     match serde_json::to_vec(v) {
-        Ok(body) => Response::json(200, body).nsq_v1().into(),
-        Err(_) => error(500, "INTERNAL_ERROR"),
+        Ok(body) => Ok(Response::json(200, body).nsq_v1().into()),
+        Err(_) => Err(ApiError::InternalError),
     }
 }
 
@@ -185,44 +186,44 @@ fn given_value(g: &crate::config::Args, name: &str) -> Option<Value> {
     })
 }
 
-pub async fn config(shard: &Rc<Shard>, req: &Request) -> Answer {
+pub async fn config(shard: &Rc<Shard>, req: &Request) -> Handled {
     let opt = req.head.path().trim_start_matches("/config/");
     if req.head.method() == "PUT" {
         let body = &req.body;
         if body.is_empty() || body.len() as u64 > shard.config.max_msg_size {
-            return error(413, "INVALID_VALUE");
+            return Err(ApiError::InvalidValueSize);
         }
         let change = match opt {
             // `null` empties the list, as it does nsqd's.
             "nsqlookupd_tcp_addresses" => match serde_json::from_slice::<Option<Vec<String>>>(body)
             {
                 Ok(a) => OptionChange::LookupdTcpAddresses(a.unwrap_or_default()),
-                Err(_) => return error(400, "INVALID_VALUE"),
+                Err(_) => return Err(ApiError::InvalidValue),
             },
             "log_level" => {
                 let level = String::from_utf8_lossy(body).to_ascii_lowercase();
                 // nsqd's five levels only (the command line also takes `trace`).
                 if level == "trace" || log_level_number(&level).is_none() {
-                    return error(400, "INVALID_VALUE");
+                    return Err(ApiError::InvalidValue);
                 }
                 OptionChange::LogLevel(level)
             }
-            _ => return error(400, "INVALID_OPTION"),
+            _ => return Err(ApiError::InvalidOption),
         };
         ask::every_shard(shard, || AdminOp::SetOption(change.clone())).await;
     }
     match option_value(shard, opt) {
         Some(v) => option_answer(v),
-        None => error(400, "INVALID_OPTION"),
+        None => Err(ApiError::InvalidOption),
     }
 }
 
 /// An option's value as nsqd's V1 API answers it: a string as its bare text (`text/plain`, or
 /// no body and no `Content-Type` when empty), anything else as JSON.
-fn option_answer(v: Value) -> Answer {
+fn option_answer(v: Value) -> Handled {
     match v {
-        Value::String(s) if s.is_empty() => Response::empty(200).nsq_v1().into(),
-        Value::String(s) => Response::text(200, s).nsq_v1().into(),
+        Value::String(s) if s.is_empty() => Ok(Response::empty(200).nsq_v1().into()),
+        Value::String(s) => Ok(Response::text(200, s).nsq_v1().into()),
         v => json_answer(&v),
     }
 }

@@ -1,7 +1,7 @@
 //! `POST /topic/{create,delete,empty,pause,unpause}?topic=` and
 //! `POST /channel/{create,delete,empty,pause,unpause}?topic=&channel=`: arguments checked as
-//! nsqd checks them, then the work is done by the topic's owner ([`crate::admin`]). (A
-//! `/channel/create` with `from=` is replay's, [`super::replay`].)
+//! nsqd checks them, then the work is done by the topic's owner ([`crate::admin_ops`]). (A
+//! `/channel/create` with `from=` is replay's, [`super::replay_routes`].)
 //! `POST /topic/config?topic=&retention_time=&retention_bytes=` (ours): a topic's own
 //! retention, Go durations and byte sizes ([`crate::config::size`]), `default` for the flag's;
 //! a bad value is refused with 400 and what is wrong with it.
@@ -10,26 +10,22 @@
 //! invalid name (`INVALID_TOPIC`), `/topic/delete` and `/topic/(un)pause` only look it up
 //! (`TOPIC_NOT_FOUND`); the channel endpoints say `INVALID_ARG_TOPIC` / `INVALID_ARG_CHANNEL`.
 
+use super::api_error::ApiError;
 use super::ask;
-use super::routes::{done, error, query, topic_and_channel_args, topic_arg, Answer};
-use crate::admin::{Action, AdminOp, AdminResult};
+use super::routes::{done, query, topic_and_channel_args, topic_arg, Handled};
+use crate::admin_ops::{Action, AdminOp, AdminResult};
 use crate::shard::Shard;
 use http1::Request;
 use protocol::duration::parse_flag_duration;
 use protocol::names::is_valid_topic_name;
 use std::rc::Rc;
 
-pub async fn topic(shard: &Rc<Shard>, req: &Request, action: Action) -> Answer {
-    let q = match query(&req.head) {
-        Ok(q) => q,
-        Err(a) => return a,
-    };
-    let Some(topic) = q.get("topic") else {
-        return error(400, "MISSING_ARG_TOPIC");
-    };
+pub async fn topic(shard: &Rc<Shard>, req: &Request, action: Action) -> Handled {
+    let q = query(&req.head)?;
+    let topic = q.get("topic").ok_or(ApiError::MissingArgTopic)?;
     let checks_name = matches!(action, Action::Create | Action::Empty);
     if checks_name && !is_valid_topic_name(topic) {
-        return error(400, "INVALID_TOPIC");
+        return Err(ApiError::InvalidTopic);
     }
     let op = AdminOp::Topic {
         topic: topic.to_string(),
@@ -38,15 +34,9 @@ pub async fn topic(shard: &Rc<Shard>, req: &Request, action: Action) -> Answer {
     answer(ask::owner(shard, topic, op).await)
 }
 
-pub async fn topic_config(shard: &Rc<Shard>, req: &Request) -> Answer {
-    let q = match query(&req.head) {
-        Ok(q) => q,
-        Err(a) => return a,
-    };
-    let topic = match topic_arg(&q) {
-        Ok(topic) => topic,
-        Err(a) => return a,
-    };
+pub async fn topic_config(shard: &Rc<Shard>, req: &Request) -> Handled {
+    let q = query(&req.head)?;
+    let topic = topic_arg(&q)?;
     let time = q.get("retention_time").map(|v| {
         setting(v, |v| {
             let d = parse_flag_duration(v)?;
@@ -56,19 +46,10 @@ pub async fn topic_config(shard: &Rc<Shard>, req: &Request) -> Answer {
     let bytes = q
         .get("retention_bytes")
         .map(|v| setting(v, crate::config::size::parse_byte_size));
-    let retention_time_ns = match time.transpose() {
-        Ok(t) => t,
-        Err(why) => return error(400, &format!("INVALID_RETENTION_TIME: {why}")),
-    };
-    let retention_bytes = match bytes.transpose() {
-        Ok(b) => b,
-        Err(why) => return error(400, &format!("INVALID_RETENTION_BYTES: {why}")),
-    };
+    let retention_time_ns = time.transpose().map_err(ApiError::InvalidRetentionTime)?;
+    let retention_bytes = bytes.transpose().map_err(ApiError::InvalidRetentionBytes)?;
     if retention_time_ns.is_none() && retention_bytes.is_none() {
-        return error(
-            400,
-            "MISSING_ARG_RETENTION: give retention_time, retention_bytes or both",
-        );
+        return Err(ApiError::MissingArgRetention);
     }
     let op = AdminOp::TopicConfig {
         topic: topic.to_string(),
@@ -90,15 +71,9 @@ pub(super) fn setting<T>(
     parse(v).map(Some)
 }
 
-pub async fn channel(shard: &Rc<Shard>, req: &Request, action: Action) -> Answer {
-    let q = match query(&req.head) {
-        Ok(q) => q,
-        Err(a) => return a,
-    };
-    let (topic, channel) = match topic_and_channel_args(&q) {
-        Ok(names) => names,
-        Err(a) => return a,
-    };
+pub async fn channel(shard: &Rc<Shard>, req: &Request, action: Action) -> Handled {
+    let q = query(&req.head)?;
+    let (topic, channel) = topic_and_channel_args(&q)?;
     let op = AdminOp::Channel {
         topic: topic.to_string(),
         channel: channel.to_string(),
@@ -107,17 +82,19 @@ pub async fn channel(shard: &Rc<Shard>, req: &Request, action: Action) -> Answer
     answer(ask::owner(shard, topic, op).await)
 }
 
-pub(super) fn answer(result: Option<AdminResult>) -> Answer {
+/// The answer to an action the owner carried out, or could not; `None`: the broker is
+/// stopping. A failure is the broker's, so its reason goes to the log, not to the client.
+pub(super) fn answer(result: Option<AdminResult>) -> Handled {
     match result {
-        Some(AdminResult::Done) => done(),
-        Some(AdminResult::TopicNotFound) => error(404, "TOPIC_NOT_FOUND"),
-        Some(AdminResult::ChannelNotFound) => error(404, "CHANNEL_NOT_FOUND"),
-        Some(AdminResult::Refused(why)) => error(400, &why),
+        Some(AdminResult::Done) => Ok(done()),
+        Some(AdminResult::TopicNotFound) => Err(ApiError::TopicNotFound),
+        Some(AdminResult::ChannelNotFound) => Err(ApiError::ChannelNotFound),
+        Some(AdminResult::Refused(why)) => Err(why.into()),
         Some(AdminResult::Failed(reason)) => {
             tracing::warn!(%reason, "admin action failed");
-            error(500, "INTERNAL_ERROR")
+            Err(ApiError::InternalError)
         }
-        Some(_) => error(500, "INTERNAL_ERROR"),
-        None => error(503, "EXITING"),
+        Some(_) => Err(ApiError::InternalError),
+        None => Err(ApiError::Exiting),
     }
 }

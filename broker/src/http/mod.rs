@@ -8,26 +8,28 @@
 //! merge the answers.
 //!
 //! - [`server`]: the accept loops and the per-connection loop (HTTP/1.1 keep-alive and
-//!   pipelining on `http1`), generic over [`transport`] (plain, or TLS);
+//!   pipelining on `http1`), generic over [`conn_io`] (plain, or TLS);
 //! - [`routes`]: path and method to handler, nsqd's 404 and 405;
-//! - [`publish`]: `/pub` and `/mpub`;
+//! - [`api_error`]: the error answers, one variant per code, with status and text;
+//! - [`pub_routes`]: `/pub` and `/mpub`;
 //! - [`manage`]: `/topic/*` and `/channel/*`;
-//! - [`replay`]: `/channel/rewind`, and `/channel/create` with `from=` (ours);
-//! - [`dead_letter`]: `/channel/config`, `/dead_letters`, `/topic/redrive`;
+//! - [`replay_routes`]: `/channel/rewind`, and `/channel/create` with `from=` (ours);
+//! - [`dead_letter_routes`]: `/channel/config`, `/dead_letters`, `/topic/redrive`;
 //! - [`info`]: `/ping`, `/info`, `/config/:opt`;
 //! - [`report`]: `/stats` (JSON and text) and `/metrics` (Prometheus text);
 //! - [`ask`]: requests to one shard or to every shard.
 
+mod api_error;
 mod ask;
-mod dead_letter;
+mod conn_io;
+mod dead_letter_routes;
 mod info;
 mod manage;
-mod publish;
-mod replay;
+mod pub_routes;
+mod replay_routes;
 mod report;
 mod routes;
 pub(crate) mod server;
-mod transport;
 
 use crate::shard::Shard;
 use std::rc::Rc;

@@ -1,12 +1,13 @@
 //! `GET /stats` (nsqd's JSON and text) and `GET /metrics` (Prometheus text, which nsqd lacks).
 //!
-//! Both ask every shard for its part ([`crate::admin::ShardStats`]) at once and merge: topics
+//! Both ask every shard for its part ([`crate::admin_ops::ShardStats`]) at once and merge: topics
 //! are owned by one shard each, so merging is concatenating and sorting by name; producers
 //! are the connections of every shard that published.
 
+use super::api_error::ApiError;
 use super::ask;
-use super::routes::{error, query, Answer};
-use crate::admin::{AdminOp, AdminResult, ShardStats, StatsQuery};
+use super::routes::{query, Handled};
+use crate::admin_ops::{AdminOp, AdminResult, ShardStats, StatsQuery};
 use crate::shard::Shard;
 use crate::stats::{self, Latency, MemStats, StatsDoc};
 use http1::{Request, Response};
@@ -34,11 +35,8 @@ async fn gather(shard: &Rc<Shard>, q: StatsQuery) -> Vec<ShardStats> {
 }
 
 /// `GET /stats?format=json&topic=&channel=&include_clients=&include_mem=&include_positions=`.
-pub async fn stats(shard: &Rc<Shard>, req: &Request) -> Answer {
-    let q = match query(&req.head) {
-        Ok(q) => q,
-        Err(a) => return a,
-    };
+pub async fn stats(shard: &Rc<Shard>, req: &Request) -> Handled {
+    let q = query(&req.head)?;
     let non_empty = |k: &str| q.get(k).filter(|v| !v.is_empty()).map(str::to_string);
     let query = StatsQuery {
         topic: non_empty("topic"),
@@ -54,14 +52,14 @@ pub async fn stats(shard: &Rc<Shard>, req: &Request) -> Answer {
     let doc = merge(parts, include_mem, filtered, include_clients);
     if json {
         match serde_json::to_vec(&doc) {
-            Ok(body) => Response::json(200, body).nsq_v1().into(),
-            Err(_) => error(500, "INTERNAL_ERROR"),
+            Ok(body) => Ok(Response::json(200, body).nsq_v1().into()),
+            Err(_) => Err(ApiError::InternalError),
         }
     } else {
         let uptime = stats::start_time().1.elapsed();
-        Response::text(200, stats::render_text(&doc, uptime))
+        Ok(Response::text(200, stats::render_text(&doc, uptime))
             .nsq_v1()
-            .into()
+            .into())
     }
 }
 
@@ -99,7 +97,7 @@ fn merge(
 }
 
 /// `GET /metrics`: topics, channels, clients, shards, in Prometheus' text format 0.0.4.
-pub async fn metrics(shard: &Rc<Shard>) -> Answer {
+pub async fn metrics(shard: &Rc<Shard>) -> Handled {
     let parts = gather(
         shard,
         StatsQuery {
@@ -109,10 +107,10 @@ pub async fn metrics(shard: &Rc<Shard>) -> Answer {
     )
     .await;
     let body = render_metrics(&parts);
-    Response::empty(200)
+    Ok(Response::empty(200)
         .with_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
         .with_body(body)
-        .into()
+        .into())
 }
 
 /// Writes one metric family: HELP, TYPE, then each sample.

@@ -1,10 +1,12 @@
 //! From path and method to handler, as nsqd's router (httprouter) does it: 404 `NOT_FOUND`
 //! for an unknown path, 405 `METHOD_NOT_ALLOWED` (with `Allow`) for a known path asked with
 //! another method, 200 with `Allow` for OPTIONS, and httprouter's redirects of a path with a
-//! stray trailing slash, `//`, `.`/`..` or capitals to the route it means.
+//! stray trailing slash, `//`, `.`/`..` or capitals to the route it means. A handler's error
+//! becomes its answer here, in [`handle`].
 
-use super::{dead_letter, info, manage, publish, replay, report};
-use crate::admin::Action;
+use super::api_error::{allow, ApiError};
+use super::{dead_letter_routes, info, manage, pub_routes, replay_routes, report};
+use crate::admin_ops::Action;
 use crate::shard::Shard;
 use http1::{escape_html, escape_path, Query, Request, RequestHead, Response};
 use std::rc::Rc;
@@ -22,10 +24,8 @@ impl From<Response> for Answer {
     }
 }
 
-/// nsqd's V1 error: `{"message":"CODE"}`.
-pub fn error(status: u16, code: &str) -> Answer {
-    Answer::Response(Response::error(status, code))
-}
+/// What a handler returns: its answer, or the error [`handle`] turns into one.
+pub type Handled = Result<Answer, ApiError>;
 
 /// The uncompressed form of [`Answer::PubOk`].
 pub fn pub_ok() -> Response {
@@ -38,42 +38,39 @@ pub fn done() -> Answer {
 }
 
 /// The query string, or nsqd's 400 `INVALID_REQUEST`.
-pub fn query(head: &RequestHead) -> Result<Query<'_>, Answer> {
-    head.query().map_err(|_| error(400, "INVALID_REQUEST"))
+pub fn query(head: &RequestHead) -> Result<Query<'_>, ApiError> {
+    head.query().map_err(|_| ApiError::InvalidRequest)
 }
 
-/// The answer to a body over `--max-body-size`, in the words of the endpoint it was sent to.
 /// The `topic` argument, checked as nsqd's channel and config endpoints check it:
 /// 400 `MISSING_ARG_TOPIC` or `INVALID_ARG_TOPIC`.
-pub fn topic_arg<'a>(q: &'a Query<'a>) -> Result<&'a str, Answer> {
-    let topic = q
-        .get("topic")
-        .ok_or_else(|| error(400, "MISSING_ARG_TOPIC"))?;
+pub fn topic_arg<'a>(q: &'a Query<'a>) -> Result<&'a str, ApiError> {
+    let topic = q.get("topic").ok_or(ApiError::MissingArgTopic)?;
     if !protocol::names::is_valid_topic_name(topic) {
-        return Err(error(400, "INVALID_ARG_TOPIC"));
+        return Err(ApiError::InvalidArgTopic);
     }
     Ok(topic)
 }
 
 /// The `topic` and `channel` arguments, checked as nsqd's channel endpoints check them:
 /// [`topic_arg`], then 400 `MISSING_ARG_CHANNEL` or `INVALID_ARG_CHANNEL`.
-pub fn topic_and_channel_args<'a>(q: &'a Query<'a>) -> Result<(&'a str, &'a str), Answer> {
+pub fn topic_and_channel_args<'a>(q: &'a Query<'a>) -> Result<(&'a str, &'a str), ApiError> {
     let topic = topic_arg(q)?;
-    let channel = q
-        .get("channel")
-        .ok_or_else(|| error(400, "MISSING_ARG_CHANNEL"))?;
+    let channel = q.get("channel").ok_or(ApiError::MissingArgChannel)?;
     if !protocol::names::is_valid_channel_name(channel) {
-        return Err(error(400, "INVALID_ARG_CHANNEL"));
+        return Err(ApiError::InvalidArgChannel);
     }
     Ok((topic, channel))
 }
 
+/// The answer to a body over `--max-body-size`, in the words of the endpoint it was sent to.
 pub fn body_too_large(head: &RequestHead) -> Response {
     match head.path() {
-        "/pub" => Response::error(413, "MSG_TOO_BIG"),
-        "/mpub" => Response::error(413, "BODY_TOO_BIG"),
-        _ => Response::error(413, "REQUEST_TOO_LARGE"),
+        "/pub" => ApiError::MsgTooBig,
+        "/mpub" => ApiError::BodyTooBig,
+        _ => ApiError::RequestTooLarge,
     }
+    .response()
 }
 
 enum Route {
@@ -134,13 +131,6 @@ fn route(path: &str) -> Option<(Route, &'static [&'static str])> {
             }
         }
     })
-}
-
-/// `Allow` for a route taking `methods`: httprouter lists OPTIONS too, which it answers.
-fn allow(methods: &[&str]) -> String {
-    let mut allow = methods.join(", ");
-    allow.push_str(", OPTIONS");
-    allow
 }
 
 /// httprouter's redirects, which nsqd's router keeps on: a GET, POST or PUT path that is no
@@ -215,40 +205,43 @@ fn case_fixed(path: &str) -> String {
 
 /// Answers one request.
 pub async fn handle(shard: &Rc<Shard>, req: &Request) -> Answer {
+    route_and_serve(shard, req)
+        .await
+        .unwrap_or_else(|e| Answer::Response(e.response()))
+}
+
+async fn route_and_serve(shard: &Rc<Shard>, req: &Request) -> Handled {
     let method = req.head.method();
     if method == "OPTIONS" && req.head.path() == "*" {
         // Go's server answers `OPTIONS *` itself, before the router: 200, nothing else.
-        return Answer::Response(Response::empty(200));
+        return Ok(Answer::Response(Response::empty(200)));
     }
     let Some((route, methods)) = route(req.head.path()) else {
-        if let Some(redirect) = redirect(&req.head) {
-            return redirect;
-        }
-        return error(404, "NOT_FOUND");
+        return redirect(&req.head).ok_or(ApiError::NotFound);
     };
     if method == "OPTIONS" {
-        return Answer::Response(Response::empty(200).with_header("Allow", allow(methods)));
+        return Ok(Answer::Response(
+            Response::empty(200).with_header("Allow", allow(methods)),
+        ));
     }
     if !methods.contains(&method) {
-        return Answer::Response(
-            Response::error(405, "METHOD_NOT_ALLOWED").with_header("Allow", allow(methods)),
-        );
+        return Err(ApiError::MethodNotAllowed { allow: methods });
     }
     match route {
         Route::Ping => info::ping(shard).await,
         Route::Info => info::info(shard),
-        Route::Pub => publish::pub_one(shard, req).await,
-        Route::Mpub => publish::pub_many(shard, req).await,
+        Route::Pub => pub_routes::pub_one(shard, req).await,
+        Route::Mpub => pub_routes::pub_many(shard, req).await,
         Route::Stats => report::stats(shard, req).await,
         Route::Metrics => report::metrics(shard).await,
         Route::Topic(a) => manage::topic(shard, req, a).await,
         Route::TopicConfig => manage::topic_config(shard, req).await,
-        Route::Channel(Action::Create) => replay::create(shard, req).await,
+        Route::Channel(Action::Create) => replay_routes::create(shard, req).await,
         Route::Channel(a) => manage::channel(shard, req, a).await,
-        Route::Rewind => replay::rewind(shard, req).await,
-        Route::ChannelConfig => dead_letter::channel_config(shard, req).await,
-        Route::DeadLetters => dead_letter::list(shard, req).await,
-        Route::Redrive => dead_letter::redrive(shard, req).await,
+        Route::Rewind => replay_routes::rewind(shard, req).await,
+        Route::ChannelConfig => dead_letter_routes::channel_config(shard, req).await,
+        Route::DeadLetters => dead_letter_routes::list(shard, req).await,
+        Route::Redrive => dead_letter_routes::redrive(shard, req).await,
         Route::Config => info::config(shard, req).await,
     }
 }

@@ -8,7 +8,7 @@
 //! shutting down every answer says `Connection: close`.
 //!
 //! The loop is generic over what lies between the socket and the decoder
-//! ([`super::transport`]): nothing on `--http-address`, TLS on `--https-address`; each is
+//! ([`super::conn_io`]): nothing on `--http-address`, TLS on `--https-address`; each is
 //! compiled for its own, so plain HTTP pays nothing for HTTPS. With `--tls-required` (true,
 //! not `tcp-https`) the plain listener answers every request as nsqd does: 403 with
 //! `{"message": "TLS_REQUIRED", "https_port": N}`.
@@ -17,8 +17,9 @@
 //! connection is closed; what the client is still sending is read and dropped for a short while
 //! first, so that it gets the answer rather than a reset.
 
+use super::api_error::ApiError;
+use super::conn_io::{Plain, Tls, Transport};
 use super::routes::{self, Answer};
-use super::transport::{Plain, Tls, Transport};
 use crate::shard::Shard;
 use crate::sys::eager_read::EagerRead;
 use crate::sys::listen::{ListenAddr, Steering};
@@ -83,8 +84,7 @@ pub fn start(shard: &Rc<Shard>, http: Option<OwnedFd>, https: Option<OwnedFd>) {
 /// nsqd's answer on the plain listener when TLS is required: `https_port` is the port the
 /// HTTPS listener is bound to (0 when there is none).
 fn tls_required(https_port: u16) -> http1::Response {
-    let body = format!(r#"{{"message": "TLS_REQUIRED", "https_port": {https_port}}}"#);
-    http1::Response::json(403, body).nsq_v1()
+    ApiError::TlsRequired { https_port }.response()
 }
 
 /// What a listener's connections are served with.

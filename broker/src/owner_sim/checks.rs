@@ -3,7 +3,7 @@
 //! ([`Sim::check`]), and the end, where one consumer per channel takes everything
 //! ([`Sim::drain`]).
 
-use super::consumers::End;
+use super::client_ops::End;
 use super::{Held, Owes, Sim, SimConsumer, MAX_MSG_TIMEOUT};
 use crate::channel::{ClientInfo, ConsumerKey, ConsumerSpec, Deliveries};
 use crate::topic::ChannelRef;

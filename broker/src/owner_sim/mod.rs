@@ -34,9 +34,9 @@
 //! Each run is reproducible from its seed; a failure names the seed and the step. `SIM_SEED`
 //! and `SIM_STEPS` in the environment run one chosen seed.
 
-mod admin;
+mod admin_steps;
 mod checks;
-mod consumers;
+mod client_ops;
 
 use crate::channel::{ConsumerKey, Owes, TimerQueue};
 use crate::storage::log::TopicLog;

@@ -4,7 +4,7 @@
 //! race a checkpoint.
 
 use super::Shard;
-use crate::admin::AdminResult;
+use crate::admin_ops::{AdminResult, Failure};
 use crate::mailbox::{Reply, ReplyTo};
 use crate::topic::Topic;
 use std::cell::RefCell;
@@ -56,7 +56,7 @@ impl Shard {
             let answer = match (saved, failure) {
                 (true, _) => AdminResult::Done,
                 (false, Some((_, reason))) => {
-                    AdminResult::Failed(format!("cannot write metadata: {reason}"))
+                    AdminResult::Failed(Failure::WriteMeta(reason.clone()))
                 }
                 (false, None) => {
                     still.push(w);
@@ -87,7 +87,7 @@ impl Shard {
         for reply in waiting {
             let answer = match &synced {
                 Ok(()) => AdminResult::Done,
-                Err(e) => AdminResult::Failed(format!("cannot fsync the data path: {e}")),
+                Err(e) => AdminResult::Failed(Failure::SyncDataPath(e.to_string())),
             };
             self.reply(reply, Reply::Admin(answer));
         }

@@ -23,36 +23,37 @@
 //! - this module: the [`Shard`] state, routing mail ([`Shard::route`], [`Shard::request`]) and
 //!   handling it ([`Shard::handle`]), the registry of this shard's connections;
 //! - [`topics`]: topic creation (lookup-gated), loading, metadata changes;
-//! - [`publish`]: storing published messages and answering them (at once, or once on disk);
-//! - [`consumers`]: SUB, the consumers' channel operations, dispatch and delivery routing,
+//! - [`ingest`]: storing published messages and answering them (at once, or once on disk);
+//! - [`dispatch`]: SUB, the consumers' channel operations, dispatch and delivery routing,
 //!   timers;
 //! - [`early_ack`]: publishes answered before their owner has them, and their confirmation;
-//! - [`flusher`], [`fetcher`]: the shard's side of the write path and the read path, whose
-//!   tasks live in [`crate::storage::flusher`] and [`crate::storage::fetcher`];
-//! - [`dead_letter`]: messages over max attempts sent to their dead-letter topic, origin
+//! - [`flush_host`], [`fetch_host`]: the shard's side of the write path and the read path,
+//!   whose tasks live in [`crate::storage::flusher`] and [`crate::storage::fetcher`];
+//! - [`dead_letter_routing`]: messages over max attempts sent to their dead-letter topic, origin
 //!   records, channel settings and redrive;
-//! - [`admin`], [`durable`]: the HTTP API's topic and channel actions, answered once durable;
-//!   [`replay`]: a channel rewound (or created) to a past position of its topic's log;
-//!   [`stats`]: the shard's part of /stats and /metrics; [`statsd`]: pushing them to statsd;
+//! - [`admin_exec`], [`durable`]: the HTTP API's topic and channel actions, answered once durable;
+//!   [`rewind`]: a channel rewound (or created) to a past position of its topic's log;
+//!   [`stats_collect`]: the shard's part of /stats and /metrics; [`statsd_push`]: pushing
+//!   them to statsd;
 //! - [`lifecycle`]: start-up, the shard's tasks, shutdown.
 
-mod admin;
-mod consumers;
-mod dead_letter;
+mod admin_exec;
+mod dead_letter_routing;
+mod dispatch;
 mod durable;
 mod early_ack;
-mod fetcher;
-mod flusher;
+mod fetch_host;
+mod flush_host;
+mod ingest;
 mod lifecycle;
-mod publish;
-mod replay;
-mod stats;
-mod statsd;
+mod rewind;
+mod stats_collect;
+mod statsd_push;
 mod topics;
 
 pub use early_ack::MAX_UNCONFIRMED;
+use ingest::{Answer, DiskAck};
 pub use lifecycle::{run, FrontEnds};
-use publish::{Answer, DiskAck};
 use topics::PendingTopic;
 
 use crate::channel::TimerQueue;
@@ -116,8 +117,8 @@ pub struct Shard {
     pub(crate) sends: crate::sys::send_batch::SendBatch,
     pub(crate) exit: Notify,
     pub(crate) conns_changed: Notify,
-    /// Health and runtime options for the HTTP API (see [`crate::admin`]).
-    pub(crate) admin: crate::admin::AdminState,
+    /// Health and runtime options for the HTTP API (see [`crate::admin_ops`]).
+    pub(crate) admin: crate::admin_ops::AdminState,
     /// Admin actions waiting for the disk.
     durable: durable::DurableAnswers,
     /// The write path: topics with writes, the next checkpoint's topics, the flusher's
@@ -151,7 +152,7 @@ impl Shard {
         control: usize,
         me: std::rc::Weak<Shard>,
     ) -> Shard {
-        let flusher = Flusher::new(flusher::sync_policy(&config));
+        let flusher = Flusher::new(flush_host::sync_policy(&config));
         Shard {
             id,
             config,
@@ -173,7 +174,7 @@ impl Shard {
             sends: crate::sys::send_batch::SendBatch::new(),
             exit: Notify::new(),
             conns_changed: Notify::new(),
-            admin: crate::admin::AdminState::default(),
+            admin: crate::admin_ops::AdminState::default(),
             durable: durable::DurableAnswers::default(),
             flusher,
             fetcher: Fetcher::default(),

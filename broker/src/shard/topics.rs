@@ -6,7 +6,7 @@
 //! for a topic that a stop would drop; publishes parked for a pending topic are stored (or
 //! refused) in the order they came.
 
-use super::publish::Answer;
+use super::ingest::Answer;
 use super::Shard;
 use crate::mailbox::{Mail, RegistryOp, Reply, ReplyTo};
 use crate::storage::{self, log::TopicLog};

@@ -30,8 +30,9 @@ use std::time::{Duration, Instant};
 pub const BLOCK: u64 = 256 * 1024;
 /// Blocks a sequential reader asks for beyond the one it is in.
 pub const READ_AHEAD: u64 = 3;
-/// Blocks kept per log (6 MiB): room for the read-ahead of 6 channels at different places
-/// (docs/performance-history.md, the twentieth session, has what 16 and 32 did).
+/// Blocks kept per log (6 MiB): room for the read-ahead of 6 channels at different places.
+/// Fewer cost draining speed, more cost memory for no speed
+/// (docs/benchmarks.md#draining-a-backlog).
 pub const CAPACITY: usize = 24;
 
 /// A block of one segment: (segment base seq, block number).
@@ -39,8 +40,8 @@ pub type BlockKey = (u64, u64);
 
 struct Block {
     /// A copy of the direct read's buffer (which goes straight back to the shard's registered
-    /// pool): bodies are slices of it, a reference count each, not an allocation each
-    /// (measured: a malloc and free per body cost a fifth of a drain's CPU).
+    /// pool): bodies are slices of it, a reference count each, not an allocation and a free
+    /// each on the path that drains a backlog.
     data: Bytes,
     /// Bytes of `data` that were written when it was read.
     valid: usize,

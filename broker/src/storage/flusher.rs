@@ -29,9 +29,9 @@ const CHECKPOINT_EVERY: Duration = Duration::from_secs(5);
 /// Without --durable nobody waits for the disk: the flusher lets writes gather up to this long,
 /// so a stream of single PUBs becomes one write per 10 ms instead of one per message. Each write
 /// costs the shard's CPU far more than its bytes (a direct write is a device notification, on
-/// a VM an exit to the host, plus an io-wq worker's wake-up when it extends the file): at 1 ms,
-/// one-at-a-time PUBs on one core spent ~9% of it there. What a kill -9 can lose is what is
-/// not written yet, at most this long's worth (nsqd loses its whole in-memory queue).
+/// a VM an exit to the host, plus an io-wq worker's wake-up when it extends the file;
+/// docs/benchmarks.md#mpub-ingest, "Writes gather"). What a kill -9 can lose is what is not
+/// written yet, at most this long's worth (nsqd loses its whole in-memory queue).
 const WRITE_COALESCE: Duration = Duration::from_millis(10);
 
 /// How long a clean stop retries (100 ms apart) writing what is pending when writes fail (time

@@ -105,9 +105,10 @@ pub fn delete_in_background(paths: Vec<PathBuf>) {
     glommio::spawn_local(deletion).detach();
 }
 
-/// Freeing a whole segment's extents at once is one long journal transaction (31 ms for
-/// 100 MiB here) that the shards' own segment writes then queue behind. Cutting the file down
-/// a step at a time keeps each transaction, and so each wait, short.
+/// Freeing a whole segment's extents at once is one long journal transaction that the shards'
+/// own segment writes then queue behind. Cutting the file down a step at a time keeps each
+/// transaction, and so each wait, short (docs/design/storage.md#the-log-storage;
+/// `tests/perf/unlink_stall.py` shows the effect).
 const SHRINK_STEP: u64 = 4 << 20;
 
 fn shrink_then_remove(path: &Path) -> std::io::Result<()> {

@@ -615,4 +615,4 @@ pub mod v1 {
 }
 
 #[cfg(test)]
-mod tests;
+mod segment_tests;

@@ -3,8 +3,8 @@
 //!
 //! - AUTH ([`auth`]): `E_INVALID` "AUTH already set" once the connection holds authorizations;
 //!   `E_AUTH_DISABLED` without auth servers; the servers are asked ([`crate::auth::query_any`])
-//!   with the client's IP, its TLS state and certificate common name ([`Conn`]'s `tls` and
-//!   `tls_common_name`, set by the TLS layer) and the secret; no usable answer is
+//!   with the client's IP, its TLS state and certificate common name (the connection's
+//!   [`super::identity`], set by the TLS layer) and the secret; no usable answer is
 //!   `E_AUTH_FAILED` "AUTH failed" (the reason goes to the log only), an answer without
 //!   authorizations `E_UNAUTHORIZED` "AUTH no authorizations found"; success answers
 //!   `{"identity","identity_url","permission_count"}`. Every error here is fatal.
@@ -17,14 +17,16 @@
 //! request runs while this connection's reader waits; the shard serves everything else
 //! meanwhile. A gate error is written after the answers of the publishes before it. The
 //! client's /stats entry (`authed`, `auth_identity`, `auth_identity_url`) follows the answer
-//! held.
+//! held: a new answer is shown on the connection at once, and handed to the session
+//! ([`SessionAuth::take_shown`]) for the client's info it keeps.
 
-use super::reader::Session;
 use super::Conn;
 use crate::auth::{auth_response_json, query_any, AuthError, AuthRequest, AuthState};
+use crate::channel::ClientAuth;
 use crate::shard::Shard;
 use bytes::Bytes;
 use protocol::{Command, ErrorCode, ProtocolError};
+use std::sync::Arc;
 use std::time::Instant;
 use tracing::warn;
 
@@ -40,6 +42,8 @@ struct Held {
     /// The last topic a publish was allowed on under `state` (most producers publish to one
     /// topic: its regexes are then not run again for every publish).
     allowed_topic: Option<String>,
+    /// A new answer as /stats shows it, not yet taken by the session.
+    shown: Option<Arc<ClientAuth>>,
 }
 
 impl SessionAuth {
@@ -58,6 +62,11 @@ impl SessionAuth {
     fn secret(&self) -> &[u8] {
         self.0.as_ref().map_or(&[][..], |h| &h.secret[..])
     }
+
+    /// A new answer of the auth servers, as /stats shows it, once.
+    pub(super) fn take_shown(&mut self) -> Option<Arc<ClientAuth>> {
+        self.0.as_mut().and_then(|h| h.shown.take())
+    }
 }
 
 /// The verb, topic and channel of a command the gate applies to ("" for a publish).
@@ -71,14 +80,15 @@ pub(super) fn gated(cmd: &Command) -> Option<(&'static str, &str, &str)> {
     }
 }
 
-/// AUTH with `secret`.
+/// AUTH with `secret`, from the client at `remote` (its address).
 pub(super) async fn auth(
     shard: &Shard,
     conn: &Conn,
-    session: &mut Session,
+    auth: &mut SessionAuth,
+    remote: &str,
     secret: Bytes,
 ) -> Result<(), ProtocolError> {
-    if session.auth.has_authorizations() {
+    if auth.has_authorizations() {
         return Err(ProtocolError::fatal(ErrorCode::Invalid, "AUTH already set"));
     }
     if !shard.config.auth.enabled() {
@@ -87,12 +97,12 @@ pub(super) async fn auth(
             "AUTH disabled",
         ));
     }
-    session.auth.held().secret = secret;
-    let state = ask(shard, conn, session)
+    auth.held().secret = secret;
+    let state = ask(shard, conn, auth, remote)
         .await
         .map_err(|e| auth_failed(conn, &e))?;
-    hold(conn, session, state);
-    let Some(state) = session.auth.state().filter(|s| s.has_authorizations()) else {
+    hold(conn, auth, state);
+    let Some(state) = auth.state().filter(|s| s.has_authorizations()) else {
         return Err(ProtocolError::fatal(
             ErrorCode::Unauthorized,
             "AUTH no authorizations found",
@@ -108,14 +118,16 @@ pub(super) async fn auth(
 pub(super) async fn check(
     shard: &Shard,
     conn: &Conn,
-    session: &mut Session,
+    auth: &mut SessionAuth,
+    remote: &str,
     verb: &'static str,
     topic: &str,
     channel: &str,
 ) -> Result<(), ProtocolError> {
-    let mut result = gate(session, verb, topic, channel);
+    let mut result = gate(auth, verb, topic, channel);
     if result.is_none() {
-        result = Some(Box::pin(renew_then_gate(shard, conn, session, verb, topic, channel)).await);
+        let renewed = renew_then_gate(shard, conn, auth, remote, verb, topic, channel);
+        result = Some(Box::pin(renewed).await);
     }
     let result = result.unwrap_or(Ok(()));
     if result.is_err() {
@@ -129,27 +141,27 @@ pub(super) async fn check(
 async fn renew_then_gate(
     shard: &Shard,
     conn: &Conn,
-    session: &mut Session,
+    auth: &mut SessionAuth,
+    remote: &str,
     verb: &'static str,
     topic: &str,
     channel: &str,
 ) -> Result<(), ProtocolError> {
-    let state = ask(shard, conn, session)
+    let state = ask(shard, conn, auth, remote)
         .await
         .map_err(|e| auth_failed(conn, &e))?;
-    hold(conn, session, state);
+    hold(conn, auth, state);
     // A fresh answer has not expired: the gate decides now.
-    gate(session, verb, topic, channel).unwrap_or(Ok(()))
+    gate(auth, verb, topic, channel).unwrap_or(Ok(()))
 }
 
 /// The gate on the answer held: `None` when it expired (ask again first).
 fn gate(
-    session: &mut Session,
+    auth: &mut SessionAuth,
     verb: &'static str,
     topic: &str,
     channel: &str,
 ) -> Option<Result<(), ProtocolError>> {
-    let auth = &mut session.auth;
     if !auth.has_authorizations() {
         return Some(Err(ProtocolError::fatal(
             ErrorCode::AuthFirst,
@@ -174,28 +186,31 @@ fn gate(
     Some(Ok(()))
 }
 
-/// Asks the auth servers about this connection's secret. Ends early, as a failure, when the
-/// connection is told to stop or closes.
-async fn ask(shard: &Shard, conn: &Conn, session: &Session) -> Result<AuthState, AuthError> {
-    let remote_ip = session
-        .info
-        .remote_address
+/// Asks the auth servers about this connection's secret (`remote`: the client's address).
+/// Ends early, as a failure, when the connection is told to stop or closes.
+async fn ask(
+    shard: &Shard,
+    conn: &Conn,
+    auth: &SessionAuth,
+    remote: &str,
+) -> Result<AuthState, AuthError> {
+    let remote_ip = remote
         .parse::<std::net::SocketAddr>()
         .map(|a| a.ip().to_string())
         .unwrap_or_default();
-    let common_name = conn.tls_common_name.borrow().clone();
+    let common_name = conn.identity.common_name().clone();
     let req = AuthRequest {
         remote_ip: &remote_ip,
-        tls: conn.tls.get(),
-        secret: session.auth.secret(),
+        tls: conn.identity.over_tls(),
+        secret: auth.secret(),
         common_name: &common_name,
     };
     // Boxed: the request's state (stream, buffers) is allocated only while it runs, not
     // carried in every connection's reader.
     let query = Box::pin(query_any(&shard.config.auth, &req));
     futures_lite::future::or(query, async {
-        while !conn.stop_requested.get() && !conn.closed.get() {
-            conn.wake_reader.notified().await;
+        while !conn.stop_requested() && !conn.is_closed() {
+            conn.reader_woken().await;
         }
         Err(AuthError("the connection is stopping".into()))
     })
@@ -203,15 +218,15 @@ async fn ask(shard: &Shard, conn: &Conn, session: &Session) -> Result<AuthState,
 }
 
 /// Holds `state` as the connection's answer, and shows it in /stats.
-fn hold(conn: &Conn, session: &mut Session, state: AuthState) {
-    let shown = std::sync::Arc::new(crate::channel::ClientAuth {
+fn hold(conn: &Conn, auth: &mut SessionAuth, state: AuthState) {
+    let shown = Arc::new(ClientAuth {
         authed: state.has_authorizations(),
         identity: state.identity.clone(),
         identity_url: state.identity_url.clone(),
     });
-    session.info.auth = Some(shown.clone());
-    conn.info.borrow_mut().auth = Some(shown);
-    let held = session.auth.held();
+    conn.identity.show_auth(shown.clone());
+    let held = auth.held();
+    held.shown = Some(shown);
     held.state = Some(state);
     held.allowed_topic = None;
 }

@@ -1,14 +1,10 @@
 //! Moving a connection to the shard that owns its topic (`--move-to-owner`).
 //!
-//! A connection lives on the shard the kernel steered it to. Its publishes to a topic another
-//! shard owns then cost a hop to that owner and back, and its deliveries a hop from the owner
-//! for every batch and one back for its FINs; on an idle host each hop may wake a parked
-//! shard (docs/performance-history.md: a PUB per round trip costs twice the CPU, and a
-//! consumer beside a producer falls behind it). So a TCP connection moves to the owner of its
-//! topic once, at the command that ties it to a topic: its SUB or its first PUB, MPUB or
-//! DPUB. The price: a topic's producers and consumers all share its owner's core, where they
-//! used to spread their socket work over the shards the kernel gave them (one hot topic on a
-//! large host: `--move-to-owner=false`). The reader stops before executing that command, the
+//! A connection on another shard than its topic's owner pays a hop to the owner and back for
+//! its publishes, and one for every batch of deliveries and of FINs. So a TCP connection moves
+//! to the owner of its topic once, at the command that ties it to a topic: its SUB or its
+//! first PUB, MPUB or DPUB (why, and what it costs: docs/design/connections.md, "Moving a
+//! connection to its topic's owner"). The reader stops before executing that command, the
 //! connection's tasks end here (the writer writes what is buffered and leaves the socket
 //! open), and the owner adopts a duplicate of the socket with what the reader knew
 //! ([`Handover`], mail) and runs the command first.
@@ -21,7 +17,7 @@
 //! publish is outstanding, and the new shard starts only after this shard's writer has
 //! written its last byte, so the client sees its answers in the order of its commands.
 
-use super::reader::Session;
+use super::session::Session;
 use super::Conn;
 use crate::mailbox::Handover;
 use crate::shard::Shard;
@@ -44,13 +40,13 @@ pub(super) fn destination(
         _ => return None,
     };
     if !shard.config.move_to_owner
-        || session.moved_in
-        || session.layered
-        || session.sub.is_some()
+        || session.moved_in()
+        || session.is_layered()
+        || session.sub().is_some()
         || shard.config.auth.enabled()
         || shard.is_stopping()
-        || conn.outstanding.get() > 0
-        || !conn.pub_counts.borrow().is_empty()
+        || conn.pipeline.outstanding() > 0
+        || conn.pipeline.has_published()
     {
         return None;
     }
@@ -60,14 +56,14 @@ pub(super) fn destination(
 
 /// What a moving connection takes along (its socket travels beside it, duplicated).
 pub(super) fn handover(conn: &Conn, session: &Session, first: Command, rest: BytesMut) -> Handover {
-    let out = conn.out_buffer.get();
+    let out = conn.out.holding();
     Handover {
         first,
         rest,
-        info: session.info.clone(),
-        heartbeats: session.heartbeats,
-        heartbeat: conn.heartbeat.get(),
-        msg_timeout: session.msg_timeout,
+        info: session.info().clone(),
+        heartbeats: session.heartbeats(),
+        heartbeat: conn.heartbeat(),
+        msg_timeout: session.msg_timeout(),
         output_buffer_size: out.size,
         output_buffer_timeout: out.timeout,
     }

@@ -9,8 +9,9 @@
 //! order: TLS, then the compression, each followed by an `OK` through it); a connection is
 //! upgraded once, and a client gets [`TLS_HANDSHAKE_TIMEOUT`] for its handshake.
 
-use super::reader::Session;
-use super::transport::Layers;
+use super::layers::Layers;
+use super::output::OutputBuffer;
+use super::session::Session;
 use super::Conn;
 use crate::shard::Shard;
 use crate::sys::conn_socket::ReadHalf;
@@ -35,18 +36,11 @@ pub(super) fn identify(
     let req = IdentifyRequest::parse(body)?;
     let limits = shard.config.identify_limits();
     let n = req.negotiate(&limits)?;
-    session.info.client_id = req.client_id.clone();
-    session.info.hostname = req.hostname.clone();
-    session.info.user_agent = req.user_agent.clone();
-    session.info.sample_rate = n.sample_rate;
-    session.msg_timeout = Duration::from_millis(n.msg_timeout_ms);
-    *conn.info.borrow_mut() = session.info.clone();
-    session.heartbeats = n.heartbeat_ms.is_some();
+    session.identified(conn, &req, &n);
     let hb = n.heartbeat_ms.map(Duration::from_millis);
-    conn.heartbeat.set(hb);
-    conn.heartbeat_changed.notify();
+    conn.set_heartbeat(hb);
     stream.set_read_timeout(hb.map(|d| d * 2));
-    conn.out_buffer.set(super::writer::OutputBuffer::new(
+    conn.out.set_holding(OutputBuffer::new(
         n.output_buffer_size,
         n.output_buffer_timeout_ms,
     ));
@@ -77,12 +71,12 @@ fn upgrade(
     let failed = |e: &dyn std::fmt::Display| {
         ProtocolError::fatal(ErrorCode::IdentifyFailed, format!("IDENTIFY failed {e}"))
     };
-    if session.layered {
+    if session.is_layered() {
         return Err(failed(&"connection already upgraded"));
     }
     let mut ok = BytesMut::new();
     write_frame(&mut ok, FrameType::Response, protocol::OK);
-    let before = std::mem::take(&mut *conn.out.borrow_mut());
+    let before = conn.out.take_all();
     let mut layers = Box::new(Layers::new(before));
     if n.tls_v1 {
         let config = shard
@@ -93,15 +87,12 @@ fn upgrade(
             .ok_or_else(|| failed(&"no TLS configuration"))?;
         layers.start_tls(config).map_err(|e| failed(&e))?;
         layers.output(&ok).map_err(|e| failed(&e))?;
-        session.tls_required = false;
         stream.set_read_timeout(Some(TLS_HANDSHAKE_TIMEOUT));
         debug!("upgrading connection to TLS");
     }
     let compression = if n.snappy {
-        session.info.snappy = true;
         Some(Compression::Snappy)
     } else if n.deflate {
-        session.info.deflate = true;
         Some(Compression::Deflate {
             level: n.deflate_level as u32,
         })
@@ -113,10 +104,9 @@ fn upgrade(
         layers.output(&ok).map_err(|e| failed(&e))?;
         debug!(?c, "upgrading connection to compression");
     }
-    *conn.layers.borrow_mut() = Some(layers);
-    *conn.info.borrow_mut() = session.info.clone();
-    session.layered = true;
-    session.upgraded = true;
-    conn.wake_writer.notify();
+    conn.put_layers(layers);
+    let deflate = !n.snappy && n.deflate;
+    session.layers_on(conn, n.tls_v1, n.snappy, deflate);
+    conn.out.wake_writer();
     Ok(())
 }

@@ -17,7 +17,7 @@
 //! heartbeats off) closes the connection, and its in-flight messages go back to the channel.
 //!
 //! Responses keep the order of commands. Publishes pipeline: the reader sends PUB/MPUB/DPUB to
-//! the topic's owner and goes on decoding (up to [`publish::MAX_PIPELINED`] outstanding), while
+//! the topic's owner and goes on decoding (up to [`pub_pipeline::MAX_PIPELINED`] outstanding), while
 //! a fourth task, the replier, writes their answers in command order as they come back. A
 //! command that answers anything else (IDENTIFY, SUB, CLS, ...) first waits until every
 //! outstanding publish has been answered, so the client sees responses exactly in the order of
@@ -25,38 +25,56 @@
 //! (FIN of an unknown ID, ...) only sends the frame.
 //!
 //! Here: [`accept_loop`], [`serve`] (a connection's tasks, from accept to close) and [`Conn`]
-//! (the state those tasks share). The jobs of a connection:
+//! (what those tasks share: its owned parts, each with private fields, and the signals
+//! between the tasks). The jobs of a connection:
 //! - [`reader`]: the V2 magic and the command loop (SUB, RDY, FIN, REQ, TOUCH, CLS);
+//! - [`session`]: what the reader knows of its connection, changed only through its methods;
 //! - [`handover`]: when a connection moves to its topic's owner, and what it takes along;
 //! - [`identify`]: IDENTIFY and its negotiation;
 //! - [`auth`]: AUTH, and the authorization gate of PUB, MPUB, DPUB and SUB;
-//! - [`publish`]: PUB, MPUB and DPUB, early answers, the replier;
-//! - [`writer`]: the output buffer, the writer task, heartbeats;
-//! - [`transport`]: TLS and compression between the socket and the codec, once IDENTIFY
+//! - [`pub_pipeline`]: PUB, MPUB and DPUB, early answers, the replier ([`Conn`]'s part
+//!   `Pipeline`);
+//! - [`output`]: the output buffer and when it is due ([`Conn`]'s part `Output`);
+//! - [`identity`]: the client as /stats and AUTH see it ([`Conn`]'s part `Identity`);
+//! - [`consuming`]: the subscription and the flow control of deliveries ([`Conn`]'s part
+//!   `Consuming`);
+//! - [`writer`]: the writer task, heartbeats;
+//! - [`layers`]: TLS and compression between the socket and the codec, once IDENTIFY
 //!   switched them on.
+//!
+//! Sibling modules depend on each other without a cycle: the command modules (`identify`,
+//! `handover`) use [`session`], which uses `auth`; the reader uses them all; the parts use
+//! none.
 
 mod auth;
+mod consuming;
 mod handover;
 mod identify;
-mod publish;
+mod identity;
+mod layers;
+mod output;
+mod pub_pipeline;
 mod reader;
-mod transport;
+mod session;
 mod writer;
 
-use crate::channel::{ClientInfo, ConsumerKey};
+use crate::channel::ConsumerKey;
 use crate::mailbox::{ChannelOp, Handover, Mail};
 use crate::shard::Shard;
 use bytes::BytesMut;
+use consuming::Consuming;
 use glommio::net::{TcpListener, TcpStream};
-use nsq_common::local_sync::Notify;
-use publish::{reply_loop, PendingPublish};
+use identity::Identity;
+use nsq_common::local_sync::{Notified, Notify};
+use output::{Output, OutputBuffer};
+use pub_pipeline::{reply_loop, Pipeline};
 use reader::{flush_fins, read_loop};
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 use tracing::{debug, info, warn, Instrument};
-use writer::{heartbeat_loop, write_loop, OutputBuffer};
+use writer::{heartbeat_loop, write_loop};
 
 /// How long a stopping connection waits for its outstanding publishes to be answered.
 const REPLY_GRACE: Duration = Duration::from_secs(5);
@@ -64,11 +82,18 @@ const REPLY_GRACE: Duration = Duration::from_secs(5);
 /// The owner shard, topic and channel of a subscription.
 type Subscription = (usize, Arc<str>, Arc<str>);
 
-/// The part of a connection that other tasks of the shard can reach.
+/// The part of a connection that other tasks of the shard can reach: its owned parts, and
+/// the signals between its tasks.
 pub struct Conn {
     pub id: u64,
-    out: RefCell<BytesMut>,
-    wake_writer: Notify,
+    /// The frames the writer is to write.
+    out: Output,
+    /// The publishes in flight, and what was published.
+    pipeline: Pipeline,
+    /// Who the client is, for /stats and AUTH.
+    identity: Identity,
+    /// The channel consumed, and the flow control of its deliveries.
+    consuming: Consuming,
     wake_reader: Notify,
     heartbeat_changed: Notify,
     heartbeat: Cell<Option<Duration>>,
@@ -76,71 +101,25 @@ pub struct Conn {
     /// The connection moved to another shard ([`handover`]): its socket stays open.
     moved: Cell<bool>,
     stop_requested: Cell<bool>,
-    /// Who the client says it is (after IDENTIFY), for /stats.
-    pub(crate) info: RefCell<ClientInfo>,
-    /// Messages published per topic on this connection, for /stats `pub_counts`.
-    pub(crate) pub_counts: RefCell<Vec<(String, u64)>>,
-    /// Set once SUB succeeded: the connection is then listed under its channel, not producers.
-    pub(crate) subscribed: Cell<bool>,
-    /// Publishes sent to their owners, in command order, and how many are not answered yet.
-    pending: RefCell<std::collections::VecDeque<PendingPublish>>,
-    outstanding: Cell<usize>,
-    /// Pending publishes whose answer the client still waits for (not acknowledged early).
-    unanswered: Cell<usize>,
-    wake_replier: Notify,
-    replies_done: Notify,
-    /// After SUB: the channel's owner, topic and channel, where written bytes are reported.
-    consumes: RefCell<Option<Subscription>>,
-    /// How message frames are held in `out` (IDENTIFY's output buffer size and timeout).
-    out_buffer: Cell<OutputBuffer>,
-    /// Something in `out` is to be written at once (a response, or the consumer is full).
-    flush_now: Cell<bool>,
-    /// When the oldest message frame held in `out` was buffered (`None`: nothing held).
-    held_since: Cell<Option<std::time::Instant>>,
-    /// Bytes of message frames in `out`, not yet taken by the writer.
-    unsent_deliveries: Cell<u64>,
-    /// Bytes of message frames written and not yet reported to the owner.
-    written_unreported: Cell<u64>,
-    /// Report written bytes once this many have gathered (a quarter of the owner's window).
-    report_every: u64,
     /// TLS and compression, once IDENTIFY switched any on (`None`: plaintext, no layer).
-    layers: RefCell<Option<Box<transport::Layers>>>,
-    /// Whether the connection runs over TLS, and the common name of the client's certificate
-    /// ("" without one): set by the TLS layer, sent to the auth servers by AUTH.
-    pub(crate) tls: Cell<bool>,
-    pub(crate) tls_common_name: RefCell<String>,
+    layers: RefCell<Option<Box<layers::Layers>>>,
 }
 
 impl Conn {
     fn new(id: u64, heartbeat: Duration, output_window: u64, out_buffer: OutputBuffer) -> Conn {
         Conn {
             id,
-            out: RefCell::new(BytesMut::new()),
-            wake_writer: Notify::new(),
+            out: Output::new(out_buffer),
+            pipeline: Pipeline::new(),
+            identity: Identity::default(),
+            consuming: Consuming::new(output_window),
             wake_reader: Notify::new(),
             heartbeat_changed: Notify::new(),
             heartbeat: Cell::new(Some(heartbeat)),
             closed: Cell::new(false),
             moved: Cell::new(false),
             stop_requested: Cell::new(false),
-            info: RefCell::new(ClientInfo::default()),
-            pub_counts: RefCell::new(Vec::new()),
-            subscribed: Cell::new(false),
-            pending: RefCell::new(std::collections::VecDeque::new()),
-            outstanding: Cell::new(0),
-            unanswered: Cell::new(0),
-            wake_replier: Notify::new(),
-            replies_done: Notify::new(),
-            consumes: RefCell::new(None),
-            out_buffer: Cell::new(out_buffer),
-            flush_now: Cell::new(false),
-            held_since: Cell::new(None),
-            unsent_deliveries: Cell::new(0),
-            written_unreported: Cell::new(0),
-            report_every: (output_window / 4).max(1),
             layers: RefCell::new(None),
-            tls: Cell::new(false),
-            tls_common_name: RefCell::new(String::new()),
         }
     }
 
@@ -148,14 +127,52 @@ impl Conn {
     /// response not written. Not asked of a consumer: what it sends (FIN, RDY) answers no
     /// request of ours, and reading it as it trickles in would only cut its batches small.
     fn answer_pending(&self) -> bool {
-        !self.subscribed.get() && (self.unanswered.get() > 0 || !self.out.borrow().is_empty())
+        !self.consuming.is_subscribed() && (self.pipeline.has_unanswered() || !self.out.is_empty())
     }
 
     /// Waits until at most `limit` publishes are outstanding (0: all answered).
     async fn wait_outstanding(&self, limit: usize) {
-        while self.outstanding.get() > limit && !self.closed.get() {
-            self.replies_done.notified().await;
+        while self.pipeline.outstanding() > limit && !self.closed.get() {
+            self.pipeline.answered().await;
         }
+    }
+
+    fn is_closed(&self) -> bool {
+        self.closed.get()
+    }
+
+    fn stop_requested(&self) -> bool {
+        self.stop_requested.get()
+    }
+
+    fn has_moved(&self) -> bool {
+        self.moved.get()
+    }
+
+    /// Wakes on a stop or a close.
+    fn reader_woken(&self) -> Notified<'_> {
+        self.wake_reader.notified()
+    }
+
+    /// The heartbeat interval (`None`: heartbeats off).
+    fn heartbeat(&self) -> Option<Duration> {
+        self.heartbeat.get()
+    }
+
+    /// Sets the heartbeat interval; the ticker and the write deadline follow at once.
+    fn set_heartbeat(&self, every: Option<Duration>) {
+        self.heartbeat.set(every);
+        self.heartbeat_changed.notify();
+    }
+
+    /// Fires when the heartbeat interval changed, or the connection closed.
+    fn heartbeat_changed(&self) -> Notified<'_> {
+        self.heartbeat_changed.notified()
+    }
+
+    /// IDENTIFY put TLS or a compression on: socket bytes go through `layers` from now on.
+    fn put_layers(&self, layers: Box<layers::Layers>) {
+        *self.layers.borrow_mut() = Some(layers);
     }
 
     /// Shutdown: finish the command in progress, answer it, then close.
@@ -168,9 +185,9 @@ impl Conn {
     pub fn close(&self) {
         self.closed.set(true);
         self.wake_reader.notify();
-        self.wake_writer.notify();
+        self.out.wake_writer();
         self.heartbeat_changed.notify();
-        self.wake_replier.notify();
+        self.pipeline.wake_replier();
     }
 }
 
@@ -288,11 +305,11 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream, moved: Option<Box<Handov
         ));
         if let Some(m) = &moved {
             conn.heartbeat.set(m.heartbeat);
-            conn.out_buffer.set(OutputBuffer {
+            conn.out.set_holding(OutputBuffer {
                 size: m.output_buffer_size,
                 timeout: m.output_buffer_timeout,
             });
-            *conn.info.borrow_mut() = m.info.clone();
+            conn.identity.show(&m.info);
         }
         shard.register_conn(conn.id, conn.clone());
         let writer = glommio::spawn_local(write_loop(shard.clone(), conn.clone(), writer_stream));
@@ -303,7 +320,7 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream, moved: Option<Box<Handov
         if let Some(s) = session.as_mut() {
             flush_fins(&shard, &conn, s);
         }
-        let handover = session.as_mut().and_then(|s| s.handover.take());
+        let handover = session.as_mut().and_then(|s| s.take_move());
         conn.moved.set(handover.is_some());
         // Answer what is in progress (a stop, or EOF after pipelined publishes), bounded.
         let _ = glommio::timer::timeout(REPLY_GRACE, async {
@@ -311,16 +328,16 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream, moved: Option<Box<Handov
             Ok(())
         })
         .await;
-        if conn.outstanding.get() > 0 {
+        if conn.pipeline.outstanding() > 0 {
             warn!(
                 shard = shard.id,
                 conn = id,
-                outstanding = conn.outstanding.get(),
+                outstanding = conn.pipeline.outstanding(),
                 "publishes still unconfirmed by their owner when the connection closed"
             );
         }
 
-        if let Some((owner, topic, channel)) = session.and_then(|s| s.sub) {
+        if let Some((owner, topic, channel)) = session.and_then(|s| s.into_sub()) {
             shard.route(
                 owner,
                 Mail::Channel {
@@ -337,10 +354,11 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream, moved: Option<Box<Handov
         shard.unregister_conn(id);
         conn.close();
         writer.await;
-        // close() woke them: they see the connection closed and end by themselves. (A task
-        // ended with glommio's `cancel` kept its allocation for good: 240 bytes a connection.)
+        // close() woke them: they see the connection closed and end by themselves (a task ended
+        // with glommio's `cancel` keeps its allocation: docs/design/connections.md, "What an
+        // idle connection holds").
         ticker.await;
-        if conn.outstanding.get() == 0 {
+        if conn.pipeline.outstanding() == 0 {
             replier.await;
         } else {
             // Answers that did not come within the grace: never waited for again.
@@ -402,24 +420,14 @@ impl crate::shard::ConnHandle for Conn {
     }
 
     fn producer_stats(&self, topic: Option<&str>) -> Option<crate::stats::ClientStats> {
-        let counts = self.pub_counts.borrow();
-        if counts.is_empty() {
-            return None;
-        }
-        let state = if self.subscribed.get() {
+        let pub_counts = self.pipeline.pub_counts(topic)?;
+        let state = if self.consuming.is_subscribed() {
             crate::stats::STATE_SUBSCRIBED
         } else {
             crate::stats::STATE_INIT
         };
-        let mut s = crate::stats::ClientStats::new(&self.info.borrow(), state);
-        s.pub_counts = counts
-            .iter()
-            .filter(|(name, _)| topic.is_none_or(|t| t == name))
-            .map(|(topic, count)| crate::stats::PubCount {
-                topic: topic.clone(),
-                count: *count,
-            })
-            .collect();
+        let mut s = crate::stats::ClientStats::new(&self.identity.info(), state);
+        s.pub_counts = pub_counts;
         Some(s)
     }
 }

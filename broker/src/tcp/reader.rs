@@ -9,15 +9,16 @@
 //! channels are dispatched once, and a consumer whose outbox to the channel's owner is
 //! congested reads no more until it drains. Once an answer is on its way out, the next read
 //! may be an eager one ([`crate::sys::eager_read`]). Once IDENTIFY put TLS or a compression
-//! on, socket bytes go through [`super::transport`] and the buffer is refilled from it by at
+//! on, socket bytes go through [`super::layers`] and the buffer is refilled from it by at
 //! most [`PULL_BUDGET`] at a time before the socket is read again; with `--tls-required`,
 //! every command but IDENTIFY before TLS is refused with nsqd's error.
 
 use super::handover;
 use super::identify::identify;
-use super::publish::{publish, MAX_PIPELINED};
-use super::{route_channel_op, Conn, Subscription};
-use crate::channel::{ClientInfo, ConsumerKey, ConsumerSpec};
+use super::pub_pipeline::{publish, Publish, MAX_PIPELINED};
+use super::session::Session;
+use super::{route_channel_op, Conn};
+use crate::channel::ClientInfo;
 use crate::mailbox::Handover;
 use crate::mailbox::{ChannelOp, Mail, Reply};
 use crate::shard::Shard;
@@ -25,10 +26,8 @@ use crate::sys::conn_socket::ReadHalf;
 use crate::sys::eager_read::EagerRead;
 use bytes::BytesMut;
 use futures_lite::AsyncReadExt;
-use protocol::command::ConnPhase;
 use protocol::{
-    decode_command_resuming, Command, DecodeContext, DecodeProgress, ErrorCode, FrameType,
-    ProtocolError,
+    decode_command_resuming, Command, DecodeProgress, ErrorCode, FrameType, ProtocolError,
 };
 use std::os::fd::AsRawFd;
 use std::rc::Rc;
@@ -46,71 +45,16 @@ const READ_MAX: usize = 256 * 1024;
 /// ([`crate::sys::eager_read`]): the replier, then the writer.
 const EAGER_YIELDS: usize = 3;
 
-/// What the reader knows of its connection.
-pub(super) struct Session {
-    phase: ConnPhase,
-    pub(super) heartbeats: bool,
-    pub(super) msg_timeout: Duration,
-    pub(super) info: ClientInfo,
-    /// The owner shard and the channel this connection consumes, after SUB.
-    pub(super) sub: Option<Subscription>,
-    /// FINs decoded from the current read, sent together (see [`flush_fins`]).
-    fins: Vec<protocol::MessageId>,
-    /// `--tls-required` and TLS not on yet: every command but IDENTIFY is refused.
-    pub(super) tls_required: bool,
-    /// TLS or a compression is on ([`Conn::layers`]): socket bytes go through them.
-    pub(super) layered: bool,
-    /// IDENTIFY has just put layers on: what follows it in the read buffer is theirs.
-    pub(super) upgraded: bool,
-    /// AUTH's secret and answer ([`super::auth`]).
-    pub(super) auth: super::auth::SessionAuth,
-    /// The connection came from another shard ([`super::handover`]): it moves no more.
-    pub(super) moved_in: bool,
-    /// The connection is to move to this shard, with this ([`super::handover`]).
-    pub(super) handover: Option<(usize, std::os::fd::OwnedFd, Box<Handover>)>,
-}
-
-impl Session {
-    /// A connection's session before its first command (`moved_in`: after a move).
-    fn new(
-        info: ClientInfo,
-        heartbeats: bool,
-        msg_timeout: Duration,
-        tls_required: bool,
-        moved_in: bool,
-    ) -> Session {
-        Session {
-            phase: ConnPhase::Init,
-            heartbeats,
-            msg_timeout,
-            info,
-            sub: None,
-            fins: Vec::new(),
-            tls_required,
-            layered: false,
-            upgraded: false,
-            auth: Default::default(),
-            moved_in,
-            handover: None,
-        }
-    }
-}
-
 /// Most bytes the layers decode onto the read buffer before the commands in it are run: a
 /// decompression bomb grows the buffer by no more than this past the command limits.
 const PULL_BUDGET: usize = 64 * 1024;
 
-/// Most FINs gathered into one mail.
-const FIN_BATCH: usize = 512;
-
 /// Sends the gathered FINs to the channel's owner as one operation. Called before any other
 /// command runs (so operations keep their order) and when the read buffer is used up.
 pub(super) fn flush_fins(shard: &Shard, conn: &Conn, session: &mut Session) {
-    if session.fins.is_empty() {
-        return;
+    if let Some(fins) = session.take_fins() {
+        channel_op(shard, conn, session, ChannelOp::Fin(fins));
     }
-    let op = ChannelOp::Fin(std::mem::take(&mut session.fins));
-    channel_op(shard, conn, session, op);
 }
 
 /// Reads and executes commands until the connection ends; returns the session (for cleanup).
@@ -124,12 +68,12 @@ pub(super) async fn read_loop(
     if let Some(moved) = moved {
         return resume_loop(shard, conn, stream, *moved).await;
     }
-    let heartbeat = conn.heartbeat.get().unwrap_or(Duration::from_secs(30));
+    let heartbeat = conn.heartbeat().unwrap_or(Duration::from_secs(30));
     stream.set_read_timeout(Some(heartbeat * 2));
     let mut magic = [0u8; 4];
     let got =
         futures_lite::future::or(async { Some(stream.read_exact(&mut magic).await) }, async {
-            conn.wake_reader.notified().await;
+            conn.reader_woken().await;
             None
         })
         .await;
@@ -150,7 +94,7 @@ pub(super) async fn read_loop(
     };
     let tls_required = shard.config.tls_required != crate::tls::TlsRequired::No;
     let session = Session::new(info, true, shard.config.msg_timeout, tls_required, false);
-    *conn.info.borrow_mut() = session.info.clone();
+    conn.identity.show(session.info());
     command_loop(shard, conn, stream, session, BytesMut::new()).await
 }
 
@@ -175,176 +119,297 @@ async fn resume_loop(
     command_loop(shard, conn, stream, session, moved.rest).await
 }
 
-/// Decodes and executes the commands of a connection past its magic, reading as it needs.
-async fn command_loop(
-    shard: &Rc<Shard>,
-    conn: &Rc<Conn>,
-    mut stream: ReadHalf,
-    mut session: Session,
-    mut rbuf: BytesMut,
-) -> Option<Session> {
-    let limits = shard.decode_limits();
-    let mut progress = DecodeProgress::default();
-    let mut scratch = vec![0u8; READ_MIN];
-    let mut small_reads = 0u8;
-    let mut eager = EagerRead::default();
-    loop {
-        loop {
-            if conn.closed.get() {
-                return Some(session);
-            }
-            if session.tls_required {
-                if let Some(e) = refuse_before_tls(&rbuf) {
-                    flush_fins(shard, conn, &mut session);
-                    conn.wait_outstanding(0).await;
-                    conn.push_error(&e);
-                    return Some(session);
-                }
-            }
-            let ctx = DecodeContext {
-                phase: session.phase,
-                heartbeats_enabled: session.heartbeats,
-                limits,
-            };
-            match decode_command_resuming(&mut rbuf, &ctx, &mut progress) {
-                Ok(Some(Command::Fin(id))) if session.sub.is_some() => {
-                    session.fins.push(id);
-                    if session.fins.len() >= FIN_BATCH {
-                        flush_fins(shard, conn, &mut session);
-                    }
-                }
-                Ok(Some(cmd)) => {
-                    flush_fins(shard, conn, &mut session);
-                    if let Some(owner) = handover::destination(shard, conn, &session, &cmd) {
-                        match crate::sys::listen::dup_socket(stream.as_raw_fd()) {
-                            Ok(fd) => {
-                                let rest = rbuf.split();
-                                let h = handover::handover(conn, &session, cmd, rest);
-                                session.handover = Some((owner, fd, Box::new(h)));
-                                return Some(session);
-                            }
-                            Err(e) => debug!("connection stays: dup failed ({e})"),
-                        }
-                    }
-                    let publishes = matches!(
-                        cmd,
-                        Command::Pub { .. } | Command::Mpub { .. } | Command::Dpub { .. }
-                    );
-                    let limit = if publishes { MAX_PIPELINED - 1 } else { 0 };
-                    conn.wait_outstanding(limit).await;
-                    if conn.closed.get() {
-                        return Some(session);
-                    }
-                    if let Err(e) = execute(shard, conn, &mut stream, &mut session, cmd).await {
-                        debug!(error = %e, "command failed");
-                        conn.push_error(&e);
-                        if e.fatal {
-                            return Some(session);
-                        }
-                    }
-                    if std::mem::take(&mut session.upgraded) {
-                        // What the client sent after IDENTIFY is for the new layers.
-                        let rest = rbuf.split();
-                        progress = DecodeProgress::default();
-                        match layers_input(conn, &mut session, &stream, &rest, &mut rbuf) {
-                            Ok(false) => {}
-                            Ok(true) | Err(()) => return Some(session),
-                        }
-                    }
-                }
-                Ok(None) => break,
-                Err(e) => {
-                    flush_fins(shard, conn, &mut session);
-                    debug!(error = %e, "protocol error");
-                    // After the answers of the publishes before it, as on the wire.
-                    conn.wait_outstanding(0).await;
-                    conn.push_error(&e);
-                    return Some(session);
-                }
-            }
+/// Whether the reader goes on with the connection, or its commands end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    Go,
+    End,
+}
+
+/// What the reader reads from: the socket, the bytes read and not yet decoded, and the
+/// buffer the socket is read into (sized to the reads, see [`READ_MIN`]).
+struct Input {
+    stream: ReadHalf,
+    rbuf: BytesMut,
+    progress: DecodeProgress,
+    scratch: Vec<u8>,
+    small_reads: u8,
+    eager: EagerRead,
+}
+
+impl Input {
+    fn new(stream: ReadHalf, rbuf: BytesMut) -> Input {
+        Input {
+            stream,
+            rbuf,
+            progress: DecodeProgress::default(),
+            scratch: vec![0u8; READ_MIN],
+            small_reads: 0,
+            eager: EagerRead::default(),
         }
-        if conn.stop_requested.get() {
-            return Some(session);
-        }
-        flush_fins(shard, conn, &mut session);
-        // FINs/RDYs of this read for this shard's own channels: dispatch once, now.
-        shard.flush_dispatches();
-        if let Some((owner, _, _)) = &session.sub {
-            wait_while_congested(shard, *owner).await;
-        }
-        if session.layered {
-            // Decode more of what the layers hold before reading the socket again.
-            let pulled = match conn.layers.borrow_mut().as_deref_mut() {
-                Some(l) => l.pull(&mut rbuf, PULL_BUDGET),
-                None => Ok(0),
-            };
-            match pulled {
-                Ok(0) => {}
-                Ok(_) => continue,
-                Err(e) => {
-                    debug!("input layers failed: {e}");
-                    return Some(session);
-                }
-            }
-        }
-        let mut read = None;
-        if conn.answer_pending() && eager.wanted() {
+    }
+
+    /// Reads the socket into `scratch`: eagerly once the answer the client waits for is out
+    /// ([`crate::sys::eager_read`]), else when it is readable. `None`: woken by a stop or a
+    /// close.
+    async fn read(&mut self, conn: &Conn) -> Option<std::io::Result<usize>> {
+        if conn.answer_pending() && self.eager.wanted() {
             // Let the replier and the writer send the answer; a client on this CPU runs as
             // that send wakes it, and its next command is then already here.
             for _ in 0..EAGER_YIELDS {
                 futures_lite::future::yield_now().await;
                 if !conn.answer_pending() {
-                    read = eager.read(stream.as_raw_fd(), &mut scratch).await;
+                    let read = self
+                        .eager
+                        .read(self.stream.as_raw_fd(), &mut self.scratch)
+                        .await;
+                    if read.is_some() {
+                        return read;
+                    }
                     break;
                 }
             }
         }
-        if read.is_none() {
-            read =
-                futures_lite::future::or(async { Some(stream.read(&mut scratch).await) }, async {
-                    conn.wake_reader.notified().await;
-                    None
-                })
-                .await;
+        let (stream, scratch) = (&mut self.stream, &mut self.scratch);
+        futures_lite::future::or(async { Some(stream.read(scratch).await) }, async {
+            conn.reader_woken().await;
+            None
+        })
+        .await
+    }
+
+    /// `n` bytes were read into `scratch`: onto the read buffer (through the layers when they
+    /// are on), then `scratch` grows after a full read and shrinks after small ones.
+    fn take_read(&mut self, conn: &Conn, session: &mut Session, n: usize) -> Step {
+        if session.is_layered() {
+            let data = &self.scratch[..n];
+            match layers_input(conn, session, &self.stream, data, &mut self.rbuf) {
+                Ok(false) => {}
+                Ok(true) | Err(()) => return Step::End,
+            }
+        } else {
+            self.rbuf.extend_from_slice(&self.scratch[..n]);
         }
-        match read {
-            None => {
-                if conn.stop_requested.get() || conn.closed.get() {
-                    return Some(session);
+        let scratch = &mut self.scratch;
+        if n < scratch.len() / 8 {
+            self.small_reads = self.small_reads.saturating_add(1);
+        } else {
+            self.small_reads = 0;
+        }
+        if n == scratch.len() && scratch.len() < READ_MAX {
+            scratch.resize(scratch.len() * 2, 0);
+        } else if self.small_reads >= SHRINK_AFTER && scratch.len() > READ_MIN {
+            scratch.truncate(scratch.len() / 2);
+            scratch.shrink_to_fit();
+            self.small_reads = 0;
+        }
+        Step::Go
+    }
+
+    /// IDENTIFY has just put layers on: what the client sent after it is theirs.
+    fn hand_rest_to_layers(&mut self, conn: &Conn, session: &mut Session) -> Step {
+        let rest = self.rbuf.split();
+        self.progress = DecodeProgress::default();
+        match layers_input(conn, session, &self.stream, &rest, &mut self.rbuf) {
+            Ok(false) => Step::Go,
+            Ok(true) | Err(()) => Step::End,
+        }
+    }
+}
+
+/// Decodes and executes the commands of a connection past its magic, reading as it needs.
+async fn command_loop(
+    shard: &Rc<Shard>,
+    conn: &Rc<Conn>,
+    stream: ReadHalf,
+    mut session: Session,
+    rbuf: BytesMut,
+) -> Option<Session> {
+    let limits = shard.decode_limits();
+    let mut input = Input::new(stream, rbuf);
+    loop {
+        if run_buffered(shard, conn, &mut input, &mut session, limits).await == Step::End
+            || conn.stop_requested()
+        {
+            return Some(session);
+        }
+        read_done(shard, conn, &mut session).await;
+        match pull_layers(conn, &session, &mut input.rbuf) {
+            Pulled::More => continue,
+            Pulled::Nothing => {}
+            Pulled::Failed => return Some(session),
+        }
+        if read_more(conn, &mut session, &mut input).await == Step::End {
+            return Some(session);
+        }
+    }
+}
+
+/// Decodes and runs the commands in the read buffer until it holds no whole command.
+async fn run_buffered(
+    shard: &Rc<Shard>,
+    conn: &Rc<Conn>,
+    input: &mut Input,
+    session: &mut Session,
+    limits: protocol::Limits,
+) -> Step {
+    loop {
+        if conn.is_closed() {
+            return Step::End;
+        }
+        if session.tls_required() {
+            if let Some(e) = refuse_before_tls(&input.rbuf) {
+                refuse(shard, conn, session, &e).await;
+                return Step::End;
+            }
+        }
+        let ctx = session.decode_context(limits);
+        match decode_command_resuming(&mut input.rbuf, &ctx, &mut input.progress) {
+            Ok(Some(Command::Fin(id))) if session.sub().is_some() => {
+                if session.push_fin(id) {
+                    flush_fins(shard, conn, session);
                 }
             }
-            Some(Ok(0)) => return Some(session),
-            Some(Ok(n)) => {
-                if session.layered {
-                    match layers_input(conn, &mut session, &stream, &scratch[..n], &mut rbuf) {
-                        Ok(false) => {}
-                        Ok(true) | Err(()) => return Some(session),
-                    }
-                } else {
-                    rbuf.extend_from_slice(&scratch[..n]);
-                }
-                if n < scratch.len() / 8 {
-                    small_reads = small_reads.saturating_add(1);
-                } else {
-                    small_reads = 0;
-                }
-                if n == scratch.len() && scratch.len() < READ_MAX {
-                    scratch.resize(scratch.len() * 2, 0);
-                } else if small_reads >= SHRINK_AFTER && scratch.len() > READ_MIN {
-                    scratch.truncate(scratch.len() / 2);
-                    scratch.shrink_to_fit();
-                    small_reads = 0;
+            Ok(Some(cmd)) => {
+                if run_command(shard, conn, input, session, cmd).await == Step::End {
+                    return Step::End;
                 }
             }
-            Some(Err(e)) => {
-                debug!("read ended: {e}");
-                return Some(session);
+            Ok(None) => return Step::Go,
+            Err(e) => {
+                debug!(error = %e, "protocol error");
+                refuse(shard, conn, session, &e).await;
+                return Step::End;
             }
         }
     }
 }
 
-/// Bytes read from the socket into the layers (see [`super::transport`]); `Ok(true)` when
+/// A fatal error in the input: its frame goes out after the answers of the publishes before
+/// it, as on the wire.
+async fn refuse(shard: &Shard, conn: &Conn, session: &mut Session, e: &ProtocolError) {
+    flush_fins(shard, conn, session);
+    conn.wait_outstanding(0).await;
+    conn.push_error(e);
+}
+
+/// Runs one command (a FIN gathered aside): the connection moves first if the command ties it
+/// to another shard's topic, and the command waits its turn behind the publishes before it.
+async fn run_command(
+    shard: &Rc<Shard>,
+    conn: &Rc<Conn>,
+    input: &mut Input,
+    session: &mut Session,
+    cmd: Command,
+) -> Step {
+    flush_fins(shard, conn, session);
+    let Some(cmd) = move_or_keep(shard, conn, input, session, cmd) else {
+        return Step::End;
+    };
+    let publishes = matches!(
+        cmd,
+        Command::Pub { .. } | Command::Mpub { .. } | Command::Dpub { .. }
+    );
+    let limit = if publishes { MAX_PIPELINED - 1 } else { 0 };
+    conn.wait_outstanding(limit).await;
+    if conn.is_closed() {
+        return Step::End;
+    }
+    if let Err(e) = execute(shard, conn, &mut input.stream, session, cmd).await {
+        debug!(error = %e, "command failed");
+        conn.push_error(&e);
+        if e.fatal {
+            return Step::End;
+        }
+    }
+    if session.take_upgraded() {
+        return input.hand_rest_to_layers(conn, session);
+    }
+    Step::Go
+}
+
+/// Moves the connection to its topic's owner when `cmd` ties it there ([`handover`]): `None`
+/// then (the reader stops, `cmd` and the unread bytes travel along), else `cmd` back.
+fn move_or_keep(
+    shard: &Shard,
+    conn: &Conn,
+    input: &mut Input,
+    session: &mut Session,
+    cmd: Command,
+) -> Option<Command> {
+    let Some(owner) = handover::destination(shard, conn, session, &cmd) else {
+        return Some(cmd);
+    };
+    match crate::sys::listen::dup_socket(input.stream.as_raw_fd()) {
+        Ok(fd) => {
+            let rest = input.rbuf.split();
+            let h = handover::handover(conn, session, cmd, rest);
+            session.move_to((owner, fd, Box::new(h)));
+            None
+        }
+        Err(e) => {
+            debug!("connection stays: dup failed ({e})");
+            Some(cmd)
+        }
+    }
+}
+
+/// The read buffer is used up: its FINs go, this shard's marked channels are dispatched once,
+/// and a consumer waits while its outbox to the channel's owner is congested.
+async fn read_done(shard: &Shard, conn: &Conn, session: &mut Session) {
+    flush_fins(shard, conn, session);
+    // FINs/RDYs of this read for this shard's own channels: dispatch once, now.
+    shard.flush_dispatches();
+    if let Some((owner, _, _)) = session.sub() {
+        wait_while_congested(shard, *owner).await;
+    }
+}
+
+/// What the layers gave the read buffer.
+enum Pulled {
+    /// Nothing (or no layers): read the socket.
+    Nothing,
+    /// More input: decode it before reading the socket again.
+    More,
+    /// The layers failed: the connection ends.
+    Failed,
+}
+
+/// Decodes more of what the layers hold, at most [`PULL_BUDGET`].
+fn pull_layers(conn: &Conn, session: &Session, rbuf: &mut BytesMut) -> Pulled {
+    if !session.is_layered() {
+        return Pulled::Nothing;
+    }
+    let pulled = match conn.layers.borrow_mut().as_deref_mut() {
+        Some(l) => l.pull(rbuf, PULL_BUDGET),
+        None => Ok(0),
+    };
+    match pulled {
+        Ok(0) => Pulled::Nothing,
+        Ok(_) => Pulled::More,
+        Err(e) => {
+            debug!("input layers failed: {e}");
+            Pulled::Failed
+        }
+    }
+}
+
+/// Reads more of the connection's input; `End` at its end, on a read error, or when the
+/// connection is stopped or closed.
+async fn read_more(conn: &Conn, session: &mut Session, input: &mut Input) -> Step {
+    match input.read(conn).await {
+        None if conn.stop_requested() || conn.is_closed() => Step::End,
+        None => Step::Go,
+        Some(Ok(0)) => Step::End,
+        Some(Ok(n)) => input.take_read(conn, session, n),
+        Some(Err(e)) => {
+            debug!("read ended: {e}");
+            Step::End
+        }
+    }
+}
+
+/// Bytes read from the socket into the layers (see [`super::layers`]); `Ok(true)` when
 /// TLS ended cleanly, `Err` when the input is bad (the connection then closes, after the
 /// writer sent any TLS alert).
 fn layers_input(
@@ -362,21 +427,18 @@ fn layers_input(
     match l.input(data, rbuf) {
         Err(e) => {
             debug!("input layers failed: {e}");
-            conn.wake_writer.notify();
+            conn.out.wake_writer();
             Err(())
         }
         Ok(events) => {
             if events.wants_write {
-                conn.wake_writer.notify();
+                conn.out.wake_writer();
             }
             if events.handshake_done {
-                session.info.tls = l.tls_info();
                 // AUTH tells the auth servers (`tls=true`, the certificate's common name).
-                conn.tls.set(true);
-                *conn.tls_common_name.borrow_mut() = l.peer_common_name();
-                *conn.info.borrow_mut() = session.info.clone();
-                stream.set_read_timeout(conn.heartbeat.get().map(|d| d * 2));
-                debug!(tls = ?session.info.tls, common_name = %conn.tls_common_name.borrow(), "TLS handshake done");
+                session.tls_done(conn, l.tls_info(), l.peer_common_name());
+                stream.set_read_timeout(conn.heartbeat().map(|d| d * 2));
+                debug!(tls = ?session.info().tls, common_name = %conn.identity.common_name(), "TLS handshake done");
             }
             Ok(events.closed)
         }
@@ -419,38 +481,14 @@ async fn execute(
     session: &mut Session,
     cmd: Command,
 ) -> Result<(), ProtocolError> {
-    if shard.config.auth.enabled() {
-        if let Some((verb, topic, channel)) = super::auth::gated(&cmd) {
-            super::auth::check(shard, conn, session, verb, topic, channel).await?;
-        }
-    }
+    session.authorize(shard, conn, &cmd).await?;
     match cmd {
         Command::Identify(body) => identify(shard, conn, stream, session, &body),
-        Command::Auth(secret) => super::auth::auth(shard, conn, session, secret).await,
+        Command::Auth(secret) => session.auth(shard, conn, secret).await,
         Command::Sub { topic, channel } => subscribe(shard, conn, session, topic, channel).await,
-        Command::Pub { topic, body } => {
-            publish(
-                shard,
-                conn,
-                topic,
-                vec![body],
-                Duration::ZERO,
-                ErrorCode::PubFailed,
-                "PUB",
-            )
-            .await
-        }
+        Command::Pub { topic, body } => publish(shard, conn, Publish::Pub { topic, body }).await,
         Command::Mpub { topic, bodies } => {
-            publish(
-                shard,
-                conn,
-                topic,
-                bodies,
-                Duration::ZERO,
-                ErrorCode::MpubFailed,
-                "MPUB",
-            )
-            .await
+            publish(shard, conn, Publish::Mpub { topic, bodies }).await
         }
         Command::Dpub {
             topic,
@@ -458,16 +496,7 @@ async fn execute(
             body,
         } => {
             let defer = Duration::from_millis(defer_ms);
-            publish(
-                shard,
-                conn,
-                topic,
-                vec![body],
-                defer,
-                ErrorCode::DpubFailed,
-                "DPUB",
-            )
-            .await
+            publish(shard, conn, Publish::Dpub { topic, defer, body }).await
         }
         Command::Rdy(n) => {
             if n == 0 {
@@ -493,7 +522,7 @@ async fn execute(
         }
         Command::Cls => {
             channel_op(shard, conn, session, ChannelOp::Close);
-            session.phase = ConnPhase::Closing;
+            session.closing();
             conn.push_response(protocol::CLOSE_WAIT);
             Ok(())
         }
@@ -509,15 +538,7 @@ async fn subscribe(
     channel: String,
 ) -> Result<(), ProtocolError> {
     let owner = shard.config.owner_of(&topic);
-    let spec = ConsumerSpec {
-        key: ConsumerKey {
-            shard: shard.id,
-            conn: conn.id,
-        },
-        msg_timeout: session.msg_timeout,
-        info: Arc::new(session.info.clone()),
-        output_window: shard.config.output_window(),
-    };
+    let spec = session.consumer_spec(shard, conn);
     let (t, c): (Arc<str>, Arc<str>) = (Arc::from(topic.as_str()), Arc::from(channel.as_str()));
     let reply = shard
         .request(owner, |reply| Mail::Subscribe {
@@ -529,10 +550,7 @@ async fn subscribe(
         .await;
     match reply {
         Some(Reply::Subscribe(Ok(()))) => {
-            session.phase = ConnPhase::Subscribed;
-            session.sub = Some((owner, t.clone(), c.clone()));
-            *conn.consumes.borrow_mut() = Some((owner, t.clone(), c.clone()));
-            conn.subscribed.set(true);
+            session.subscribed(conn, (owner, t.clone(), c.clone()));
             debug!(topic = %t, channel = %c, owner, "subscribed");
             conn.push_response(protocol::OK);
             Ok(())
@@ -546,5 +564,5 @@ async fn subscribe(
 }
 
 fn channel_op(shard: &Shard, conn: &Conn, session: &Session, op: ChannelOp) {
-    route_channel_op(shard, conn.id, session.sub.as_ref(), op);
+    route_channel_op(shard, conn.id, session.sub(), op);
 }

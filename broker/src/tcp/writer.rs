@@ -1,9 +1,10 @@
-//! The output side of a connection: its output buffer (responses, error frames, the message
-//! frames delivered to it), the writer task that writes it out, and the heartbeat ticker.
+//! The output side of a connection: the writer task that writes its output buffer
+//! ([`super::output`]: responses, error frames, the message frames delivered to it) out, and
+//! the heartbeat ticker.
 //!
 //! When the buffer is written (nsqd's output buffering, IDENTIFY's `output_buffer_size` and
-//! `output_buffer_timeout`, [`OutputBuffer`]): a response, error frame or heartbeat is written
-//! at once, and takes every frame buffered before it along, in order. Message frames may be
+//! `output_buffer_timeout`, [`super::output::OutputBuffer`]): a response, error frame or
+//! heartbeat is written at once, and takes every frame buffered before it along, in order. Message frames may be
 //! held: they are written once the buffer holds `output_buffer_size` bytes, once the consumer
 //! can take no more (the owner's batch says so: its in-flight count reached its RDY, or its
 //! output window is full; or the client sent RDY 0), or `output_buffer_timeout` after the
@@ -19,17 +20,15 @@
 //! the window has gathered. Frames leave in the order they were buffered. A write that makes
 //! no progress for the write deadline (a heartbeat interval, or [`WRITE_TIMEOUT`] with
 //! heartbeats off) closes the connection; on close the writer writes what is buffered, held
-//! or not, then shuts the socket down. With TLS or compression on ([`super::transport`]),
+//! or not, then shuts the socket down. With TLS or compression on ([`super::layers`]),
 //! each write goes through the layers first; without, the buffer is written as it is.
 
-use super::{route_channel_op, Conn};
-use crate::mailbox::ChannelOp;
+use super::Conn;
 use crate::shard::Shard;
 use crate::sys::conn_socket::WriteHalf;
 use bytes::BytesMut;
 use futures_lite::AsyncWriteExt;
 use glommio::timer::Timer;
-use protocol::frame::write_frame;
 use protocol::{FrameType, ProtocolError};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -41,94 +40,37 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Largest write buffer a connection keeps between writes.
 const KEEP_WRITE_BUF: usize = 256 * 1024;
 
-/// How a connection holds message frames (IDENTIFY's negotiated `output_buffer_size` and
-/// `output_buffer_timeout`, or the broker's defaults).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct OutputBuffer {
-    /// Write once this many bytes are buffered.
-    pub size: usize,
-    /// Longest a message frame is held; `None`: never held (timeout -1, size -1, or 0).
-    pub timeout: Option<Duration>,
-}
-
-impl OutputBuffer {
-    /// From negotiated values: a timeout of 0 ms (IDENTIFY's -1) or a size of 1 (its -1)
-    /// hold nothing.
-    pub fn new(size: u64, timeout_ms: u64) -> OutputBuffer {
-        let holds = timeout_ms > 0 && size > 1;
-        OutputBuffer {
-            size: usize::try_from(size).unwrap_or(usize::MAX),
-            timeout: holds.then(|| Duration::from_millis(timeout_ms)),
-        }
-    }
-}
-
 impl Conn {
     /// How long a write may make no progress before the client is dropped.
     fn write_deadline(&self) -> Duration {
-        self.heartbeat.get().unwrap_or(WRITE_TIMEOUT)
-    }
-
-    /// The writer got `bytes` of message frames into the socket: tell the channel's owner
-    /// once enough have gathered (it counts them against the consumer's window).
-    fn report_written(&self, shard: &Shard, bytes: u64) {
-        if bytes == 0 {
-            return;
-        }
-        let total = self.written_unreported.get() + bytes;
-        if total < self.report_every {
-            self.written_unreported.set(total);
-            return;
-        }
-        self.written_unreported.set(0);
-        route_channel_op(
-            shard,
-            self.id,
-            self.consumes.borrow().as_ref(),
-            ChannelOp::Written(total),
-        );
+        self.heartbeat().unwrap_or(WRITE_TIMEOUT)
     }
 
     /// Buffers a frame that is not a message (a response, an error, a heartbeat): written at
     /// once, with whatever was held before it.
     pub(super) fn push_frame(&self, kind: FrameType, data: &[u8]) {
-        if self.closed.get() {
+        if self.is_closed() {
             return;
         }
-        write_frame(&mut self.out.borrow_mut(), kind, data);
-        self.flush_now.set(true);
-        self.wake_writer.notify();
+        self.out.push_frame(kind, data);
     }
 
     /// Writes held message frames at once (the client sent RDY 0: it takes no more).
     pub(super) fn flush_held(&self) {
-        if self.held_since.get().is_some() && !self.flush_now.get() {
-            self.flush_now.set(true);
-            self.wake_writer.notify();
-        }
+        self.out.flush_held();
     }
 
     /// Whether the writer should write the buffer now (or, closed, finish).
     fn write_due(&self, now: Instant) -> bool {
-        if self.closed.get() || self.flush_now.get() {
+        if self.is_closed() {
             return true;
         }
-        if let Some(layers) = self.layers.borrow().as_deref() {
-            if layers.has_output() {
-                return true;
-            }
-        }
-        match (self.held_since.get(), self.out_buffer.get().timeout) {
-            (Some(since), Some(timeout)) => now >= since + timeout,
-            // Frames nobody holds (cannot happen: every push sets one or the other).
-            _ => !self.out.borrow().is_empty(),
-        }
-    }
-
-    /// When the held message frames must be written, if any are held.
-    fn hold_deadline(&self) -> Option<Instant> {
-        let since = self.held_since.get()?;
-        Some(since + self.out_buffer.get().timeout?)
+        self.out.due(now, || {
+            self.layers
+                .borrow()
+                .as_deref()
+                .is_some_and(|layers| layers.has_output())
+        })
     }
 
     pub fn push_response(&self, data: &[u8]) {
@@ -142,40 +84,24 @@ impl Conn {
     /// Buffers message frames the channel's owner encoded (see `Mail::Deliver`): written at
     /// once when `full` (the consumer can take no more), when holding is off or the buffer
     /// reached its size; else held, the writer's timer armed for the first of them.
-    /// An empty output buffer is replaced by the frames' buffer instead of copied into.
     pub fn deliver_frames(&self, frames: BytesMut, full: bool) {
-        if self.closed.get() {
+        if self.is_closed() {
             return;
         }
-        self.unsent_deliveries
-            .set(self.unsent_deliveries.get() + frames.len() as u64);
-        let buffered = {
-            let mut out = self.out.borrow_mut();
-            if out.is_empty() {
-                *out = frames;
-            } else {
-                out.extend_from_slice(&frames);
-            }
-            out.len()
-        };
-        let ob = self.out_buffer.get();
-        if full || ob.timeout.is_none() || buffered >= ob.size {
-            if !self.flush_now.replace(true) {
-                self.wake_writer.notify();
-            }
-        } else if self.held_since.get().is_none() {
-            // The first frame held: the writer arms its timer. (Held already: it waits for
-            // that deadline and needs no wake-up.)
-            self.held_since.set(Some(Instant::now()));
-            self.wake_writer.notify();
-        }
+        self.out.deliver(frames, full);
     }
+}
 
-    /// The writer takes the buffer: nothing is held or due any more.
-    fn taken(&self) {
-        self.flush_now.set(false);
-        self.held_since.set(None);
-    }
+/// What the writer made of the output buffer.
+enum Drained {
+    /// Nothing to write.
+    Nothing,
+    /// The plaintext buffer, swapped into the writer's spare one.
+    Plain,
+    /// What the layers made of it, in the writer's layered buffer.
+    Layered,
+    /// The layers failed: the connection closes.
+    Failed(super::layers::LayerError),
 }
 
 /// Waits until the buffer is due to be written (see the module doc): on the writer's
@@ -187,8 +113,8 @@ async fn wait_due(conn: &Conn) {
         if conn.write_due(now) {
             return;
         }
-        match conn.hold_deadline() {
-            None => conn.wake_writer.notified().await,
+        match conn.out.hold_deadline() {
+            None => conn.out.writer_woken().await,
             Some(deadline) => {
                 if timer.as_ref().is_none_or(|(at, _)| *at != deadline) {
                     timer = Some((
@@ -199,7 +125,7 @@ async fn wait_due(conn: &Conn) {
                 if let Some((_, t)) = timer.as_mut() {
                     futures_lite::future::or(
                         async {
-                            conn.wake_writer.notified().await;
+                            conn.out.writer_woken().await;
                         },
                         async {
                             t.await;
@@ -222,43 +148,41 @@ pub(super) async fn write_loop(shard: Rc<Shard>, conn: Rc<Conn>, mut stream: Wri
     loop {
         wait_due(&conn).await;
         loop {
-            let (deliveries, through_layers) = {
-                let mut out = conn.out.borrow_mut();
+            let drained = conn.out.drain(|out| {
                 let mut layers = conn.layers.borrow_mut();
                 match layers.as_deref_mut() {
+                    None if out.is_empty() => Drained::Nothing,
                     None => {
-                        if out.is_empty() {
-                            conn.taken();
-                            break;
-                        }
-                        std::mem::swap(&mut *out, &mut spare);
-                        conn.taken();
+                        std::mem::swap(out, &mut spare);
+                        Drained::Plain
                     }
+                    Some(l) if out.is_empty() && !l.has_output() => Drained::Nothing,
                     Some(l) => {
-                        if out.is_empty() && !l.has_output() {
-                            conn.taken();
-                            break;
-                        }
                         let encoded = if out.is_empty() {
                             Ok(())
                         } else {
-                            l.output(&out)
+                            l.output(out)
                         };
                         out.clear();
-                        conn.taken();
-                        if let Err(e) = encoded.and_then(|()| l.take_output(&mut layered)) {
-                            debug!("output layers failed: {e}");
-                            drop(layers);
-                            drop(out);
-                            conn.close();
-                            stream.shutdown(std::net::Shutdown::Both);
-                            return;
+                        match encoded.and_then(|()| l.take_output(&mut layered)) {
+                            Ok(()) => Drained::Layered,
+                            Err(e) => Drained::Failed(e),
                         }
                     }
                 }
-                (conn.unsent_deliveries.replace(0), layers.is_some())
+            });
+            let bytes: &[u8] = match drained {
+                Drained::Nothing => break,
+                Drained::Plain => &spare,
+                Drained::Layered => &layered,
+                Drained::Failed(e) => {
+                    debug!("output layers failed: {e}");
+                    conn.close();
+                    stream.shutdown(std::net::Shutdown::Both);
+                    return;
+                }
             };
-            let bytes: &[u8] = if through_layers { &layered } else { &spare };
+            let deliveries = conn.out.take_unsent_deliveries();
             stream.set_write_timeout(Some(conn.write_deadline()));
             if let Err(e) = stream.write_all(bytes).await {
                 if e.kind() == std::io::ErrorKind::TimedOut {
@@ -276,7 +200,7 @@ pub(super) async fn write_loop(shard: Rc<Shard>, conn: Rc<Conn>, mut stream: Wri
                 stream.shutdown(std::net::Shutdown::Both);
                 return;
             }
-            conn.report_written(&shard, deliveries);
+            conn.consuming.report_written(&shard, conn.id, deliveries);
             spare.clear();
             layered.clear();
             // A buffer grown by a burst is not kept by an idle connection.
@@ -291,7 +215,7 @@ pub(super) async fn write_loop(shard: Rc<Shard>, conn: Rc<Conn>, mut stream: Wri
                 break;
             }
         }
-        if conn.closed.get() {
+        if conn.is_closed() {
             // TLS ends with close_notify, so the client sees a clean end, not a cut.
             let goodbye = conn.layers.borrow_mut().as_deref_mut().and_then(|l| {
                 l.close();
@@ -302,7 +226,7 @@ pub(super) async fn write_loop(shard: Rc<Shard>, conn: Rc<Conn>, mut stream: Wri
                 let _ = stream.write_all(&last).await;
             }
             let _ = stream.flush().await;
-            if !conn.moved.get() {
+            if !conn.has_moved() {
                 stream.shutdown(std::net::Shutdown::Both);
             }
             return;
@@ -314,11 +238,11 @@ pub(super) async fn write_loop(shard: Rc<Shard>, conn: Rc<Conn>, mut stream: Wri
 /// two intervals is closed by the reader's read timeout.
 pub(super) async fn heartbeat_loop(conn: Rc<Conn>) {
     loop {
-        if conn.closed.get() {
+        if conn.is_closed() {
             return;
         }
-        match conn.heartbeat.get() {
-            None => conn.heartbeat_changed.notified().await,
+        match conn.heartbeat() {
+            None => conn.heartbeat_changed().await,
             Some(every) => {
                 let ticked = futures_lite::future::or(
                     async {
@@ -326,7 +250,7 @@ pub(super) async fn heartbeat_loop(conn: Rc<Conn>) {
                         true
                     },
                     async {
-                        conn.heartbeat_changed.notified().await;
+                        conn.heartbeat_changed().await;
                         false
                     },
                 )

@@ -47,6 +47,8 @@
 //! newest one, and only when it has the current format.
 
 mod fetch;
+#[cfg(test)]
+mod log_tests;
 mod plan;
 mod read;
 mod recovery;
@@ -56,8 +58,6 @@ mod retention_tests;
 mod seek;
 #[cfg(test)]
 mod seek_tests;
-#[cfg(test)]
-mod tests;
 mod window;
 mod write;
 

@@ -112,8 +112,9 @@ impl TopicLog {
             }
             let seg = self.segments.remove(0);
             self.blocks.borrow_mut().drop_segment(seg.base);
-            // Renaming is a quick metadata change; freeing the file's extents is not (31 ms
-            // for a 100 MiB segment here), so that happens off the shard's thread.
+            // Renaming is a quick metadata change; freeing the file's extents is a long journal
+            // transaction, so that happens off the shard's thread
+            // (docs/design/storage.md#the-log-storage).
             let doomed = crate::storage::trash_name(&seg.path);
             match std::fs::rename(&seg.path, &doomed) {
                 Ok(()) => {

@@ -32,7 +32,7 @@ fn with_log<F: std::future::Future<Output = ()>>(
     retention: Retention,
     test: impl FnOnce(RefCell<TopicLog>, PathBuf) -> F,
 ) {
-    super::tests::with_dir(&format!("retention-{name}"), |dir| async move {
+    super::log_tests::with_dir(&format!("retention-{name}"), |dir| async move {
         let topic = dir.join("t");
         let log = RefCell::new(TopicLog::open("t", topic.clone(), 0, 1).unwrap());
         log.borrow_mut().set_retention(retention);

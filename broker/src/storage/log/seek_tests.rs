@@ -25,7 +25,7 @@ fn with_log<F: std::future::Future<Output = ()>>(
     name: &str,
     test: impl FnOnce(RefCell<TopicLog>) -> F,
 ) {
-    super::tests::with_dir(&format!("seek-{name}"), |dir| async move {
+    super::log_tests::with_dir(&format!("seek-{name}"), |dir| async move {
         let log = RefCell::new(TopicLog::open("t", dir.join("t"), 0, 64 << 10).unwrap());
         for chunk in 0..10u64 {
             let msgs = (chunk * 100..chunk * 100 + 100).map(message).collect();

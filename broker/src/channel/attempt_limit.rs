@@ -8,7 +8,7 @@
 //! answer exceeds it. It is set aside in [`DeadLetters::out`] (counted in
 //! `dead_lettered_count`), and the owner shard takes it (`Channel::take_dead`) after the
 //! operation or timer that gave it back: with a dead-letter topic it is published there
-//! (`shard::dead_letter`), without one it is dropped, as if the broker had FINished it.
+//! (`shard::dead_letter_routing`), without one it is dropped, as if the broker had FINished it.
 //!
 //! Invariants: with no limit in force (`max == 0`, the default) nothing here changes what the
 //! channel does; a message set aside is no longer owed by the channel (it is in none of its

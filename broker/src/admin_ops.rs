@@ -4,7 +4,7 @@
 //! health, options changed at runtime, HTTP and record counters).
 //!
 //! The HTTP side sends an [`AdminOp`] with `Shard::request(owner, |reply| Mail::Admin{..})`
-//! and awaits `Reply::Admin(AdminResult)`; the owner's handling is in `shard::admin`.
+//! and awaits `Reply::Admin(AdminResult)`; the owner's handling is in `shard::admin_exec`.
 
 use crate::stats::{ClientStats, TopicStats};
 use std::cell::{Cell, RefCell};
@@ -113,10 +113,10 @@ pub enum AdminResult {
     ChannelNotFound,
     Stats(Box<ShardStats>),
     Health(Option<String>),
-    /// The action could not be carried out (the reason; HTTP 500 INTERNAL_ERROR).
-    Failed(String),
-    /// The request cannot be done to this topic (HTTP 400 with this message).
-    Refused(String),
+    /// The action could not be carried out (HTTP 500 INTERNAL_ERROR; the reason is logged).
+    Failed(Failure),
+    /// The request cannot be done to this topic or channel (HTTP 400 saying why).
+    Refused(Refusal),
     /// A dead-letter topic's origin records.
     DeadLetters(Vec<crate::storage::meta::DeadLetterMeta>),
     /// Dead letters read for a redrive.
@@ -127,6 +127,47 @@ pub enum AdminResult {
         offset: u64,
         redelivered: u64,
     },
+}
+
+/// Why an action could not be carried out: the broker's fault, not the request's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Failure {
+    /// The topic could not be created (the storage's reason).
+    #[error("{0}")]
+    CreateTopic(String),
+    /// The deleted topic's files could not be destroyed (the storage's reason).
+    #[error("{0}")]
+    DestroyTopic(String),
+    /// The topic's metadata could not be written, so the change is not durable yet.
+    #[error("cannot write metadata: {0}")]
+    WriteMeta(String),
+    /// The data path could not be fsynced after a topic's directory was renamed away.
+    #[error("cannot fsync the data path: {0}")]
+    SyncDataPath(String),
+    /// The shard is stopping.
+    #[error("shard stopping")]
+    Stopping,
+}
+
+/// Why a request cannot be done to this topic or channel: the request's fault. The HTTP
+/// side words each one (`http::api_error`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// Retention settings asked of an #ephemeral topic.
+    EphemeralTopicRetention,
+    /// Replay asked of an #ephemeral (or memory-only) topic.
+    EphemeralTopicReplay,
+    /// Replay asked of an #ephemeral channel.
+    EphemeralChannelReplay,
+    /// A channel created from the past that exists already.
+    ChannelExists,
+    /// A rewind position older than the log keeps; how far back it goes.
+    BeforeHistory {
+        oldest_offset: u64,
+        oldest_timestamp: i64,
+    },
+    /// A rewind position past the log's end (`head`).
+    PastEnd { head: u64 },
 }
 
 /// Dead letters read for a redrive: each origin record with its body (`None`: no longer in

@@ -10,7 +10,7 @@
 //! shard (the address is resolved on a blocking thread).
 
 use super::Shard;
-use crate::admin::StatsQuery;
+use crate::admin_ops::StatsQuery;
 use crate::config::StatsdConfig;
 use crate::statsd::{mem_lines, packets, topic_lines, MemFigures, Previous};
 use glommio::net::UdpSocket;

@@ -1,5 +1,5 @@
 //! The owner's side of replay: `POST /channel/rewind` and `POST /channel/create` with
-//! `from=` ([`crate::admin::AdminOp::Rewind`]). The position is resolved on the log
+//! `from=` ([`crate::admin_ops::AdminOp::Rewind`]). The position is resolved on the log
 //! (`earliest`: the oldest record kept; a time: [`seek_time`], which may read segment blocks
 //! through the fetch path, in a task of its own so the shard never waits), then checked against
 //! what the log still holds, and the channel moved there in one synchronous step
@@ -17,7 +17,7 @@
 //! keeps it there (retention never deletes what a channel owes).
 
 use super::Shard;
-use crate::admin::{AdminResult, RewindTo};
+use crate::admin_ops::{AdminResult, Failure, Refusal, RewindTo};
 use crate::mailbox::{RegistryOp, Reply, ReplyTo};
 use crate::storage::log::{seek_time, History, Seek};
 use crate::topic::Topic;
@@ -28,11 +28,10 @@ use tracing::info;
 
 /// The refusal of a position before the history, saying how far back it goes.
 fn before_history(h: History) -> AdminResult {
-    AdminResult::Refused(format!(
-        "REWIND_BEFORE_HISTORY: oldest retained offset {} ({})",
-        h.oldest_offset,
-        crate::civil_time::format(h.oldest_timestamp)
-    ))
+    AdminResult::Refused(Refusal::BeforeHistory {
+        oldest_offset: h.oldest_offset,
+        oldest_timestamp: h.oldest_timestamp,
+    })
 }
 
 /// How a rewind moves its channel.
@@ -66,7 +65,7 @@ impl Shard {
             RewindTo::Offset(seq) => seq,
             RewindTo::Timestamp(ns) => {
                 let Some(me) = self.me.upgrade() else {
-                    return Some(AdminResult::Failed("shard stopping".into()));
+                    return Some(AdminResult::Failed(Failure::Stopping));
                 };
                 let log = t.borrow().log.clone();
                 glommio::spawn_local(async move {
@@ -95,19 +94,17 @@ impl Shard {
         let Some(t) = self.topics.borrow().get(topic).cloned() else {
             return Err(AdminResult::TopicNotFound);
         };
-        let refuse = |why: &str| Err(AdminResult::Refused(why.to_string()));
+        let refuse = |why| Err(AdminResult::Refused(why));
         if t.borrow().ephemeral || !t.borrow().log.borrow().is_persistent() {
-            return refuse("EPHEMERAL_TOPIC: an #ephemeral topic keeps no history to replay");
+            return refuse(Refusal::EphemeralTopicReplay);
         }
         if protocol::names::is_ephemeral(channel) {
-            return refuse("EPHEMERAL_CHANNEL: an #ephemeral channel keeps no history to replay");
+            return refuse(Refusal::EphemeralChannelReplay);
         }
         let exists = t.borrow().channel(channel).is_some();
         match (exists, create) {
             (false, false) => Err(AdminResult::ChannelNotFound),
-            (true, true) => refuse(
-                "CHANNEL_EXISTS: from= starts a new channel; POST /channel/rewind moves an existing one",
-            ),
+            (true, true) => refuse(Refusal::ChannelExists),
             _ => Ok(t),
         }
     }
@@ -132,10 +129,7 @@ impl Shard {
             let log = tb.log.borrow();
             if !log.holds(seq) {
                 if seq > log.head() {
-                    return Some(AdminResult::Refused(format!(
-                        "REWIND_PAST_END: the log ends at offset {}",
-                        log.head()
-                    )));
+                    return Some(AdminResult::Refused(Refusal::PastEnd { head: log.head() }));
                 }
                 return Some(before_history(log.history()));
             }

@@ -18,7 +18,7 @@
 //!   again).
 
 use super::Shard;
-use crate::admin::{AdminResult, RedriveBatch};
+use crate::admin_ops::{AdminResult, RedriveBatch};
 use crate::mailbox::{Mail, ReplyTo};
 use crate::storage::log::{DiskHint, Read};
 use crate::topic::{ChannelRef, DeadOrigin, Topic};

@@ -129,33 +129,6 @@ fn auth_flags() {
 }
 
 #[test]
-fn owner_is_stable() {
-    let c = parse(&["--shards", "4"]).unwrap();
-    let o = c.owner_of("events");
-    assert!(o < 4);
-    assert_eq!(o, c.owner_of("events"));
-}
-
-#[test]
-fn owners_spread_names_that_differ_in_one_character() {
-    let c = parse(&["--shards", "2"]).unwrap();
-    let owners: std::collections::BTreeSet<usize> =
-        ["e2e1", "e2e2", "e2e3", "e2eX", "e2eY", "e2eZ"]
-            .iter()
-            .map(|t| c.owner_of(t))
-            .collect();
-    assert_eq!(owners.len(), 2, "all on one shard");
-    let c = parse(&["--shards", "4"]).unwrap();
-    let mut per_shard = [0usize; 4];
-    for i in 0..4000 {
-        per_shard[c.owner_of(&format!("topic.{i}"))] += 1;
-    }
-    for n in per_shard {
-        assert!((900..=1100).contains(&n), "{per_shard:?}");
-    }
-}
-
-#[test]
 fn version_names_the_nsqd_it_stands_for() {
     let version = <Args as clap::CommandFactory>::command()
         .get_version()

@@ -4,9 +4,8 @@
 //! reload and client-certificate policy).
 //!
 //! The connection loop (`server.rs`) is generic over [`Transport`], so a plaintext
-//! connection's bytes take exactly the path they took before there was HTTPS: its input is
-//! appended to the read buffer, its answers' buffer is the buffer sent, no dynamic dispatch and
-//! no copy. A TLS connection decrypts what the socket gave into the read buffer, and encrypts
+//! connection pays nothing for TLS: its input is appended to the read buffer, its answers'
+//! buffer is the buffer sent, no dynamic dispatch and no copy. A TLS connection decrypts what the socket gave into the read buffer, and encrypts
 //! its answers into a second buffer that goes to the socket the same way (the shard's send
 //! batch, eager reads after it).
 //!

@@ -1,10 +1,11 @@
 //! The owner's side of the HTTP API's topic and channel actions (create, delete, empty, pause,
-//! unpause), of a topic's retention settings (`POST /topic/config`), and of runtime options (`PUT /config`). Deleting closes the consumers' connections
-//! wherever they are (`Mail::CloseConn`); a delete is answered once durable (see
-//! [`super::durable`]).
+//! unpause), of a topic's retention settings (`POST /topic/config`), and of runtime options
+//! (`PUT /config`). Deleting closes the consumers' connections wherever they are
+//! (`Mail::CloseConn`); a delete is answered once durable (see [`super::durable`]). What
+//! cannot be done is answered as a typed [`Refusal`] or [`Failure`], worded by the HTTP side.
 
 use super::Shard;
-use crate::admin::{Action, AdminOp, AdminResult, OptionChange};
+use crate::admin_ops::{Action, AdminOp, AdminResult, Failure, OptionChange, Refusal};
 use crate::channel::ConsumerKey;
 use crate::mailbox::{Mail, RegistryOp, ReplyTo};
 use crate::topic::ChannelRef;
@@ -81,7 +82,7 @@ impl Shard {
             OptionChange::LogLevel(l) => {
                 // One shard applies it to the (process-wide) logger; all remember it.
                 if self.id == 0 {
-                    if let Err(e) = crate::admin::set_log_level(&l) {
+                    if let Err(e) = crate::admin_ops::set_log_level(&l) {
                         tracing::warn!("log level {l}: {e}");
                     }
                 }
@@ -93,7 +94,7 @@ impl Shard {
         if action == Action::Create {
             return Some(match self.topic_or_create(name) {
                 Ok(_) => AdminResult::Done,
-                Err(refused) => AdminResult::Failed(refused.to_string()),
+                Err(refused) => AdminResult::Failed(Failure::CreateTopic(refused.to_string())),
             });
         }
         let Some(t) = self.topics.borrow().get(name).cloned() else {
@@ -119,7 +120,9 @@ impl Shard {
                 // The control thread unregisters its channels, then the topic.
                 self.report(RegistryOp::Unregister, name, None);
                 if let Err(reason) = destroyed {
-                    return Some(AdminResult::Failed(reason.to_string()));
+                    return Some(AdminResult::Failed(Failure::DestroyTopic(
+                        reason.to_string(),
+                    )));
                 }
                 if persistent {
                     self.answer_when_data_path_synced(reply);
@@ -162,9 +165,7 @@ impl Shard {
             return Some(AdminResult::TopicNotFound);
         };
         if t.borrow().ephemeral {
-            return Some(AdminResult::Refused(
-                "EPHEMERAL_TOPIC: an #ephemeral topic keeps no history".into(),
-            ));
+            return Some(AdminResult::Refused(Refusal::EphemeralTopicRetention));
         }
         {
             let mut tb = t.borrow_mut();

@@ -25,15 +25,15 @@ const WRITE_BACKLOG_LIMIT: usize = 4 << 20;
 
 /// A topic with this much unwritten cuts the coalescing short, so fast publishers get large
 /// writes at once and never come near [`WRITE_BACKLOG_LIMIT`]. Not less: the later the flusher
-/// plans, the more records every channel has finished, which it need not write (pub + sub here:
-/// 51% of the records left out at 512 KiB, 87% at 2 MiB).
+/// plans, the more records every channel has finished, which it need not write
+/// (docs/benchmarks.md#publish-and-consume-at-once).
 const WRITE_EARLY: usize = 2 << 20;
 
 /// [`WRITE_BACKLOG_LIMIT`] and [`WRITE_EARLY`] of a topic with no channel. Nothing can finish
 /// its records before they are written, so waiting gains no write and only holds the bodies
 /// (and the publishers' read buffers they point into) longer: a write starts at one write's
-/// worth, and publishes wait once two are unwritten (the measurement:
-/// docs/performance-history.md, the twenty-third session).
+/// worth, and publishes wait once two are unwritten (docs/benchmarks.md#mpub-ingest,
+/// "Peak memory during ingest").
 const WRITE_BACKLOG_LIMIT_UNREAD: usize = 2 * MAX_WRITE;
 const WRITE_EARLY_UNREAD: usize = MAX_WRITE;
 

@@ -3,7 +3,8 @@
 //!
 //! Bodies are never copied again: each message is a `Bytes` slice of the request body.
 
-use super::routes::{error, query, Answer};
+use super::api_error::ApiError;
+use super::routes::{query, Answer, Handled};
 use crate::mailbox::Reply;
 use crate::shard::Shard;
 use bytes::Bytes;
@@ -12,67 +13,46 @@ use std::rc::Rc;
 use std::time::Duration;
 
 /// `POST /pub`: one message, optionally deferred by `defer` milliseconds.
-pub async fn pub_one(shard: &Rc<Shard>, req: &Request) -> Answer {
+pub async fn pub_one(shard: &Rc<Shard>, req: &Request) -> Handled {
     let config = &shard.config;
     if req.body.len() as u64 > config.max_msg_size {
-        return error(413, "MSG_TOO_BIG");
+        return Err(ApiError::MsgTooBig);
     }
     if req.body.is_empty() {
-        return error(400, "MSG_EMPTY");
+        return Err(ApiError::MsgEmpty);
     }
-    let q = match query(&req.head) {
-        Ok(q) => q,
-        Err(a) => return a,
-    };
-    let topic = match topic_arg(&q) {
-        Ok(t) => t,
-        Err(a) => return a,
-    };
+    let q = query(&req.head)?;
+    let topic = topic_arg(&q)?;
     let defer = match q.get("defer") {
         None => Duration::ZERO,
-        Some(ms) => match parse_defer(ms, config.max_req_timeout) {
-            Some(d) => d,
-            None => return error(400, "INVALID_DEFER"),
-        },
+        Some(ms) => parse_defer(ms, config.max_req_timeout).ok_or(ApiError::InvalidDefer)?,
     };
     publish(shard, topic, vec![req.body.clone()], defer).await
 }
 
 /// `POST /mpub`: newline-separated messages, or with `binary` `[u32 count]([u32 size][bytes])*`.
 /// As nsqd: `binary=false` and `binary=0` mean text, any other value (or none) binary.
-pub async fn pub_many(shard: &Rc<Shard>, req: &Request) -> Answer {
+pub async fn pub_many(shard: &Rc<Shard>, req: &Request) -> Handled {
     let config = &shard.config;
-    let q = match query(&req.head) {
-        Ok(q) => q,
-        Err(a) => return a,
-    };
-    let topic = match topic_arg(&q) {
-        Ok(t) => t,
-        Err(a) => return a,
-    };
+    let q = query(&req.head)?;
+    let topic = topic_arg(&q)?;
     if req.body.len() as u64 > config.max_body_size {
-        return error(413, "BODY_TOO_BIG");
+        return Err(ApiError::BodyTooBig);
     }
     let binary = q.get("binary").is_some_and(|v| v != "false" && v != "0");
     let bodies = if binary {
-        binary_bodies(&req.body, config.max_msg_size, config.max_body_size)
-            .map_err(|code| error(413, code))
+        binary_bodies(&req.body, config.max_msg_size, config.max_body_size)?
     } else {
-        line_bodies(&req.body, config.max_msg_size).map_err(|code| error(413, code))
+        line_bodies(&req.body, config.max_msg_size)?
     };
-    match bodies {
-        Ok(bodies) => publish(shard, topic, bodies, Duration::ZERO).await,
-        Err(a) => a,
-    }
+    publish(shard, topic, bodies, Duration::ZERO).await
 }
 
 /// The `topic` argument: 400 `MISSING_ARG_TOPIC` or `INVALID_TOPIC`.
-fn topic_arg(q: &Query) -> Result<String, Answer> {
-    let topic = q
-        .get("topic")
-        .ok_or_else(|| error(400, "MISSING_ARG_TOPIC"))?;
+fn topic_arg(q: &Query) -> Result<String, ApiError> {
+    let topic = q.get("topic").ok_or(ApiError::MissingArgTopic)?;
     if !protocol::names::is_valid_topic_name(topic) {
-        return Err(error(400, "INVALID_TOPIC"));
+        return Err(ApiError::InvalidTopic);
     }
     Ok(topic.to_string())
 }
@@ -86,7 +66,7 @@ fn parse_defer(ms: &str, max: Duration) -> Option<Duration> {
 }
 
 /// Splits on `\n`; empty lines are skipped (as nsqd); a line over the limit is `MSG_TOO_BIG`.
-fn line_bodies(body: &Bytes, max_msg: u64) -> Result<Vec<Bytes>, &'static str> {
+fn line_bodies(body: &Bytes, max_msg: u64) -> Result<Vec<Bytes>, ApiError> {
     let mut out = Vec::new();
     let mut start = 0;
     while start < body.len() {
@@ -96,7 +76,7 @@ fn line_bodies(body: &Bytes, max_msg: u64) -> Result<Vec<Bytes>, &'static str> {
             .map_or(body.len(), |i| start + i);
         if end > start {
             if (end - start) as u64 > max_msg {
-                return Err("MSG_TOO_BIG");
+                return Err(ApiError::MsgTooBig);
             }
             out.push(body.slice(start..end));
         }
@@ -106,29 +86,29 @@ fn line_bodies(body: &Bytes, max_msg: u64) -> Result<Vec<Bytes>, &'static str> {
 }
 
 /// Reads nsqd's binary MPUB body; errors are nsqd's codes (`BAD_BODY`, `BAD_MESSAGE`).
-fn binary_bodies(body: &Bytes, max_msg: u64, max_body: u64) -> Result<Vec<Bytes>, &'static str> {
+fn binary_bodies(body: &Bytes, max_msg: u64, max_body: u64) -> Result<Vec<Bytes>, ApiError> {
     let read_u32 = |at: usize| -> Option<i32> {
         let b = body.get(at..at + 4)?;
         Some(i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
     };
-    let count = read_u32(0).ok_or("BAD_BODY")?;
+    let count = read_u32(0).ok_or(ApiError::BadBody)?;
     // 4 bytes of count, then at least 5 bytes (size + one byte) per message.
     let max_messages = (max_body.saturating_sub(4) / 5) as i64;
     if count <= 0 || i64::from(count) > max_messages {
-        return Err("BAD_BODY");
+        return Err(ApiError::BadBody);
     }
     let count = count as usize;
     let mut out = Vec::with_capacity(count.min(body.len() / 5));
     let mut pos = 4;
     for _ in 0..count {
-        let size = read_u32(pos).ok_or("BAD_MESSAGE")?;
+        let size = read_u32(pos).ok_or(ApiError::BadMessage)?;
         if size <= 0 || size as u64 > max_msg {
-            return Err("BAD_MESSAGE");
+            return Err(ApiError::BadMessage);
         }
         let start = pos + 4;
         let end = start + size as usize;
         if end > body.len() {
-            return Err("BAD_MESSAGE");
+            return Err(ApiError::BadMessage);
         }
         out.push(body.slice(start..end));
         pos = end;
@@ -137,9 +117,9 @@ fn binary_bodies(body: &Bytes, max_msg: u64, max_body: u64) -> Result<Vec<Bytes>
 }
 
 /// Hands the messages to the topic's owner and waits for its word.
-async fn publish(shard: &Rc<Shard>, topic: String, bodies: Vec<Bytes>, defer: Duration) -> Answer {
+async fn publish(shard: &Rc<Shard>, topic: String, bodies: Vec<Bytes>, defer: Duration) -> Handled {
     if shard.is_stopping() {
-        return error(503, "EXITING");
+        return Err(ApiError::Exiting);
     }
     let owner = shard.config.owner_of(&topic);
     shard.http_publishing.set(shard.http_publishing.get() + 1);
@@ -155,13 +135,13 @@ async fn publish_counted(
     topic: String,
     bodies: Vec<Bytes>,
     defer: Duration,
-) -> Answer {
+) -> Handled {
     // A full mailbox towards the owner pushes back on this connection, as on TCP.
     while shard.is_congested(owner) {
         glommio::timer::sleep(Duration::from_millis(1)).await;
     }
     if shard.is_stopping() {
-        return error(503, "EXITING");
+        return Err(ApiError::Exiting);
     }
     // OK now if the owner is another, healthy shard and few early answers are unconfirmed;
     // the shard's confirmer takes the owner's answer (it carries the owner's health).
@@ -173,7 +153,7 @@ async fn publish_counted(
     let name = match (acked, name) {
         (true, Some(name)) => {
             shard.confirm_later(owner, name, reply);
-            return Answer::PubOk;
+            return Ok(Answer::PubOk);
         }
         (_, name) => name,
     };
@@ -182,8 +162,8 @@ async fn publish_counted(
         shard.note_publish_answer(owner, &reply, false, name);
     }
     match reply {
-        Some(Reply::Publish(Ok(()))) => Answer::PubOk,
-        _ => error(503, "EXITING"),
+        Some(Reply::Publish(Ok(()))) => Ok(Answer::PubOk),
+        _ => Err(ApiError::Exiting),
     }
 }
 
@@ -210,7 +190,7 @@ mod tests {
             .is_empty());
         assert_eq!(
             line_bodies(&Bytes::from_static(b"a\nbbbb"), 3),
-            Err("MSG_TOO_BIG")
+            Err(ApiError::MsgTooBig)
         );
     }
 
@@ -218,25 +198,31 @@ mod tests {
     fn binary_bodies_like_nsqd() {
         let b = binary(&[b"one", b"two"]);
         assert_eq!(binary_bodies(&b, 10, 100).unwrap().len(), 2);
-        assert_eq!(binary_bodies(&binary(&[]), 10, 100), Err("BAD_BODY"));
+        assert_eq!(binary_bodies(&binary(&[]), 10, 100), Err(ApiError::BadBody));
         assert_eq!(
             binary_bodies(&Bytes::from_static(b"\0\0"), 10, 100),
-            Err("BAD_BODY")
+            Err(ApiError::BadBody)
         );
         assert_eq!(
             binary_bodies(&binary(&[b"toolong"]), 3, 100),
-            Err("BAD_MESSAGE")
+            Err(ApiError::BadMessage)
         );
-        assert_eq!(binary_bodies(&binary(&[b""]), 3, 100), Err("BAD_MESSAGE"));
+        assert_eq!(
+            binary_bodies(&binary(&[b""]), 3, 100),
+            Err(ApiError::BadMessage)
+        );
         let mut cut = binary(&[b"abc"]).to_vec();
         cut.pop();
         assert_eq!(
             binary_bodies(&Bytes::from(cut), 10, 100),
-            Err("BAD_MESSAGE")
+            Err(ApiError::BadMessage)
         );
         let mut huge = (u32::MAX / 2).to_be_bytes().to_vec();
         huge.extend([0, 0, 0, 1, b'x']);
-        assert_eq!(binary_bodies(&Bytes::from(huge), 10, 100), Err("BAD_BODY"));
+        assert_eq!(
+            binary_bodies(&Bytes::from(huge), 10, 100),
+            Err(ApiError::BadBody)
+        );
     }
 
     #[test]

@@ -8,15 +8,16 @@
 //! - `POST /topic/redrive?topic=[&id=]`: publishes a dead-letter topic's recorded messages
 //!   (or the one with that ID) back to their origin topics, then forgets their records.
 //!
-//! The owner does the work (`shard::dead_letter`); a redrive reads the bodies from the owner
+//! The owner does the work (`shard::dead_letter_routing`); a redrive reads the bodies from it
 //! in batches (asking again while blocks are fetched from disk) and publishes them through
 //! the ordinary publish path, waiting for each answer, before the records are forgotten: a
 //! failure part-way leaves the rest recorded, to be redriven again.
 
+use super::api_error::ApiError;
 use super::ask;
 use super::manage::{answer, setting};
-use super::routes::{error, query, topic_and_channel_args, topic_arg, Answer};
-use crate::admin::{AdminOp, AdminResult};
+use super::routes::{query, topic_and_channel_args, topic_arg, Handled};
+use crate::admin_ops::{AdminOp, AdminResult};
 use crate::mailbox::Reply;
 use crate::shard::Shard;
 use http1::{Request, Response};
@@ -27,32 +28,21 @@ use std::time::Duration;
 /// How often a redrive asks again for bodies being fetched from disk before giving up.
 const FETCH_TRIES: u32 = 500;
 
-pub async fn channel_config(shard: &Rc<Shard>, req: &Request) -> Answer {
-    let q = match query(&req.head) {
-        Ok(q) => q,
-        Err(a) => return a,
-    };
-    let (topic, channel) = match topic_and_channel_args(&q) {
-        Ok(names) => names,
-        Err(a) => return a,
-    };
-    let max_attempts = match q.get("max_attempts").map(parse_max_attempts).transpose() {
-        Ok(m) => m,
-        Err(why) => return error(400, &format!("INVALID_MAX_ATTEMPTS: {why}")),
-    };
-    let dead_letter_topic = match q
+pub async fn channel_config(shard: &Rc<Shard>, req: &Request) -> Handled {
+    let q = query(&req.head)?;
+    let (topic, channel) = topic_and_channel_args(&q)?;
+    let max_attempts = q
+        .get("max_attempts")
+        .map(parse_max_attempts)
+        .transpose()
+        .map_err(ApiError::InvalidMaxAttempts)?;
+    let dead_letter_topic = q
         .get("dead_letter_topic")
         .map(|v| parse_dead_letter_topic(v, topic))
         .transpose()
-    {
-        Ok(d) => d,
-        Err(why) => return error(400, &format!("INVALID_DEAD_LETTER_TOPIC: {why}")),
-    };
+        .map_err(ApiError::InvalidDeadLetterTopic)?;
     if max_attempts.is_none() && dead_letter_topic.is_none() {
-        return error(
-            400,
-            "MISSING_ARG_MAX_ATTEMPTS: give max_attempts, dead_letter_topic or both",
-        );
+        return Err(ApiError::MissingArgMaxAttempts);
     }
     let op = AdminOp::ChannelConfig {
         topic: topic.to_string(),
@@ -90,17 +80,14 @@ fn parse_dead_letter_topic(v: &str, topic: &str) -> Result<Option<String>, Strin
 }
 
 /// The `topic` argument, checked, and the optional `id`.
-fn topic_and_id(req: &Request) -> Result<(String, Option<String>), Answer> {
+fn topic_and_id(req: &Request) -> Result<(String, Option<String>), ApiError> {
     let q = query(&req.head)?;
     let topic = topic_arg(&q)?;
     Ok((topic.to_string(), q.get("id").map(str::to_string)))
 }
 
-pub async fn list(shard: &Rc<Shard>, req: &Request) -> Answer {
-    let (topic, id) = match topic_and_id(req) {
-        Ok(t) => t,
-        Err(a) => return a,
-    };
+pub async fn list(shard: &Rc<Shard>, req: &Request) -> Handled {
+    let (topic, id) = topic_and_id(req)?;
     let op = AdminOp::DeadLetters {
         topic: topic.clone(),
         id,
@@ -111,16 +98,13 @@ pub async fn list(shard: &Rc<Shard>, req: &Request) -> Answer {
     };
     let body = serde_json::json!({ "topic": topic, "dead_letters": records });
     match serde_json::to_vec(&body) {
-        Ok(body) => Response::json(200, body).nsq_v1().into(),
-        Err(_) => error(500, "INTERNAL_ERROR"),
+        Ok(body) => Ok(Response::json(200, body).nsq_v1().into()),
+        Err(_) => Err(ApiError::InternalError),
     }
 }
 
-pub async fn redrive(shard: &Rc<Shard>, req: &Request) -> Answer {
-    let (topic, id) = match topic_and_id(req) {
-        Ok(t) => t,
-        Err(a) => return a,
-    };
+pub async fn redrive(shard: &Rc<Shard>, req: &Request) -> Handled {
+    let (topic, id) = topic_and_id(req)?;
     let (mut redriven, mut missing, mut tries) = (0u64, 0u64, 0u32);
     let mut after = None;
     loop {
@@ -167,21 +151,20 @@ pub async fn redrive(shard: &Rc<Shard>, req: &Request) -> Answer {
                 Some(Reply::Publish(Err(e))) => {
                     tracing::warn!(topic, origin, "redrive stopped: {e}");
                     forget(shard, &topic, done).await;
-                    return error(500, &format!("REDRIVE_FAILED: {origin}: {e}"));
+                    return Err(ApiError::RedriveFailed(format!("{origin}: {e}")));
                 }
-                _ => return error(503, "EXITING"),
+                _ => return Err(ApiError::Exiting),
             }
         }
         if !forget(shard, &topic, done).await {
-            return error(500, "INTERNAL_ERROR");
+            return Err(ApiError::InternalError);
         }
         if batch.waiting {
             tries += 1;
             if tries > FETCH_TRIES {
-                return error(
-                    500,
-                    "REDRIVE_FAILED: the dead letters cannot be read from disk",
-                );
+                return Err(ApiError::RedriveFailed(
+                    "the dead letters cannot be read from disk".into(),
+                ));
             }
             glommio::timer::sleep(Duration::from_millis(10)).await;
             continue;
@@ -191,7 +174,7 @@ pub async fn redrive(shard: &Rc<Shard>, req: &Request) -> Answer {
         }
     }
     let body = serde_json::json!({ "redriven": redriven, "missing": missing });
-    Response::json(200, body.to_string()).nsq_v1().into()
+    Ok(Response::json(200, body.to_string()).nsq_v1().into())
 }
 
 /// Tells the owner that `ids` were redriven; true once their records are forgotten (saved).

@@ -2,7 +2,7 @@
 //! nsqd's figures, and the shard's own counters. Read-only.
 
 use super::Shard;
-use crate::admin::{ShardStats, StatsQuery};
+use crate::admin_ops::{ShardStats, StatsQuery};
 use crate::stats::{self, ChannelStats, ClientStats, TopicStats};
 use crate::topic::{ChannelRef, Topic};
 use std::cell::RefCell;

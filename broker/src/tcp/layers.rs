@@ -8,7 +8,7 @@
 //! ```
 //!
 //! A plaintext connection has no [`Layers`] at all: its reader appends socket bytes to its
-//! read buffer and its writer writes its output buffer as they did before, with no extra copy.
+//! read buffer and its writer writes its output buffer as it is, with no extra copy.
 //!
 //! Invariants: the writer sends [`Layers::pending`] in order, and its first bytes are the
 //! plaintext that was in the output buffer when the layers went on (the IDENTIFY answer);
