@@ -342,22 +342,17 @@ mod tests {
     use std::net::TcpListener;
     use std::thread;
 
-    /// A fake broker: accepts one connection, checks the magic, answers IDENTIFY with `OK`,
+    /// A fake broker: accepts one connection, reads the magic and IDENTIFY, answers `OK`,
     /// then answers each command with the next of `answers` (raw frames, written as given).
     fn fake_broker(answers: Vec<Vec<u8>>) -> (String, thread::JoinHandle<Vec<u8>>) {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         let addr = listener.local_addr().expect("addr").to_string();
         let handle = thread::spawn(move || {
             let (mut s, _) = listener.accept().expect("accept");
-            let mut seen = Vec::new();
+            let mut seen = test_harness::handshake::read_identify(&mut s)
+                .expect("magic and IDENTIFY")
+                .raw;
             let mut buf = [0u8; 4096];
-            // Magic + IDENTIFY arrive together or apart; read until the IDENTIFY body is in.
-            while !contains_identify_body(&seen) {
-                let n = s.read(&mut buf).expect("read");
-                assert!(n > 0, "client closed during the handshake");
-                seen.extend_from_slice(&buf[..n]);
-            }
-            assert_eq!(&seen[..4], MAGIC_V2);
             s.write_all(&frame(0, b"OK")).expect("write");
             for answer in answers {
                 let n = s.read(&mut buf).expect("read");
@@ -370,15 +365,6 @@ mod tests {
             seen
         });
         (addr, handle)
-    }
-
-    fn contains_identify_body(seen: &[u8]) -> bool {
-        let head = b"  V2IDENTIFY\n";
-        if seen.len() < head.len() + 4 {
-            return false;
-        }
-        let len = u32::from_be_bytes([seen[13], seen[14], seen[15], seen[16]]) as usize;
-        seen.len() >= head.len() + 4 + len
     }
 
     fn frame(kind: u32, data: &[u8]) -> Vec<u8> {

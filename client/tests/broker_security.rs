@@ -17,7 +17,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 use support::real::{sleep, BrokerProc, ClientStats};
 use support::run;
-use support::secure::Pki;
+use test_harness::certs::Pki;
 
 const WAIT: Duration = Duration::from_secs(10);
 const NEEDS: &str = "needs the broker side of issue 25 (TLS/compression flags, AUTH)";

@@ -15,10 +15,9 @@ use protocol::Command;
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Duration;
-use support::secure::{
-    Misbehave, Pki, SecureFake, Settings, ALLOWED_TOPIC, NO_PERMISSIONS, SECRET,
-};
+use support::secure::{Misbehave, SecureFake, Settings, ALLOWED_TOPIC, NO_PERMISSIONS, SECRET};
 use support::{eventually, run, WAIT};
+use test_harness::certs::Pki;
 
 /// What a test asks of the client.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

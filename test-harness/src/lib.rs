@@ -18,13 +18,17 @@
 //!   directory removed when dropped (also when the test panics). Any binary can be started so:
 //!   a crate's own tests give `env!("CARGO_BIN_EXE_<name>")`, which cargo builds for them.
 //!
+//! - [`certs`]: TLS certificates made in-process (rcgen) for the TLS tests of the crates.
+//! - [`handshake`]: a fake broker's read of the magic and IDENTIFY.
 //! - [`imports`] reads which modules of a directory name which, for the layering tests (no
 //!   circle of imports).
 //!
 //! Its own unit tests check the documentation's relative links (`doc_links.rs`).
 
+pub mod certs;
 #[cfg(test)]
 mod doc_links;
+pub mod handshake;
 pub mod imports;
 
 use std::collections::HashMap;

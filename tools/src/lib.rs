@@ -9,7 +9,9 @@
 //!   [`jsonfilter`] (its `--*-json-*` filters);
 //! - [`to_http`]: `nsq_to_http` (a topic to HTTP/HTTPS endpoints; FIN only after a 2xx);
 //! - [`stat`]: `nsq_stat` (a channel's stats summed over a topic's brokers, every interval);
-//! - shared: [`cli`] (Go-style flags, `--version`, logging, signals), [`http`] (one HTTP/HTTPS request),
+//! - shared: [`start`] (each tool's `main` start and end: flags, `--version`, logging,
+//!   signals, the executor, fatal errors), [`cli`] (Go-style flags, `--version`, logging,
+//!   signals), [`http`] (one HTTP/HTTPS request),
 //!   [`pool`] (`--mode`: which destination; `--status-every` lines),
 //!   [`goconfig`] (`--consumer-opt` / `--producer-opt`: go-nsq's config keys), [`filename`] and
 //!   [`strftime`] (nsq_to_file's file names), [`metrics`] and [`stats_server`]
@@ -27,6 +29,7 @@ pub mod metrics;
 pub mod pool;
 pub mod publish;
 pub mod relay;
+pub mod start;
 pub mod stat;
 pub mod stats_server;
 pub mod strftime;

@@ -13,6 +13,7 @@
 use crate::cli::ProducerFlags;
 use crate::cli::{self, Signals};
 use crate::goconfig::GoConfig;
+use crate::start::{self, ToolOptions};
 use clap::Parser;
 use client::blocking::Producer;
 use std::io::{BufRead, BufReader, Read};
@@ -46,6 +47,12 @@ pub struct Options {
     pub version: bool,
     #[command(flatten)]
     pub producer: ProducerFlags,
+}
+
+impl ToolOptions for Options {
+    fn version(&self) -> bool {
+        self.version
+    }
 }
 
 /// Spaces records out to at most `rate` a second, allowing a burst of up to one second's
@@ -95,21 +102,14 @@ pub fn records<R: Read>(input: R, delim: u8) -> impl Iterator<Item = std::io::Re
 
 /// The program; the exit status.
 pub fn main() -> i32 {
-    let opts: Options = cli::parse_args();
-    if opts.version {
-        println!("{}", cli::version_line(TOOL));
+    let Some(opts) = start::options::<Options>(TOOL) else {
         return 0;
-    }
-    cli::init_logging(tracing::Level::WARN);
-    let fatal = |m: String| {
-        eprintln!("{TOOL}: {m}");
-        1
     };
     if opts.topic.is_empty() {
-        return fatal("--topic required".into());
+        return start::fatal(TOOL, "--topic required");
     }
     if opts.delimiter.len() != 1 {
-        return fatal("--delimiter must be a single byte".into());
+        return start::fatal(TOOL, "--delimiter must be a single byte");
     }
     let go = match GoConfig::parse(&opts.producer.producer_opt) {
         Ok(g) => g,
@@ -117,7 +117,7 @@ pub fn main() -> i32 {
     };
     let signals = match Signals::register().and_then(|s| exit_when_idle().map(|_| s)) {
         Ok(s) => s,
-        Err(e) => return fatal(format!("installing signal handlers: {e}")),
+        Err(e) => return start::fatal(TOOL, format!("installing signal handlers: {e}")),
     };
     let config = go
         .producer(client::ProducerConfig::new())
@@ -126,11 +126,16 @@ pub fn main() -> i32 {
     for addr in &opts.nsqd_tcp_address {
         match Producer::connect_with(addr.as_str(), config.clone()) {
             Ok(p) => producers.push(p),
-            Err(e) => return fatal(format!("failed to create nsq.Producer for {addr} - {e}")),
+            Err(e) => {
+                return start::fatal(
+                    TOOL,
+                    format!("failed to create nsq.Producer for {addr} - {e}"),
+                )
+            }
         }
     }
     if producers.is_empty() {
-        return fatal("--nsqd-tcp-address required".into());
+        return start::fatal(TOOL, "--nsqd-tcp-address required");
     }
     let mut throttle = (opts.rate >= 1).then(|| Throttle::new(opts.rate as u64, Instant::now()));
     let delim = opts.delimiter.as_bytes()[0];
@@ -141,7 +146,7 @@ pub fn main() -> i32 {
         }
         let record = match record {
             Ok(r) => r,
-            Err(e) => return fatal(format!("reading stdin: {e}")),
+            Err(e) => return start::fatal(TOOL, format!("reading stdin: {e}")),
         };
         if let Some(t) = &mut throttle {
             std::thread::sleep(t.delay(Instant::now()));
@@ -153,7 +158,7 @@ pub fn main() -> i32 {
         }
         for p in &mut producers {
             if let Err(e) = p.publish(&opts.topic, body.clone()) {
-                return fatal(format!("publishing to {}: {e}", p.addr()));
+                return start::fatal(TOOL, format!("publishing to {}: {e}", p.addr()));
             }
         }
         PUBLISHING.store(false, Ordering::SeqCst);

@@ -17,6 +17,7 @@ use crate::goconfig::GoConfig;
 use crate::jsonfilter::{Filter, Verdict};
 use crate::metrics::Metrics;
 use crate::pool::{Mode, Pool, TimerMetrics};
+use crate::start::{self, ToolOptions};
 use clap::Parser;
 use client::{Consumer, ConsumerConfig, HandlerResult, Message, Producer, ProducerConfig};
 use protocol::names::{is_valid_channel_name, is_valid_topic_name};
@@ -69,6 +70,12 @@ pub struct Options {
     pub producer: ProducerFlags,
     #[command(flatten)]
     pub stats: StatsFlag,
+}
+
+impl ToolOptions for Options {
+    fn version(&self) -> bool {
+        self.v.version
+    }
 }
 
 /// One destination broker, connected on first use.
@@ -150,37 +157,36 @@ impl Relay {
 
 /// The program; the exit status.
 pub fn main() -> i32 {
-    let opts: Options = cli::parse_args();
-    if opts.v.version {
-        println!("{}", cli::version_line(TOOL));
+    let Some(opts) = start::options::<Options>(TOOL) else {
         return 0;
-    }
-    cli::init_logging(tracing::Level::WARN);
-    let fatal = |m: &str| {
-        eprintln!("{TOOL}: {m}");
-        1
     };
     if opts.topic.is_empty() || opts.channel.is_empty() {
-        return fatal("--topic and --channel are required");
+        return start::fatal(TOOL, "--topic and --channel are required");
     }
     if opts.topic.iter().any(|t| !is_valid_topic_name(t)) {
-        return fatal("--topic is invalid");
+        return start::fatal(TOOL, "--topic is invalid");
     }
     if !opts.destination_topic.is_empty() && !is_valid_topic_name(&opts.destination_topic) {
-        return fatal("--destination-topic is invalid");
+        return start::fatal(TOOL, "--destination-topic is invalid");
     }
     if !is_valid_channel_name(&opts.channel) {
-        return fatal("--channel is invalid");
+        return start::fatal(TOOL, "--channel is invalid");
     }
     if opts.consumer.nsqd_tcp_address.is_empty() && opts.consumer.lookupd_http_address.is_empty() {
-        return fatal("--nsqd-tcp-address or --lookupd-http-address required");
+        return start::fatal(
+            TOOL,
+            "--nsqd-tcp-address or --lookupd-http-address required",
+        );
     }
     if !opts.consumer.nsqd_tcp_address.is_empty() && !opts.consumer.lookupd_http_address.is_empty()
     {
-        return fatal("use --nsqd-tcp-address or --lookupd-http-address not both");
+        return start::fatal(
+            TOOL,
+            "use --nsqd-tcp-address or --lookupd-http-address not both",
+        );
     }
     if opts.destination_nsqd_tcp_address.is_empty() {
-        return fatal("--destination-nsqd-tcp-address required");
+        return start::fatal(TOOL, "--destination-nsqd-tcp-address required");
     }
     let consumer_go = match GoConfig::parse(&opts.consumer.consumer_opt) {
         Ok(g) => g,
@@ -190,21 +196,9 @@ pub fn main() -> i32 {
         Ok(g) => g,
         Err(e) => cli::fail(TOOL, format!("--producer-opt: {e}")),
     };
-    let signals = match Signals::register() {
-        Ok(s) => s,
-        Err(e) => return fatal(&format!("installing signal handlers: {e}")),
-    };
-    let executor = match cli::executor(TOOL) {
-        Ok(b) => b,
-        Err(e) => return fatal(&e),
-    };
-    let result =
-        executor.spawn(move || async move { run(opts, consumer_go, producer_go, signals).await });
-    match result.map(|h| h.join()) {
-        Ok(Ok(Ok(()))) => 0,
-        Ok(Ok(Err(e))) => fatal(&e),
-        Ok(Err(e)) | Err(e) => fatal(&e.to_string()),
-    }
+    start::run(TOOL, move |signals| {
+        run(opts, consumer_go, producer_go, signals)
+    })
 }
 
 async fn run(

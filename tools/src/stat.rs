@@ -9,8 +9,9 @@
 //! Invariants: a poll that cannot reach a broker or does not find the channel ends the process
 //! with status 1 and NSQ's message, as NSQ's nsq_stat does; nothing is printed for it.
 
-use crate::cli::{self, go_bool, go_duration, Signals};
+use crate::cli::{go_bool, go_duration};
 use crate::http::{self, Timeouts, Url};
+use crate::start::{self, ToolOptions};
 use clap::Parser;
 use serde_json::Value;
 use std::io::Write;
@@ -53,6 +54,12 @@ pub struct Options {
     /// lookupd HTTP address (may be given multiple times)
     #[arg(long = "lookupd-http-address")]
     pub lookupd_http_address: Vec<String>,
+}
+
+impl ToolOptions for Options {
+    fn version(&self) -> bool {
+        self.version
+    }
 }
 
 /// One channel's numbers, summed over brokers.
@@ -167,65 +174,54 @@ impl ChannelStats {
 
 /// The program; the exit status.
 pub fn main() -> i32 {
-    let opts: Options = cli::parse_args();
-    if opts.version {
-        println!("{}", cli::version_line(TOOL));
+    let Some(opts) = start::options::<Options>(TOOL) else {
         return 0;
-    }
-    cli::init_logging(tracing::Level::WARN);
-    let fatal = |m: &str| {
-        eprintln!("{TOOL}: {m}");
-        1
     };
     if opts.topic.is_empty() || opts.channel.is_empty() {
-        return fatal("--topic and --channel are required");
+        return start::fatal(TOOL, "--topic and --channel are required");
     }
     if opts.interval.is_zero() {
-        return fatal("--interval should be positive");
+        return start::fatal(TOOL, "--interval should be positive");
     }
     if opts.http_client_connect_timeout.is_zero() {
-        return fatal("--http-client-connect-timeout should be positive");
+        return start::fatal(TOOL, "--http-client-connect-timeout should be positive");
     }
     if opts.http_client_request_timeout.is_zero() {
-        return fatal("--http-client-request-timeout should be positive");
+        return start::fatal(TOOL, "--http-client-request-timeout should be positive");
     }
     if opts.count.is_some_and(|c| c <= 0) {
-        return fatal("--count should be positive");
+        return start::fatal(TOOL, "--count should be positive");
     }
     if opts.nsqd_http_address.is_empty() && opts.lookupd_http_address.is_empty() {
-        return fatal("--nsqd-http-address or --lookupd-http-address required");
+        return start::fatal(
+            TOOL,
+            "--nsqd-http-address or --lookupd-http-address required",
+        );
     }
     if !opts.nsqd_http_address.is_empty() && !opts.lookupd_http_address.is_empty() {
-        return fatal("use --nsqd-http-address or --lookupd-http-address not both");
+        return start::fatal(
+            TOOL,
+            "use --nsqd-http-address or --lookupd-http-address not both",
+        );
     }
     for (flag, addrs) in [
         ("--nsqd-http-address", &opts.nsqd_http_address),
         ("--lookupd-http-address", &opts.lookupd_http_address),
     ] {
         if addrs.iter().any(|a| a.starts_with("http")) {
-            return fatal(&format!("{flag} error - address should not contain scheme"));
+            return start::fatal(
+                TOOL,
+                format!("{flag} error - address should not contain scheme"),
+            );
         }
     }
-    let signals = match Signals::register() {
-        Ok(s) => s,
-        Err(e) => return fatal(&format!("installing signal handlers: {e}")),
-    };
-    let executor = match cli::executor(TOOL) {
-        Ok(b) => b,
-        Err(e) => return fatal(&e),
-    };
-    let result = executor.spawn(move || async move {
+    start::run(TOOL, move |signals| async move {
         let polls = futures_lite::future::or(async { stat_loop(&opts).await }, async {
             signals.terminated().await;
             Ok(())
         });
         polls.await
-    });
-    match result.map(|h| h.join()) {
-        Ok(Ok(Ok(()))) => 0,
-        Ok(Ok(Err(e))) => fatal(&e),
-        Ok(Err(e)) | Err(e) => fatal(&e.to_string()),
-    }
+    })
 }
 
 async fn stat_loop(opts: &Options) -> Result<(), String> {

@@ -12,6 +12,7 @@
 use crate::cli::{self, go_bool, Signals};
 use crate::cli::{ConsumerFlags, VersionFlag};
 use crate::goconfig::GoConfig;
+use crate::start::{self, ToolOptions};
 use clap::Parser;
 use client::{Consumer, ConsumerConfig, Message, Pending};
 use std::cell::{Cell, RefCell};
@@ -47,6 +48,12 @@ pub struct Options {
     pub consumer: ConsumerFlags,
 }
 
+impl ToolOptions for Options {
+    fn version(&self) -> bool {
+        self.v.version
+    }
+}
+
 /// NSQ's default channel: `tail` and six random digits, ephemeral.
 pub fn random_channel() -> String {
     use std::hash::{BuildHasher, Hasher};
@@ -69,28 +76,27 @@ pub fn line(topic: Option<&str>, body: &[u8]) -> Vec<u8> {
 
 /// The program; the exit status.
 pub fn main() -> i32 {
-    let mut opts: Options = cli::parse_args();
-    if opts.v.version {
-        println!("{}", cli::version_line(TOOL));
+    let Some(mut opts) = start::options::<Options>(TOOL) else {
         return 0;
-    }
-    cli::init_logging(tracing::Level::WARN);
+    };
     if opts.channel.is_empty() {
         opts.channel = random_channel();
     }
-    let fatal = |m: &str| {
-        eprintln!("{TOOL}: {m}");
-        1
-    };
     if opts.consumer.nsqd_tcp_address.is_empty() && opts.consumer.lookupd_http_address.is_empty() {
-        return fatal("--nsqd-tcp-address or --lookupd-http-address required");
+        return start::fatal(
+            TOOL,
+            "--nsqd-tcp-address or --lookupd-http-address required",
+        );
     }
     if !opts.consumer.nsqd_tcp_address.is_empty() && !opts.consumer.lookupd_http_address.is_empty()
     {
-        return fatal("use --nsqd-tcp-address or --lookupd-http-address not both");
+        return start::fatal(
+            TOOL,
+            "use --nsqd-tcp-address or --lookupd-http-address not both",
+        );
     }
     if opts.topic.is_empty() {
-        return fatal("--topic required");
+        return start::fatal(TOOL, "--topic required");
     }
     let go = match GoConfig::parse(&opts.consumer.consumer_opt) {
         Ok(g) => g,
@@ -100,19 +106,7 @@ pub fn main() -> i32 {
     if opts.n > 0 && opts.n < opts.consumer.max_in_flight {
         opts.consumer.max_in_flight = opts.n;
     }
-    let signals = match Signals::register() {
-        Ok(s) => s,
-        Err(e) => return fatal(&format!("installing signal handlers: {e}")),
-    };
-    let executor = match cli::executor(TOOL) {
-        Ok(b) => b,
-        Err(e) => return fatal(&e),
-    };
-    let result = executor.spawn(move || async move { run(opts, go, signals).await });
-    match result.map(|h| h.join()) {
-        Ok(Ok(code)) => code,
-        Ok(Err(e)) | Err(e) => fatal(&e.to_string()),
-    }
+    start::run(TOOL, move |signals| run(opts, go, signals))
 }
 
 async fn run(opts: Options, go: GoConfig, signals: Signals) -> i32 {

@@ -21,6 +21,7 @@ use crate::goconfig::GoConfig;
 use crate::http::{Client, Timeouts, Url};
 use crate::metrics::Metrics;
 use crate::pool::{Mode, Pool, TimerMetrics};
+use crate::start::{self, ToolOptions};
 use clap::Parser;
 use client::{Consumer, ConsumerConfig, HandlerResult, Message, TlsConfig};
 use std::cell::{Cell, RefCell};
@@ -97,6 +98,12 @@ pub struct Options {
     pub consumer: ConsumerFlags,
     #[command(flatten)]
     pub stats: StatsFlag,
+}
+
+impl ToolOptions for Options {
+    fn version(&self) -> bool {
+        self.v.version
+    }
 }
 
 /// `--header` values as NSQ reads them: `Key: value`, both trimmed and non-empty.
@@ -231,54 +238,53 @@ impl Sender {
 
 /// The program; the exit status.
 pub fn main() -> i32 {
-    let opts: Options = cli::parse_args();
-    if opts.v.version {
-        println!("{}", cli::version_line(TOOL));
+    let Some(opts) = start::options::<Options>(TOOL) else {
         return 0;
-    }
-    cli::init_logging(tracing::Level::WARN);
-    let fatal = |m: &str| {
-        eprintln!("{TOOL}: {m}");
-        1
     };
     let headers = match parse_headers(&opts.header) {
         Ok(h) => h,
-        Err(_) => return fatal("--header value format should be 'key=value'"),
+        Err(_) => return start::fatal(TOOL, "--header value format should be 'key=value'"),
     };
     if opts.topic.is_empty() || opts.channel.is_empty() {
-        return fatal("--topic and --channel are required");
+        return start::fatal(TOOL, "--topic and --channel are required");
     }
     if let Some(ct) = &opts.content_type {
         if ct != DEFAULT_CONTENT_TYPE {
             if opts.post.is_empty() {
-                return fatal("--content-type only used with --post");
+                return start::fatal(TOOL, "--content-type only used with --post");
             }
             if ct.is_empty() {
-                return fatal("--content-type requires a value when used");
+                return start::fatal(TOOL, "--content-type requires a value when used");
             }
         }
     }
     if opts.consumer.nsqd_tcp_address.is_empty() && opts.consumer.lookupd_http_address.is_empty() {
-        return fatal("--nsqd-tcp-address or --lookupd-http-address required");
+        return start::fatal(
+            TOOL,
+            "--nsqd-tcp-address or --lookupd-http-address required",
+        );
     }
     if !opts.consumer.nsqd_tcp_address.is_empty() && !opts.consumer.lookupd_http_address.is_empty()
     {
-        return fatal("use --nsqd-tcp-address or --lookupd-http-address not both");
+        return start::fatal(
+            TOOL,
+            "use --nsqd-tcp-address or --lookupd-http-address not both",
+        );
     }
     if opts.get.is_empty() && opts.post.is_empty() {
-        return fatal("--get or --post required");
+        return start::fatal(TOOL, "--get or --post required");
     }
     if !opts.get.is_empty() && !opts.post.is_empty() {
-        return fatal("use --get or --post not both");
+        return start::fatal(TOOL, "use --get or --post not both");
     }
     if opts.get.iter().any(|g| g.matches("%s").count() != 1) {
-        return fatal("invalid GET address - must be a printf string");
+        return start::fatal(TOOL, "invalid GET address - must be a printf string");
     }
     if !(0.0..=1.0).contains(&opts.sample) {
-        return fatal("ERROR: --sample must be between 0.0 and 1.0");
+        return start::fatal(TOOL, "ERROR: --sample must be between 0.0 and 1.0");
     }
     if opts.n == 0 {
-        return fatal("-n must be at least 1");
+        return start::fatal(TOOL, "-n must be at least 1");
     }
     let endpoints = if opts.post.is_empty() {
         opts.get.clone()
@@ -287,7 +293,7 @@ pub fn main() -> i32 {
     };
     for e in &endpoints {
         if let Err(m) = Url::parse(&e.replacen("%s", "", 1)) {
-            return fatal(&format!("invalid address {m}"));
+            return start::fatal(TOOL, format!("invalid address {m}"));
         }
     }
     let go = match GoConfig::parse(&opts.consumer.consumer_opt) {
@@ -296,23 +302,11 @@ pub fn main() -> i32 {
     };
     let tls = match tls_config(&opts, &endpoints) {
         Ok(t) => t,
-        Err(e) => return fatal(&e),
+        Err(e) => return start::fatal(TOOL, e),
     };
-    let signals = match Signals::register() {
-        Ok(s) => s,
-        Err(e) => return fatal(&format!("installing signal handlers: {e}")),
-    };
-    let executor = match cli::executor(TOOL) {
-        Ok(b) => b,
-        Err(e) => return fatal(&e),
-    };
-    let result = executor
-        .spawn(move || async move { run(opts, go, endpoints, headers, tls, signals).await });
-    match result.map(|h| h.join()) {
-        Ok(Ok(Ok(()))) => 0,
-        Ok(Ok(Err(e))) => fatal(&e),
-        Ok(Err(e)) | Err(e) => fatal(&e.to_string()),
-    }
+    start::run(TOOL, move |signals| {
+        run(opts, go, endpoints, headers, tls, signals)
+    })
 }
 
 /// The rustls settings when an endpoint is `https://`.

@@ -8,18 +8,15 @@
 //! new layer: TLS, then snappy or deflate), AUTH with a fixed secret, PUB/MPUB/DPUB with
 //! `OK`, SUB with `OK`, and delivers the messages it was given as RDY allows. A
 //! [`Misbehave`] makes it break the stream in one of the ways a client must survive.
-//! Certificates come from [`Pki`] (rcgen), written to a scratch directory.
+//! Certificates come from `test_harness::certs::Pki` (rcgen), written to a scratch directory.
 
 use bytes::{Bytes, BytesMut};
 use protocol::frame::{write_frame, write_message_frame, FrameType};
-use protocol::{decode_command, Command, ConnPhase, DecodeContext, Message, MessageId, MAGIC_V2};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
-use rustls::server::WebPkiClientVerifier;
-use rustls::{RootCertStore, ServerConfig, ServerConnection, StreamOwned};
+use protocol::{decode_command, Command, ConnPhase, DecodeContext, Message, MessageId};
+use rustls::{ServerConfig, ServerConnection, StreamOwned};
 use std::cell::RefCell;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -212,16 +209,14 @@ fn serve(tcp: TcpStream, settings: &Settings, log: &Log, idx: usize) -> std::io:
     // second part for the client's delayed ACK.
     tcp.set_nodelay(true)?;
     let mut plain = tcp;
-    let mut magic = [0u8; 4];
-    plain.read_exact(&mut magic)?;
-    if &magic != MAGIC_V2 {
-        return Ok(());
-    }
+    let hello = match test_harness::handshake::read_identify(&mut plain) {
+        Ok(h) => h,
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let body = Bytes::from(hello.body);
     let mut buf = BytesMut::new();
     let mut ctx = DecodeContext::default();
-    let Some(Command::Identify(body)) = next_command(&mut plain, &mut buf, &ctx)? else {
-        return Ok(());
-    };
     note(log, idx, |s| {
         s.commands.push(Command::Identify(body.clone()))
     });
@@ -414,108 +409,4 @@ fn serve(tcp: TcpStream, settings: &Settings, log: &Log, idx: usize) -> std::io:
             return Ok(());
         }
     }
-}
-
-/// A CA, a server certificate for `localhost` and 127.0.0.1, and a client certificate, with
-/// their PEM files in a scratch directory.
-pub struct Pki {
-    pub dir: PathBuf,
-    pub ca_pem: PathBuf,
-    pub client_cert_pem: PathBuf,
-    pub client_key_pem: PathBuf,
-    /// A CA that signed nothing here: trusting only it fails every check.
-    pub other_ca_pem: PathBuf,
-    /// The server certificate and key as files, for a real broker's `--tls-cert` /
-    /// `--tls-key`.
-    pub server_cert_pem: PathBuf,
-    pub server_key_pem: PathBuf,
-    ca_der: CertificateDer<'static>,
-    server_chain: Vec<CertificateDer<'static>>,
-    server_key: Vec<u8>,
-}
-
-impl Pki {
-    pub fn new() -> Pki {
-        static SEQ: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "client-tls-{}-{}",
-            std::process::id(),
-            SEQ.fetch_add(1, Ordering::SeqCst)
-        ));
-        std::fs::create_dir_all(&dir).expect("scratch dir");
-        let (ca_cert, ca_key) = make_ca("fake CA");
-        let (other, _) = make_ca("other CA");
-        let server_key = rcgen::KeyPair::generate().expect("key");
-        let server = rcgen::CertificateParams::new(vec!["localhost".into(), "127.0.0.1".into()])
-            .expect("params")
-            .signed_by(&server_key, &ca_cert, &ca_key)
-            .expect("server cert");
-        let client_key = rcgen::KeyPair::generate().expect("key");
-        let mut client_params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("p");
-        client_params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, "test-client");
-        let client = client_params
-            .signed_by(&client_key, &ca_cert, &ca_key)
-            .expect("client cert");
-        let write = |name: &str, pem: String| {
-            let p = dir.join(name);
-            std::fs::write(&p, pem).expect("write pem");
-            p
-        };
-        Pki {
-            ca_pem: write("ca.pem", ca_cert.pem()),
-            other_ca_pem: write("other-ca.pem", other.pem()),
-            client_cert_pem: write("client.pem", client.pem()),
-            client_key_pem: write("client-key.pem", client_key.serialize_pem()),
-            server_cert_pem: write("server.pem", server.pem()),
-            server_key_pem: write("server-key.pem", server_key.serialize_pem()),
-            ca_der: ca_cert.der().clone(),
-            server_chain: vec![server.der().clone()],
-            server_key: server_key.serialize_der(),
-            dir,
-        }
-    }
-
-    /// The fake's TLS settings; `verify_clients` requires a client certificate signed by the
-    /// CA (nsqd's `require-verify`).
-    pub fn server_config(&self, verify_clients: bool) -> Arc<ServerConfig> {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let builder = ServerConfig::builder_with_provider(provider.clone())
-            .with_safe_default_protocol_versions()
-            .expect("versions");
-        let builder = if verify_clients {
-            let mut roots = RootCertStore::empty();
-            roots.add(self.ca_der.clone()).expect("root");
-            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
-                .build()
-                .expect("verifier");
-            builder.with_client_cert_verifier(verifier)
-        } else {
-            builder.with_no_client_auth()
-        };
-        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(self.server_key.clone()));
-        Arc::new(
-            builder
-                .with_single_cert(self.server_chain.clone(), key)
-                .expect("server cert"),
-        )
-    }
-}
-
-impl Drop for Pki {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn make_ca(name: &str) -> (rcgen::Certificate, rcgen::KeyPair) {
-    let key = rcgen::KeyPair::generate().expect("key");
-    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
-    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, name);
-    let cert = params.self_signed(&key).expect("CA cert");
-    (cert, key)
 }

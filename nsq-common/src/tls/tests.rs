@@ -1,8 +1,9 @@
-//! The shared TLS pieces against certificates made here (rcgen): PEM files read or refused
+//! The shared TLS pieces against certificates made here (`test_harness::certs`, rcgen): PEM files read or refused
 //! naming the file, and [`AnyCertificate`] on both sides of an in-memory handshake.
 
 use super::*;
 use rustls::{ClientConfig, ClientConnection, ConnectionCommon, ServerConfig, ServerConnection};
+use test_harness::certs::self_signed;
 
 struct Scratch(PathBuf);
 
@@ -25,17 +26,6 @@ impl Drop for Scratch {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
-}
-
-/// A self-signed certificate for `name` (with CN `name`) and its key, as PEM.
-fn self_signed(name: &str) -> (String, String) {
-    let key = rcgen::KeyPair::generate().expect("key");
-    let mut params = rcgen::CertificateParams::new(vec![name.to_string()]).expect("params");
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, name);
-    let cert = params.self_signed(&key).expect("cert");
-    (cert.pem(), key.serialize_pem())
 }
 
 #[test]

@@ -20,6 +20,7 @@ use crate::cli::{self, Signals};
 use crate::filename::{FilenameFormat, FormatOptions};
 use crate::goconfig::GoConfig;
 use crate::metrics::Metrics;
+use crate::start;
 use file::{FileSettings, OutputFile};
 use options::Options;
 use std::collections::BTreeMap;
@@ -31,46 +32,24 @@ const TOOL: &str = "nsq_to_file";
 
 /// The program: parses the command line, runs until SIGINT / SIGTERM; the exit status.
 pub fn main() -> i32 {
-    let mut opts: Options = cli::parse_args();
-    if opts.v.version {
-        println!("{}", cli::version_line(TOOL));
+    let Some(mut opts) = start::options::<Options>(TOOL) else {
         return 0;
-    }
-    cli::init_logging(opts.log_level);
+    };
     if let Err(e) = opts.check().and_then(|_| opts.prepare_dirs()) {
-        eprintln!("{TOOL}: {e}");
-        return 1;
+        return start::fatal(TOOL, e);
     }
     let go = match GoConfig::parse(&opts.consumer.consumer_opt) {
         Ok(g) => g,
         Err(e) => cli::fail(TOOL, format!("--consumer-opt: {e}")),
     };
-    let signals = match Signals::register() {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("{TOOL}: installing signal handlers: {e}");
-            return 1;
-        }
-    };
     // Blocking threads: one writes a topic's batches while others fdatasync the ones before
     // (`topic::MAX_SYNCS` under way at once).
-    let executor = match cli::executor(TOOL) {
-        Ok(b) => b,
-        Err(e) => {
-            eprintln!("{TOOL}: {e}");
-            return 1;
-        }
-    };
-    let result = executor
-        .blocking_thread_pool_placement(glommio::PoolPlacement::Unbound(topic::MAX_SYNCS + 1))
-        .spawn(move || async move { run(opts, go, signals).await });
-    match result.map(|h| h.join()) {
-        Ok(Ok(code)) => code,
-        Ok(Err(e)) | Err(e) => {
-            eprintln!("{TOOL}: {e}");
-            1
-        }
-    }
+    let pool = glommio::PoolPlacement::Unbound(topic::MAX_SYNCS + 1);
+    start::run_with(
+        TOOL,
+        |b| b.blocking_thread_pool_placement(pool),
+        move |signals| run(opts, go, signals),
+    )
 }
 
 /// Everything inside the executor.

@@ -8,6 +8,7 @@
 
 use crate::cli::{go_bool, go_duration};
 use crate::cli::{ConsumerFlags, StatsFlag, VersionFlag};
+use crate::start::ToolOptions;
 use clap::Parser;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -109,6 +110,16 @@ pub struct Options {
     pub consumer: ConsumerFlags,
     #[command(flatten)]
     pub stats: StatsFlag,
+}
+
+impl ToolOptions for Options {
+    fn version(&self) -> bool {
+        self.v.version
+    }
+
+    fn log_level(&self) -> tracing::Level {
+        self.log_level
+    }
 }
 
 impl Options {
