@@ -195,8 +195,15 @@ fn no_merge_conflict_markers_in_the_documentation() {
             found.push(format!("{name}:{line}"));
         }
     }
-    assert!(found.is_empty(), "unresolved merge markers:\n{}", found.join("\n"));
-    assert_eq!(conflict_markers("a\n<<<<<<< HEAD\nb\n=======\nc\n>>>>>>> x\n"), [2, 4, 6]);
+    assert!(
+        found.is_empty(),
+        "unresolved merge markers:\n{}",
+        found.join("\n")
+    );
+    assert_eq!(
+        conflict_markers("a\n<<<<<<< HEAD\nb\n=======\nc\n>>>>>>> x\n"),
+        [2, 4, 6]
+    );
 }
 
 #[test]
