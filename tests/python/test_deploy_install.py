@@ -195,6 +195,23 @@ def test_from_nsqd_takes_over_the_unit_config_and_data_path(host):
     # The plain install happened too, unchanged.
     with open(os.path.join(REPO, "deploy", "broker.service")) as f:
         assert h.file("etc/systemd/system/broker.service") == f.read()
+    verify_unit_with_dropin(h)
+
+
+def verify_unit_with_dropin(h):
+    """systemd-analyze verify of the installed unit with its drop-in (from a copy naming the
+    installed binary, which verify requires to exist): one ExecStart in effect, settings valid."""
+    tool = shutil.which("systemd-analyze")
+    if tool is None:
+        return
+    copy = os.path.join(h.base, "verify")
+    binary = os.path.join(h.root, "usr/local/bin/broker")
+    for rel in ("broker.service", "broker.service.d/nsqd.conf"):
+        text = h.file("etc/systemd/system/" + rel).replace("/usr/local/bin/broker", binary)
+        write(os.path.join(copy, rel), text)
+    p = subprocess.run([tool, "verify", os.path.join(copy, "broker.service")],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and not p.stderr.strip(), (p.returncode, p.stdout, p.stderr)
 
 
 def test_from_nsqd_without_unit_reads_the_data_path_from_the_config_file(host):
