@@ -337,7 +337,9 @@ def test_from_nsqd_dry_run_with_the_real_broker_counts_and_writes_nothing(host):
     before = sorted(os.listdir(h.data))
     rc, out = h.run("--from-nsqd")
     assert rc == 0, out
-    assert "1 topics, 2 channels" in out, out
+    # The topic's 3 once (each for every channel) and the channel's own 1.
+    assert "1 topics, 2 channels, 4 messages" in out, out
+    assert "channel audit (paused)" in out and "dry run: nothing written" in out, out
     # Only the stand-in chown and systemctl ran after it: the dry run itself wrote nothing.
     assert sorted(os.listdir(h.data)) == before
     assert h.exists(DROPIN)
