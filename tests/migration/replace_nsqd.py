@@ -358,7 +358,11 @@ class Run:
         """nsqd on role stopped (SIGTERM), the broker started on its data path; bounded."""
         sw = {"host": role}
         before = registered_everywhere(self.c, role) or {}
-        sw["nsqd backlog at SIGTERM (its /stats)"] = channel_stats(self.c, role)
+        held = channel_stats(self.c, role)
+        sw["nsqd backlog at SIGTERM (its /stats)"] = held
+        sw["nsqd held at SIGTERM (depth + in flight + deferred, all channels)"] = sum(
+            (st["depth"] or 0) + (st["in_flight_count"] or 0) + (st["deferred_count"] or 0)
+            for st in held.values())
         nsqd = self.servers[role]
         t_term = time.monotonic()
         self.phases.append(("%s switching" % role, t_term))
