@@ -540,7 +540,11 @@ class Run:
             "switches": switches,
             "left in each channel at the end (depth + in flight + deferred, /stats)":
                 final_stats,
-            "clients restarted": 0,
+            "clients (pid: started once, never restarted)": {
+                p.name: p.popen.pid for p in [q for q, _ in self.pubs + self.cons]},
+            "consumer connections closed and opened again by pynsq": {
+                "%s/%s" % (cl.topic, cl.channel): sum(1 for _, ev, _ in cl.events if ev == "close")
+                for _, cl in self.cons},
             "processes that died on their own": died,
             "problems": self.problems,
         }
@@ -626,7 +630,8 @@ def main():
         try:
             ok, summary = run.go()
             rc = 0 if ok else 1
-        except RunFailed as e:
+        except (RunFailed, RuntimeError) as e:
+            # RuntimeError: netcluster's (a server that does not start, an `ip` command).
             log("run failed: %s" % e)
             summary = {"result": "FAIL", "error": str(e), "switches done": [
                 {k: v for k, v in sw.items() if not k.startswith("t_")} for sw in run.switches],
