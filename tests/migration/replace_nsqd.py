@@ -492,6 +492,7 @@ class Run:
             deliveries = sum(len(v) for v in cl.received.values())
             delivered = collections.Counter(phase_of(t) for t in cl.times)
             lost_by = collections.Counter(acked[b][1] for b in lost)
+            gap, gap_at = _longest_gap(cl.times, t_load, t_stop)
             channels["%s/%s" % (cl.topic, cl.channel)] = {
                 "acknowledged": len(owed),
                 "delivered (distinct)": len(owed & set(cl.received)),
@@ -503,7 +504,10 @@ class Run:
                 "deliveries with attempts > 1": sum(
                     1 for v in cl.received.values() for _, _, a in v if a > 1),
                 "delivered but never acknowledged": len(set(cl.received) - set(acked)),
-                "longest pause s (while publishing)": _longest_gap(cl.times, t_load, t_stop),
+                "longest pause s (while publishing)": gap,
+                "longest pause began s into the load": gap_at,
+                "longest pause began in phase": None if gap_at is None else phase_of(
+                    t_load + gap_at),
                 "delivered per phase": {n: delivered.get(n, 0) for n in names},
                 "pause per switch": {sw["host"]: _host_pause(cl, sw) for sw in self.switches},
             }
@@ -556,10 +560,13 @@ def _missing(acked, cl):
 
 
 def _longest_gap(times, t0, t1):
+    """The longest time without a delivery between the first one after t0 and t1: (seconds,
+    when it began, from t0), or (None, None)."""
     ts = [t for t in times if t0 <= t <= t1]
     if not ts:
-        return None
-    return round(max(b - a for a, b in zip(ts, ts[1:] + [t1])), 2)
+        return None, None
+    gap, start = max((b - a, a) for a, b in zip(ts, ts[1:] + [t1]))
+    return round(gap, 2), round(start - t0, 1)
 
 
 def _host_pause(cl, sw):
