@@ -22,14 +22,15 @@ consumers drain (bounded by --drain-timeout), and everything stops. No client is
 The checker reads the clients' logs: per channel, the acknowledged messages never delivered
 (lost: must be 0), duplicates, the longest pause each consumer saw, and the messages published
 and delivered per phase; with the nsqd backlog at each switch and the broker's import summary.
-It prints a JSON summary and exits 1 if an acknowledged message was lost, a client died or a
-switch failed (2: the run could not be set up). Every wait is bounded; on any exit (an error,
-^C, SIGTERM) the processes and namespaces are removed. The logs and data paths are kept in the
-work directory when the run fails or with --keep.
+It prints a JSON summary and exits 1 if an acknowledged message was lost, a client died, a
+switch failed or the broker changed nsqd's files (2: the run could not be set up). Every wait
+is bounded; on any exit (an error, ^C, SIGTERM) the processes and namespaces are removed. The
+logs and data paths are kept in the work directory when the run fails or with --keep.
 """
 
 import argparse
 import collections
+import hashlib
 import json
 import os
 import re
@@ -71,6 +72,18 @@ def log(msg):
 
 
 T0 = time.monotonic()
+# How late the harness's own sleeps ended: a machine that stalls every process (memory or I/O
+# pressure from other work) shows here, and tells a slow drain from a broker that holds back.
+LATE = {"longest s": 0.0, "total s": 0.0}
+
+
+def nap(seconds):
+    t = time.monotonic()
+    time.sleep(seconds)
+    late = time.monotonic() - t - seconds
+    if late > 0.5:
+        LATE["longest s"] = max(LATE["longest s"], round(late, 1))
+        LATE["total s"] = round(LATE["total s"] + late, 1)
 
 
 # ---- client logs --------------------------------------------------------------------------------
@@ -179,7 +192,7 @@ def wait_until(what, pred, timeout, interval=0.25):
             return time.monotonic() - t0
         if time.monotonic() - t0 > timeout:
             raise RunFailed("timed out after %.0fs waiting for %s" % (timeout, what))
-        time.sleep(interval)
+        nap(interval)
 
 
 # ---- the cluster's servers ----------------------------------------------------------------------
@@ -248,6 +261,19 @@ def queue_files(data):
             n += 1
             size += os.path.getsize(os.path.join(data, name))
     return {"files": n, "bytes": size}
+
+
+def nsqd_files_digest(data):
+    """A digest of nsqd's own files in a data path (nsqd.dat and the disk queues): the broker
+    must leave them as nsqd wrote them, so that a rollback to nsqd still works."""
+    h = hashlib.sha256()
+    for name in sorted(os.listdir(data)):
+        if name == "nsqd.dat" or ".diskqueue." in name:
+            h.update(name.encode() + b"\0")
+            with open(os.path.join(data, name), "rb") as f:
+                h.update(f.read())
+            h.update(b"\0")
+    return h.hexdigest()
 
 
 def import_lines(proc):
@@ -372,6 +398,7 @@ class Run:
         if rc != 0:
             raise RunFailed("nsqd on %s exited %s on SIGTERM:\n%s" % (role, rc, nsqd.log(3000)))
         sw["nsqd disk queues left"] = queue_files(self.data[role])
+        sw["digest"] = nsqd_files_digest(self.data[role])
         t0 = time.monotonic()
         sw["t_start"] = t0
         broker = self.c.spawn(role, "%s.broker" % role, server_args(
@@ -387,8 +414,13 @@ class Run:
         summary, lines = import_lines(broker)
         sw["import summary"] = summary
         sw["import log lines"] = lines
-        if summary is None and not self.a.no_import:
-            self.problems.append("%s: no import summary line in the broker's log" % role)
+        marker = os.path.exists(os.path.join(self.data[role], "nsqd-import.json"))
+        sw["nsqd-import.json written"] = marker
+        if not self.a.no_import:
+            if summary is None:
+                self.problems.append("%s: no import summary line in the broker's log" % role)
+            if not marker:
+                self.problems.append("%s: no nsqd-import.json marker in the data path" % role)
         sw["t_term"] = t_term
         sw["t_registered"] = t_reg
         self.switches.append(sw)
@@ -404,18 +436,23 @@ class Run:
             return sum(len(_missing(acked, cl.read())) for _, cl in self.cons)
 
         t0 = time.monotonic()
-        last, last_t = None, t0
+        last, idle = None, 0.0
         while time.monotonic() - t0 < self.a.drain_timeout:
+            t = time.monotonic()
             n = missing_total()
             if n == 0:
                 return time.monotonic() - t0
+            nap(0.5)
             if n != last:
-                last, last_t = n, time.monotonic()
-            elif time.monotonic() - last_t > self.a.stall_timeout:
-                log("drain: %d deliveries still owed, none for %.0fs: giving up"
-                    % (n, self.a.stall_timeout))
-                return None
-            time.sleep(0.5)
+                last, idle = n, 0.0
+            else:
+                # Time without progress, counting at most 2 s a round: a stall of the whole
+                # machine (the harness included) is not taken for a consumer that gets nothing.
+                idle += min(time.monotonic() - t, 2.0)
+                if idle > self.a.stall_timeout:
+                    log("drain: %d deliveries still owed, none for %.0fs: giving up"
+                        % (n, self.a.stall_timeout))
+                    return None
         log("drain: not complete within %.0fs" % self.a.drain_timeout)
         return None
 
@@ -436,12 +473,12 @@ class Run:
             at = t_load + self.a.duration * k / 4.0
             while time.monotonic() < at:
                 self.check_clients()
-                time.sleep(min(1.0, max(0.0, at - time.monotonic())))
+                nap(min(1.0, max(0.0, at - time.monotonic())))
             self.check_clients()
             self.switch(role)
         while time.monotonic() < t_load + self.a.duration:
             self.check_clients()
-            time.sleep(min(1.0, max(0.0, t_load + self.a.duration - time.monotonic())))
+            nap(min(1.0, max(0.0, t_load + self.a.duration - time.monotonic())))
         self.check_clients()
         t_stop = time.monotonic()
         self.phases.append(("drain (publishers stopped)", t_stop))
@@ -500,6 +537,8 @@ class Run:
                 "lost": len(lost),
                 "lost by the host that acknowledged them": dict(lost_by),
                 "first lost": lost[:10],
+                "still queued on the brokers at the end (depth + in flight + deferred)": sum(
+                    per.get("%s/%s" % (cl.topic, cl.channel), 0) for per in final_stats.values()),
                 "duplicates": deliveries - len(cl.received),
                 "deliveries with attempts > 1": sum(
                     1 for v in cl.received.values() for _, _, a in v if a > 1),
@@ -514,6 +553,11 @@ class Run:
         switches = []
         for sw in self.switches:
             sw = dict(sw)
+            same = nsqd_files_digest(self.data[sw["host"]]) == sw.pop("digest")
+            sw["nsqd's files (nsqd.dat, disk queues) unchanged at the end"] = same
+            if not same and not self.a.no_import:
+                self.problems.append("%s: nsqd's files changed after the broker started"
+                                     % sw["host"])
             t_term = sw.pop("t_term")
             sw.pop("t_registered")
             sw.pop("t_start")
@@ -540,6 +584,7 @@ class Run:
             "longest consumer pause s": max(
                 (c["longest pause s (while publishing)"] or 0) for c in channels.values()),
             "drained within s": None if drained is None else round(drained, 1),
+            "harness's own sleeps overran (the machine stalled)": LATE,
             "channels": channels,
             "switches": switches,
             "left in each channel at the end (depth + in flight + deferred, /stats)":
@@ -608,7 +653,7 @@ def main():
                     help="seconds nsqd may take to exit on SIGTERM before SIGKILL")
     ap.add_argument("--start-timeout", type=float, default=60.0,
                     help="seconds the broker may take to listen, and then to register")
-    ap.add_argument("--drain-timeout", type=float, default=240.0)
+    ap.add_argument("--drain-timeout", type=float, default=600.0)
     ap.add_argument("--stall-timeout", type=float, default=30.0,
                     help="the drain gives up when nothing owed arrives for this long")
     ap.add_argument("--json", help="also write the summary to this file")
@@ -640,9 +685,10 @@ def main():
         except (RunFailed, RuntimeError) as e:
             # RuntimeError: netcluster's (a server that does not start, an `ip` command).
             log("run failed: %s" % e)
-            summary = {"result": "FAIL", "error": str(e), "switches done": [
-                {k: v for k, v in sw.items() if not k.startswith("t_")} for sw in run.switches],
-                "problems": run.problems}
+            done = [{k: v for k, v in sw.items() if not k.startswith("t_") and k != "digest"}
+                    for sw in run.switches]
+            summary = {"result": "FAIL", "error": str(e), "switches done": done,
+                       "problems": run.problems}
     except KeyboardInterrupt:
         log("interrupted")
         rc = 130
