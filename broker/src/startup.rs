@@ -98,9 +98,10 @@ pub enum StartError {
         path: PathBuf,
         source: std::io::Error,
     },
-    /// Another broker holds the lock on `--data-path`.
+    /// Another broker (or an nsqd, which takes the same lock) holds the lock on `--data-path`.
     #[error(
-        "cannot lock --data-path {}: in use by another broker (each needs its own)",
+        "cannot lock --data-path {}: in use by another broker or a running nsqd (each needs its \
+         own; to take over nsqd's data, stop nsqd first)",
         path.display()
     )]
     DataPathInUse { path: PathBuf },

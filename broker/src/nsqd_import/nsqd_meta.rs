@@ -20,7 +20,8 @@ pub struct NsqdTopic {
     pub name: String,
     #[serde(default)]
     pub paused: bool,
-    #[serde(default)]
+    /// nsqd 1.3 writes `null` for a topic without channels (1.2 `[]`).
+    #[serde(default, deserialize_with = "null_as_empty")]
     pub channels: Vec<NsqdChannel>,
 }
 
@@ -34,7 +35,25 @@ pub struct NsqdChannel {
 #[derive(Deserialize)]
 struct File {
     version: Option<String>,
+    /// Absent: not nsqd's file. `null`: nsqd 1.3 without topics (1.2 writes `[]`).
+    #[serde(default, deserialize_with = "present_null_as_empty")]
     topics: Option<Vec<NsqdTopic>>,
+}
+
+fn null_as_empty<'de, D, T>(d: D) -> Result<Vec<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Ok(Option::<Vec<T>>::deserialize(d)?.unwrap_or_default())
+}
+
+fn present_null_as_empty<'de, D, T>(d: D) -> Result<Option<Vec<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    null_as_empty(d).map(Some)
 }
 
 /// Reads and checks `<dir>/nsqd.dat`.
@@ -110,6 +129,17 @@ mod tests {
         assert_eq!(m.version, "1.3.0");
         assert_eq!(m.topics[0].name, "t");
         assert!(m.topics[0].channels[0].paused);
+    }
+
+    #[test]
+    fn nsqd_1_3_writes_null_for_no_topics_and_no_channels() {
+        let m = parse(br#"{"topics":null,"version":"1.3.0"}"#).ok().unwrap();
+        assert!(m.topics.is_empty());
+        let m =
+            parse(br#"{"topics":[{"channels":null,"name":"t","paused":false}],"version":"1.3.0"}"#)
+                .ok()
+                .unwrap();
+        assert!(m.topics[0].channels.is_empty());
     }
 
     #[test]
