@@ -1,0 +1,394 @@
+"""The broker takes over an nsqd data directory (issue 42), tested on directories real nsqd wrote.
+
+tests/fixtures/nsqd-data/v<version>/data is what nsqd 1.2.1 / 1.3.0 left at a clean stop, and
+expected.json what that nsqd itself then delivered from it (see that folder's README). Started
+with `--data-path` on a copy, the broker must show the same topics, channels and paused state,
+deliver on each channel exactly the messages nsqd delivered there (ID, body, attempts,
+timestamp; none missing, none twice), leave nsqd's files byte for byte as they were, and not
+import them again at its next start. Also: `broker import-nsqd --dry-run`, damaged queue records
+(skipped and counted, the rest delivered) and nsqd.dat versions it does not know (refused, the
+directory left as it was).
+
+With NSQD_BIN naming an nsqd binary, the same checks also run on a directory that nsqd writes
+live during the test (make_fixtures.py's scenario and ground truth):
+
+    NSQD_BIN=/path/to/nsqd tests/.venv/bin/python -m pytest tests/python/test_nsqd_import.py -q \
+        --shards 2 -k live
+"""
+
+import collections
+import hashlib
+import json
+import os
+import re
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import pytest
+
+from brokerhttp import http
+from conftest import REPO, Broker, broker_bin
+from nsqwire import Conn
+
+FIXTURES = os.path.join(REPO, "tests", "fixtures", "nsqd-data")
+sys.path.insert(0, FIXTURES)
+
+import make_fixtures  # noqa: E402  (the live form plays the fixtures' own scenario)
+
+VERSIONS = sorted(d[1:] for d in os.listdir(FIXTURES) if re.fullmatch(r"v\d+\.\d+\.\d+", d))
+NSQD_BIN = os.environ.get("NSQD_BIN")
+# A drain ends this long after the last message once the expected count has arrived.
+QUIET = 1.0
+DRAIN_TIMEOUT = 20.0
+SUMMARY = re.compile(r"imported nsqd (\S+) data from (.+?): (\d+) topics, (\d+) channels, "
+                     r"(\d+) messages, (\d+) bytes, (\d+) damaged records skipped")
+
+
+# -- nsqd's files, read here only to know what to expect ----------------------------------------
+
+def queue_meta(data, queue):
+    """(depth, read file, read pos, write file, write pos) of a disk queue's .meta.dat."""
+    with open(os.path.join(data, "%s.diskqueue.meta.dat" % queue)) as f:
+        depth, read, write = f.read().split("\n")[:3]
+    rf, rp = read.split(",")
+    wf, wp = write.split(",")
+    return int(depth), int(rf), int(rp), int(wf), int(wp)
+
+
+def queue_records(data, queue):
+    """[(file, offset of the length prefix, id, body)] of the records a queue still holds, from
+    the read position its .meta.dat gives."""
+    _, rf, rp, wf, _ = queue_meta(data, queue)
+    out = []
+    for num in range(rf, wf + 1):
+        path = os.path.join(data, "%s.diskqueue.%06d.dat" % (queue, num))
+        if not os.path.exists(path):
+            continue
+        with open(path, "rb") as f:
+            buf = f.read()
+        pos = rp if num == rf else 0
+        while pos + 4 <= len(buf):
+            (size,) = struct.unpack(">I", buf[pos:pos + 4])
+            rec = buf[pos + 4:pos + 4 + size]
+            out.append((path, pos, rec[10:26].decode(), rec[26:].decode()))
+            pos += 4 + size
+    return out
+
+
+def nsqd_queues(data):
+    """Every disk queue name in an nsqd data directory (topic and `topic:channel`)."""
+    return sorted(n[:-len(".diskqueue.meta.dat")] for n in os.listdir(data)
+                  if n.endswith(".diskqueue.meta.dat"))
+
+
+def owed_record_count(data):
+    return sum(len(queue_records(data, q)) for q in nsqd_queues(data))
+
+
+def tree(path):
+    """{relative path: sha256 or 'dir'} of everything under path."""
+    out = {}
+    for root, dirs, files in os.walk(path):
+        for d in dirs:
+            out[os.path.relpath(os.path.join(root, d), path)] = "dir"
+        for n in files:
+            p = os.path.join(root, n)
+            with open(p, "rb") as f:
+                out[os.path.relpath(p, path)] = hashlib.sha256(f.read()).hexdigest()
+    return out
+
+
+def nsqd_files(data):
+    """{name: sha256} of nsqd's own files in a data directory."""
+    return {n: h for n, h in tree(data).items()
+            if n == "nsqd.dat" or re.fullmatch(r"[^/]+\.diskqueue\.(meta|\d{6})\.dat", n)}
+
+
+# -- the broker ---------------------------------------------------------------------------------
+
+def broker_on(workdir, shards, source):
+    """A broker (not started) whose --data-path is workdir/data, a copy of `source`."""
+    shutil.copytree(source, os.path.join(workdir, "data"))
+    return Broker(shards, [], workdir)
+
+
+def stats(broker):
+    status, body = http(broker, "GET", "/stats?format=json")
+    assert status == 200, body
+    return {t["topic_name"]: t for t in json.loads(body)["topics"]}
+
+
+def layout(broker):
+    """{topic: (paused, {channel: paused})} as /stats shows it."""
+    return {name: (t["paused"], {c["channel_name"]: c["paused"] for c in t["channels"]})
+            for name, t in stats(broker).items()}
+
+
+def expected_layout(expected):
+    return {name: (t["paused"], {c: ch["paused"] for c, ch in t["channels"].items()})
+            for name, t in expected["topics"].items()}
+
+
+def unpause_all(broker, expected):
+    for topic, t in expected["topics"].items():
+        if t["paused"]:
+            assert http(broker, "POST", "/topic/unpause?topic=%s" % topic)[0] == 200
+        for channel, c in t["channels"].items():
+            if c["paused"]:
+                target = "/channel/unpause?topic=%s&channel=%s" % (topic, channel)
+                assert http(broker, "POST", target)[0] == 200
+
+
+def drain_channel(broker, topic, channel, want, out):
+    """Every message the channel delivers, each FINed, until `want` have come and QUIET seconds
+    pass without another (or DRAIN_TIMEOUT): out[(topic, channel)] = [(id, body, attempts, ts)]."""
+    got = out[(topic, channel)] = []
+    with Conn(broker.addr) as c:
+        c.sub(topic, channel, rdy=1000)
+        deadline = time.monotonic() + DRAIN_TIMEOUT
+        while time.monotonic() < deadline:
+            wait = QUIET if len(got) >= want else deadline - time.monotonic()
+            try:
+                m = c.read_message(timeout=max(0.0, min(wait, deadline - time.monotonic())))
+            except socket.timeout:
+                if len(got) >= want:
+                    break
+                continue
+            c.fin(m.id)
+            got.append((m.id.decode(), m.body.decode(), m.attempts, m.timestamp))
+        # CLOSE_WAIT answered: every FIN before it was handled (none is lost at the stop).
+        make_fixtures.close_cleanly(c)
+
+
+def drain_all(broker, want):
+    """Drains every channel of `want` ({(topic, channel): count}) side by side."""
+    out = {}
+    threads = [threading.Thread(target=drain_channel, args=(broker, t, c, n, out), daemon=True)
+               for (t, c), n in want.items()]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(DRAIN_TIMEOUT + 5)
+    missing = [k for k in want if k not in out]
+    assert not missing, "drains that did not run: %s" % missing
+    return out
+
+
+def expected_messages(expected):
+    return {(topic, channel): collections.Counter(
+                (m["id"], m["body"], m["attempts"], m["timestamp"]) for m in c["messages"])
+            for topic, t in expected["topics"].items() for channel, c in t["channels"].items()}
+
+
+def assert_delivered(got, want):
+    for key, counter in want.items():
+        have = collections.Counter(got[key])
+        missing, extra = counter - have, have - counter
+        assert not missing and not extra, (
+            "%s/%s: %d expected, %d delivered\nmissing: %s\nextra (or twice): %s"
+            % (key[0], key[1], sum(counter.values()), len(got[key]), sorted(missing),
+               sorted(extra)))
+
+
+def summary(broker_log):
+    found = SUMMARY.findall(broker_log)
+    assert len(found) == 1, "want one import summary line in the log:\n" + broker_log
+    version, _, topics, channels, messages, nbytes, damaged = found[0]
+    return {"version": version, "topics": int(topics), "channels": int(channels),
+            "messages": int(messages), "bytes": int(nbytes), "damaged": int(damaged)}
+
+
+def take_over(source, expected, shards, drop=None):
+    """The broker on a copy of `source`: layout, every owed message once, nsqd's files untouched,
+    no import at the next start. `drop` ({(topic, channel): [(id, body)]}) are damaged records
+    the copy no longer owes; the summary must count them. Returns the first start's summary."""
+    drop = drop or {}
+    want = expected_messages(expected)
+    for key, records in drop.items():
+        for rid, body in records:
+            victims = [m for m in want[key] if m[:2] == (rid, body)]
+            assert len(victims) == 1, (key, rid, body)
+            want[key] -= collections.Counter(victims)
+    workdir = tempfile.mkdtemp(prefix="broker-nsqd-import-")
+    brokers = []
+    try:
+        b = broker_on(workdir, shards, source)
+        before = nsqd_files(b.data_path)
+        assert before, "no nsqd files in %s" % source
+        brokers.append(b)
+        b.start()
+        assert layout(b) == expected_layout(expected), b.stderr()
+        s = summary(b.stderr())
+        assert (s["version"], s["topics"], s["channels"]) == (
+            expected["nsqd_version"], len(expected["topics"]),
+            sum(len(t["channels"]) for t in expected["topics"].values())), s
+        assert s["damaged"] == sum(len(v) for v in drop.values()), s
+        unpause_all(b, expected)
+        got = drain_all(b, {k: sum(v.values()) for k, v in want.items()})
+        assert_delivered(got, want)
+        assert b.stop() == 0, b.stderr()
+        assert nsqd_files(b.data_path) == before, "nsqd's files changed"
+
+        again = Broker(shards, [], workdir)
+        brokers.append(again)
+        again.start()
+        assert not SUMMARY.search(again.stderr()), "imported twice:\n" + again.stderr()
+        assert set(layout(again)) == set(expected["topics"]), again.stderr()
+        for name, t in stats(again).items():
+            for c in t["channels"]:
+                assert (c["depth"], c["in_flight_count"], c["deferred_count"]) == (0, 0, 0), \
+                    (name, c["channel_name"], c["depth"], c["in_flight_count"])
+        unpause_all(again, expected)
+        got = drain_all(again, {k: 0 for k in want})
+        assert all(not v for v in got.values()), "delivered again after a restart: %s" % got
+        assert again.stop() == 0, again.stderr()
+        assert nsqd_files(again.data_path) == before, "nsqd's files changed"
+        return s
+    except BaseException:
+        for br in brokers:
+            sys.stderr.write("broker %s stderr:\n%s\n" % (br.tcp_address, br.stderr()))
+        raise
+    finally:
+        for br in brokers:
+            if br.alive():
+                br.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def fixture(version):
+    d = os.path.join(FIXTURES, "v%s" % version)
+    with open(os.path.join(d, "expected.json")) as f:
+        return os.path.join(d, "data"), json.load(f)
+
+
+@pytest.fixture(scope="module")
+def live():
+    """A data directory NSQD_BIN writes now with make_fixtures' scenario, and its ground truth."""
+    if not NSQD_BIN:
+        pytest.skip("set NSQD_BIN to an nsqd binary for the live form")
+    version = make_fixtures.nsqd_version(NSQD_BIN)
+    d = tempfile.mkdtemp(prefix="nsqd-live-")
+    data = os.path.join(d, "data")
+    make_fixtures.play_scenario(NSQD_BIN, data, log=lambda *_: None)
+    expected = make_fixtures.ground_truth(NSQD_BIN, data, version)
+    yield data, expected
+    shutil.rmtree(d, ignore_errors=True)
+
+
+# -- the tests ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_the_broker_delivers_what_nsqd_owed_once(version, shards):
+    data, expected = fixture(version)
+    s = take_over(data, expected, shards)
+    assert s["messages"] == owed_record_count(data), s
+
+
+@pytest.mark.timeout(120)
+def test_live_nsqd_directory_is_taken_over(live, shards):
+    data, expected = live
+    s = take_over(data, expected, shards)
+    assert s["messages"] == owed_record_count(data), s
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_dry_run_prints_the_counts_and_writes_nothing(version):
+    data, expected = fixture(version)
+    d = tempfile.mkdtemp(prefix="broker-nsqd-dry-")
+    try:
+        src, dest = os.path.join(d, "nsqd"), os.path.join(d, "broker")
+        shutil.copytree(data, src)
+        os.makedirs(dest)
+        before = tree(src)
+        r = subprocess.run([broker_bin(), "import-nsqd", "--dry-run", "--from", src,
+                            "--data-path", dest], capture_output=True, text=True, timeout=30)
+        out = r.stdout + r.stderr
+        assert r.returncode == 0, out
+        s = summary(out)
+        assert s == {"version": expected["nsqd_version"], "topics": 2, "channels": 4,
+                     "messages": owed_record_count(data), "bytes": s["bytes"], "damaged": 0}, out
+        assert s["bytes"] > 0, out
+        for topic, t in expected["topics"].items():
+            assert re.search(r"\b%s\b" % topic, out), out
+            for channel in t["channels"]:
+                assert re.search(r"\b%s\b" % channel, out), out
+        assert os.listdir(dest) == [], "a dry run wrote into --data-path: %s" % os.listdir(dest)
+        assert tree(src) == before, "a dry run changed --from"
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def damaged_copy(version, damage):
+    """A scratch copy of a fixture whose `orders:shipping` queue `damage(records)` damages,
+    returning the record it spoils: (scratch dir, copy, expected, drop)."""
+    data, expected = fixture(version)
+    d = tempfile.mkdtemp(prefix="nsqd-damaged-")
+    copy = os.path.join(d, "data")
+    shutil.copytree(data, copy)
+    queue = "orders:shipping"
+    records = queue_records(copy, queue)
+    assert len(records) > 4, records
+    victim = damage(records)
+    return d, copy, expected, {("orders", "shipping"): [victim[2:]]}
+
+
+def test_a_record_with_an_impossible_length_is_skipped_the_rest_delivered(shards):
+    def damage(records):
+        path, pos, _, _ = victim = records[2]
+        with open(path, "r+b") as f:
+            f.seek(pos)
+            f.write(b"\xff\xff\xff\xff")
+        return victim
+
+    for version in VERSIONS:
+        d, copy, expected, drop = damaged_copy(version, damage)
+        try:
+            take_over(copy, expected, shards, drop=drop)
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def test_a_queue_file_cut_inside_its_last_record_loses_only_that_record(shards):
+    def damage(records):
+        path, pos, _, _ = victim = records[-1]
+        with open(path, "rb") as f:
+            f.seek(pos)
+            (size,) = struct.unpack(">I", f.read(4))
+        os.truncate(path, pos + 4 + size // 2)
+        return victim
+
+    for version in VERSIONS:
+        d, copy, expected, drop = damaged_copy(version, damage)
+        try:
+            take_over(copy, expected, shards, drop=drop)
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.mark.parametrize("bad", ["0.3.8", "2.0.0"])
+def test_an_unknown_nsqd_version_is_refused_and_nothing_written(bad, shards):
+    data, _ = fixture(VERSIONS[-1])
+    workdir = tempfile.mkdtemp(prefix="broker-nsqd-version-")
+    b = broker_on(workdir, shards, data)
+    try:
+        path = os.path.join(b.data_path, "nsqd.dat")
+        with open(path) as f:
+            meta = json.load(f)
+        meta["version"] = bad
+        with open(path, "w") as f:
+            json.dump(meta, f)
+        before = tree(b.data_path)
+        with pytest.raises(RuntimeError, match="exited with"):
+            b.start()
+        assert b.proc.returncode not in (0, None), b.stderr()
+        assert 'nsqd version "%s"' % bad in b.stderr(), b.stderr()
+        assert tree(b.data_path) == before, "the refused directory was changed"
+    finally:
+        b.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
