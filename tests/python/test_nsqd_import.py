@@ -392,3 +392,21 @@ def test_an_unknown_nsqd_version_is_refused_and_nothing_written(bad, shards):
     finally:
         b.stop()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def test_an_nsqd_dat_that_is_not_nsqd_json_is_refused_and_nothing_written(shards):
+    data, _ = fixture(VERSIONS[-1])
+    workdir = tempfile.mkdtemp(prefix="broker-nsqd-notjson-")
+    b = broker_on(workdir, shards, data)
+    try:
+        with open(os.path.join(b.data_path, "nsqd.dat"), "w") as f:
+            f.write('{"topics": [')
+        before = tree(b.data_path)
+        with pytest.raises(RuntimeError, match="exited with"):
+            b.start()
+        assert b.proc.returncode not in (0, None), b.stderr()
+        assert "nsqd.dat" in b.stderr(), b.stderr()
+        assert tree(b.data_path) == before, "the refused directory was changed"
+    finally:
+        b.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
