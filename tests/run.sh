@@ -68,10 +68,12 @@ START=$(date +%s)
 declare -a RESULTS=()
 FAILED=0
 
-step() { printf '\n==== %s ====\n' "$*"; }
+# When the step or suite being timed began (each `step` restarts the clock).
+STEP_START=$(date +%s)
+step() { printf '\n==== %s ====\n' "$*"; STEP_START=$(date +%s); }
 
 record() { # name status ("ok", or "ok (...)" for a suite that passed or was skipped)
-  RESULTS+=("$1: $2")
+  RESULTS+=("$1: $2 [$(( $(date +%s) - STEP_START ))s]")
   case "$2" in
     ok*) ;;
     *) FAILED=$((FAILED + 1)) ;;
@@ -136,6 +138,7 @@ if [ "${SKIP_BUILD:-0}" != "1" ]; then
   # tools: nsq_to_file, nsq_tail, to_nsq (tests/python/test_tools.py), nsq_stat, nsq_to_nsq,
   # nsq_to_http (tests/python/test_tools2.py; their --stats-address: test_tools_metrics.py).
   cargo build --release -p broker -p lookup -p admin-ui -p tools
+  record "cargo build" ok
 fi
 
 if [ "${SKIP_CARGO_TEST:-0}" != "1" ]; then
@@ -203,7 +206,9 @@ run_matrix() { # kind (pytest|node)
   for n in $SHARDS; do
     if [ "${SERIAL:-0}" != "1" ]; then
       wait "${pids[$n]}" || true
-      step "$kind --shards $n"
+      # Not `step`: the clock keeps running from the matrix's start, so each record says
+      # when that shard count's run ended.
+      printf '\n==== %s ====\n' "$kind --shards $n"
       cat "$LOGDIR/$kind-$n.log"
     fi
     rc=$(cat "$LOGDIR/$kind-$n.rc" 2>/dev/null || echo 99)

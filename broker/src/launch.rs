@@ -25,6 +25,10 @@ const START_FAILURE_STOP_LIMIT: Duration = Duration::from_secs(30);
 
 /// Runs the broker with the process's command line until it stops; the exit status.
 pub fn run() -> ExitCode {
+    let mut args = std::env::args().skip(1);
+    if args.next().as_deref() == Some(crate::nsqd_import::cli::COMMAND) {
+        return crate::nsqd_import::cli::main(args.collect());
+    }
     crate::sys::malloc_tuning::tune();
     let mut config = match Config::from_env() {
         Ok(c) => c,
@@ -70,6 +74,10 @@ pub fn run() -> ExitCode {
         Ok(l) => l,
         Err(e) => return start_failed(e),
     };
+    // An nsqd data directory becomes the broker's own before any shard opens a topic.
+    if let Err(e) = crate::nsqd_import::at_startup(&config.data_path, config.max_bytes_per_file) {
+        return start_failed(e.into());
+    }
     let signals = match control::install_signals() {
         Ok(s) => s,
         Err(e) => return start_failed(StartError::Signals(e)),
@@ -366,7 +374,7 @@ fn claim_by_name(
 /// empty store there would hide the real data) and this user must be able to create files in
 /// it (otherwise the broker would look healthy and refuse every publish).
 fn lock_data_path(path: &std::path::Path) -> Result<std::fs::File, StartError> {
-    use std::os::fd::AsRawFd;
+    use crate::sys::dir_lock::LockError;
     let owned = || path.to_path_buf();
     match std::fs::metadata(path) {
         Ok(m) if m.is_dir() => {}
@@ -381,23 +389,16 @@ fn lock_data_path(path: &std::path::Path) -> Result<std::fs::File, StartError> {
             })
         }
     }
-    let dir = std::fs::File::open(path).map_err(|source| StartError::DataPathOpen {
-        path: owned(),
-        source,
-    })?;
-    // SAFETY: flock on a descriptor this function owns; no memory is passed.
-    let rc = unsafe { libc::flock(dir.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    if rc != 0 {
-        let e = std::io::Error::last_os_error();
-        return Err(if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
-            StartError::DataPathInUse { path: owned() }
-        } else {
-            StartError::DataPathLock {
+    let dir = match crate::sys::dir_lock::lock(path) {
+        Ok(dir) => dir,
+        Err(LockError::Held) => return Err(StartError::DataPathInUse { path: owned() }),
+        Err(LockError::Io(source)) => {
+            return Err(StartError::DataPathLock {
                 path: owned(),
-                source: e,
-            }
-        });
-    }
+                source,
+            })
+        }
+    };
     check_writable(path)?;
     Ok(dir)
 }

@@ -16,6 +16,7 @@ mod latency;
 mod launch;
 mod lookup_reg;
 mod mailbox;
+mod nsqd_import;
 #[cfg(test)]
 mod owner_sim;
 mod placement;

@@ -36,6 +36,9 @@ pub const WAKE_TICK: Duration = Duration::from_millis(20);
 /// badly. The text is the operator's message: what failed, with the figures, and what to do.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
+    /// The nsqd data directory in the data path cannot be imported (nothing was).
+    #[error(transparent)]
+    NsqdImport(#[from] crate::nsqd_import::ImportError),
     /// The command line is refused: a bad flag or flag value.
     #[error(transparent)]
     Config(#[from] ConfigError),

@@ -11,7 +11,7 @@
 //! - Dead letters: the channels apply `--max-attempts` unless they have their own; a topic
 //!   that receives dead letters keeps their origin records (`topic/dead_letters.rs`).
 //! - While paused, `visible_end` stays where it was: channels see nothing published since, until
-//!   unpause ([`Topic::release_held`]).
+//!   unpause ([`Topic::release_held`]), across a restart too (it is in the metadata).
 
 mod dead_letters;
 
@@ -323,6 +323,8 @@ impl Topic {
                 .filter(|c| !c.borrow().ephemeral)
                 .map(|c| c.borrow().to_meta(clean, now))
                 .collect::<Vec<ChannelMeta>>(),
+            visible_end: self.paused.then_some(self.visible_end),
+            emptied_until: self.paused.then_some(self.emptied_until),
             dead_letters: self.dead_letters.iter().cloned().collect(),
         }
     }
@@ -339,6 +341,21 @@ impl Topic {
         // Before the channels: a first channel created by SUB later starts from here.
         self.log.borrow_mut().release_below(meta.start);
         self.dead_letters = meta.dead_letters.iter().cloned().collect();
+        // Paused: what was published since the pause stays held (an nsqd import's topic
+        // queue too), and what an empty dropped of it stays dropped.
+        let held = match (self.paused, meta.visible_end) {
+            (true, Some(end)) => {
+                let log = self.log.borrow();
+                let end = end.clamp(log.start(), log.head());
+                let emptied = meta.emptied_until.unwrap_or(end).clamp(end, log.head());
+                Some((end, emptied))
+            }
+            _ => None,
+        };
+        if let Some((end, emptied)) = held {
+            self.visible_end = end;
+            self.emptied_until = emptied;
+        }
         let mut pending = 0;
         for cm in &meta.channels {
             let (ch, _) = self.channel_or_create(&cm.name);
@@ -346,6 +363,9 @@ impl Topic {
             ch.borrow_mut().message_count = 0;
             let log = self.log.borrow();
             pending += ch.borrow_mut().restore(cm, meta.clean, &log, now, timers);
+            if let Some((end, emptied)) = held.filter(|&(end, emptied)| emptied > end) {
+                ch.borrow_mut().skip_range(end, emptied);
+            }
         }
         if !self.paused {
             let head = self.log.borrow().head();
@@ -405,6 +425,37 @@ mod tests {
         assert_eq!(b.borrow().waiting(), 1);
         assert_eq!(t.message_count, 1);
         assert_eq!(t.message_bytes, 1);
+    }
+
+    /// What a paused topic holds stays held across a restart (and what an empty dropped of
+    /// it stays dropped): the metadata carries the visible end.
+    #[test]
+    fn a_paused_topic_still_holds_after_a_restart() {
+        let timers = TimerQueue::default();
+        let now = Instant::now();
+        let mut t = topic();
+        t.channel_or_create("a");
+        t.publish(vec![msg(1)], 0);
+        t.paused = true;
+        t.publish(vec![msg(2), msg(3)], 0);
+        t.empty();
+        t.publish(vec![msg(4)], 0);
+        let meta = t.to_meta(true, now);
+        assert_eq!((meta.visible_end, meta.emptied_until), (Some(1), Some(3)));
+        let mut log = TopicLog::in_memory("t", 100);
+        log.append((1..=4).map(msg).collect(), 0);
+        let mut again = Topic::new("t", log, 100, 0);
+        again.restore(&meta, now, &timers);
+        let (a, _) = again.channel_or_create("a");
+        assert_eq!(
+            a.borrow().waiting(),
+            1,
+            "message 1, published before the pause"
+        );
+        assert_eq!(again.depth(), 1, "message 4 is held, 2 and 3 were emptied");
+        again.paused = false;
+        again.release_held(now, &timers);
+        assert_eq!(a.borrow().waiting(), 2, "1 and 4");
     }
 
     #[test]

@@ -34,7 +34,10 @@ const LAYERS: &[(&str, &[&str])] = &[
         "domain",
         &["timer", "latency", "channel", "topic", "stats", "statsd"],
     ),
-    ("mail and start-up", &["mailbox", "admin_ops", "startup"]),
+    (
+        "mail and start-up",
+        &["mailbox", "admin_ops", "startup", "nsqd_import"],
+    ),
     ("owner", &["shard", "owner_sim"]),
     ("front-ends", &["tcp", "http"]),
     (

@@ -2,6 +2,7 @@
 //! errors, disconnects, timeouts and TOUCH, deferrals, figures, metadata round trips.
 
 use super::*;
+use crate::storage::meta::ChannelMeta;
 use bytes::Bytes;
 use protocol::Message;
 
@@ -566,4 +567,38 @@ fn an_empty_drops_what_is_in_flight_once_its_delivery_ends() {
     let late = now + Duration::from_secs(61);
     d.on_timer(TimerKind::InFlight, late, late, &timers);
     assert_eq!((d.timeout_count, d.waiting()), (1, 0));
+}
+
+/// Another channel's stretches of the log (an nsqd import) are passed over, by the depth
+/// too; they survive the metadata, and a rewind before one passes over it again.
+#[test]
+fn foreign_stretches_are_passed_over_across_a_restart_and_a_rewind() {
+    let timers = TimerQueue::default();
+    let (log, _) = setup("c", 10, 0);
+    let now = Instant::now();
+    let meta = ChannelMeta {
+        name: "c".into(),
+        cursor: 1,
+        foreign: vec![[2, 4], [6, 7]],
+        ..Default::default()
+    };
+    let ch = Channel::new(Arc::from("t"), "c", 100, 0, log.head());
+    let mut c = ch.borrow_mut();
+    c.restore(&meta, true, &log, now, &timers);
+    assert_eq!(c.figures(&log, 0).depth, 6, "1, 4, 5, 7, 8, 9");
+    c.add_consumer(spec(1), 0).unwrap();
+    c.set_rdy(spec(1).key, 100);
+    let seqs = |c: &mut Channel| {
+        let mut out = Deliveries::default();
+        c.dispatch(&log, now, MAX, &timers, &mut out);
+        let ids: Vec<u64> = out.iter().filter_map(|d| d.msg.id.to_u64()).collect();
+        for d in out.iter() {
+            c.finish(spec(1).key, d.msg.id).unwrap();
+        }
+        ids
+    };
+    assert_eq!(seqs(&mut c), [1, 4, 5, 7, 8, 9]);
+    assert_eq!(c.to_meta(true, now).foreign, vec![[2, 4], [6, 7]]);
+    c.rewind(0);
+    assert_eq!(seqs(&mut c), [0, 1, 4, 5, 7, 8, 9]);
 }

@@ -69,7 +69,15 @@ impl Channel {
                 .saturating_sub(from.max(self.cursor)),
             None => 0,
         };
-        waiting - skipped.min(waiting)
+        let foreign: u64 = self
+            .foreign
+            .iter()
+            .map(|&(from, to)| {
+                to.min(self.visible_end)
+                    .saturating_sub(from.max(self.cursor))
+            })
+            .sum();
+        waiting.saturating_sub(skipped + foreign)
     }
 
     /// The next seq this channel takes from the topic's log.

@@ -3,7 +3,8 @@
 //! consumers and their RDY counts, and the delivery decision.
 //!
 //! Invariants:
-//! - Every message of the log from the channel's creation on is, for this channel, either
+//! - Every message of the log from the channel's creation on, but for its `foreign` stretches
+//!   (other channels' own messages, from an nsqd import), is, for this channel, either
 //!   at or after `cursor` (not taken yet), or in exactly one of `requeued`, `in_flight`,
 //!   `deferred`, or finished: every message is delivered or pending exactly once. After a
 //!   rewind ([`Channel::rewind`]) a message in flight may also lie at or after `cursor`: the
@@ -163,6 +164,11 @@ pub struct Channel {
     pub visible_end: u64,
     /// A stretch of the log to pass over (the topic was emptied while paused).
     skip: Option<(u64, u64)>,
+    /// Stretches `[from, to)` of the log that are other channels' own messages (an nsqd
+    /// import), in order, never overlapping; the cursor passes over them. Kept once passed
+    /// (a rewind may come back before one); `next_foreign` is the first not passed yet.
+    foreign: Vec<(u64, u64)>,
+    next_foreign: usize,
     /// Seqs below this may be in flight and read again from the log after a rewind: such a
     /// message is not handed out twice at once (see `reposition.rs`). 0 when never rewound.
     rewound_until: u64,
@@ -214,6 +220,8 @@ impl Channel {
                 hint: DiskHint::default(),
                 visible_end,
                 skip: None,
+                foreign: Vec::new(),
+                next_foreign: 0,
                 rewound_until: 0,
                 requeued: VecDeque::new(),
                 in_flight_order: DeadlineQueue::default(),
@@ -410,6 +418,9 @@ impl Channel {
                     continue;
                 }
             }
+            if self.next_foreign < self.foreign.len() && self.pass_foreign() {
+                continue;
+            }
             if self.ephemeral && self.visible_end - self.cursor > self.mem_queue_size {
                 self.cursor = self.visible_end - self.mem_queue_size;
             }
@@ -441,6 +452,24 @@ impl Channel {
                 Read::Skip(_) | Read::End | Read::Wait => return None,
             }
         }
+    }
+
+    /// Moves the cursor past a foreign stretch it stands in; true when it moved.
+    fn pass_foreign(&mut self) -> bool {
+        while let Some(&(from, to)) = self.foreign.get(self.next_foreign) {
+            if self.cursor >= to {
+                self.next_foreign += 1;
+                continue;
+            }
+            if self.cursor >= from {
+                self.cursor = to;
+                self.hint = DiskHint::default();
+                self.next_foreign += 1;
+                return true;
+            }
+            break;
+        }
+        false
     }
 
     fn roll_percent(&mut self) -> u64 {

@@ -2,7 +2,8 @@
 //! restores at start-up ([`Channel::restore`]). After a clean stop it saves its cursor and
 //! every message it owes (in-flight ones as requeued, deferred ones with the delay left), so a
 //! restart delivers them again with their attempts; otherwise its floor, from which the restart
-//! delivers everything again.
+//! delivers everything again. The stretches of the log that are other channels' own (an
+//! nsqd import) are kept either way.
 
 use super::{Channel, Requeued, TimerQueue};
 use crate::storage::log::{DiskHint, Read, TopicLog};
@@ -21,6 +22,7 @@ impl Channel {
                 pending: Vec::new(),
                 max_attempts: self.dead.own_max,
                 dead_letter_topic: self.dead.topic.as_deref().map(str::to_owned),
+                foreign: self.foreign_meta(),
             };
         }
         let mut pending: Vec<PendingMeta> = self
@@ -56,7 +58,13 @@ impl Channel {
             pending,
             max_attempts: self.dead.own_max,
             dead_letter_topic: self.dead.topic.as_deref().map(str::to_owned),
+            foreign: self.foreign_meta(),
         }
+    }
+
+    /// Every foreign stretch, passed or not: a rewind may bring the cursor back before one.
+    fn foreign_meta(&self) -> Vec<[u64; 2]> {
+        self.foreign.iter().map(|&(from, to)| [from, to]).collect()
     }
 
     /// Restores from persisted metadata; returns how many owed messages came back.
@@ -78,6 +86,15 @@ impl Channel {
         );
         self.cursor = meta.cursor.clamp(log.start(), log.head());
         self.hint = DiskHint::default();
+        // Stretches the log no longer holds are nothing to pass over.
+        self.foreign = meta
+            .foreign
+            .iter()
+            .filter(|&&[from, to]| from < to && to > log.start())
+            .map(|&[from, to]| (from, to))
+            .collect();
+        self.foreign.sort_unstable();
+        self.next_foreign = 0;
         if !clean {
             return 0;
         }

@@ -36,6 +36,7 @@ impl Channel {
         self.cursor = seq;
         self.hint = DiskHint::default();
         self.skip = None;
+        self.next_foreign = 0;
         self.requeued.clear();
         self.deferred.clear();
         self.deferred_order.clear();

@@ -43,6 +43,13 @@ pub struct TopicMeta {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retention_bytes: Option<u64>,
     pub channels: Vec<ChannelMeta>,
+    /// While paused: the end of what its channels see (what was published before the pause);
+    /// what lies beyond waits for the unpause, across a restart too. Absent: everything.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub visible_end: Option<u64>,
+    /// While paused: what an empty dropped of the held messages lies below this seq.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub emptied_until: Option<u64>,
     /// Where the messages this topic received as a dead-letter topic came from (the newest
     /// 10,000, `topic/dead_letters.rs`); absent for a topic that never received any.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -86,6 +93,11 @@ pub struct ChannelMeta {
     /// Where messages over max attempts go; absent: they are dropped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dead_letter_topic: Option<String>,
+    /// Stretches `[from, to)` of the log that are other channels' own messages (an nsqd
+    /// import: a message of an nsqd channel's queue belongs to that channel only), in order;
+    /// the channel passes over them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub foreign: Vec<[u64; 2]>,
 }
 
 /// A message a channel owed at a clean stop (requeued, in flight, or deferred).
@@ -215,7 +227,10 @@ mod tests {
                 }],
                 max_attempts: Some(3),
                 dead_letter_topic: Some("c.dead".into()),
+                foreign: vec![[10, 12]],
             }],
+            visible_end: Some(8),
+            emptied_until: Some(9),
             dead_letters: vec![DeadLetterMeta {
                 id: "0000000000000001".into(),
                 seq: 9,

@@ -8,6 +8,7 @@
 //! - [`listen`]: every shard's listening sockets (SO_REUSEPORT) and the CPU steering program;
 //! - [`unix_listen`]: a listener on a unix socket path (nsqd 1.3's non-`host:port` addresses);
 //! - [`accept_limit`]: accepting at the descriptor limit;
+//! - [`dir_lock`]: the exclusive lock on a data directory;
 //! - [`conn_socket`]: one connected socket shared by a connection's reader and writer;
 //! - [`eager_read`]: a non-blocking read of a request that has probably arrived;
 //! - [`send_batch`]: many connections' answers in one io_uring submission;
@@ -17,6 +18,7 @@
 
 pub mod accept_limit;
 pub mod conn_socket;
+pub mod dir_lock;
 pub mod eager_read;
 pub mod listen;
 pub mod malloc_tuning;
