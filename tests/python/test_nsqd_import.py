@@ -46,8 +46,11 @@ NSQD_BIN = os.environ.get("NSQD_BIN")
 # A drain ends this long after the last message once the expected count has arrived.
 QUIET = 1.0
 DRAIN_TIMEOUT = 20.0
+# The import's summary line; a dry run prints it without "imported" (it imports nothing).
 SUMMARY = re.compile(r"imported nsqd (\S+) data from (.+?): (\d+) topics, (\d+) channels, "
                      r"(\d+) messages, (\d+) bytes, (\d+) damaged records skipped")
+DRY_SUMMARY = re.compile(r"^nsqd (\S+) data from (.+?): (\d+) topics, (\d+) channels, "
+                         r"(\d+) messages, (\d+) bytes, (\d+) damaged records skipped", re.M)
 
 
 # -- nsqd's files, read here only to know what to expect ----------------------------------------
@@ -89,6 +92,10 @@ def nsqd_queues(data):
 
 def owed_record_count(data):
     return sum(len(queue_records(data, q)) for q in nsqd_queues(data))
+
+
+def owed_body_bytes(data):
+    return sum(len(r[3]) for q in nsqd_queues(data) for r in queue_records(data, q))
 
 
 def tree(path):
@@ -196,8 +203,8 @@ def assert_delivered(got, want):
                sorted(extra)))
 
 
-def summary(broker_log):
-    found = SUMMARY.findall(broker_log)
+def summary(broker_log, pattern=SUMMARY):
+    found = pattern.findall(broker_log)
     assert len(found) == 1, "want one import summary line in the log:\n" + broker_log
     version, _, topics, channels, messages, nbytes, damaged = found[0]
     return {"version": version, "topics": int(topics), "channels": int(channels),
@@ -287,14 +294,14 @@ def live():
 def test_the_broker_delivers_what_nsqd_owed_once(version, shards):
     data, expected = fixture(version)
     s = take_over(data, expected, shards)
-    assert s["messages"] == owed_record_count(data), s
+    assert (s["messages"], s["bytes"]) == (owed_record_count(data), owed_body_bytes(data)), s
 
 
 @pytest.mark.timeout(120)
 def test_live_nsqd_directory_is_taken_over(live, shards):
     data, expected = live
     s = take_over(data, expected, shards)
-    assert s["messages"] == owed_record_count(data), s
+    assert (s["messages"], s["bytes"]) == (owed_record_count(data), owed_body_bytes(data)), s
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -310,14 +317,21 @@ def test_dry_run_prints_the_counts_and_writes_nothing(version):
                             "--data-path", dest], capture_output=True, text=True, timeout=30)
         out = r.stdout + r.stderr
         assert r.returncode == 0, out
-        s = summary(out)
+        s = summary(out, DRY_SUMMARY)
+        # Messages: the records nsqd's queues still hold (a topic queue's counted once);
+        # bytes: their bodies.
         assert s == {"version": expected["nsqd_version"], "topics": 2, "channels": 4,
-                     "messages": owed_record_count(data), "bytes": s["bytes"], "damaged": 0}, out
-        assert s["bytes"] > 0, out
+                     "messages": owed_record_count(data), "bytes": owed_body_bytes(data),
+                     "damaged": 0}, out
         for topic, t in expected["topics"].items():
-            assert re.search(r"\b%s\b" % topic, out), out
+            owed = len(queue_records(data, topic))
+            assert re.search(r"^topic %s\b.*: %d messages in its queue" % (topic, owed), out,
+                             re.M), out
             for channel in t["channels"]:
-                assert re.search(r"\b%s\b" % channel, out), out
+                owed = len(queue_records(data, "%s:%s" % (topic, channel)))
+                assert re.search(r"^ +channel %s\b.*: %d messages of its own" % (channel, owed),
+                                 out, re.M), out
+        assert not SUMMARY.search(out), "a dry run says it imported:\n" + out
         assert os.listdir(dest) == [], "a dry run wrote into --data-path: %s" % os.listdir(dest)
         assert tree(src) == before, "a dry run changed --from"
     finally:
