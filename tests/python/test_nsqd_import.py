@@ -188,9 +188,18 @@ def drain_all(broker, want):
 
 
 def expected_messages(expected):
-    return {(topic, channel): collections.Counter(
-                (m["id"], m["body"], m["attempts"], m["timestamp"]) for m in c["messages"])
-            for topic, t in expected["topics"].items() for channel, c in t["channels"].items()}
+    """{(topic, channel): Counter of (id, body, attempts, timestamp)}; a topic without channels
+    has its `first_channel`, the channel a SUB makes, which nsqd gives the topic's queue."""
+    def counter(c):
+        return collections.Counter(
+            (m["id"], m["body"], m["attempts"], m["timestamp"]) for m in c["messages"])
+    out = {}
+    for topic, t in expected["topics"].items():
+        for channel, c in t["channels"].items():
+            out[(topic, channel)] = counter(c)
+        if "first_channel" in t:
+            out[(topic, t["first_channel"]["name"])] = counter(t["first_channel"])
+    return out
 
 
 def assert_delivered(got, want):
@@ -268,21 +277,27 @@ def take_over(source, expected, shards, drop=None):
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def fixture(version):
-    d = os.path.join(FIXTURES, "v%s" % version)
+# Besides v<version>/data: v<version>/<scenario>/data (make_fixtures.SCENARIOS).
+EXTRA_SCENARIOS = ["no-channels", "empty"]
+
+
+def fixture(version, scenario=""):
+    d = os.path.join(FIXTURES, "v%s" % version, scenario)
     with open(os.path.join(d, "expected.json")) as f:
         return os.path.join(d, "data"), json.load(f)
 
 
-@pytest.fixture(scope="module")
-def live():
-    """A data directory NSQD_BIN writes now with make_fixtures' scenario, and its ground truth."""
+@pytest.fixture(scope="module", params=sorted(make_fixtures.SCENARIOS))
+def live(request):
+    """A data directory NSQD_BIN writes now with one of make_fixtures' scenarios, and its
+    ground truth."""
     if not NSQD_BIN:
         pytest.skip("set NSQD_BIN to an nsqd binary for the live form")
     version = make_fixtures.nsqd_version(NSQD_BIN)
     d = tempfile.mkdtemp(prefix="nsqd-live-")
     data = os.path.join(d, "data")
-    make_fixtures.play_scenario(NSQD_BIN, data, log=lambda *_: None)
+    play, _ = make_fixtures.SCENARIOS[request.param]
+    play(NSQD_BIN, data, log=lambda *_: None)
     expected = make_fixtures.ground_truth(NSQD_BIN, data, version)
     yield data, expected
     shutil.rmtree(d, ignore_errors=True)
@@ -293,6 +308,16 @@ def live():
 @pytest.mark.parametrize("version", VERSIONS)
 def test_the_broker_delivers_what_nsqd_owed_once(version, shards):
     data, expected = fixture(version)
+    s = take_over(data, expected, shards)
+    assert (s["messages"], s["bytes"]) == (owed_record_count(data), owed_body_bytes(data)), s
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("scenario", EXTRA_SCENARIOS)
+def test_a_topic_without_channels_and_an_nsqd_without_topics(scenario, version, shards):
+    """nsqd 1.3 writes `"channels": null` for a topic without channels and `"topics": null`
+    when it has none; the topic's queue waits for the first channel made, which gets it all."""
+    data, expected = fixture(version, scenario)
     s = take_over(data, expected, shards)
     assert (s["messages"], s["bytes"]) == (owed_record_count(data), owed_body_bytes(data)), s
 
