@@ -278,7 +278,7 @@ def take_over(source, expected, shards, drop=None):
 
 
 # Besides v<version>/data: v<version>/<scenario>/data (make_fixtures.SCENARIOS).
-EXTRA_SCENARIOS = ["no-channels", "empty"]
+EXTRA_SCENARIOS = ["no-channels", "empty", "multi-file"]
 
 
 def fixture(version, scenario=""):
@@ -314,9 +314,11 @@ def test_the_broker_delivers_what_nsqd_owed_once(version, shards):
 
 @pytest.mark.parametrize("version", VERSIONS)
 @pytest.mark.parametrize("scenario", EXTRA_SCENARIOS)
-def test_a_topic_without_channels_and_an_nsqd_without_topics(scenario, version, shards):
-    """nsqd 1.3 writes `"channels": null` for a topic without channels and `"topics": null`
-    when it has none; the topic's queue waits for the first channel made, which gets it all."""
+def test_smaller_nsqd_scenarios_are_taken_over(scenario, version, shards):
+    """no-channels: nsqd 1.3 writes `"channels": null` for a topic without channels, whose
+    queue waits for the first channel made, which gets it all. empty: nsqd 1.3 writes
+    `"topics": null` when it has none. multi-file: queues over several files, the first ones
+    consumed and gone, read positions inside later files."""
     data, expected = fixture(version, scenario)
     s = take_over(data, expected, shards)
     assert (s["messages"], s["bytes"]) == (owed_record_count(data), owed_body_bytes(data)), s
