@@ -76,16 +76,20 @@ fn run(args: Vec<String>) -> Result<(), String> {
     let same = same_dir(&from, &data_path);
 
     // The source must not be in use: a running nsqd (or broker) holds its lock.
-    let source_lock = match dir_lock::lock(&from) {
+    // The source must not be in use: a running nsqd (or broker) holds its lock. A dry run
+    // only reads, so it may look at a live directory, saying so.
+    let in_use = format!(
+        "{} is in use (a running nsqd or broker holds its lock): stop it first; nsqd writes \
+         what it holds in memory to disk at a clean stop",
+        from.display()
+    );
+    let _source_lock = match dir_lock::lock(&from) {
         Ok(l) => Some(l),
-        Err(LockError::Held) if same => None,
-        Err(LockError::Held) => {
-            return Err(format!(
-                "{} is in use (a running nsqd or broker holds its lock): stop it first; nsqd \
-                 writes what it holds in memory to disk at a clean stop",
-                from.display()
-            ))
+        Err(LockError::Held) if own.dry_run => {
+            println!("note: {in_use}; these counts are of its files as they are now");
+            None
         }
+        Err(LockError::Held) => return Err(in_use),
         Err(LockError::Io(e)) => return Err(format!("cannot open {}: {e}", from.display())),
     };
     let source = super::source_name(&from);
@@ -115,27 +119,18 @@ fn run(args: Vec<String>) -> Result<(), String> {
         return Ok(());
     }
     // The data path: locked here, or held by a running broker (then staged for its restart).
-    let broker_running = match (&source_lock, same) {
-        (Some(_), true) => false,
-        (None, true) => true,
-        (_, false) => match dir_lock::lock(&data_path) {
-            Ok(l) => {
-                drop(l);
-                false
-            }
-            Err(LockError::Held) => true,
+    // Into another data path: locked here, or held by a running broker, for whose next
+    // start the import is then staged. (The source itself is locked above.)
+    let (broker_running, _data_lock) = if same {
+        (false, None)
+    } else {
+        match dir_lock::lock(&data_path) {
+            Ok(l) => (false, Some(l)),
+            Err(LockError::Held) => (true, None),
             Err(LockError::Io(e)) => {
                 return Err(format!("cannot open {}: {e}", data_path.display()))
             }
-        },
-    };
-    let _data_lock = if broker_running || same {
-        None
-    } else {
-        Some(
-            dir_lock::lock(&data_path)
-                .map_err(|_| format!("{} was locked meanwhile; try again", data_path.display()))?,
-        )
+        }
     };
     let staging = super::stage(&survey, &data_path, config.max_bytes_per_file, fingerprint)
         .map_err(|e| e.to_string())?;

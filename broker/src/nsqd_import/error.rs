@@ -8,7 +8,8 @@ use std::path::PathBuf;
 pub enum ImportError {
     #[error(
         "unknown nsqd version \"{version}\" in {}: this broker imports data written by nsqd \
-         1.0 to 1.3; nothing was imported (for older data, run nsqd 1.x on it once first)",
+         1.0 to 1.3; nothing was imported (data from before nsqd 1.0: run nsqd 1.0 or 1.1 on it once \
+         first, which converts it)",
         path.display()
     )]
     UnknownVersion { path: PathBuf, version: String },
@@ -16,7 +17,8 @@ pub enum ImportError {
     NotNsqdMeta { path: PathBuf, reason: String },
     #[error(
         "{} holds {file}, the metadata of nsqd before 1.0: this broker imports data written by \
-         nsqd 1.0 to 1.3; nothing was imported (run nsqd 1.x on it once first)",
+         nsqd 1.0 to 1.3; nothing was imported (run nsqd 1.0 or 1.1 on it once first, which \
+         converts it; 1.2 and later no longer read it)",
         dir.display()
     )]
     PreV1 { dir: PathBuf, file: String },
