@@ -5,9 +5,12 @@ expected.json what that nsqd itself then delivered from it (see that folder's RE
 with `--data-path` on a copy, the broker must show the same topics, channels and paused state,
 deliver on each channel exactly the messages nsqd delivered there (ID, body, attempts,
 timestamp; none missing, none twice), leave nsqd's files byte for byte as they were, and not
-import them again at its next start. Also: `broker import-nsqd --dry-run`, damaged queue records
-(skipped and counted, the rest delivered) and nsqd.dat versions it does not know (refused, the
-directory left as it was).
+import them again at its next start; until the unpause, paused channels deliver nothing and a
+paused topic's channels their own queues only. The same for the smaller scenarios (a topic
+without channels, an nsqd without topics, queues over several files). Also: `broker
+import-nsqd` (--dry-run: counts, nothing written; into a stopped broker's data path; staged for
+a running broker's next start), damaged queue records (skipped and counted, the rest
+delivered) and nsqd.dat versions it does not know (refused, the directory left as it was).
 
 With NSQD_BIN naming an nsqd binary, the same checks also run on a directory that nsqd writes
 live during the test (make_fixtures.py's scenario and ground truth):
@@ -253,6 +256,16 @@ def while_paused(broker, source, expected, drop):
     return got
 
 
+def delivers_exactly(broker, source, expected, want, drop=None):
+    """Paused state honoured until the unpause, then every channel delivers `want` exactly."""
+    early = while_paused(broker, source, expected, drop or {})
+    unpause_all(broker, expected)
+    got = drain_all(broker, {k: sum(v.values()) - len(early.get(k, [])) for k, v in want.items()})
+    for key, msgs in early.items():
+        got[key] = msgs + got[key]
+    assert_delivered(got, want)
+
+
 def take_over(source, expected, shards, drop=None):
     """The broker on a copy of `source`: layout, every owed message once, nsqd's files untouched,
     no import at the next start. `drop` ({(topic, channel): [(id, body)]}) are damaged records
@@ -278,12 +291,7 @@ def take_over(source, expected, shards, drop=None):
             expected["nsqd_version"], len(expected["topics"]),
             sum(len(t["channels"]) for t in expected["topics"].values())), s
         assert s["damaged"] == sum(len(v) for v in drop.values()), s
-        early = while_paused(b, source, expected, drop)
-        unpause_all(b, expected)
-        got = drain_all(b, {k: sum(v.values()) - len(early.get(k, [])) for k, v in want.items()})
-        for key, msgs in early.items():
-            got[key] = msgs + got[key]
-        assert_delivered(got, want)
+        delivers_exactly(b, source, expected, want, drop)
         assert b.stop() == 0, b.stderr()
         assert nsqd_files(b.data_path) == before, "nsqd's files changed"
 
@@ -492,4 +500,58 @@ def test_an_nsqd_dat_that_is_not_nsqd_json_is_refused_and_nothing_written(shards
         assert tree(b.data_path) == before, "the refused directory was changed"
     finally:
         b.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def import_nsqd(src, data_path):
+    r = subprocess.run([broker_bin(), "import-nsqd", "--from", src, "--data-path", data_path],
+                       capture_output=True, text=True, timeout=60)
+    return r.returncode, r.stdout + r.stderr
+
+
+@pytest.mark.timeout(TAKE_OVER_TIMEOUT)
+def test_import_nsqd_into_a_stopped_brokers_data_path(shards):
+    data, expected = fixture(VERSIONS[-1])
+    workdir = tempfile.mkdtemp(prefix="broker-nsqd-explicit-")
+    b = Broker(shards, [], workdir)
+    try:
+        src = os.path.join(workdir, "nsqd")
+        shutil.copytree(data, src)
+        before = tree(src)
+        code, out = import_nsqd(src, b.data_path)
+        assert code == 0, out
+        assert summary(out, DRY_SUMMARY)["messages"] == owed_record_count(data), out
+        assert "imported into" in out, out
+        assert tree(src) == before, "import-nsqd changed --from"
+        b.start()
+        assert layout(b) == expected_layout(expected), b.stderr()
+        delivers_exactly(b, src, expected, expected_messages(expected))
+    finally:
+        b.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.mark.timeout(TAKE_OVER_TIMEOUT)
+def test_import_nsqd_for_a_running_broker_is_applied_at_its_next_start(shards):
+    data, expected = fixture(VERSIONS[-1], "multi-file")
+    workdir = tempfile.mkdtemp(prefix="broker-nsqd-staged-")
+    b = Broker(shards, [], workdir)
+    again = None
+    try:
+        src = os.path.join(workdir, "nsqd")
+        shutil.copytree(data, src)
+        b.start()
+        code, out = import_nsqd(src, b.data_path)
+        assert code == 0, out
+        assert "staged" in out and "next start" in out, out
+        assert layout(b) == {}, "a staged import shows before the restart"
+        assert b.stop() == 0, b.stderr()
+        again = Broker(shards, [], workdir)
+        again.start()
+        assert layout(again) == expected_layout(expected), again.stderr()
+        delivers_exactly(again, src, expected, expected_messages(expected))
+    finally:
+        b.stop()
+        if again is not None:
+            again.stop()
         shutil.rmtree(workdir, ignore_errors=True)
