@@ -137,6 +137,8 @@ if [ "${SKIP_BUILD:-0}" != "1" ]; then
   step "cargo build --release -p broker -p lookup -p admin-ui -p tools"
   # tools: nsq_to_file, nsq_tail, to_nsq (tests/python/test_tools.py), nsq_stat, nsq_to_nsq,
   # nsq_to_http (tests/python/test_tools2.py; their --stats-address: test_tools_metrics.py).
+  # The same package set as test-harness's RUN_SH_PACKAGES (the cargo tests' builds are then
+  # no-ops: one feature unification, one compile of each crate).
   cargo build --release -p broker -p lookup -p admin-ui -p tools
   record "cargo build" ok
 fi

@@ -47,8 +47,15 @@ fn workspace_root() -> PathBuf {
     here.parent().unwrap_or(here).to_path_buf()
 }
 
+/// The packages `tests/run.sh` builds, in one `cargo build`: building the same set here keeps
+/// cargo's feature unification the same, so the build is a no-op after run.sh's. (`-p broker`
+/// alone unifies other features for shared dependencies, and on a fresh machine would compile
+/// ring, rustls and the broker a second time.)
+const RUN_SH_PACKAGES: [&str; 4] = ["broker", "lookup", "admin-ui", "tools"];
+
 /// The path of the release binary `name` (`broker`, `lookup`): `$<NAME>_BIN` when set, else
-/// built with `cargo build --release -p <name>` (once per test process) in the workspace.
+/// built (once per test process) in the workspace with the packages `tests/run.sh` builds
+/// (only `-p <name>` for a package outside them).
 pub fn binary(name: &str) -> PathBuf {
     let var = format!("{}_BIN", name.to_ascii_uppercase());
     if let Some(path) = std::env::var_os(&var) {
@@ -69,8 +76,14 @@ pub fn binary(name: &str) -> PathBuf {
         .map(PathBuf::from)
         .unwrap_or_else(|| root.join("target"));
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let packages: Vec<&str> = if RUN_SH_PACKAGES.contains(&name) {
+        RUN_SH_PACKAGES.to_vec()
+    } else {
+        vec![name]
+    };
     let status = Command::new(&cargo)
-        .args(["build", "--release", "-p", name])
+        .args(["build", "--release"])
+        .args(packages.iter().flat_map(|p| ["-p", p]))
         .current_dir(&root)
         .stdin(Stdio::null())
         .status();
