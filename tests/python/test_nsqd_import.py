@@ -425,6 +425,15 @@ def damaged_copy(version, damage):
     return d, copy, expected, {("orders", "shipping"): [victim[2:]]}
 
 
+def take_over_damaged(version, shards, damage):
+    """take_over() on a copy of the fixture damaged by damage(records), without the victim."""
+    d, copy, expected, drop = damaged_copy(version, damage)
+    try:
+        take_over(copy, expected, shards, drop=drop)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("version", VERSIONS)
 @pytest.mark.timeout(TAKE_OVER_TIMEOUT)
@@ -436,11 +445,7 @@ def test_a_record_with_an_impossible_length_is_skipped_the_rest_delivered(versio
             f.write(b"\xff\xff\xff\xff")
         return victim
 
-    d, copy, expected, drop = damaged_copy(version, damage)
-    try:
-        take_over(copy, expected, shards, drop=drop)
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
+    take_over_damaged(version, shards, damage)
 
 
 @pytest.mark.slow
@@ -455,11 +460,7 @@ def test_a_queue_file_cut_inside_its_last_record_loses_only_that_record(version,
         os.truncate(path, pos + 4 + size // 2)
         return victim
 
-    d, copy, expected, drop = damaged_copy(version, damage)
-    try:
-        take_over(copy, expected, shards, drop=drop)
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
+    take_over_damaged(version, shards, damage)
 
 
 @pytest.mark.parametrize("bad", ["0.3.8", "2.0.0"])
