@@ -187,7 +187,7 @@ pub fn survey(dir: &Path) -> Result<Survey, ImportError> {
             continue;
         }
         let files = queues.remove(&t.name);
-        let queue = count(dir, &t.name, files.as_ref(), &mut survey, |_| true)?;
+        let queue = count(dir, &t.name, files.as_ref(), &mut survey)?;
         let mut channels = Vec::new();
         for c in &t.channels {
             if !protocol::names::is_valid_channel_name(&c.name)
@@ -243,14 +243,11 @@ fn count(
     name: &str,
     files: Option<&QueueFiles>,
     survey: &mut Survey,
-    keep: impl Fn(&diskqueue::NsqdMessage<'_>) -> bool,
 ) -> Result<Count, ImportError> {
     let mut c = Count::default();
     if let Some(f) = files {
         let damage = read_queue(dir, name, f, &mut survey.notes, |m| {
-            if keep(&m) {
-                c.add(m.body.len());
-            }
+            c.add(m.body.len());
             Ok(())
         })?;
         note_damage(survey, name, damage);
