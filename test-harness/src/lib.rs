@@ -53,6 +53,23 @@ fn workspace_root() -> PathBuf {
 /// ring, rustls and the broker a second time.)
 const RUN_SH_PACKAGES: [&str; 4] = ["broker", "lookup", "admin-ui", "tools"];
 
+/// The variables `cargo test` gives a test process about its own package and target.
+fn is_a_test_process_var(key: &str) -> bool {
+    key.starts_with("CARGO_PKG_")
+        || key.starts_with("CARGO_BIN_")
+        || matches!(
+            key,
+            "CARGO_MANIFEST_DIR"
+                | "CARGO_MANIFEST_PATH"
+                | "CARGO_MANIFEST_LINKS"
+                | "CARGO_CRATE_NAME"
+                | "CARGO_PRIMARY_PACKAGE"
+                | "CARGO_TARGET_TMPDIR"
+                | "CARGO_RUSTC_CURRENT_DIR"
+                | "OUT_DIR"
+        )
+}
+
 /// The path of the release binary `name` (`broker`, `lookup`): `$<NAME>_BIN` when set, else
 /// built (once per test process) in the workspace with the packages `tests/run.sh` builds
 /// (only `-p <name>` for a package outside them).
@@ -81,12 +98,21 @@ pub fn binary(name: &str) -> PathBuf {
     } else {
         vec![name]
     };
-    let status = Command::new(&cargo)
+    let mut build = Command::new(&cargo);
+    build
         .args(["build", "--release"])
         .args(packages.iter().flat_map(|p| ["-p", p]))
         .current_dir(&root)
-        .stdin(Stdio::null())
-        .status();
+        .stdin(Stdio::null());
+    // What `cargo test` sets for the test process describes the test's package, not the build:
+    // ring's build script tracks CARGO_MANIFEST_DIR, so passing it on made every test binary's
+    // first call rebuild ring, rustls and everything above them (about 3 minutes each).
+    for (key, _) in std::env::vars_os() {
+        if key.to_str().is_some_and(is_a_test_process_var) {
+            build.env_remove(&key);
+        }
+    }
+    let status = build.status();
     let path = target.join("release").join(name);
     match status {
         Ok(s) if s.success() && path.is_file() => {}
