@@ -66,6 +66,8 @@ pub enum NodeError {
     Raft(#[from] raft::Error),
     #[error("encoding an entry: {0}")]
     Encode(#[from] serde_json::Error),
+    #[error("an output's writes are not done yet: call ready() and persisted() first")]
+    Unpersisted,
     #[error("the persisted log is not usable: {0}")]
     BadLog(&'static str),
 }
@@ -92,14 +94,38 @@ pub struct Persist {
 }
 
 /// What the node asks of its caller: send `messages` now, write `persist`, then call
-/// [`Output::persisted`] for the rest. `applied` lists what the metadata applied.
+/// [`Output::persisted`] for the rest. `applied` lists what the metadata applied. Dropping it
+/// without `persisted()` loses the messages that waited for the writes (as a network may); the
+/// node then takes no input until the next `ready()` has offered the writes again and they are
+/// declared done.
+///
+/// The node cannot be used while an `Output` is held:
+///
+/// ```compile_fail
+/// # use replication::controller::RaftNode;
+/// # fn f(node: &mut RaftNode) {
+/// if let Some(out) = node.ready() {
+///     node.tick(); // the output still borrows the node
+///     let _ = out.persisted();
+/// }
+/// # }
+/// ```
 #[must_use = "persist, then call persisted(): the node is stalled until then"]
 pub struct Output<'a> {
     pub messages: Vec<Message>,
     pub persist: Persist,
     pub applied: Vec<Applied>,
     node: &'a mut RaftNode,
-    ready: raft::Ready,
+    /// Taken by `persisted()`; if still here when dropped, it goes back to the node.
+    ready: Option<raft::Ready>,
+}
+
+impl Drop for Output<'_> {
+    fn drop(&mut self) {
+        if let Some(ready) = self.ready.take() {
+            self.node.pending = Some((ready, std::mem::take(&mut self.persist)));
+        }
+    }
 }
 
 /// What follows once an [`Output`]'s writes are done: messages to send, and entries that
@@ -115,13 +141,12 @@ pub struct AfterPersist {
 impl Output<'_> {
     /// Declares `persist` written (and fsynced if it said so); returns the messages that had to
     /// wait for it, and what else became ready to send or apply.
-    pub fn persisted(self) -> AfterPersist {
-        let Output {
-            persist,
-            node,
-            mut ready,
-            ..
-        } = self;
+    pub fn persisted(mut self) -> AfterPersist {
+        let persist = std::mem::take(&mut self.persist);
+        let Some(mut ready) = self.ready.take() else {
+            return AfterPersist::default();
+        };
+        let node = &mut *self.node;
         {
             let mut store = node.raw.mut_store().wl();
             if let Err(e) = store.append(&persist.entries) {
@@ -157,6 +182,9 @@ pub struct RaftNode {
     metadata: Metadata,
     deltas: DeltaLog,
     applied: u64,
+    /// An output dropped before its writes were declared done: offered again by `ready()`, and
+    /// until then the node takes no input (raft-rs forbids it with a `Ready` outstanding).
+    pending: Option<(raft::Ready, Persist)>,
 }
 
 impl RaftNode {
@@ -203,28 +231,46 @@ impl RaftNode {
             metadata: Metadata::default(),
             deltas: DeltaLog::default(),
             applied: 0,
+            pending: None,
         })
     }
 
     /// One tick of the node's clock.
     pub fn tick(&mut self) {
-        self.raw.tick();
+        if self.pending.is_none() {
+            self.raw.tick();
+        }
     }
 
     /// A message from a peer. Messages only a node gives itself are refused.
     pub fn step(&mut self, msg: Message) -> Result<(), NodeError> {
+        if self.pending.is_some() {
+            return Err(NodeError::Unpersisted);
+        }
         Ok(self.raw.step(msg)?)
     }
 
     /// Proposes an entry; it takes effect only once committed and applied. A node that knows
     /// no leader drops it (the caller retries).
     pub fn propose(&mut self, entry: &Entry) -> Result<(), NodeError> {
+        if self.pending.is_some() {
+            return Err(NodeError::Unpersisted);
+        }
         let data = serde_json::to_vec(entry)?;
         Ok(self.raw.propose(Vec::new(), data)?)
     }
 
     /// The work pending, if any.
     pub fn ready(&mut self) -> Option<Output<'_>> {
+        if let Some((ready, persist)) = self.pending.take() {
+            return Some(Output {
+                messages: Vec::new(),
+                persist,
+                applied: Vec::new(),
+                node: self,
+                ready: Some(ready),
+            });
+        }
         if !self.raw.has_ready() {
             return None;
         }
@@ -246,7 +292,7 @@ impl RaftNode {
             persist,
             applied,
             node: self,
-            ready,
+            ready: Some(ready),
         })
     }
 
@@ -325,5 +371,173 @@ impl RaftNode {
                 .store()
                 .term(self.applied)
                 .is_ok_and(|t| t == self.raw.raft.term)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::BrokerId;
+
+    /// Three nodes on a perfect network: each node's writes go to its `Durable`.
+    struct Cluster {
+        nodes: Vec<RaftNode>,
+        disks: Vec<Durable>,
+        cfgs: Vec<NodeConfig>,
+    }
+
+    impl Cluster {
+        fn new() -> Self {
+            let cfgs: Vec<NodeConfig> = (1..=3)
+                .map(|id| NodeConfig {
+                    id,
+                    voters: vec![1, 2, 3],
+                    election_tick: 10 + id as usize * 3,
+                    heartbeat_tick: 2,
+                })
+                .collect();
+            let nodes = cfgs
+                .iter()
+                .map(|c| RaftNode::new(c, Durable::default()))
+                .collect::<Result<Vec<_>, _>>()
+                .unwrap_or_default();
+            assert_eq!(nodes.len(), 3);
+            Self {
+                nodes,
+                disks: vec![Durable::default(); 3],
+                cfgs,
+            }
+        }
+
+        fn round(&mut self) {
+            let mut inbox = Vec::new();
+            for (node, disk) in self.nodes.iter_mut().zip(self.disks.iter_mut()) {
+                node.tick();
+                while let Some(mut out) = node.ready() {
+                    inbox.append(&mut out.messages);
+                    disk.write(&out.persist);
+                    let mut after = out.persisted();
+                    inbox.append(&mut after.messages);
+                    if let Some(c) = after.commit {
+                        disk.hard_state.commit = c;
+                    }
+                }
+            }
+            for m in inbox {
+                let to = m.to as usize - 1;
+                let _ = self.nodes[to].step(m);
+            }
+        }
+
+        fn leader(&self) -> Option<usize> {
+            self.nodes.iter().position(|n| n.leads_current())
+        }
+    }
+
+    #[test]
+    fn a_cluster_commits_and_a_restarted_node_replays_the_same_metadata() {
+        let mut c = Cluster::new();
+        for _ in 0..100 {
+            c.round();
+        }
+        let l = c.leader();
+        assert!(l.is_some(), "no leader");
+        let l = l.unwrap_or(0);
+        for e in [
+            Entry::RegisterBroker {
+                id: BrokerId(1),
+                incarnation: 1,
+                addresses: vec!["a".into()],
+            },
+            Entry::RegisterBroker {
+                id: BrokerId(2),
+                incarnation: 1,
+                addresses: vec!["b".into()],
+            },
+            Entry::CreateTopic {
+                name: "t".into(),
+                replicas: 2,
+                min_insync: 2,
+            },
+        ] {
+            assert!(c.nodes[l].propose(&e).is_ok());
+        }
+        for _ in 0..20 {
+            c.round();
+        }
+        let md = c.nodes[l].metadata().clone();
+        assert_eq!(md.version, 3);
+        for n in &c.nodes {
+            assert_eq!(*n.metadata(), md);
+        }
+        // A follower restarts from its disk: it replays the committed log to the same state.
+        let f = (l + 1) % 3;
+        let restarted = RaftNode::new(&c.cfgs[f], c.disks[f].clone());
+        assert!(restarted.is_ok());
+        c.nodes[f] = restarted.unwrap_or_else(|_| unreachable!());
+        for _ in 0..30 {
+            c.round();
+        }
+        assert_eq!(*c.nodes[f].metadata(), md);
+    }
+
+    #[test]
+    fn an_output_dropped_unpersisted_is_offered_again() {
+        let cfg = NodeConfig {
+            id: 1,
+            voters: vec![1],
+            election_tick: 10,
+            heartbeat_tick: 2,
+        };
+        let mut node = RaftNode::new(&cfg, Durable::default()).unwrap_or_else(|_| unreachable!());
+        let mut disk = Durable::default();
+        for _ in 0..12 {
+            node.tick();
+        }
+        let first = node.ready().map(|out| out.persist.clone());
+        assert!(matches!(
+            node.step(Message::default()),
+            Err(NodeError::Unpersisted)
+        ));
+        let again = node.ready().map(|out| {
+            disk.write(&out.persist);
+            let p = out.persist.clone();
+            let _ = out.persisted();
+            p
+        });
+        let (Some(first), Some(again)) = (first, again) else {
+            panic!("no ready");
+        };
+        assert_eq!(first.hard_state, again.hard_state);
+        assert_eq!(first.entries, again.entries);
+        assert!(!again.entries.is_empty() && again.must_sync);
+        while let Some(out) = node.ready() {
+            disk.write(&out.persist);
+            let _ = out.persisted();
+        }
+        assert!(node.leads_current());
+    }
+
+    #[test]
+    fn a_log_with_holes_is_refused() {
+        let cfg = NodeConfig {
+            id: 1,
+            voters: vec![1],
+            election_tick: 10,
+            heartbeat_tick: 2,
+        };
+        let e = RaftEntry {
+            index: 2,
+            term: 1,
+            ..RaftEntry::default()
+        };
+        let durable = Durable {
+            hard_state: HardState::default(),
+            entries: vec![e],
+        };
+        assert!(matches!(
+            RaftNode::new(&cfg, durable),
+            Err(NodeError::BadLog(_))
+        ));
     }
 }

@@ -6,7 +6,8 @@
 //!
 //! `SIM_SEED=<seed> cargo test --release -p replication controller::sim`
 //!
-//! `SIM_SEEDS=<n>` runs n seeds instead of the default (the long form, outside CI).
+//! `SIM_SEEDS=<n>` runs n seeds instead of the default (the long form, outside CI), from
+//! `SIM_SEED_START` (0); `SIM_STEPS` sets the steps of faults per seed.
 //! After the faults, everything heals and the cluster must be whole again within a bound.
 
 mod check;
@@ -62,7 +63,10 @@ fn controller_simulation() {
     let steps = chaos_steps();
     let seeds: Vec<u64> = match env_u64("SIM_SEED") {
         Some(seed) => vec![seed],
-        None => (0..env_u64("SIM_SEEDS").unwrap_or(DEFAULT_SEEDS)).collect(),
+        None => {
+            let start = env_u64("SIM_SEED_START").unwrap_or(0);
+            (start..start + env_u64("SIM_SEEDS").unwrap_or(DEFAULT_SEEDS)).collect()
+        }
     };
     let started = Instant::now();
     let mut total = Stats::default();
@@ -76,6 +80,7 @@ fn controller_simulation() {
                 total.leader_changes += s.leader_changes;
                 total.node_crashes += s.node_crashes;
                 total.broker_crashes += s.broker_crashes;
+                total.wiped_brokers += s.wiped_brokers;
                 total.partitions += s.partitions;
                 total.clock_jumps += s.clock_jumps;
                 total.messages += s.messages;
@@ -93,7 +98,7 @@ fn controller_simulation() {
         }
     }
     println!(
-        "controller simulation: {} seeds, {} steps, {:.1} s, 0 violations; {} entries applied, {} Raft terms, {} topic leader changes, {} node crashes, {} broker crashes, {} partitions, {} clock jumps, {} messages ({} dropped); longest heal {} steps",
+        "controller simulation: {} seeds, {} steps, {:.1} s, 0 violations; {} entries applied, {} Raft terms, {} topic leader changes, {} node crashes, {} broker crashes ({} wiped), {} partitions, {} clock jumps, {} messages ({} dropped); longest heal {} steps",
         seeds.len(),
         total.steps,
         started.elapsed().as_secs_f64(),
@@ -102,6 +107,7 @@ fn controller_simulation() {
         total.leader_changes,
         total.node_crashes,
         total.broker_crashes,
+        total.wiped_brokers,
         total.partitions,
         total.clock_jumps,
         total.messages,

@@ -45,6 +45,7 @@ pub(crate) struct Stats {
     pub(crate) leader_changes: u64,
     pub(crate) node_crashes: u64,
     pub(crate) broker_crashes: u64,
+    pub(crate) wiped_brokers: u64,
     pub(crate) partitions: u64,
     pub(crate) clock_jumps: u64,
     pub(crate) messages: u64,
@@ -132,6 +133,8 @@ pub(crate) struct World {
     checker: Checker,
     sessions: SessionConfig,
     partition_until: u64,
+    /// Wiped brokers so far (their new ids follow the first brokers').
+    next_broker_id: u64,
     stats: Stats,
     fingerprint: std::collections::hash_map::DefaultHasher,
     // Fault rates, per million per step, drawn from the seed.
@@ -220,6 +223,7 @@ impl World {
             checker,
             sessions,
             partition_until: 0,
+            next_broker_id: 0,
             stats: Stats::default(),
             fingerprint: std::collections::hash_map::DefaultHasher::new(),
         })
@@ -491,6 +495,13 @@ impl World {
         let b = &mut self.brokers[i];
         if !b.up {
             if b.back_at.is_some_and(|t| now >= t) {
+                if self.rng.below(5) == 0 {
+                    // Its data path was wiped: a new broker, and the old one is gone for good.
+                    self.next_broker_id += 1;
+                    b.id = BrokerId(self.params.brokers + self.next_broker_id);
+                    b.incarnation = 0;
+                    self.stats.wiped_brokers += 1;
+                }
                 b.up = true;
                 b.incarnation += 1;
                 b.back_at = None;
