@@ -437,6 +437,9 @@ impl World {
             let node = ctl.node();
             self.checker
                 .node_state(id, node.applied_index(), node.metadata())?;
+            if node.is_leader() {
+                self.checker.raft_leader(node.term(), id)?;
+            }
         }
         for m in sends {
             let to = m.to;
@@ -453,7 +456,7 @@ impl World {
     fn deliver(&mut self, env: Envelope) -> Result<(), Violation> {
         match env.to {
             Addr::Node(id) => {
-                let i = (id - 1) as usize;
+                let i = id.wrapping_sub(1) as usize;
                 let Some(ctl) = self.nodes.get_mut(i).and_then(|n| n.ctl.as_mut()) else {
                     return Ok(());
                 };
