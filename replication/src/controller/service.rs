@@ -180,3 +180,99 @@ impl Controller {
         &self.node
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::view::ViewUpdate;
+
+    fn single() -> Controller {
+        let cfg = NodeConfig {
+            id: 1,
+            voters: vec![1],
+            election_tick: 10,
+            heartbeat_tick: 2,
+        };
+        let sessions = SessionConfig {
+            timeout: 30,
+            retry: 10,
+            reassign_after: None,
+        };
+        Controller::new(&cfg, sessions, Durable::default()).unwrap_or_else(|_| unreachable!())
+    }
+
+    fn settle(c: &mut Controller) {
+        while let Some(out) = c.ready() {
+            let _ = out.persisted();
+        }
+    }
+
+    fn heartbeat(known: Option<u64>) -> BrokerRequest {
+        BrokerRequest::Heartbeat {
+            broker: BrokerId(7),
+            incarnation: 1,
+            addresses: vec!["b7:4150".into()],
+            known,
+        }
+    }
+
+    #[test]
+    fn the_leader_registers_a_broker_and_answers_with_what_its_view_lacks() {
+        let mut c = single();
+        assert_eq!(
+            c.handle(heartbeat(None)),
+            BrokerReply::NotLeader { leader: 0 }
+        );
+        for _ in 0..12 {
+            c.tick();
+            settle(&mut c);
+        }
+        assert!(c.node().leads_current());
+        // Unknown: the whole (empty) view, and a registration proposed.
+        let BrokerReply::Heartbeat {
+            update: ViewUpdate::Full(view),
+        } = c.handle(heartbeat(None))
+        else {
+            panic!("expected a whole view");
+        };
+        assert_eq!(view.version, 0);
+        settle(&mut c);
+        assert!(c.node().metadata().is_live(BrokerId(7)));
+        let BrokerReply::Heartbeat {
+            update: ViewUpdate::Deltas(deltas),
+        } = c.handle(heartbeat(Some(0)))
+        else {
+            panic!("expected deltas");
+        };
+        assert_eq!(deltas.len(), 1);
+        assert_eq!(deltas[0].version, 1);
+        // Only the topic's leader may change its in-sync set.
+        let create = BrokerRequest::CreateTopic {
+            name: "t".into(),
+            replicas: 1,
+            min_insync: 1,
+        };
+        assert_eq!(c.handle(create), BrokerReply::Proposed);
+        settle(&mut c);
+        let alter = |broker| BrokerRequest::AlterIsr {
+            broker,
+            topic: "t".into(),
+            epoch: Epoch(1),
+            isr_version: 1,
+            isr: vec![BrokerId(7)],
+        };
+        assert!(matches!(
+            c.handle(alter(BrokerId(8))),
+            BrokerReply::Refused { .. }
+        ));
+        assert_eq!(c.handle(alter(BrokerId(7))), BrokerReply::Proposed);
+        // An older incarnation is told it is stale.
+        let old = BrokerRequest::Heartbeat {
+            broker: BrokerId(7),
+            incarnation: 0,
+            addresses: vec![],
+            known: None,
+        };
+        assert_eq!(c.handle(old), BrokerReply::Stale { registered: 1 });
+    }
+}
