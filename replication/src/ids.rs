@@ -5,12 +5,16 @@
 //! record a leader ships carries the epoch it was written under. A seq is a record's position
 //! in its topic's log, as the broker's storage numbers it.
 
+use serde::{Deserialize, Serialize};
+
 /// A broker of the cluster (stored in its data path).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct BrokerId(pub u64);
 
 /// A topic's leadership number: one leader per epoch, epochs only grow.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
+)]
 pub struct Epoch(pub u64);
 
 /// A record's position in its topic's log.
