@@ -11,6 +11,8 @@
 //! - `AlterIsr` applies only from the epoch's leader, with the current epoch and `isr_version`,
 //!   to a set holding the leader, within the replicas, adding only live brokers in the
 //!   incarnation whose acks the leader counted (a broker restarted since may have lost them);
+//!   proposals are numbered within an epoch, and one not newer than the last answered (applied
+//!   or refused) is ignored, so that a delayed copy of a refused one never applies;
 //! - the in-sync set never becomes empty while the eligible set is empty (its last member
 //!   stays, as the only holder of what was acknowledged);
 //! - a broker's new incarnation ends the epoch of every topic it leads (it must not go on
@@ -30,6 +32,8 @@ use crate::replica::{Millis, TopicState};
 pub(crate) struct OTopic {
     pub(crate) state: TopicState,
     pub(crate) elr: BTreeSet<BrokerId>,
+    /// The newest `AlterIsr` answered (applied or refused), by epoch and proposal number.
+    answered: (Epoch, u64),
 }
 
 #[derive(Debug, Clone)]
@@ -103,6 +107,7 @@ impl Oracle {
                     replicas: set,
                 },
                 elr: BTreeSet::new(),
+                answered: (Epoch(0), 0),
             });
         }
         o
@@ -209,7 +214,9 @@ impl Oracle {
         }
     }
 
-    /// A leader's proposal to change its in-sync set, based on `(epoch, isr_version)`.
+    /// A leader's proposal number `proposal` to change its in-sync set, based on `(epoch,
+    /// isr_version)`.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn alter_isr(
         &mut self,
         topic: usize,
@@ -217,11 +224,21 @@ impl Oracle {
         (epoch, isr_version): (Epoch, u64),
         isr: &[BrokerId],
         incarnations: &[(BrokerId, u64)],
+        proposal: u64,
         out: &mut Vec<Effect>,
     ) {
-        let Some(t) = self.topics.get(topic) else {
+        let Some(t) = self.topics.get_mut(topic) else {
             return;
         };
+        // A copy of a proposal already answered (a resend, or one delayed past the leader's
+        // next) is never applied: the leader may have dropped it as refused.
+        if (epoch, proposal) <= t.answered {
+            return;
+        }
+        if t.state.leader == Some(from) && t.state.epoch == epoch {
+            t.answered = (epoch, proposal);
+        }
+        let t = &self.topics[topic];
         let st = &t.state;
         // An added broker must be live, in the incarnation whose acks the leader counted.
         let current = |b: &BrokerId| {

@@ -686,6 +686,7 @@ impl World {
                     (epoch, isr_version),
                     &isr,
                     &incarnations,
+                    proposal,
                     &mut eff,
                 );
                 self.apply_effects(eff)?;
