@@ -9,8 +9,11 @@
 //! catches it within a bounded number of seeds: each invariant check can fail.
 
 mod check;
+mod faults;
+mod net;
 mod oracle;
 mod rng;
+mod verify;
 mod world;
 
 use std::time::Instant;
@@ -47,6 +50,15 @@ fn run_seeds(first: u64, seeds: u64) {
                 total.durable_runs += o.durable_runs;
             }
             Err(e) => failures.push(e),
+        }
+        let done = seed - first + 1;
+        if seeds > 1_000 && done.is_multiple_of(1_000) {
+            println!(
+                "progress: {done} seeds, {} steps, {} violations, {:.1?}",
+                total.steps,
+                failures.len(),
+                started.elapsed()
+            );
         }
     }
     println!(

@@ -19,23 +19,22 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::check::Checker;
+use super::net::{Cut, Event, NetMsg, Node, Weather};
 use super::oracle::{Effect, Oracle};
 use super::rng::Rng;
-use crate::ids::{BrokerId, Epoch, Seq};
-use crate::replica::{
-    MemLog, Millis, Msg, Output, PublishId, Replica, ReplicaConfig, ReplicaLog, TopicState,
-};
+use crate::ids::{BrokerId, Seq};
+use crate::replica::{MemLog, Millis, Output, PublishId, Replica, ReplicaConfig};
 
-const HOSTS: usize = 5;
-const TOPICS: usize = 3;
-const REPLICAS: usize = 3;
-const CLIENTS: usize = 3;
-const TICK: Millis = 25;
-const HEARTBEAT: Millis = 500;
-const SESSION_TIMEOUT: Millis = 3_000;
+pub(super) const HOSTS: usize = 5;
+pub(super) const TOPICS: usize = 3;
+pub(super) const REPLICAS: usize = 3;
+pub(super) const CLIENTS: usize = 3;
+pub(super) const TICK: Millis = 25;
+pub(super) const HEARTBEAT: Millis = 500;
+pub(super) const SESSION_TIMEOUT: Millis = 3_000;
 /// A run past these is a message storm, reported as a failure.
-const MAX_STEPS: u64 = 2_000_000;
-const MAX_QUEUED: usize = 200_000;
+pub(super) const MAX_STEPS: u64 = 2_000_000;
+pub(super) const MAX_QUEUED: usize = 200_000;
 
 /// What a run is asked to do.
 #[derive(Debug, Clone)]
@@ -58,154 +57,44 @@ pub(crate) struct Outcome {
     pub(crate) durable_runs: u64,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum Node {
-    Host(usize),
-    Ctl,
-    Client(usize),
-}
-
-#[derive(Debug, Clone)]
-enum NetMsg {
-    Replica {
-        topic: usize,
-        from: BrokerId,
-        to: BrokerId,
-        msg: Msg,
-    },
-    Heartbeat {
-        id: BrokerId,
-        incarnation: u64,
-        damaged: BTreeSet<usize>,
-    },
-    AlterIsr {
-        topic: usize,
-        from: BrokerId,
-        epoch: Epoch,
-        isr_version: u64,
-        isr: Vec<BrokerId>,
-        incarnations: Vec<(BrokerId, u64)>,
-        proposal: u64,
-    },
-    Meta {
-        id: BrokerId,
-        incarnation: u64,
-        states: Vec<(usize, TopicState)>,
-    },
-    AlterIsrAnswer {
-        id: BrokerId,
-        topic: usize,
-        proposal: u64,
-        state: TopicState,
-    },
-    Publish {
-        id: PublishId,
-        topic: usize,
-        count: usize,
-    },
-    Reply,
-}
-
-#[derive(Debug, Clone)]
-enum Event {
-    Tick(usize),
-    CtlTick,
-    Deliver {
-        from: Node,
-        to: Node,
-        msg: NetMsg,
-    },
-    SyncDone {
-        host: usize,
-        incarnation: u64,
-        topic: usize,
-    },
-    ClientPublish(usize),
-    Fault,
-    Restart(usize),
-    HealCut(usize),
-    Heal,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Cut {
-    /// From everyone.
-    All,
-    /// From the controller only.
-    Ctl,
-    /// From the other brokers only.
-    Peers,
-}
-
-#[derive(Debug, Clone, Copy)]
-struct Weather {
-    drop: f64,
-    dup: f64,
-    corrupt: f64,
-    max_delay: Millis,
-    long_delay: f64,
-}
-
-impl Weather {
-    fn calm() -> Weather {
-        Weather {
-            drop: 0.0,
-            dup: 0.0,
-            corrupt: 0.0,
-            max_delay: 5,
-            long_delay: 0.0,
-        }
-    }
-
-    fn random(rng: &mut Rng) -> Weather {
-        Weather {
-            drop: rng.below(11) as f64 / 100.0,
-            dup: rng.below(6) as f64 / 100.0,
-            corrupt: rng.below(3) as f64 / 100.0,
-            max_delay: rng.range(2, 80),
-            long_delay: rng.below(4) as f64 / 100.0,
-        }
-    }
-}
-
 #[derive(Debug)]
-struct Host {
-    id: BrokerId,
-    incarnation: u64,
-    up: bool,
-    wiped: bool,
+pub(super) struct Host {
+    pub(super) id: BrokerId,
+    pub(super) incarnation: u64,
+    pub(super) up: bool,
+    pub(super) wiped: bool,
     /// A host crash without `--durable` lost its unsynced records; the restart reports it.
-    lost: bool,
-    logs: BTreeMap<usize, MemLog>,
-    replicas: BTreeMap<usize, Replica>,
+    pub(super) lost: bool,
+    pub(super) logs: BTreeMap<usize, MemLog>,
+    pub(super) replicas: BTreeMap<usize, Replica>,
     /// Topics whose log may miss a suffix (recovery cut one, or the page cache was lost), until
     /// the replica has refetched it; reported with every heartbeat.
-    damaged: BTreeSet<usize>,
-    pubs: BTreeMap<PublishId, (usize, Seq)>,
-    clock: i64,
-    syncing: BTreeSet<usize>,
-    last_heartbeat: Option<Millis>,
-    cut: Option<Cut>,
+    pub(super) damaged: BTreeSet<usize>,
+    pub(super) pubs: BTreeMap<PublishId, (usize, Seq)>,
+    pub(super) clock: i64,
+    pub(super) syncing: BTreeSet<usize>,
+    pub(super) last_heartbeat: Option<Millis>,
+    pub(super) cut: Option<Cut>,
 }
 
 pub(crate) struct World {
-    opts: Options,
-    rng: Rng,
-    now: Millis,
-    seq: u64,
-    queue: BTreeMap<(Millis, u64), Event>,
-    hosts: Vec<Host>,
-    oracle: Oracle,
-    checker: Checker,
-    cfg: ReplicaConfig,
-    weather: Weather,
-    faults_on: bool,
-    next_id: u64,
-    next_pub: PublishId,
-    out: Outcome,
-    acked_after_heal: BTreeMap<usize, u64>,
+    pub(super) opts: Options,
+    pub(super) rng: Rng,
+    pub(super) now: Millis,
+    pub(super) seq: u64,
+    pub(super) queue: BTreeMap<(Millis, u64), Event>,
+    pub(super) hosts: Vec<Host>,
+    pub(super) oracle: Oracle,
+    pub(super) checker: Checker,
+    pub(super) cfg: ReplicaConfig,
+    pub(super) weather: Weather,
+    pub(super) faults_on: bool,
+    pub(super) next_id: u64,
+    pub(super) next_pub: PublishId,
+    pub(super) out: Outcome,
+    pub(super) acked_after_heal: BTreeMap<usize, u64>,
     /// `SIM_TRACE=1`: every event on stderr (for replaying a failing seed).
-    trace: bool,
+    pub(super) trace: bool,
 }
 
 impl World {
@@ -284,16 +173,16 @@ impl World {
         w
     }
 
-    fn at(&mut self, time: Millis, ev: Event) {
+    pub(super) fn at(&mut self, time: Millis, ev: Event) {
         self.seq += 1;
         self.queue.insert((time, self.seq), ev);
     }
 
-    fn host_of(&self, id: BrokerId) -> Option<usize> {
+    pub(super) fn host_of(&self, id: BrokerId) -> Option<usize> {
         self.hosts.iter().position(|h| h.id == id)
     }
 
-    fn host_now(&self, h: usize) -> Millis {
+    pub(super) fn host_now(&self, h: usize) -> Millis {
         let t = self.now as i64 + self.hosts[h].clock;
         t.max(0) as Millis
     }
@@ -327,149 +216,7 @@ impl World {
         Ok(self.out)
     }
 
-    fn trace_event(&self, ev: &Event) {
-        let t = self.now;
-        match ev {
-            Event::Tick(_) | Event::CtlTick | Event::ClientPublish(_) => {}
-            Event::Deliver {
-                msg: NetMsg::Publish { .. } | NetMsg::Reply,
-                ..
-            } => {}
-            Event::Deliver {
-                msg:
-                    NetMsg::Replica {
-                        msg: Msg::Append { batch, .. },
-                        ..
-                    },
-                ..
-            } if batch.records.is_empty() => {}
-            Event::Deliver { from, to, msg } => {
-                match msg {
-                    NetMsg::Replica {
-                        topic,
-                        from: f,
-                        to: d,
-                        msg:
-                            Msg::Append {
-                                epoch,
-                                hw,
-                                base,
-                                batch,
-                            },
-                    } => eprintln!(
-                    "{t} {from:?}->{to:?} t{topic} {}->{} append e{} hw{hw} base{base} n{} re{}",
-                    f.0, d.0, epoch.0, batch.records.len(), batch.epoch.0
-                ),
-                    NetMsg::Meta {
-                        id,
-                        incarnation,
-                        states,
-                    } => eprintln!(
-                        "{t} ctl->{to:?} meta b{} i{incarnation} {:?}",
-                        id.0,
-                        states
-                            .iter()
-                            .map(|(i, s)| (
-                                i,
-                                s.epoch.0,
-                                s.leader.map(|l| l.0),
-                                s.isr.iter().map(|b| b.0).collect::<Vec<_>>()
-                            ))
-                            .collect::<Vec<_>>()
-                    ),
-                    other => eprintln!("{t} {from:?}->{to:?} {other:?}"),
-                }
-            }
-            other => eprintln!("{t} {other:?}"),
-        }
-        for (h, host) in self.hosts.iter().enumerate() {
-            let _ = (h, host);
-        }
-    }
-
-    fn cut_between(&self, a: Node, b: Node) -> bool {
-        let blocks = |n: Node, other: Node| match n {
-            Node::Host(h) => match self.hosts[h].cut {
-                Some(Cut::All) => true,
-                Some(Cut::Ctl) => other == Node::Ctl,
-                Some(Cut::Peers) => matches!(other, Node::Host(_)),
-                None => false,
-            },
-            _ => false,
-        };
-        blocks(a, b) || blocks(b, a)
-    }
-
-    fn send(&mut self, from: Node, to: Node, mut msg: NetMsg) {
-        if self.cut_between(from, to) || self.rng.chance(self.weather.drop) {
-            return;
-        }
-        if let NetMsg::Replica {
-            msg: Msg::Append { batch, .. },
-            ..
-        } = &mut msg
-        {
-            if !batch.records.is_empty() && self.rng.chance(self.weather.corrupt) {
-                let i = self.rng.below(batch.records.len() as u64) as usize;
-                if let Some(r) = batch.records.get_mut(i) {
-                    r.bytes.push(0xee);
-                }
-            }
-        }
-        let copies = if self.rng.chance(self.weather.dup) {
-            2
-        } else {
-            1
-        };
-        for _ in 0..copies {
-            let delay = if self.rng.chance(self.weather.long_delay) {
-                self.rng.range(200, 1_500)
-            } else {
-                self.rng.range(1, self.weather.max_delay)
-            };
-            let at = self.now + delay;
-            self.at(
-                at,
-                Event::Deliver {
-                    from,
-                    to,
-                    msg: msg.clone(),
-                },
-            );
-        }
-    }
-
-    fn notify(&mut self, topic: usize) {
-        let state = self.oracle.topics[topic].state.clone();
-        let targets: Vec<(usize, BrokerId, u64)> = self
-            .oracle
-            .sessions
-            .iter()
-            .map(|(id, s)| (s.host, *id, s.incarnation))
-            .collect();
-        for (h, id, incarnation) in targets {
-            let delay = self.rng.range(5, 200);
-            let msg = NetMsg::Meta {
-                id,
-                incarnation,
-                states: vec![(topic, state.clone())],
-            };
-            if self.cut_between(Node::Ctl, Node::Host(h)) || self.rng.chance(self.weather.drop) {
-                continue;
-            }
-            let at = self.now + delay;
-            self.at(
-                at,
-                Event::Deliver {
-                    from: Node::Ctl,
-                    to: Node::Host(h),
-                    msg,
-                },
-            );
-        }
-    }
-
-    fn apply_effects(&mut self, effects: Vec<Effect>) -> Result<(), String> {
+    pub(super) fn apply_effects(&mut self, effects: Vec<Effect>) -> Result<(), String> {
         let mut changed = BTreeSet::new();
         for e in effects {
             match e {
@@ -512,7 +259,7 @@ impl World {
         Ok(())
     }
 
-    fn step(&mut self, ev: Event) -> Result<(), String> {
+    pub(super) fn step(&mut self, ev: Event) -> Result<(), String> {
         match ev {
             Event::Tick(h) => {
                 self.at(self.now + TICK, Event::Tick(h));
@@ -621,7 +368,7 @@ impl World {
         Ok(())
     }
 
-    fn heartbeat(&mut self, h: usize) {
+    pub(super) fn heartbeat(&mut self, h: usize) {
         self.hosts[h].last_heartbeat = Some(self.now);
         let host = &self.hosts[h];
         let msg = NetMsg::Heartbeat {
@@ -632,7 +379,7 @@ impl World {
         self.send(Node::Host(h), Node::Ctl, msg);
     }
 
-    fn deliver_to_ctl(&mut self, msg: NetMsg) -> Result<(), String> {
+    pub(super) fn deliver_to_ctl(&mut self, msg: NetMsg) -> Result<(), String> {
         let mut eff = Vec::new();
         match msg {
             NetMsg::Heartbeat {
@@ -709,7 +456,12 @@ impl World {
         Ok(())
     }
 
-    fn deliver_to_host(&mut self, h: usize, from: Node, msg: NetMsg) -> Result<(), String> {
+    pub(super) fn deliver_to_host(
+        &mut self,
+        h: usize,
+        from: Node,
+        msg: NetMsg,
+    ) -> Result<(), String> {
         if !self.hosts[h].up {
             return Ok(());
         }
@@ -814,7 +566,12 @@ impl World {
         Ok(())
     }
 
-    fn apply_outputs(&mut self, h: usize, topic: usize, outs: Vec<Output>) -> Result<(), String> {
+    pub(super) fn apply_outputs(
+        &mut self,
+        h: usize,
+        topic: usize,
+        outs: Vec<Output>,
+    ) -> Result<(), String> {
         for o in outs {
             match o {
                 Output::Send { to, msg } => {
@@ -886,264 +643,6 @@ impl World {
                         );
                     }
                 }
-            }
-        }
-        Ok(())
-    }
-
-    /// Whether broker `b`'s data path is intact: not wiped, and not cut by recovery unless
-    /// the controller has taken that in (it then left the damaged topics' sets).
-    fn intact(&self, b: BrokerId) -> bool {
-        self.host_of(b).is_some_and(|bh| {
-            let host = &self.hosts[bh];
-            let registered = self
-                .oracle
-                .sessions
-                .get(&b)
-                .is_some_and(|s| s.incarnation == host.incarnation);
-            !host.wiped && !host.lost && (host.damaged.is_empty() || registered)
-        })
-    }
-
-    /// Whether host `h` may lose data now: in every topic whose acknowledged records it
-    /// holds, no other holder has lost data the controller does not know of yet (fewer than
-    /// `min_insync` = 2 such failures at once), and another intact holder exists.
-    fn may_lose(&self, h: usize) -> bool {
-        let id = self.hosts[h].id;
-        (0..TOPICS).all(|t| {
-            let holders = self.oracle.holders(t);
-            let others: Vec<BrokerId> = holders.iter().copied().filter(|&b| b != id).collect();
-            !holders.contains(&id) || (others.iter().all(|&b| self.intact(b)) && !others.is_empty())
-        })
-    }
-
-    /// Clears the recorded damage of the topics whose replicas have refetched.
-    fn forget_refetched(&mut self, h: usize) {
-        let host = &mut self.hosts[h];
-        let refetched: Vec<usize> = host
-            .damaged
-            .iter()
-            .copied()
-            .filter(|t| host.replicas.get(t).is_some_and(|r| !r.damaged()))
-            .collect();
-        for t in refetched {
-            host.damaged.remove(&t);
-        }
-    }
-
-    /// Stops host `h`; `host_crash`: the machine went down and unsynced records are lost.
-    fn crash(&mut self, h: usize, host_crash: bool) {
-        self.forget_refetched(h);
-        let durable = self.cfg.durable;
-        if self.trace {
-            let ends: Vec<(usize, Seq, Seq)> = self.hosts[h]
-                .logs
-                .iter()
-                .map(|(t, l)| (*t, l.end(), l.durable_end()))
-                .collect();
-            eprintln!(
-                "{} crash host {h} host_crash={host_crash} logs {ends:?}",
-                self.now
-            );
-        }
-        let host = &mut self.hosts[h];
-        host.up = false;
-        if host_crash {
-            for log in host.logs.values_mut() {
-                log.crash();
-            }
-            host.lost |= !durable;
-        }
-        host.replicas.clear();
-        host.syncing.clear();
-        let lost = host.pubs.len() as u64;
-        host.pubs.clear();
-        self.out.failed += lost;
-    }
-
-    fn fault(&mut self) {
-        self.out.faults += 1;
-        let h = self.rng.below(HOSTS as u64) as usize;
-        let kind = self.rng.below(100);
-        if self.trace {
-            eprintln!("{} fault kind {kind} on host {h}", self.now);
-        }
-        match kind {
-            0..=29 => {
-                // Without --durable a host crash loses acknowledged records on this replica.
-                let host_crash = self.rng.chance(0.5) && (self.cfg.durable || self.may_lose(h));
-                if self.hosts[h].up {
-                    self.crash(h, host_crash);
-                    let at = self.now + self.rng.range(200, 4_000);
-                    self.at(at, Event::Restart(h));
-                }
-            }
-            30..=49 => {
-                let cut = match self.rng.below(3) {
-                    0 => Cut::All,
-                    1 => Cut::Ctl,
-                    _ => Cut::Peers,
-                };
-                self.hosts[h].cut = Some(cut);
-                let at = self.now + self.rng.range(300, 6_000);
-                self.at(at, Event::HealCut(h));
-            }
-            50..=59 => {
-                if self.may_lose(h) {
-                    if self.hosts[h].up {
-                        self.crash(h, true);
-                        let at = self.now + self.rng.range(200, 3_000);
-                        self.at(at, Event::Restart(h));
-                    }
-                    let host = &mut self.hosts[h];
-                    host.wiped = true;
-                    host.logs.clear();
-                }
-            }
-            60..=79 => {
-                let jump = self.rng.range(0, 8_000) as i64 - 3_000;
-                self.hosts[h].clock += jump;
-            }
-            _ => self.weather = Weather::random(&mut self.rng),
-        }
-    }
-
-    fn restart(&mut self, h: usize) -> Result<(), String> {
-        if self.hosts[h].up {
-            return Ok(());
-        }
-        let damage = self.faults_on && self.rng.chance(0.3) && self.may_lose(h);
-        let damage_topic = self.rng.below(TOPICS as u64) as usize;
-        let damage_len = self.rng.range(1, 6) as usize;
-        let host = &mut self.hosts[h];
-        host.up = true;
-        host.incarnation += 1;
-        if host.wiped {
-            host.wiped = false;
-            host.id = BrokerId(self.next_id);
-            self.next_id += 1;
-            host.incarnation = 1;
-            host.logs.clear();
-        }
-        if damage {
-            if let Some(log) = host.logs.get_mut(&damage_topic) {
-                log.damage_tail(damage_len);
-            }
-        }
-        // What a recovery found stays recorded (in the data path, in production) until the
-        // replica has refetched it: a restart before the controller heard of it reports it again.
-        for (t, log) in host.logs.iter_mut() {
-            if log.recover() || host.lost {
-                host.damaged.insert(*t);
-            }
-        }
-        host.lost = false;
-        host.replicas.clear();
-        host.last_heartbeat = None;
-        self.heartbeat(h);
-        Ok(())
-    }
-
-    fn registered(&self, h: usize) -> bool {
-        let host = &self.hosts[h];
-        host.up
-            && self
-                .oracle
-                .sessions
-                .get(&host.id)
-                .is_some_and(|s| s.incarnation == host.incarnation)
-    }
-
-    /// The invariants, after every step.
-    fn check(&mut self) -> Result<(), String> {
-        for h in 0..HOSTS {
-            if !self.hosts[h].up {
-                continue;
-            }
-            let id = self.hosts[h].id;
-            let leads: Vec<(usize, Epoch, Seq)> = self.hosts[h]
-                .replicas
-                .iter()
-                .filter_map(|(t, r)| Some((*t, r.leading()?, r.high_watermark()?)))
-                .collect();
-            for (t, epoch, hw) in leads {
-                let log = self.hosts[h].logs.get(&t);
-                self.checker.leader(t, id, epoch, hw, log)?;
-                let current = self.oracle.topics[t].state.epoch == epoch;
-                if !current {
-                    continue;
-                }
-                let empty = MemLog::new();
-                let llog = self.hosts[h].logs.get(&t).unwrap_or(&empty);
-                let members: Vec<BrokerId> = self.hosts[h]
-                    .replicas
-                    .get(&t)
-                    .and_then(Replica::leader_isr)
-                    .map(<[BrokerId]>::to_vec)
-                    .unwrap_or_default();
-                for m in members {
-                    if m == id {
-                        continue;
-                    }
-                    if let Some(mh) = self.host_of(m) {
-                        if self.registered(mh) {
-                            let mlog = self.hosts[mh].logs.get(&t).unwrap_or(&empty);
-                            Checker::agree_below(t, hw, (id, llog), (m, mlog))?;
-                        }
-                    }
-                }
-            }
-        }
-        for t in 0..TOPICS {
-            for b in self.oracle.holders(t) {
-                if let Some(h) = self.host_of(b) {
-                    if self.registered(h) {
-                        self.checker.holder(t, b, self.hosts[h].logs.get(&t))?;
-                    }
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// After healing: every topic has a running leader from which every acknowledged record
-    /// reads back, and publishes were acknowledged again.
-    fn final_check(&self) -> Result<(), String> {
-        for t in 0..TOPICS {
-            let st = &self.oracle.topics[t].state;
-            let leader = st
-                .leader
-                .ok_or_else(|| format!("topic {t} has no leader after healing ({st:?})"))?;
-            let h = self
-                .host_of(leader)
-                .ok_or_else(|| format!("topic {t}: leader {} is not running", leader.0))?;
-            let log = self.hosts[h]
-                .logs
-                .get(&t)
-                .ok_or_else(|| format!("topic {t}: leader {} has no log", leader.0))?;
-            let (len, _) = self.checker.acked(t);
-            let mut read = MemLog::new();
-            let mut at = 0;
-            while at < len {
-                let b = log
-                    .read(at, 64)
-                    .map_err(|e| format!("topic {t}: reading acknowledged records: {e}"))?;
-                let n = b.records.len() as Seq;
-                read.append(b.epoch, &b.records)
-                    .map_err(|e| format!("topic {t}: {e}"))?;
-                at += n.max(1);
-            }
-            if !self.checker.holds_acked(t, &read) {
-                return Err(format!(
-                    "topic {t}: the acknowledged records do not read back from leader {}",
-                    leader.0
-                ));
-            }
-            if self.acked_after_heal.get(&t).copied().unwrap_or(0) == 0 {
-                return Err(format!(
-                    "topic {t}: no publish acknowledged after healing ({st:?}, eligible {:?})",
-                    self.oracle.topics[t].elr
-                ));
             }
         }
         Ok(())
