@@ -159,6 +159,12 @@ impl Replica {
             _ if !member => Role::Idle,
             Some(l) if l == self.me && !self.memory.damaged => {
                 let mut leader = Leader::new(self.me, &state, log, self.memory.known_hw, now);
+                if self.config.durable && log.durable_end() < log.end() {
+                    // The high watermark counts the leader's own durable end: a tail it took
+                    // as a follower must not wait for the next publish to be synced.
+                    log.request_sync();
+                    out.push(Output::Sync);
+                }
                 leader.advance(log, now, &self.config, out);
                 Role::Leader(leader)
             }
