@@ -49,7 +49,10 @@ fn run_seeds(first: u64, seeds: u64) {
                 total.faults += o.faults;
                 total.durable_runs += o.durable_runs;
             }
-            Err(e) => failures.push(e),
+            Err(e) => {
+                println!("violation: {e}");
+                failures.push(e);
+            }
         }
         let done = seed - first + 1;
         if seeds > 1_000 && done.is_multiple_of(1_000) {

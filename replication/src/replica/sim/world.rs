@@ -227,12 +227,13 @@ impl World {
                     self.out.elections += 1;
                     // Checked now unless the elected broker cannot take office under this
                     // election: its data path was wiped (its id never runs again), or it
-                    // restarted since its session began (lost records, or not registered yet):
-                    // its new incarnation ends the epoch. Every leader is checked again when it
-                    // takes office (`check`).
+                    // restarted since its session began (up or down again): its new
+                    // incarnation registers before it acts, which ends the epoch and reports
+                    // what recovery cut. Every leader is checked again when it takes office.
                     let stale = |w: &World, h: usize| {
                         let host = &w.hosts[h];
-                        host.wiped || host.lost || (host.up && !w.registered(h))
+                        let session = w.oracle.sessions.get(&host.id).map(|s| s.incarnation);
+                        host.wiped || host.lost || session != Some(host.incarnation)
                     };
                     if let Some(h) = self.host_of(leader).filter(|&h| !stale(self, h)) {
                         let log = self.hosts[h].logs.get(&topic);
