@@ -25,7 +25,7 @@ fn run(seed: u64) -> Result<Outcome, String> {
     World::new(Options {
         seed,
         faults_until: 20_000,
-        end_at: 32_000,
+        end_at: 36_000,
     })
     .run()
 }
