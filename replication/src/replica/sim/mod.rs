@@ -2,8 +2,10 @@
 //! replicas, a controller stand-in, clients, a faulty network, crashes, wiped data paths,
 //! damaged tails and clock jumps (`world`), with the invariants checked after every step
 //! (`check`). One u64 seed drives a run; a failing seed is printed and replays exactly:
-//! `SIM_SEED=<seed> cargo test --release -p replication simulation`. `SIM_SEEDS=<n>` sets how
-//! many seeds the long form (`--ignored`) runs.
+//! `SIM_SEED=<seed> cargo test --release -p replication simulation_holds` (add `SIM_TRACE=1`
+//! for its events on stderr). The long form, outside CI:
+//! `SIM_SEEDS=100000 [SIM_FIRST=<seed>] cargo test --release -p replication simulation_long --
+//! --ignored --nocapture` (progress every 1,000 seeds, violations as they happen).
 //!
 //! The mutation tests switch on a deliberate protocol break and assert that the simulation
 //! catches it within a bounded number of seeds: each invariant check can fail.
