@@ -1,0 +1,173 @@
+//! The faults of a run and the budget of those that lose data: a data-losing fault (a wiped
+//! data path, a damaged tail, a host crash without `--durable`) hits a broker only while every
+//! other holder of its topics' acknowledged records is intact and one exists.
+
+use super::net::{Cut, Event, Weather};
+use super::world::{World, HOSTS, TOPICS};
+use crate::ids::{BrokerId, Seq};
+use crate::replica::ReplicaLog;
+
+impl World {
+    /// Whether broker `b`'s data path is intact: not wiped, and not cut by recovery unless
+    /// the controller has taken that in (it then left the damaged topics' sets).
+    pub(super) fn intact(&self, b: BrokerId) -> bool {
+        self.host_of(b).is_some_and(|bh| {
+            let host = &self.hosts[bh];
+            let registered = self
+                .oracle
+                .sessions
+                .get(&b)
+                .is_some_and(|s| s.incarnation == host.incarnation);
+            !host.wiped && !host.lost && (host.damaged.is_empty() || registered)
+        })
+    }
+
+    /// Whether host `h` may lose data now: in every topic whose acknowledged records it
+    /// holds, no other holder has lost data the controller does not know of yet (fewer than
+    /// `min_insync` = 2 such failures at once), and another intact holder exists.
+    pub(super) fn may_lose(&self, h: usize) -> bool {
+        let id = self.hosts[h].id;
+        (0..TOPICS).all(|t| {
+            let holders = self.oracle.holders(t);
+            let others: Vec<BrokerId> = holders.iter().copied().filter(|&b| b != id).collect();
+            !holders.contains(&id) || (others.iter().all(|&b| self.intact(b)) && !others.is_empty())
+        })
+    }
+
+    /// Clears the recorded damage of the topics whose replicas have refetched.
+    pub(super) fn forget_refetched(&mut self, h: usize) {
+        let host = &mut self.hosts[h];
+        let refetched: Vec<usize> = host
+            .damaged
+            .iter()
+            .copied()
+            .filter(|t| host.replicas.get(t).is_some_and(|r| !r.damaged()))
+            .collect();
+        for t in refetched {
+            host.damaged.remove(&t);
+        }
+    }
+
+    /// Stops host `h`; `host_crash`: the machine went down and unsynced records are lost.
+    pub(super) fn crash(&mut self, h: usize, host_crash: bool) {
+        self.forget_refetched(h);
+        let durable = self.cfg.durable;
+        if self.trace {
+            let ends: Vec<(usize, Seq, Seq)> = self.hosts[h]
+                .logs
+                .iter()
+                .map(|(t, l)| (*t, l.end(), l.durable_end()))
+                .collect();
+            eprintln!(
+                "{} crash host {h} host_crash={host_crash} logs {ends:?}",
+                self.now
+            );
+        }
+        let host = &mut self.hosts[h];
+        host.up = false;
+        if host_crash {
+            for log in host.logs.values_mut() {
+                log.crash();
+            }
+            host.lost |= !durable;
+        }
+        host.replicas.clear();
+        host.syncing.clear();
+        let lost = host.pubs.len() as u64;
+        host.pubs.clear();
+        self.out.failed += lost;
+    }
+
+    pub(super) fn fault(&mut self) {
+        self.out.faults += 1;
+        let h = self.rng.below(HOSTS as u64) as usize;
+        let kind = self.rng.below(100);
+        if self.trace {
+            eprintln!("{} fault kind {kind} on host {h}", self.now);
+        }
+        match kind {
+            0..=29 => {
+                // Without --durable a host crash loses acknowledged records on this replica.
+                let host_crash = self.rng.chance(0.5) && (self.cfg.durable || self.may_lose(h));
+                if self.hosts[h].up {
+                    self.crash(h, host_crash);
+                    let at = self.now + self.rng.range(200, 4_000);
+                    self.at(at, Event::Restart(h));
+                }
+            }
+            30..=49 => {
+                let cut = match self.rng.below(3) {
+                    0 => Cut::All,
+                    1 => Cut::Ctl,
+                    _ => Cut::Peers,
+                };
+                self.hosts[h].cut = Some(cut);
+                let at = self.now + self.rng.range(300, 6_000);
+                self.at(at, Event::HealCut(h));
+            }
+            50..=59 => {
+                if self.may_lose(h) {
+                    if self.hosts[h].up {
+                        self.crash(h, true);
+                        let at = self.now + self.rng.range(200, 3_000);
+                        self.at(at, Event::Restart(h));
+                    }
+                    let host = &mut self.hosts[h];
+                    host.wiped = true;
+                    host.logs.clear();
+                }
+            }
+            60..=79 => {
+                let jump = self.rng.range(0, 8_000) as i64 - 3_000;
+                self.hosts[h].clock += jump;
+            }
+            _ => self.weather = Weather::random(&mut self.rng),
+        }
+    }
+
+    pub(super) fn restart(&mut self, h: usize) -> Result<(), String> {
+        if self.hosts[h].up {
+            return Ok(());
+        }
+        let damage = self.faults_on && self.rng.chance(0.3) && self.may_lose(h);
+        let damage_topic = self.rng.below(TOPICS as u64) as usize;
+        let damage_len = self.rng.range(1, 6) as usize;
+        let host = &mut self.hosts[h];
+        host.up = true;
+        host.incarnation += 1;
+        if host.wiped {
+            host.wiped = false;
+            host.id = BrokerId(self.next_id);
+            self.next_id += 1;
+            host.incarnation = 1;
+            host.logs.clear();
+        }
+        if damage {
+            if let Some(log) = host.logs.get_mut(&damage_topic) {
+                log.damage_tail(damage_len);
+            }
+        }
+        // What a recovery found stays recorded (in the data path, in production) until the
+        // replica has refetched it: a restart before the controller heard of it reports it again.
+        for (t, log) in host.logs.iter_mut() {
+            if log.recover() || host.lost {
+                host.damaged.insert(*t);
+            }
+        }
+        host.lost = false;
+        host.replicas.clear();
+        host.last_heartbeat = None;
+        self.heartbeat(h);
+        Ok(())
+    }
+
+    pub(super) fn registered(&self, h: usize) -> bool {
+        let host = &self.hosts[h];
+        host.up
+            && self
+                .oracle
+                .sessions
+                .get(&host.id)
+                .is_some_and(|s| s.incarnation == host.incarnation)
+    }
+}
