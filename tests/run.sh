@@ -20,6 +20,7 @@
 #   SKIP_CARGO_TEST=1       skip `cargo test --workspace` (the wire tests still build the broker)
 #   SKIP_NODE=1             skip the nsqjs tests
 #   SERIAL=1                run the shard counts one after another (default: side by side)
+#   PYTEST_WORKERS=3        pytest-xdist workers per shard count of the wire tests (0: none)
 #   SKIP_BUILD=1            skip `cargo build --release -p broker -p lookup -p admin-ui -p tools`
 #   SKIP_ADMIN=1            skip the admin-ui tests (tests/admin)
 #   SKIP_LINT=1             skip `cargo fmt --check` and clippy
@@ -109,7 +110,7 @@ if [ ! -f "$REQ_STAMP" ] || [ "$(cat "$REQ_STAMP")" != "$REQ_SHA" ]; then
   "$VENV/bin/pip" install --disable-pip-version-check -q -r "$TESTS_DIR/requirements.txt"
   echo "$REQ_SHA" > "$REQ_STAMP"
 fi
-"$VENV/bin/python" -c "import nsq, gnsq, pytest, pytest_timeout, selenium, snappy, zstandard"
+"$VENV/bin/python" -c "import nsq, gnsq, pytest, pytest_timeout, xdist, selenium, snappy, zstandard"
 fi
 
 if [ "${SKIP_NODE:-0}" != "1" ]; then
@@ -166,8 +167,10 @@ if [ "${SKIP_ADMIN:-0}" != "1" ] && { ! command -v chromium >/dev/null 2>&1 ||
 fi
 
 # ---- wire tests ----------------------------------------------------------------------------
-# The shard counts run side by side (SERIAL=1 runs them one after another): the suites mostly
-# wait on timers, so this keeps the wall time down on 2 cores. Each run logs to its own file,
+# The shard counts run side by side (SERIAL=1 runs them one after another), each spread over
+# PYTEST_WORKERS pytest-xdist processes: the tests mostly wait on timers and restarts, and each
+# starts its own servers on ephemeral ports with its own data dirs, so this keeps the wall time
+# down on 2 cores. Each run logs to its own file,
 # printed whole when it ends.
 LOGDIR="$(mktemp -d "${TMPDIR:-/tmp}/broker-wire-tests.XXXXXX")"
 trap 'rm -rf "$LOGDIR"' EXIT
@@ -175,7 +178,8 @@ trap 'rm -rf "$LOGDIR"' EXIT
 run_pytest() { # shards
   # shellcheck disable=SC2086
   BROKER_SHARDS="$1" "$VENV/bin/python" -m pytest "$TESTS_DIR/python" -rfE -q \
-    --shards "$1" "${PYTEST_TIER_ARGS[@]}" ${PYTEST_ARGS:-} > "$LOGDIR/pytest-$1.log" 2>&1
+    --shards "$1" -n "${PYTEST_WORKERS:-3}" "${PYTEST_TIER_ARGS[@]}" ${PYTEST_ARGS:-} \
+    > "$LOGDIR/pytest-$1.log" 2>&1
 }
 
 run_node() { # shards
