@@ -1,23 +1,32 @@
-//! The controller's metadata and its state machine: brokers (incarnation, addresses, fenced),
-//! topics (replicas, leader, epoch, in-sync set and its version), changed only by
-//! [`Metadata::apply`] on the entries Raft committed, identically on every lookup.
+//! The controller's metadata and its state machine: brokers (incarnation, addresses, fenced,
+//! retired), topics (replicas, leader, epoch, in-sync and eligible sets, their version, the last
+//! answered `AlterIsr`), changed only by [`Metadata::apply`] on the entries Raft committed,
+//! identically on every lookup.
 //!
 //! Invariants after every apply (the simulation checks them independently):
 //! - a topic's leader is a member of its replicas and of its in-sync set, and is not fenced;
-//! - a topic's in-sync set is a non-empty, sorted subset of its replicas;
+//! - a topic's in-sync and eligible sets are disjoint, sorted subsets of its replicas, never both
+//!   empty (their union holds every acknowledged record);
 //! - a topic's epoch only grows, by one each time its leader changes (to nobody included), so a
-//!   (topic, epoch) has at most one leader;
-//! - an `AlterIsr` or `Reassign` applies only against the current epoch and in-sync version, and
-//!   an `ElectLeader` only against the current epoch (compare-and-set: a stale or duplicated
-//!   proposal is refused, never applied twice);
-//! - a fenced broker leads nothing and is in no in-sync set, except as its last member: a set is
-//!   never emptied, so the one replica that has every acknowledged record can lead again when it
-//!   comes back, and no replica outside the set ever can (no unclean election).
+//!   (topic, epoch) has at most one leader, in one incarnation (a broker's new incarnation ends
+//!   the epochs it leads);
+//! - every entry is a compare-and-set: an `AlterIsr` against the current epoch, the last answered
+//!   proposal of the epoch and the in-sync version, adding brokers only in the incarnation the
+//!   leader counted (KIP-903); a `Reassign` against the in-sync version; an `ElectLeader` against
+//!   the current epoch. A stale or duplicated entry is refused, never applied twice; an
+//!   `AlterIsr` refused on its content is still answered (`answered` records it);
+//! - a member leaving the in-sync set below `min_insync` with its log intact (a shrink, a fence)
+//!   becomes eligible (KIP-966); an eligible one is elected only when no in-sync member is live,
+//!   and rejoins the in-sync set; the set empties once the in-sync set is back at `min_insync`;
+//! - a broker registering with topics whose log may miss a suffix leaves their in-sync and
+//!   eligible sets; a new id at a known one's address retires the old id for good;
+//! - the sole holder of what was acknowledged (the last member of both sets) never leaves them:
+//!   no replica outside them can ever lead (no unclean election).
 //!
 //! `apply` is pure and deterministic: its result depends only on the state and the entry (ordered
 //! maps, no clock, no randomness), and a refused entry changes nothing.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -35,6 +44,10 @@ pub enum Entry {
         id: BrokerId,
         incarnation: u64,
         addresses: Vec<String>,
+        /// The topics whose log on this broker may miss a suffix (recovery cut a damaged tail,
+        /// or the host rebooted without `--durable`): it leaves their in-sync and eligible sets.
+        #[serde(default)]
+        damaged: Vec<String>,
     },
     /// The session of this incarnation expired.
     FenceBroker { id: BrokerId, incarnation: u64 },
@@ -50,6 +63,13 @@ pub enum Entry {
         epoch: Epoch,
         isr_version: u64,
         isr: Vec<BrokerId>,
+        /// For each member, the incarnation whose acks the leader counted (KIP-903): a broker
+        /// joins only in its current incarnation.
+        #[serde(default)]
+        incarnations: Vec<(BrokerId, u64)>,
+        /// Numbers the leader's proposals within its epoch.
+        #[serde(default)]
+        proposal: u64,
     },
     /// `leader` leads the epoch after `epoch` (which must be the current one).
     ElectLeader {
@@ -83,8 +103,14 @@ pub struct TopicState {
     pub epoch: Epoch,
     /// Sorted.
     pub isr: Vec<BrokerId>,
-    /// Grows with every change of `isr` or `replicas`.
+    /// Grows with every change of `isr`, `elr` or `replicas`.
     pub isr_version: u64,
+    /// The eligible set (KIP-966; sorted): members that left the in-sync set while it was below
+    /// `min_insync` with their log intact. No publish was acknowledged without them since, so
+    /// one may lead when no in-sync member is live. Disjoint from `isr`.
+    pub elr: Vec<BrokerId>,
+    /// The newest `AlterIsr` answered (applied or refused), by epoch and proposal number.
+    pub answered: (Epoch, u64),
 }
 
 /// One change a broker learns.
@@ -138,6 +164,10 @@ pub enum Refusal {
     Fenced(BrokerId),
     #[error("invalid replicas: {0}")]
     InvalidReplicas(&'static str),
+    #[error("proposal {got} is not newer than the answered {answered}")]
+    StaleProposal { got: u64, answered: u64 },
+    #[error("broker {0:?} was retired (a new broker took its address)")]
+    Retired(BrokerId),
     #[error("the entry could not be decoded")]
     Undecodable,
 }
@@ -156,6 +186,8 @@ pub struct Metadata {
     pub version: u64,
     pub brokers: BTreeMap<BrokerId, BrokerInfo>,
     pub topics: BTreeMap<String, TopicState>,
+    /// Ids whose data path was wiped (a new id registered at their address): gone for good.
+    pub retired: BTreeSet<BrokerId>,
 }
 
 impl Metadata {
@@ -179,7 +211,8 @@ impl Metadata {
                 id,
                 incarnation,
                 addresses,
-            } => self.register(*id, *incarnation, addresses),
+                damaged,
+            } => self.register(*id, *incarnation, addresses, damaged),
             Entry::FenceBroker { id, incarnation } => self.fence(*id, *incarnation),
             Entry::CreateTopic {
                 name,
@@ -191,7 +224,9 @@ impl Metadata {
                 epoch,
                 isr_version,
                 isr,
-            } => self.alter_isr(topic, *epoch, *isr_version, isr),
+                incarnations,
+                proposal,
+            } => self.alter_isr(topic, *epoch, *isr_version, isr, incarnations, *proposal),
             Entry::ElectLeader {
                 topic,
                 leader,
@@ -220,8 +255,13 @@ impl Metadata {
         id: BrokerId,
         incarnation: u64,
         addresses: &[String],
+        damaged: &[String],
     ) -> Result<Vec<Change>, Refusal> {
+        if self.retired.contains(&id) {
+            return Err(Refusal::Retired(id));
+        }
         let mut changes = Vec::new();
+        let mut olds = Vec::new();
         match self.brokers.get(&id) {
             Some(b) if incarnation < b.incarnation => {
                 return Err(Refusal::StaleIncarnation {
@@ -230,15 +270,35 @@ impl Metadata {
                     current: b.incarnation,
                 })
             }
-            Some(b) if incarnation == b.incarnation && !b.fenced && b.addresses == addresses => {
+            Some(b)
+                if incarnation == b.incarnation
+                    && !b.fenced
+                    && b.addresses == addresses
+                    && damaged.is_empty() =>
+            {
                 return Err(Refusal::Unchanged)
             }
-            Some(b) if incarnation > b.incarnation && !b.fenced => {
-                // A restarted process may have lost what it had not synced: the old
-                // incarnation's leaderships and in-sync memberships end here, as at a fence.
-                self.fence_effects(id, &mut changes);
+            Some(b) => {
+                // A restarted process may lead with a log its crash shortened: every epoch it
+                // leads ends, and the topics are elected again (possibly it) in a new epoch.
+                if incarnation > b.incarnation
+                    && !mutation::active(mutation::Mutation::RestartKeepsLeader)
+                {
+                    self.end_leaderships(id, &mut changes);
+                }
             }
-            _ => {}
+            None => {
+                // A new id at the address of a known one: that data path was wiped, the old id
+                // is gone for good.
+                if !mutation::active(mutation::Mutation::KeepWipedId) {
+                    olds = self
+                        .brokers
+                        .iter()
+                        .filter(|(_, b)| b.addresses.iter().any(|a| addresses.contains(a)))
+                        .map(|(old, _)| *old)
+                        .collect();
+                }
+            }
         }
         let info = BrokerInfo {
             incarnation,
@@ -247,6 +307,15 @@ impl Metadata {
         };
         self.brokers.insert(id, info.clone());
         changes.insert(0, Change::Broker { id, info });
+        // The topics whose log may miss a suffix: it leaves their in-sync and eligible sets.
+        if !mutation::active(mutation::Mutation::IgnoreDamaged) {
+            for name in damaged {
+                self.drop_member(name, id, false, &mut changes);
+            }
+        }
+        for old in olds {
+            self.retire(old, &mut changes);
+        }
         Ok(changes)
     }
 
@@ -267,30 +336,114 @@ impl Metadata {
             }
         };
         let mut changes = vec![Change::Broker { id, info }];
-        self.fence_effects(id, &mut changes);
+        if !mutation::active(mutation::Mutation::FenceKeepsLeader) {
+            self.end_leaderships(id, &mut changes);
+        }
+        let names: Vec<String> = self.topics.keys().cloned().collect();
+        for name in names {
+            // A fenced broker keeps its log: it may become eligible.
+            self.drop_member(&name, id, true, &mut changes);
+        }
         Ok(changes)
     }
 
-    /// Ends `id`'s leaderships (a new, leaderless epoch) and removes it from every in-sync set
-    /// it is not the last member of.
-    fn fence_effects(&mut self, id: BrokerId, changes: &mut Vec<Change>) {
+    /// Ends every epoch `id` leads: a new, leaderless epoch (the sessions elect the next).
+    fn end_leaderships(&mut self, id: BrokerId, changes: &mut Vec<Change>) {
         for (name, t) in self.topics.iter_mut() {
-            let mut changed = false;
-            if t.leader == Some(id) && !mutation::active(mutation::Mutation::FenceKeepsLeader) {
+            if t.leader == Some(id) {
                 t.leader = None;
                 t.epoch = Epoch(t.epoch.0 + 1);
+                push_topic(changes, name, t);
+            }
+        }
+    }
+
+    /// Takes `id` out of `topic`'s in-sync set, and, unless `keeps_log`, out of its eligible
+    /// set. A member leaving while the set is below `min_insync` with its log intact becomes
+    /// eligible. The sole holder of what was acknowledged (the last in-sync member, no eligible
+    /// one) stays.
+    fn drop_member(
+        &mut self,
+        topic: &str,
+        id: BrokerId,
+        keeps_log: bool,
+        changes: &mut Vec<Change>,
+    ) {
+        let Some(t) = self.topics.get_mut(topic) else {
+            return;
+        };
+        let mut changed = false;
+        // The only eligible member with an empty in-sync set stays: nobody else holds it all.
+        let sole_eligible = t.isr.is_empty() && t.elr == [id];
+        if !keeps_log && t.elr.contains(&id) && !sole_eligible {
+            t.elr.retain(|b| *b != id);
+            changed = true;
+        }
+        if t.isr.contains(&id) {
+            let rest: Vec<BrokerId> = t.isr.iter().copied().filter(|b| *b != id).collect();
+            if !rest.is_empty() || !t.elr.is_empty() {
+                if keeps_log
+                    && rest.len() < t.min_insync as usize
+                    && !mutation::active(mutation::Mutation::NoEligible)
+                {
+                    t.elr.push(id);
+                    t.elr.sort();
+                }
+                t.isr = rest;
                 changed = true;
             }
-            if t.isr.len() > 1 && t.isr.contains(&id) {
-                t.isr.retain(|b| *b != id);
-                t.isr_version += 1;
-                changed = true;
-            }
-            if changed {
-                changes.push(Change::Topic {
-                    name: name.clone(),
-                    state: t.clone(),
+        }
+        if changed {
+            t.isr_version += 1;
+            push_topic(changes, topic, t);
+        }
+    }
+
+    /// `old`'s data path was wiped: it is fenced for good, leaves every set, and each topic it
+    /// held gets the live broker with the fewest replicas in its place (unless it is the last
+    /// holder of what was acknowledged: nothing can replace that).
+    fn retire(&mut self, old: BrokerId, changes: &mut Vec<Change>) {
+        self.retired.insert(old);
+        if let Some(b) = self.brokers.get_mut(&old) {
+            if !b.fenced {
+                b.fenced = true;
+                changes.push(Change::Broker {
+                    id: old,
+                    info: b.clone(),
                 });
+            }
+        }
+        self.end_leaderships(old, changes);
+        let names: Vec<String> = self
+            .topics
+            .iter()
+            .filter(|(_, t)| t.replicas.contains(&old))
+            .map(|(n, _)| n.clone())
+            .collect();
+        for name in names {
+            self.drop_member(&name, old, false, changes);
+            let Some(t) = self.topics.get(&name) else {
+                continue;
+            };
+            if t.isr.contains(&old) || t.elr.contains(&old) {
+                continue;
+            }
+            let replicas = t.replicas.clone();
+            let by = self
+                .brokers
+                .iter()
+                .filter(|(id, b)| !b.fenced && !replicas.contains(id))
+                .map(|(id, _)| (self.replica_count(*id), *id))
+                .min()
+                .map(|(_, id)| id);
+            if let (Some(by), Some(t)) = (by, self.topics.get_mut(&name)) {
+                for r in t.replicas.iter_mut() {
+                    if *r == old {
+                        *r = by;
+                    }
+                }
+                t.isr_version += 1;
+                push_topic(changes, &name, t);
             }
         }
     }
@@ -340,6 +493,8 @@ impl Metadata {
             epoch: Epoch(1),
             isr,
             isr_version: 1,
+            elr: Vec::new(),
+            answered: (Epoch(0), 0),
         };
         self.topics.insert(name.to_string(), state.clone());
         Ok(vec![Change::Topic {
@@ -348,12 +503,18 @@ impl Metadata {
         }])
     }
 
+    /// A leader's proposal: refused unchanged when its epoch is not current or a newer proposal
+    /// of the epoch was answered; otherwise answered (recorded in `answered`), and applied if
+    /// valid.
+    #[allow(clippy::too_many_arguments)]
     fn alter_isr(
         &mut self,
         topic: &str,
         epoch: Epoch,
         isr_version: u64,
         isr: &[BrokerId],
+        incarnations: &[(BrokerId, u64)],
+        proposal: u64,
     ) -> Result<Vec<Change>, Refusal> {
         let skip_checks = mutation::active(mutation::Mutation::AlterIsrIgnoresVersion);
         let brokers = &self.brokers;
@@ -367,32 +528,41 @@ impl Metadata {
                 current: t.epoch,
             });
         }
-        if t.isr_version != isr_version && !skip_checks {
-            return Err(Refusal::StaleIsrVersion {
-                got: isr_version,
-                current: t.isr_version,
+        // A copy of a proposal already answered (a resend, or one delayed past the leader's
+        // next) is ignored: the leader may have dropped it as refused.
+        if (epoch, proposal) <= t.answered
+            && !mutation::active(mutation::Mutation::ProposalCopiesApply)
+        {
+            return Err(Refusal::StaleProposal {
+                got: proposal,
+                answered: t.answered.1,
             });
         }
-        let leader = t.leader.ok_or(Refusal::NoLeader)?;
-        let mut new: Vec<BrokerId> = isr.to_vec();
-        new.sort();
-        new.dedup();
-        if !new.contains(&leader) {
-            return Err(Refusal::InvalidIsr("it must contain the leader"));
+        let answered = t.answered;
+        if !mutation::active(mutation::Mutation::RefusalUnanswered) {
+            t.answered = (epoch, proposal);
         }
-        if new.iter().any(|b| !t.replicas.contains(b)) {
-            return Err(Refusal::InvalidIsr("every member must be a replica"));
+        match check_isr(t, brokers, isr_version, isr, incarnations, skip_checks) {
+            Ok(new) => {
+                let removed: Vec<BrokerId> =
+                    t.isr.iter().copied().filter(|b| !new.contains(b)).collect();
+                if new.len() < t.min_insync as usize {
+                    if !mutation::active(mutation::Mutation::NoEligible) {
+                        t.elr.extend(removed);
+                    }
+                } else {
+                    t.elr.clear();
+                }
+                t.elr.retain(|b| !new.contains(b));
+                t.elr.sort();
+                t.elr.dedup();
+                t.isr = new;
+                t.isr_version += 1;
+            }
+            Err(refusal) if t.answered == answered => return Err(refusal),
+            // Refused, but answered: the leader learns its proposal was dropped.
+            Err(_) => {}
         }
-        // Members already in the set may be fenced (the last one stays); new ones may not.
-        let live = |b: &BrokerId| brokers.get(b).is_some_and(|i| !i.fenced);
-        if new.iter().any(|b| !t.isr.contains(b) && !live(b)) {
-            return Err(Refusal::InvalidIsr("a fenced broker cannot join"));
-        }
-        if new == t.isr {
-            return Err(Refusal::Unchanged);
-        }
-        t.isr = new;
-        t.isr_version += 1;
         Ok(vec![Change::Topic {
             name: topic.to_string(),
             state: t.clone(),
@@ -406,6 +576,7 @@ impl Metadata {
         epoch: Epoch,
     ) -> Result<Vec<Change>, Refusal> {
         let live = self.is_live(leader);
+        let brokers = &self.brokers;
         let t = self
             .topics
             .get_mut(topic)
@@ -419,7 +590,16 @@ impl Metadata {
         if !t.replicas.contains(&leader) {
             return Err(Refusal::NotInSync(leader));
         }
-        if !t.isr.contains(&leader) && !mutation::active(mutation::Mutation::ElectOutsideIsr) {
+        // An eligible member may lead only when no in-sync member is live (KIP-966).
+        let live_in_sync = t
+            .isr
+            .iter()
+            .any(|b| brokers.get(b).is_some_and(|i| !i.fenced));
+        let from_elr = !t.isr.contains(&leader) && !live_in_sync && t.elr.contains(&leader);
+        if !t.isr.contains(&leader)
+            && !from_elr
+            && !mutation::active(mutation::Mutation::ElectOutsideIsr)
+        {
             return Err(Refusal::NotInSync(leader));
         }
         if !live && !mutation::active(mutation::Mutation::ElectFenced) {
@@ -428,6 +608,12 @@ impl Metadata {
         t.leader = Some(leader);
         if !mutation::active(mutation::Mutation::ElectKeepsEpoch) {
             t.epoch = Epoch(t.epoch.0 + 1);
+        }
+        if from_elr {
+            t.elr.retain(|b| *b != leader);
+            t.isr.push(leader);
+            t.isr.sort();
+            t.isr_version += 1;
         }
         Ok(vec![Change::Topic {
             name: topic.to_string(),
@@ -480,6 +666,7 @@ impl Metadata {
             return Err(Refusal::Unchanged);
         }
         t.replicas = replicas.to_vec();
+        t.elr.retain(|b| replicas.contains(b));
         t.isr = isr;
         t.isr_version += 1;
         Ok(vec![Change::Topic {
@@ -487,6 +674,61 @@ impl Metadata {
             state: t.clone(),
         }])
     }
+}
+
+fn push_topic(changes: &mut Vec<Change>, name: &str, t: &TopicState) {
+    changes.retain(|c| !matches!(c, Change::Topic { name: n, .. } if n == name));
+    changes.push(Change::Topic {
+        name: name.to_string(),
+        state: t.clone(),
+    });
+}
+
+/// The in-sync set `isr` (sorted, deduplicated) if the leader may set it now: based on the
+/// current version, holding the leader, within the replicas, adding only live brokers in the
+/// incarnation the leader counted.
+fn check_isr(
+    t: &TopicState,
+    brokers: &BTreeMap<BrokerId, BrokerInfo>,
+    isr_version: u64,
+    isr: &[BrokerId],
+    incarnations: &[(BrokerId, u64)],
+    skip_version: bool,
+) -> Result<Vec<BrokerId>, Refusal> {
+    if t.isr_version != isr_version && !skip_version {
+        return Err(Refusal::StaleIsrVersion {
+            got: isr_version,
+            current: t.isr_version,
+        });
+    }
+    let leader = t.leader.ok_or(Refusal::NoLeader)?;
+    let mut new: Vec<BrokerId> = isr.to_vec();
+    new.sort();
+    new.dedup();
+    if !new.contains(&leader) {
+        return Err(Refusal::InvalidIsr("it must contain the leader"));
+    }
+    if new.iter().any(|b| !t.replicas.contains(b)) {
+        return Err(Refusal::InvalidIsr("every member must be a replica"));
+    }
+    // Members already in the set may be fenced (the last one stays); new ones may not, and
+    // must be in the incarnation whose acks the leader counted.
+    let current = |b: &BrokerId| {
+        brokers.get(b).is_some_and(|i| {
+            !i.fenced
+                && (mutation::active(mutation::Mutation::IgnoreIncarnations)
+                    || incarnations.contains(&(*b, i.incarnation)))
+        })
+    };
+    if new.iter().any(|b| !t.isr.contains(b) && !current(b)) {
+        return Err(Refusal::InvalidIsr(
+            "a joining broker must be live, in the incarnation counted",
+        ));
+    }
+    if new == t.isr {
+        return Err(Refusal::Unchanged);
+    }
+    Ok(new)
 }
 
 /// NSQ's rule: 1 to 64 characters of `[.a-zA-Z0-9_-]`, optionally ending in `#ephemeral`.
@@ -524,6 +766,20 @@ pub(crate) mod mutation {
         CorruptEntries,
         /// A broker's view ignores brokers' changes.
         ViewIgnoresBrokerChanges,
+        /// Members leaving a set below `min_insync` never become eligible.
+        NoEligible,
+        /// `AlterIsr` adds brokers whatever incarnation the leader counted.
+        IgnoreIncarnations,
+        /// A refused `AlterIsr` is not recorded as answered.
+        RefusalUnanswered,
+        /// A copy of an answered `AlterIsr` is answered (and applied) again.
+        ProposalCopiesApply,
+        /// A new incarnation of a leader goes on leading its epochs.
+        RestartKeepsLeader,
+        /// `RegisterBroker` ignores the damaged topics it names.
+        IgnoreDamaged,
+        /// A new id at a known address leaves the old id in place.
+        KeepWipedId,
     }
 
     #[cfg(test)]
@@ -563,6 +819,7 @@ mod tests {
             id: b(id),
             incarnation: inc,
             addresses: vec![format!("10.0.0.{id}:4150")],
+            damaged: vec![],
         })
     }
 
@@ -611,28 +868,39 @@ mod tests {
     fn alter_isr_needs_current_epoch_and_version() {
         let mut md = three_brokers_one_topic();
         let t = md.topics["t"].clone();
-        let shrink = |epoch, v| Entry::AlterIsr {
+        let shrink = |epoch, v, proposal| Entry::AlterIsr {
             topic: "t".into(),
             epoch,
             isr_version: v,
             isr: vec![b(1), b(2)],
+            incarnations: vec![],
+            proposal,
         };
         assert!(matches!(
-            md.apply(&shrink(Epoch(t.epoch.0 - 1), t.isr_version)),
+            md.apply(&shrink(Epoch(t.epoch.0 - 1), t.isr_version, 1)),
             Outcome::Refused(Refusal::StaleEpoch { .. })
         ));
+        // A stale version is refused, and the refusal answered: only `answered` changes.
+        let before = md.topics["t"].clone();
         assert!(matches!(
-            md.apply(&shrink(t.epoch, t.isr_version + 1)),
-            Outcome::Refused(Refusal::StaleIsrVersion { .. })
-        ));
-        assert!(matches!(
-            md.apply(&shrink(t.epoch, t.isr_version)),
+            md.apply(&shrink(t.epoch, t.isr_version + 1, 1)),
             Outcome::Applied(_)
         ));
-        // The same request again is stale now.
+        let after = md.topics["t"].clone();
+        assert_eq!(after.answered, (t.epoch, 1));
+        assert_eq!(
+            (after.isr, after.isr_version),
+            (before.isr, before.isr_version)
+        );
         assert!(matches!(
-            md.apply(&shrink(t.epoch, t.isr_version)),
-            Outcome::Refused(Refusal::StaleIsrVersion { .. })
+            md.apply(&shrink(t.epoch, t.isr_version, 2)),
+            Outcome::Applied(_)
+        ));
+        assert_eq!(md.topics["t"].isr_version, t.isr_version + 1);
+        // The same request again is a copy of an answered proposal: ignored.
+        assert!(matches!(
+            md.apply(&shrink(t.epoch, t.isr_version + 1, 2)),
+            Outcome::Refused(Refusal::StaleProposal { .. })
         ));
         assert_eq!(md.topics["t"].isr, vec![b(1), b(2)]);
     }
@@ -647,6 +915,8 @@ mod tests {
             epoch: t.epoch,
             isr_version: t.isr_version,
             isr: vec![b(1), b(2)],
+            incarnations: vec![],
+            proposal: 1,
         });
         md.apply(&Entry::FenceBroker {
             id: leader,
@@ -688,17 +958,45 @@ mod tests {
         assert_eq!(md.topics["t"].epoch, Epoch(t2.epoch.0 + 1));
     }
 
-    #[test]
-    fn the_last_in_sync_member_stays_and_leads_again_when_back() {
-        let mut md = three_brokers_one_topic();
+    fn alter(md: &mut Metadata, isr: Vec<BrokerId>, proposal: u64) -> Outcome {
         let t = md.topics["t"].clone();
-        let leader = t.leader.unwrap_or(b(0));
+        let incarnations = isr
+            .iter()
+            .map(|m| (*m, md.brokers.get(m).map_or(0, |i| i.incarnation)))
+            .collect();
         md.apply(&Entry::AlterIsr {
             topic: "t".into(),
             epoch: t.epoch,
             isr_version: t.isr_version,
-            isr: vec![leader],
+            isr,
+            incarnations,
+            proposal,
+        })
+    }
+
+    fn elect(md: &mut Metadata, leader: BrokerId) -> Outcome {
+        let epoch = md.topics["t"].epoch;
+        md.apply(&Entry::ElectLeader {
+            topic: "t".into(),
+            leader,
+            epoch,
+        })
+    }
+
+    #[test]
+    fn the_last_in_sync_member_stays_and_leads_again_when_back() {
+        let mut md = Metadata::default();
+        for id in 1..=3 {
+            reg(&mut md, id, 1);
+        }
+        md.apply(&Entry::CreateTopic {
+            name: "t".into(),
+            replicas: 3,
+            min_insync: 1,
         });
+        let leader = md.topics["t"].leader.unwrap_or(b(0));
+        alter(&mut md, vec![leader], 1);
+        assert!(md.topics["t"].elr.is_empty());
         md.apply(&Entry::FenceBroker {
             id: leader,
             incarnation: 1,
@@ -706,25 +1004,159 @@ mod tests {
         assert_eq!(md.topics["t"].isr, vec![leader]);
         assert_eq!(md.topics["t"].leader, None);
         // Nobody else may lead: no unclean election.
-        let epoch = md.topics["t"].epoch;
         for other in [b(1), b(2), b(3)].into_iter().filter(|x| *x != leader) {
             assert!(matches!(
-                md.apply(&Entry::ElectLeader {
-                    topic: "t".into(),
-                    leader: other,
-                    epoch
-                }),
+                elect(&mut md, other),
                 Outcome::Refused(Refusal::NotInSync(_))
             ));
         }
         reg(&mut md, leader.0, 1);
+        assert!(matches!(elect(&mut md, leader), Outcome::Applied(_)));
+    }
+
+    #[test]
+    fn members_leaving_below_min_insync_become_eligible_and_one_leads_when_no_in_sync_member_is_live(
+    ) {
+        let mut md = three_brokers_one_topic();
+        let t = md.topics["t"].clone();
+        let leader = t.leader.unwrap_or(b(0));
+        let others: Vec<BrokerId> = t
+            .replicas
+            .iter()
+            .copied()
+            .filter(|x| *x != leader)
+            .collect();
+        let (x, y) = (others[0], others[1]);
+        // At min_insync: y leaves, not eligible (publishes go on without it).
+        alter(&mut md, vec![leader, x], 1);
+        assert!(md.topics["t"].elr.is_empty());
+        // Below min_insync: a fenced x keeps its log and becomes eligible.
+        md.apply(&Entry::FenceBroker {
+            id: x,
+            incarnation: 1,
+        });
+        assert_eq!(md.topics["t"].elr, vec![x]);
+        // The last in-sync member may leave now: an eligible one holds everything.
+        md.apply(&Entry::FenceBroker {
+            id: leader,
+            incarnation: 1,
+        });
+        let t = md.topics["t"].clone();
+        assert!(t.isr.is_empty());
+        let mut elr = vec![x, leader];
+        elr.sort();
+        assert_eq!(t.elr, elr);
+        // y is neither in sync nor eligible; x is fenced.
         assert!(matches!(
-            md.apply(&Entry::ElectLeader {
-                topic: "t".into(),
-                leader,
-                epoch
-            }),
+            elect(&mut md, y),
+            Outcome::Refused(Refusal::NotInSync(_))
+        ));
+        assert!(matches!(
+            elect(&mut md, x),
+            Outcome::Refused(Refusal::Fenced(_))
+        ));
+        // x back with a damaged log: it is no longer eligible.
+        md.apply(&Entry::RegisterBroker {
+            id: x,
+            incarnation: 2,
+            addresses: vec![format!("10.0.0.{}:4150", x.0)],
+            damaged: vec!["t".into()],
+        });
+        assert_eq!(md.topics["t"].elr, vec![leader]);
+        assert!(matches!(
+            elect(&mut md, x),
+            Outcome::Refused(Refusal::NotInSync(_))
+        ));
+        // The old leader back intact: elected from the eligible set, it rejoins the in-sync set.
+        reg(&mut md, leader.0, 1);
+        assert!(matches!(elect(&mut md, leader), Outcome::Applied(_)));
+        let t = md.topics["t"].clone();
+        assert_eq!(
+            (t.isr, t.elr, t.leader),
+            (vec![leader], vec![], Some(leader))
+        );
+        // Back at min_insync (x joins in its current incarnation), the eligible set empties.
+        assert!(matches!(
+            alter(&mut md, vec![leader, x], 1),
             Outcome::Applied(_)
+        ));
+        assert!(md.topics["t"].elr.is_empty());
+    }
+
+    #[test]
+    fn a_broker_joins_only_in_the_incarnation_the_leader_counted() {
+        let mut md = three_brokers_one_topic();
+        let t = md.topics["t"].clone();
+        let leader = t.leader.unwrap_or(b(0));
+        let x = t
+            .replicas
+            .iter()
+            .copied()
+            .find(|m| *m != leader)
+            .unwrap_or(b(0));
+        alter(&mut md, vec![leader], 1);
+        reg(&mut md, x.0, 2);
+        let t = md.topics["t"].clone();
+        let join = |incarnation, proposal| Entry::AlterIsr {
+            topic: "t".into(),
+            epoch: t.epoch,
+            isr_version: t.isr_version,
+            isr: vec![leader, x],
+            incarnations: vec![(leader, 1), (x, incarnation)],
+            proposal,
+        };
+        md.apply(&join(1, 2));
+        assert_eq!(md.topics["t"].isr, vec![leader]);
+        assert_eq!(md.topics["t"].answered, (t.epoch, 2));
+        assert!(matches!(md.apply(&join(2, 3)), Outcome::Applied(_)));
+        assert!(md.topics["t"].isr.contains(&x));
+    }
+
+    #[test]
+    fn a_registration_naming_damaged_topics_leaves_their_in_sync_sets() {
+        let mut md = three_brokers_one_topic();
+        let t = md.topics["t"].clone();
+        let x = t
+            .replicas
+            .iter()
+            .copied()
+            .find(|m| Some(*m) != t.leader)
+            .unwrap_or(b(0));
+        let out = md.apply(&Entry::RegisterBroker {
+            id: x,
+            incarnation: 2,
+            addresses: vec![format!("10.0.0.{}:4150", x.0)],
+            damaged: vec!["t".into(), "unknown".into()],
+        });
+        assert!(matches!(out, Outcome::Applied(_)), "{out:?}");
+        let t2 = md.topics["t"].clone();
+        assert!(!t2.isr.contains(&x) && !t2.elr.contains(&x));
+        assert_eq!((t2.leader, t2.epoch), (t.leader, t.epoch));
+        assert!(md.is_live(x));
+    }
+
+    #[test]
+    fn a_new_id_at_a_known_address_retires_the_old_one() {
+        let mut md = three_brokers_one_topic();
+        reg(&mut md, 4, 1);
+        let t = md.topics["t"].clone();
+        let old = t.leader.unwrap_or(b(0));
+        let out = md.apply(&Entry::RegisterBroker {
+            id: b(9),
+            incarnation: 1,
+            addresses: vec![format!("10.0.0.{}:4150", old.0)],
+            damaged: vec![],
+        });
+        assert!(matches!(out, Outcome::Applied(_)), "{out:?}");
+        let t2 = md.topics["t"].clone();
+        assert!(md.retired.contains(&old) && !md.is_live(old));
+        assert_eq!(t2.leader, None);
+        assert!(t2.epoch > t.epoch);
+        assert!(!t2.isr.contains(&old) && !t2.replicas.contains(&old));
+        assert!(t2.replicas.contains(&b(4)) || t2.replicas.contains(&b(9)));
+        assert!(matches!(
+            reg(&mut md, old.0, 2),
+            Outcome::Refused(Refusal::Retired(_))
         ));
     }
 
@@ -736,7 +1168,8 @@ mod tests {
         assert!(matches!(reg(&mut md, leader.0, 2), Outcome::Applied(_)));
         assert_eq!(md.topics["t"].leader, None);
         assert_eq!(md.topics["t"].epoch, Epoch(epoch.0 + 1));
-        assert!(!md.topics["t"].isr.contains(&leader));
+        // A process restart loses nothing written: it stays in sync, and may lead again.
+        assert!(md.topics["t"].isr.contains(&leader));
         assert!(matches!(
             reg(&mut md, leader.0, 1),
             Outcome::Refused(Refusal::StaleIncarnation { .. })

@@ -448,11 +448,13 @@ mod tests {
                 id: BrokerId(1),
                 incarnation: 1,
                 addresses: vec!["a".into()],
+                damaged: vec![],
             },
             Entry::RegisterBroker {
                 id: BrokerId(2),
                 incarnation: 1,
                 addresses: vec!["b".into()],
+                damaged: vec![],
             },
             Entry::CreateTopic {
                 name: "t".into(),

@@ -23,14 +23,24 @@ pub enum BrokerRequest {
         incarnation: u64,
         addresses: Vec<String>,
         known: Option<u64>,
+        /// With a new incarnation: the topics whose log may miss a suffix (see
+        /// `Entry::RegisterBroker`); named again until the registration is applied.
+        #[serde(default)]
+        damaged: Vec<String>,
     },
-    /// As the topic's leader at `epoch`, I change its in-sync set.
+    /// As the topic's leader at `epoch`, I change its in-sync set: my proposal number
+    /// `proposal` of the epoch, counting the acks of each member's incarnation in
+    /// `incarnations`. Always answered through the metadata (the topic's `answered`).
     AlterIsr {
         broker: BrokerId,
         topic: String,
         epoch: Epoch,
         isr_version: u64,
         isr: Vec<BrokerId>,
+        #[serde(default)]
+        incarnations: Vec<(BrokerId, u64)>,
+        #[serde(default)]
+        proposal: u64,
     },
     CreateTopic {
         name: String,
@@ -106,9 +116,13 @@ impl Controller {
                 incarnation,
                 addresses,
                 known,
+                damaged,
             } => {
                 let md = self.node.metadata();
-                match self.sessions.heard(md, broker, incarnation, &addresses) {
+                match self
+                    .sessions
+                    .heard(md, broker, incarnation, &addresses, &damaged)
+                {
                     Heard::Stale { registered } => BrokerReply::Stale { registered },
                     Heard::Current { propose } => {
                         let update = self.node.deltas().update_for(md, broker, known);
@@ -125,6 +139,8 @@ impl Controller {
                 epoch,
                 isr_version,
                 isr,
+                incarnations,
+                proposal,
             } => {
                 let leads = self
                     .node
@@ -142,6 +158,8 @@ impl Controller {
                     epoch,
                     isr_version,
                     isr,
+                    incarnations,
+                    proposal,
                 })
             }
             BrokerRequest::CreateTopic {
@@ -213,6 +231,7 @@ mod tests {
             incarnation: 1,
             addresses: vec!["b7:4150".into()],
             known,
+            damaged: vec![],
         }
     }
 
@@ -260,6 +279,8 @@ mod tests {
             epoch: Epoch(1),
             isr_version: 1,
             isr: vec![BrokerId(7)],
+            incarnations: vec![],
+            proposal: 1,
         };
         assert!(matches!(
             c.handle(alter(BrokerId(8))),
@@ -272,6 +293,7 @@ mod tests {
             incarnation: 0,
             addresses: vec![],
             known: None,
+            damaged: vec![],
         };
         assert_eq!(c.handle(old), BrokerReply::Stale { registered: 1 });
     }

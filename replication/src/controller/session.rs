@@ -13,7 +13,7 @@
 
 use std::collections::BTreeMap;
 
-use super::metadata::{mutation, Entry, Metadata};
+use super::metadata::{mutation, Entry, Metadata, TopicState};
 use crate::ids::BrokerId;
 
 /// Session timing, in the controller's ticks.
@@ -108,7 +108,7 @@ impl Sessions {
             if t.leader.is_some() {
                 continue;
             }
-            if let Some(leader) = self.candidate(md, &t.replicas, &t.isr) {
+            if let Some(leader) = self.candidate(md, t) {
                 wanted.push(Entry::ElectLeader {
                     topic: name.clone(),
                     leader,
@@ -141,15 +141,17 @@ impl Sessions {
     }
 
     /// The leader of a leaderless topic: its first replica (the preferred one first) that is in
-    /// sync and live, preferring one heard from lately.
-    fn candidate(
-        &self,
-        md: &Metadata,
-        replicas: &[BrokerId],
-        isr: &[BrokerId],
-    ) -> Option<BrokerId> {
+    /// sync and live, preferring one heard from lately; when no in-sync member is live, a live
+    /// eligible one.
+    fn candidate(&self, md: &Metadata, t: &TopicState) -> Option<BrokerId> {
+        let (replicas, isr) = (&t.replicas, &t.isr);
+        let pool = if isr.iter().any(|b| md.is_live(*b)) {
+            isr
+        } else {
+            &t.elr
+        };
         let eligible = |b: &&BrokerId| {
-            let in_sync = isr.contains(b) || mutation::active(mutation::Mutation::ElectOutsideIsr);
+            let in_sync = pool.contains(b) || mutation::active(mutation::Mutation::ElectOutsideIsr);
             let live = md.is_live(**b) || mutation::active(mutation::Mutation::ElectFenced);
             in_sync && live
         };
@@ -173,7 +175,14 @@ impl Sessions {
         id: BrokerId,
         incarnation: u64,
         addresses: &[String],
+        damaged: &[String],
     ) -> Heard {
+        if md.retired.contains(&id) {
+            // Its data path was wiped and a new broker took its address.
+            return Heard::Stale {
+                registered: u64::MAX,
+            };
+        }
         match md.brokers.get(&id) {
             Some(b) if incarnation < b.incarnation => Heard::Stale {
                 registered: b.incarnation,
@@ -188,6 +197,7 @@ impl Sessions {
                     id,
                     incarnation,
                     addresses: addresses.to_vec(),
+                    damaged: damaged.to_vec(),
                 };
                 let propose = self.should_propose(&entry).then_some(entry);
                 Heard::Current { propose }
@@ -237,6 +247,7 @@ mod tests {
                 id: BrokerId(id),
                 incarnation: 1,
                 addresses: vec![],
+                damaged: vec![],
             });
         }
         md.apply(&Entry::CreateTopic {
@@ -264,7 +275,7 @@ mod tests {
         for _ in 0..12 {
             for id in 1..=4 {
                 if BrokerId(id) != leader {
-                    s.heard(&md, BrokerId(id), 1, &[]);
+                    s.heard(&md, BrokerId(id), 1, &[], &[]);
                 }
             }
             for e in s.tick(Some((1, true)), &md) {
@@ -324,7 +335,7 @@ mod tests {
         let mut found = None;
         for _ in 0..60 {
             for id in 1..=4 {
-                s.heard(&md, BrokerId(id), 1, &[]);
+                s.heard(&md, BrokerId(id), 1, &[], &[]);
             }
             for e in s.tick(Some((1, true)), &md) {
                 if let Entry::Reassign { replicas, .. } = &e {
@@ -337,6 +348,9 @@ mod tests {
             !replicas.contains(&gone) && replicas.contains(&BrokerId(4)),
             "{replicas:?}"
         );
-        assert_eq!(s.heard(&md, gone, 0, &[]), Heard::Stale { registered: 1 });
+        assert_eq!(
+            s.heard(&md, gone, 0, &[], &[]),
+            Heard::Stale { registered: 1 }
+        );
     }
 }

@@ -153,11 +153,13 @@ mod tests {
                 id: BrokerId(1),
                 incarnation: 1,
                 addresses: vec!["a:1".into()],
+                damaged: vec![],
             },
             Entry::RegisterBroker {
                 id: me,
                 incarnation: 1,
                 addresses: vec!["b:1".into()],
+                damaged: vec![],
             },
             Entry::CreateTopic {
                 name: "t".into(),

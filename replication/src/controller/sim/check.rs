@@ -7,8 +7,16 @@
 //! - along that sequence: a refused entry changes nothing; an applied `AlterIsr` or `Reassign`
 //!   carried the current epoch and version; an applied `ElectLeader` named a live in-sync member;
 //!   epochs never go down, and a leader change always takes a new epoch;
-//! - in every state any node holds: a topic's leader is a live member of its in-sync set, the set
-//!   is a non-empty subset of the replicas, and a (topic, epoch) never had two leaders;
+//! - along it too, the data path's rules: a member leaving the in-sync set below `min_insync`
+//!   with its log intact (an `AlterIsr`, a fence) becomes eligible; an eligible member is
+//!   elected only when no in-sync member is live; an `AlterIsr` adds a broker only in the
+//!   incarnation the leader counted; every `AlterIsr` of the current epoch newer than the last
+//!   answered is answered, and no other changes anything; a restarted leader's epochs end; the
+//!   topics a registration names as damaged lose it from their in-sync and eligible sets; a new
+//!   id at a known address retires the old id (fenced, in no set, leading nothing);
+//! - in every state any node holds: a topic's leader is a live member of its in-sync set, the
+//!   in-sync and eligible sets are disjoint subsets of the replicas, not both empty, and a
+//!   (topic, epoch) never had two leaders, nor two incarnations of one;
 //! - a broker's view at version v is exactly the metadata at v as that broker needs it.
 
 use std::collections::BTreeMap;
@@ -35,8 +43,8 @@ pub(crate) struct Checker {
     reference: Metadata,
     /// The metadata at each version (index = version).
     by_version: Vec<Metadata>,
-    /// (topic, epoch) -> its leader.
-    topic_leaders: BTreeMap<(String, Epoch), BrokerId>,
+    /// (topic, epoch) -> its leader and the leader's incarnation.
+    topic_leaders: BTreeMap<(String, Epoch), (BrokerId, u64)>,
     /// Per node, the next index it must apply (1 after a restart).
     next_index: BTreeMap<u64, u64>,
     pub(crate) leader_changes: u64,
@@ -184,8 +192,18 @@ impl Checker {
     /// Rules every applied state keeps.
     fn state(&mut self, md: &Metadata) -> Result<(), Violation> {
         for (name, t) in &md.topics {
-            if t.isr.is_empty() {
-                return Err(format!("topic {name}: empty in-sync set"));
+            if t.isr.is_empty() && t.elr.is_empty() {
+                return Err(format!("topic {name}: empty in-sync and eligible sets"));
+            }
+            if t.elr.windows(2).any(|w| w[0] >= w[1])
+                || t.elr
+                    .iter()
+                    .any(|b| t.isr.contains(b) || !t.replicas.contains(b))
+            {
+                return Err(format!(
+                    "topic {name}: eligible set {:?} not sorted, or not disjoint from {:?} within {:?}",
+                    t.elr, t.isr, t.replicas
+                ));
             }
             if t.isr.windows(2).any(|w| w[0] >= w[1]) {
                 return Err(format!("topic {name}: in-sync set {:?} not sorted", t.isr));
@@ -206,16 +224,23 @@ impl Checker {
                 if md.brokers.get(&l).is_none_or(|b| b.fenced) {
                     return Err(format!("topic {name}: leader {l:?} is fenced"));
                 }
+                let inc = md.brokers.get(&l).map_or(0, |b| b.incarnation);
                 match self.topic_leaders.get(&(name.clone(), t.epoch)) {
-                    Some(other) if *other != l => {
+                    Some((other, _)) if *other != l => {
                         return Err(format!(
                             "topic {name}: epoch {:?} led by {other:?} and {l:?}",
                             t.epoch
                         ))
                     }
+                    Some((_, i)) if *i != inc => {
+                        return Err(format!(
+                            "topic {name}: epoch {:?} led by {l:?} in incarnations {i} and {inc}",
+                            t.epoch
+                        ))
+                    }
                     Some(_) => {}
                     None => {
-                        self.topic_leaders.insert((name.clone(), t.epoch), l);
+                        self.topic_leaders.insert((name.clone(), t.epoch), (l, inc));
                     }
                 }
             }
@@ -248,6 +273,21 @@ fn transition(
         if before != after {
             return Err("refused, yet the metadata changed".into());
         }
+        if let Entry::AlterIsr {
+            topic,
+            epoch,
+            proposal,
+            ..
+        } = entry
+        {
+            if let Some(t) = before.topics.get(topic) {
+                if t.epoch == *epoch && (*epoch, *proposal) > t.answered {
+                    return Err(format!(
+                        "AlterIsr proposal {proposal} of the current epoch left unanswered"
+                    ));
+                }
+            }
+        }
         return Ok(());
     }
     if after.version != before.version + 1 {
@@ -258,17 +298,42 @@ fn transition(
             topic,
             epoch,
             isr_version,
+            incarnations,
+            proposal,
             ..
         } => {
             let t = before
                 .topics
                 .get(topic)
                 .ok_or("AlterIsr applied to an unknown topic")?;
-            if t.epoch != *epoch || t.isr_version != *isr_version {
+            let u = after
+                .topics
+                .get(topic)
+                .ok_or("AlterIsr removed its topic")?;
+            if (*epoch, *proposal) <= t.answered {
+                return Err(format!(
+                    "a copy of an answered AlterIsr applied: ({epoch:?}, {proposal}) after {:?}",
+                    t.answered
+                ));
+            }
+            if u.answered != (*epoch, *proposal) {
+                return Err(format!("AlterIsr proposal {proposal} applied unanswered"));
+            }
+            let changed = u.isr != t.isr || u.isr_version != t.isr_version;
+            if changed && (t.epoch != *epoch || t.isr_version != *isr_version) {
                 return Err(format!(
                     "stale AlterIsr applied: it carried ({epoch:?}, {isr_version}), current ({:?}, {})",
                     t.epoch, t.isr_version
                 ));
+            }
+            for m in u.isr.iter().filter(|m| !t.isr.contains(m)) {
+                let current = before.brokers.get(m).map(|b| (b.incarnation, b.fenced));
+                let counted = incarnations.iter().find(|(b, _)| b == m).map(|x| x.1);
+                if current.is_none_or(|(inc, fenced)| fenced || counted != Some(inc)) {
+                    return Err(format!(
+                        "AlterIsr added {m:?} in incarnation {counted:?}, registered {current:?}"
+                    ));
+                }
             }
         }
         Entry::Reassign {
@@ -287,17 +352,44 @@ fn transition(
                 .topics
                 .get(topic)
                 .ok_or("ElectLeader applied to an unknown topic")?;
-            if !t.isr.contains(leader) {
+            let live_in_sync = t.isr.iter().any(|b| before.is_live(*b));
+            if !t.isr.contains(leader) && (live_in_sync || !t.elr.contains(leader)) {
                 return Err(format!(
-                    "elected {leader:?} outside the in-sync set {:?}",
-                    t.isr
+                    "elected {leader:?} outside the in-sync set {:?} (eligible {:?})",
+                    t.isr, t.elr
                 ));
             }
             if before.brokers.get(leader).is_none_or(|b| b.fenced) {
                 return Err(format!("elected {leader:?}, fenced at election"));
             }
         }
+        Entry::RegisterBroker {
+            id,
+            incarnation,
+            addresses,
+            damaged,
+        } => registered(before, after, *id, *incarnation, addresses, damaged)?,
         _ => {}
+    }
+    if matches!(entry, Entry::AlterIsr { .. } | Entry::FenceBroker { .. }) {
+        for (name, t) in &before.topics {
+            let Some(u) = after.topics.get(name) else {
+                continue;
+            };
+            for m in t.isr.iter().filter(|m| !u.isr.contains(m)) {
+                if u.isr.len() < u.min_insync as usize && !u.elr.contains(m) {
+                    return Err(format!(
+                        "topic {name}: {m:?} left the in-sync set {:?} below min_insync without becoming eligible",
+                        u.isr
+                    ));
+                }
+            }
+        }
+    }
+    for id in &after.retired {
+        if after.brokers.get(id).is_some_and(|b| !b.fenced) {
+            return Err(format!("retired {id:?} is live"));
+        }
     }
     for (name, t) in &before.topics {
         let Some(u) = after.topics.get(name) else {
@@ -311,6 +403,68 @@ fn transition(
                 "topic {name}: leader changed from {:?} to {:?} within epoch {:?}",
                 t.leader, u.leader, t.epoch
             ));
+        }
+    }
+    Ok(())
+}
+
+/// Rules of an applied `RegisterBroker`: a new incarnation ends its broker's epochs, the damaged
+/// topics lose it from their in-sync and eligible sets (unless it is the sole holder), and a new
+/// id at a known address retires the old one.
+fn registered(
+    before: &Metadata,
+    after: &Metadata,
+    id: BrokerId,
+    incarnation: u64,
+    addresses: &[String],
+    damaged: &[String],
+) -> Result<(), String> {
+    let sole = |t: &crate::controller::metadata::TopicState, b: BrokerId| {
+        (t.isr == [b] && t.elr.is_empty()) || (t.isr.is_empty() && t.elr == [b])
+    };
+    match before.brokers.get(&id) {
+        Some(b) if incarnation > b.incarnation => {
+            for (name, t) in &before.topics {
+                if t.leader == Some(id)
+                    && after.topics.get(name).is_some_and(|u| u.epoch == t.epoch)
+                {
+                    return Err(format!(
+                        "topic {name}: {id:?} restarted and still leads epoch {:?}",
+                        t.epoch
+                    ));
+                }
+            }
+        }
+        Some(_) => {}
+        None => {
+            for (old, b) in &before.brokers {
+                if !b.addresses.iter().any(|a| addresses.contains(a)) {
+                    continue;
+                }
+                if !after.retired.contains(old) {
+                    return Err(format!(
+                        "{id:?} took {old:?}'s address, {old:?} not retired"
+                    ));
+                }
+                for (name, u) in &after.topics {
+                    if u.leader == Some(*old)
+                        || (u.elr.contains(old) && !sole(u, *old))
+                        || (u.isr.contains(old) && !sole(u, *old))
+                    {
+                        return Err(format!("topic {name}: wiped {old:?} still in it: {u:?}"));
+                    }
+                }
+            }
+        }
+    }
+    for name in damaged {
+        if let Some(u) = after.topics.get(name) {
+            if (u.elr.contains(&id) || u.isr.contains(&id)) && !sole(u, id) {
+                return Err(format!(
+                    "topic {name}: {id:?} registered with a damaged log, still in {:?} / eligible {:?}",
+                    u.isr, u.elr
+                ));
+            }
         }
     }
     Ok(())

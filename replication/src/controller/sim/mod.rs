@@ -135,7 +135,7 @@ const MUTATION_SEEDS: u64 = 200;
 fn every_invariant_catches_its_bug() {
     let mut report = Vec::new();
     // Each bug, and what the check meant for it says (any of them).
-    let cases: [(Mutation, &[&str]); 9] = [
+    let cases: [(Mutation, &[&str]); 16] = [
         (
             Mutation::AlterIsrIgnoresVersion,
             &["stale AlterIsr applied"],
@@ -156,6 +156,19 @@ fn every_invariant_catches_its_bug() {
             &["where another applied", "differs from the others'"],
         ),
         (Mutation::ViewIgnoresBrokerChanges, &["view at version"]),
+        (Mutation::NoEligible, &["without becoming eligible"]),
+        (Mutation::IgnoreIncarnations, &["AlterIsr added"]),
+        (Mutation::RefusalUnanswered, &["left unanswered"]),
+        (
+            Mutation::ProposalCopiesApply,
+            &["a copy of an answered AlterIsr"],
+        ),
+        (
+            Mutation::RestartKeepsLeader,
+            &["restarted and still leads", "in incarnations"],
+        ),
+        (Mutation::IgnoreDamaged, &["with a damaged log"]),
+        (Mutation::KeepWipedId, &["not retired"]),
         // raft-rs itself may notice first that a node lost entries it acknowledged.
         (
             Mutation::IgnoreSync,

@@ -105,7 +105,15 @@ struct SimNode {
 }
 
 struct SimBroker {
+    /// Its host: the address stays when the data path is wiped (a new id).
+    slot: u64,
     id: BrokerId,
+    /// Topics named as damaged at registration, until the registration is seen applied.
+    damaged: Vec<String>,
+    /// The topics it held when it crashed.
+    held: Vec<String>,
+    /// Its last AlterIsr proposal number.
+    proposal: u64,
     incarnation: u64,
     up: bool,
     /// When a crashed broker comes back (None: never).
@@ -188,7 +196,11 @@ impl World {
         }
         let brokers = (1..=params.brokers)
             .map(|id| SimBroker {
+                slot: id,
                 id: BrokerId(id),
+                damaged: Vec::new(),
+                held: Vec::new(),
+                proposal: 0,
                 incarnation: 1,
                 up: true,
                 back_at: None,
@@ -311,6 +323,13 @@ impl World {
             let b = &mut self.brokers[i];
             if b.up {
                 b.up = false;
+                b.held = b.view.as_ref().map_or_else(Vec::new, |v| {
+                    v.topics
+                        .iter()
+                        .filter(|(_, t)| t.replicas.contains(&v.broker))
+                        .map(|(n, _)| n.clone())
+                        .collect()
+                });
                 b.view = None;
                 b.back_at = Some(now + back);
                 self.stats.broker_crashes += 1;
@@ -503,8 +522,15 @@ impl World {
                     self.next_broker_id += 1;
                     b.id = BrokerId(self.params.brokers + self.next_broker_id);
                     b.incarnation = 0;
+                    b.held.clear();
                     self.stats.wiped_brokers += 1;
                 }
+                // Some of its logs lost a suffix (a damaged tail, a reboot without --durable).
+                let held = std::mem::take(&mut b.held);
+                b.damaged = held
+                    .into_iter()
+                    .filter(|_| self.rng.below(3) == 0)
+                    .collect();
                 b.up = true;
                 b.incarnation += 1;
                 b.back_at = None;
@@ -525,8 +551,9 @@ impl World {
             requests.push(BrokerRequest::Heartbeat {
                 broker: b.id,
                 incarnation: b.incarnation,
-                addresses: vec![format!("broker{}:4150", b.id.0)],
+                addresses: vec![format!("host{}:4150", b.slot)],
                 known: b.view.as_ref().map(|v| v.version),
+                damaged: b.damaged.clone(),
             });
         }
         let (from, target) = (b.addr(), b.target);
@@ -555,6 +582,18 @@ impl World {
                     let drop = others[self.rng.below(others.len() as u64) as usize];
                     isr.retain(|r| *r != drop);
                 }
+                // The incarnation whose acks it counted: sometimes an older one (a member that
+                // restarted since).
+                let incarnations: Vec<(BrokerId, u64)> = isr
+                    .iter()
+                    .map(|m| {
+                        let i = view.brokers.get(m).map_or(0, |x| x.incarnation);
+                        let stale = self.rng.below(8) == 0;
+                        (*m, if stale { i.saturating_sub(1) } else { i })
+                    })
+                    .collect();
+                self.brokers[i].proposal += 1;
+                let proposal = self.brokers[i].proposal;
                 let (mut epoch, mut version) = (t.epoch, t.isr_version);
                 if self.rng.below(4) == 0 {
                     if self.rng.below(2) == 0 {
@@ -569,6 +608,8 @@ impl World {
                     epoch,
                     isr_version: version,
                     isr,
+                    incarnations,
+                    proposal,
                 });
             }
         }
@@ -615,7 +656,11 @@ impl World {
             }
         }
         for (name, t) in &md.topics {
-            let live_in_sync = t.isr.iter().any(|m| up.iter().any(|b| b.id == *m));
+            let live_in_sync = t
+                .isr
+                .iter()
+                .chain(t.elr.iter())
+                .any(|m| up.iter().any(|b| b.id == *m));
             let led_live = t.leader.is_some_and(|l| up.iter().any(|b| b.id == l));
             if live_in_sync && !led_live {
                 return Err(format!(
@@ -628,6 +673,14 @@ impl World {
 }
 
 fn on_reply(b: &mut SimBroker, from: u64, reply: BrokerReply, now: u64, nodes: u64) {
+    on_reply_inner(b, from, reply, now, nodes);
+    let registered = b.view.as_ref().and_then(|v| v.brokers.get(&b.id));
+    if registered.is_some_and(|x| x.incarnation == b.incarnation && !x.fenced) {
+        b.damaged.clear();
+    }
+}
+
+fn on_reply_inner(b: &mut SimBroker, from: u64, reply: BrokerReply, now: u64, nodes: u64) {
     match reply {
         BrokerReply::Heartbeat { update } => {
             b.last_reply = now;

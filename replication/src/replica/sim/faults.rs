@@ -13,11 +13,7 @@ impl World {
     pub(super) fn intact(&self, b: BrokerId) -> bool {
         self.host_of(b).is_some_and(|bh| {
             let host = &self.hosts[bh];
-            let registered = self
-                .oracle
-                .sessions
-                .get(&b)
-                .is_some_and(|s| s.incarnation == host.incarnation);
+            let registered = self.ctl.incarnation(b) == Some(host.incarnation);
             !host.wiped && !host.lost && (host.damaged.is_empty() || registered)
         })
     }
@@ -28,7 +24,7 @@ impl World {
     pub(super) fn may_lose(&self, h: usize) -> bool {
         let id = self.hosts[h].id;
         (0..TOPICS).all(|t| {
-            let holders = self.oracle.holders(t);
+            let holders = self.ctl.holders(t);
             let others: Vec<BrokerId> = holders.iter().copied().filter(|&b| b != id).collect();
             !holders.contains(&id) || (others.iter().all(|&b| self.intact(b)) && !others.is_empty())
         })
@@ -163,11 +159,6 @@ impl World {
 
     pub(super) fn registered(&self, h: usize) -> bool {
         let host = &self.hosts[h];
-        host.up
-            && self
-                .oracle
-                .sessions
-                .get(&host.id)
-                .is_some_and(|s| s.incarnation == host.incarnation)
+        host.up && self.ctl.incarnation(host.id) == Some(host.incarnation)
     }
 }

@@ -233,12 +233,12 @@ impl World {
     }
 
     pub(super) fn notify(&mut self, topic: usize) {
-        let state = self.oracle.topics[topic].state.clone();
+        let state = self.ctl.state(topic);
         let targets: Vec<(usize, BrokerId, u64)> = self
-            .oracle
-            .sessions
-            .iter()
-            .map(|(id, s)| (s.host, *id, s.incarnation))
+            .ctl
+            .registered()
+            .into_iter()
+            .filter_map(|(id, incarnation)| Some((self.host_of(id)?, id, incarnation)))
             .collect();
         for (h, id, incarnation) in targets {
             let delay = self.rng.range(5, 200);

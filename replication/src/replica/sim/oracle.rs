@@ -1,7 +1,10 @@
-//! The simulation's stand-in for the controller: one deterministic oracle that applies
-//! `RegisterBroker`, `FenceBroker`, `AlterIsr`, `ElectLeader` and `Reassign` atomically, by the
-//! design's rules, so that the data path is tested without the Raft work. The world delivers its
-//! decisions to brokers over the simulated network, after a delay.
+//! The simulation's reference controller: one deterministic oracle that applies
+//! `RegisterBroker`, `FenceBroker`, `AlterIsr`, `ElectLeader` and `Reassign` atomically and at
+//! once, by the design's rules. The real controller (`raft_control`) applies the same rules
+//! through Raft, with a commit's delay and its own faults; the oracle stays as the fast
+//! reference: a data-path bug shows here without the controller's timing, in less time
+//! per seed, and a divergence between the two runs points at the controller. The world
+//! delivers its decisions to brokers over the simulated network, after a delay.
 //!
 //! Rules (docs/design/replication.md):
 //! - a leader is elected only among live members of the in-sync set, or, when none is live,
@@ -48,7 +51,17 @@ pub(crate) struct Session {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Effect {
     Changed(usize),
-    Elected { topic: usize, leader: BrokerId },
+    Elected {
+        topic: usize,
+        leader: BrokerId,
+    },
+    /// `to`'s in-sync proposal `proposal` of `topic` was answered (applied or refused): it is
+    /// sent the topic's state.
+    Answered {
+        to: BrokerId,
+        topic: usize,
+        proposal: u64,
+    },
 }
 
 #[derive(Debug)]
@@ -386,23 +399,5 @@ impl Oracle {
             }
         }
         self.sessions.remove(&old);
-    }
-
-    /// The state of every topic, as a broker is told it.
-    pub(crate) fn states(&self) -> Vec<(usize, TopicState)> {
-        self.topics
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (i, t.state.clone()))
-            .collect()
-    }
-
-    /// The holders of every acknowledged record of `topic`: the in-sync and eligible sets.
-    pub(crate) fn holders(&self, topic: usize) -> Vec<BrokerId> {
-        let t = &self.topics[topic];
-        let mut h: Vec<BrokerId> = t.state.isr.iter().chain(t.elr.iter()).copied().collect();
-        h.sort();
-        h.dedup();
-        h
     }
 }

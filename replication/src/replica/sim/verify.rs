@@ -22,7 +22,7 @@ impl World {
             for (t, epoch, hw) in leads {
                 let log = self.hosts[h].logs.get(&t);
                 self.checker.leader(t, id, epoch, hw, log)?;
-                let current = self.oracle.topics[t].state.epoch == epoch;
+                let current = self.ctl.state(t).epoch == epoch;
                 if !current {
                     continue;
                 }
@@ -48,7 +48,7 @@ impl World {
             }
         }
         for t in 0..TOPICS {
-            for b in self.oracle.holders(t) {
+            for b in self.ctl.holders(t) {
                 if let Some(h) = self.host_of(b) {
                     if self.registered(h) {
                         self.checker.holder(t, b, self.hosts[h].logs.get(&t))?;
@@ -63,7 +63,7 @@ impl World {
     /// reads back, and publishes were acknowledged again.
     pub(super) fn final_check(&self) -> Result<(), String> {
         for t in 0..TOPICS {
-            let st = &self.oracle.topics[t].state;
+            let st = &self.ctl.state(t);
             let leader = st
                 .leader
                 .ok_or_else(|| format!("topic {t} has no leader after healing ({st:?})"))?;
@@ -95,7 +95,7 @@ impl World {
             if self.acked_after_heal.get(&t).copied().unwrap_or(0) == 0 {
                 return Err(format!(
                     "topic {t}: no publish acknowledged after healing ({st:?}, eligible {:?})",
-                    self.oracle.topics[t].elr
+                    self.ctl.elr(t)
                 ));
             }
         }

@@ -1,5 +1,6 @@
 //! The simulated cluster: five hosts each running a broker (a replica per topic it holds,
-//! over a [`MemLog`] per topic), the controller stand-in ([`Oracle`]), publishing clients,
+//! over a [`MemLog`] per topic), the controller ([`Control`]: the real one or the [`Oracle`]),
+//! publishing clients,
 //! and a network that drops, delays, duplicates, reorders, corrupts and partitions; faults are
 //! process crashes (the page cache survives), host crashes (unsynced suffixes lost), wiped
 //! data paths (the broker comes back under a new id), damaged tails found at restart, and
@@ -19,8 +20,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::check::Checker;
+use super::control::{Control, Proposal};
 use super::net::{Cut, Event, NetMsg, Node, Weather};
 use super::oracle::{Effect, Oracle};
+use super::raft_control::RaftControl;
 use super::rng::Rng;
 use crate::ids::{BrokerId, Seq};
 use crate::replica::{MemLog, Millis, Output, PublishId, Replica, ReplicaConfig};
@@ -44,6 +47,8 @@ pub(crate) struct Options {
     pub(crate) faults_until: Millis,
     /// The run ends at this time.
     pub(crate) end_at: Millis,
+    /// The real controller (a Raft cluster) instead of the oracle.
+    pub(crate) raft: bool,
 }
 
 /// What a run did.
@@ -55,6 +60,7 @@ pub(crate) struct Outcome {
     pub(crate) elections: u64,
     pub(crate) faults: u64,
     pub(crate) durable_runs: u64,
+    pub(crate) ctl_crashes: u64,
 }
 
 #[derive(Debug)]
@@ -84,7 +90,8 @@ pub(crate) struct World {
     pub(super) seq: u64,
     pub(super) queue: BTreeMap<(Millis, u64), Event>,
     pub(super) hosts: Vec<Host>,
-    pub(super) oracle: Oracle,
+    /// The controller: the oracle or the real one.
+    pub(super) ctl: Box<dyn Control>,
     pub(super) checker: Checker,
     pub(super) cfg: ReplicaConfig,
     pub(super) weather: Weather,
@@ -98,7 +105,7 @@ pub(crate) struct World {
 }
 
 impl World {
-    pub(crate) fn new(opts: Options) -> World {
+    pub(crate) fn new(opts: Options) -> Result<World, String> {
         let mut rng = Rng::new(opts.seed);
         let durable = rng.chance(0.5);
         let cfg = ReplicaConfig {
@@ -113,7 +120,18 @@ impl World {
             retry_after: 400,
         };
         let ids: Vec<BrokerId> = (1..=HOSTS as u64).map(BrokerId).collect();
-        let oracle = Oracle::new(&ids, TOPICS, REPLICAS, 2, SESSION_TIMEOUT, &mut rng);
+        let ctl: Box<dyn Control> = if opts.raft {
+            Box::new(RaftControl::new(&ids, TOPICS, REPLICAS, 2, &mut rng)?)
+        } else {
+            Box::new(Oracle::new(
+                &ids,
+                TOPICS,
+                REPLICAS,
+                2,
+                SESSION_TIMEOUT,
+                &mut rng,
+            ))
+        };
         let hosts = ids
             .iter()
             .map(|&id| Host {
@@ -140,7 +158,7 @@ impl World {
             seq: 0,
             queue: BTreeMap::new(),
             hosts,
-            oracle,
+            ctl,
             checker: Checker::default(),
             cfg,
             weather,
@@ -170,7 +188,7 @@ impl World {
         for t in 0..TOPICS {
             w.notify(t);
         }
-        w
+        Ok(w)
     }
 
     pub(super) fn at(&mut self, time: Millis, ev: Event) {
@@ -213,16 +231,23 @@ impl World {
         }
         self.final_check()
             .map_err(|e| format!("seed {}: at the end: {e}", self.opts.seed))?;
+        self.out.ctl_crashes = self.ctl.crashes();
         Ok(self.out)
     }
 
     pub(super) fn apply_effects(&mut self, effects: Vec<Effect>) -> Result<(), String> {
         let mut changed = BTreeSet::new();
+        let mut answers = Vec::new();
         for e in effects {
             match e {
                 Effect::Changed(t) => {
                     changed.insert(t);
                 }
+                Effect::Answered {
+                    to,
+                    topic,
+                    proposal,
+                } => answers.push((to, topic, proposal)),
                 Effect::Elected { topic, leader } => {
                     self.out.elections += 1;
                     // Checked now unless the elected broker cannot take office under this
@@ -232,7 +257,7 @@ impl World {
                     // what recovery cut. Every leader is checked again when it takes office.
                     let stale = |w: &World, h: usize| {
                         let host = &w.hosts[h];
-                        let session = w.oracle.sessions.get(&host.id).map(|s| s.incarnation);
+                        let session = w.ctl.incarnation(host.id);
                         host.wiped || host.lost || session != Some(host.incarnation)
                     };
                     if let Some(h) = self.host_of(leader).filter(|&h| !stale(self, h)) {
@@ -244,18 +269,24 @@ impl World {
         }
         for t in changed {
             if self.trace {
-                let o = &self.oracle.topics[t];
-                eprintln!(
-                    "{} ctl topic {t}: epoch {} leader {:?} isr {:?} eligible {:?} replicas {:?}",
-                    self.now,
-                    o.state.epoch.0,
-                    o.state.leader.map(|b| b.0),
-                    o.state.isr.iter().map(|b| b.0).collect::<Vec<_>>(),
-                    o.elr.iter().map(|b| b.0).collect::<Vec<_>>(),
-                    o.state.replicas.iter().map(|b| b.0).collect::<Vec<_>>()
-                );
+                eprintln!("{} ctl topic {t}: {}", self.now, self.ctl.describe(t));
             }
             self.notify(t);
+        }
+        for (to, topic, proposal) in answers {
+            if let Some(h) = self.host_of(to) {
+                let state = self.ctl.state(topic);
+                self.send(
+                    Node::Ctl,
+                    Node::Host(h),
+                    NetMsg::AlterIsrAnswer {
+                        id: to,
+                        topic,
+                        proposal,
+                        state,
+                    },
+                );
+            }
         }
         Ok(())
     }
@@ -287,9 +318,9 @@ impl World {
                 }
             }
             Event::CtlTick => {
-                self.at(self.now + 100, Event::CtlTick);
+                self.at(self.now + self.ctl.tick_every(), Event::CtlTick);
                 let mut eff = Vec::new();
-                self.oracle.tick(self.now, &mut self.rng, &mut eff);
+                self.ctl.tick(self.now, &mut self.rng, &mut eff);
                 self.apply_effects(eff)?;
             }
             Event::Deliver { from, to, msg } => {
@@ -329,7 +360,7 @@ impl World {
                 let next = self.now + self.rng.range(10, 60);
                 self.at(next, Event::ClientPublish(c));
                 let topic = self.rng.below(TOPICS as u64) as usize;
-                let st = &self.oracle.topics[topic].state;
+                let st = self.ctl.state(topic);
                 let target = match st.leader {
                     Some(l) => Some(l),
                     None => self.rng.pick(&st.replicas),
@@ -348,6 +379,7 @@ impl World {
             Event::Fault => {
                 if self.faults_on {
                     self.fault();
+                    self.ctl.fault(self.now, &mut self.rng);
                     let next = self.now + self.rng.range(200, 1_200);
                     self.at(next, Event::Fault);
                 }
@@ -357,6 +389,7 @@ impl World {
             Event::Heal => {
                 self.faults_on = false;
                 self.weather = Weather::calm();
+                self.ctl.heal(self.now);
                 for h in 0..HOSTS {
                     self.hosts[h].cut = None;
                     if !self.hosts[h].up {
@@ -391,7 +424,7 @@ impl World {
                 let Some(h) = self.host_of(id) else {
                     return Ok(());
                 };
-                self.oracle.heartbeat(
+                let registered = self.ctl.heartbeat(
                     id,
                     h,
                     incarnation,
@@ -401,13 +434,8 @@ impl World {
                     &mut eff,
                 );
                 self.apply_effects(eff)?;
-                let registered = self
-                    .oracle
-                    .sessions
-                    .get(&id)
-                    .is_some_and(|s| s.incarnation == incarnation);
                 if registered {
-                    let states = self.oracle.states();
+                    let states = (0..TOPICS).map(|t| (t, self.ctl.state(t))).collect();
                     self.send(
                         Node::Ctl,
                         Node::Host(h),
@@ -428,29 +456,16 @@ impl World {
                 incarnations,
                 proposal,
             } => {
-                self.oracle.alter_isr(
+                let p = Proposal {
                     topic,
                     from,
-                    (epoch, isr_version),
-                    &isr,
-                    &incarnations,
+                    base: (epoch, isr_version),
+                    isr,
+                    incarnations,
                     proposal,
-                    &mut eff,
-                );
+                };
+                self.ctl.alter_isr(p, self.now, &mut eff);
                 self.apply_effects(eff)?;
-                if let (Some(h), Some(t)) = (self.host_of(from), self.oracle.topics.get(topic)) {
-                    let state = t.state.clone();
-                    self.send(
-                        Node::Ctl,
-                        Node::Host(h),
-                        NetMsg::AlterIsrAnswer {
-                            id: from,
-                            topic,
-                            proposal,
-                            state,
-                        },
-                    );
-                }
             }
             _ => {}
         }
