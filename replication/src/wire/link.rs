@@ -23,7 +23,9 @@
 //!   already tolerate;
 //! - the queue never holds more than `queue_limit` bytes of messages: a message over it is
 //!   refused with [`SendError::Full`] and not queued (the replicas' resend timers recover it);
-//!   ticks are merged while one is still queued;
+//!   ticks are merged while one is still queued, and a tick's forgotten topics fit in one frame;
+//! - each end keeps at most `max_references` references of each kind, so a peer cannot make
+//!   them grow without bound (a topic past it travels in full);
 //! - nothing but a `Hello` naming this cluster and the expected peer is accepted first.
 
 use std::collections::{BTreeMap, VecDeque};
@@ -34,6 +36,9 @@ use super::codec::{
 use crate::ids::BrokerId;
 use crate::replica::Msg;
 
+/// A tick frame's bytes besides its forgotten topics: version, kind, seq and two counts.
+const TICK_FIXED: usize = 2 + 8 + 4 + 4;
+
 /// A connection's limits.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LinkConfig {
@@ -43,6 +48,9 @@ pub struct LinkConfig {
     pub queue_limit: usize,
     /// Ticks without a refresh after which a topic's reference is dropped.
     pub forget_after: u32,
+    /// The most references of each kind (heartbeats, acks) kept; a topic past it travels in
+    /// full every time.
+    pub max_references: usize,
 }
 
 impl Default for LinkConfig {
@@ -51,6 +59,7 @@ impl Default for LinkConfig {
             max_frame: 8 << 20,
             queue_limit: 32 << 20,
             forget_after: 5,
+            max_references: 100_000,
         }
     }
 }
@@ -152,6 +161,16 @@ fn kind(msg: &Msg) -> Kind {
     }
 }
 
+/// Sets `topic`'s reference unless that would make more than `max`: both ends apply the same
+/// rule at the same point of the stream, so they keep the same references.
+fn insert_bounded<R>(refs: &mut BTreeMap<String, R>, topic: &str, r: R, max: usize) {
+    if let Some(old) = refs.get_mut(topic) {
+        *old = r;
+    } else if refs.len() < max {
+        refs.insert(topic.to_owned(), r);
+    }
+}
+
 /// One broker's end of the connection to one peer broker.
 #[derive(Debug)]
 pub struct Link {
@@ -195,6 +214,23 @@ impl Link {
         self.peer_hello.as_ref()
     }
 
+    /// The references this end sent and the ones it received, for tests comparing two ends.
+    #[cfg(test)]
+    pub(crate) fn references(&self) -> [Vec<(String, Msg)>; 4] {
+        let out = |m: &BTreeMap<String, OutRef>| {
+            m.iter().map(|(t, r)| (t.clone(), r.msg.clone())).collect()
+        };
+        let inr = |m: &BTreeMap<String, InRef>| {
+            m.iter().map(|(t, r)| (t.clone(), r.msg.clone())).collect()
+        };
+        [
+            out(&self.out_heartbeats),
+            out(&self.out_acks),
+            inr(&self.in_heartbeats),
+            inr(&self.in_acks),
+        ]
+    }
+
     /// Bytes of messages queued and not yet handed out by [`Link::poll_transmit`].
     pub fn queued_bytes(&self) -> usize {
         self.queued
@@ -230,12 +266,13 @@ impl Link {
             refreshed: true,
             stale: 0,
         };
+        let max = self.cfg.max_references;
         match k {
             Kind::Heartbeat => {
-                self.out_heartbeats.insert(topic.to_owned(), reference);
+                insert_bounded(&mut self.out_heartbeats, topic, reference, max);
             }
             Kind::Ack => {
-                self.out_acks.insert(topic.to_owned(), reference);
+                insert_bounded(&mut self.out_acks, topic, reference, max);
             }
             Kind::ResendAck => {
                 self.out_acks.remove(topic);
@@ -257,38 +294,42 @@ impl Link {
     /// queued), dropping the references not refreshed for `forget_after` ticks.
     pub fn tick(&mut self) {
         let forget_after = self.cfg.forget_after.max(1);
-        let mut forgets: [Vec<String>; 2] = [Vec::new(), Vec::new()];
-        for (refs, forget) in [&mut self.out_heartbeats, &mut self.out_acks]
-            .into_iter()
-            .zip(forgets.iter_mut())
-        {
+        let (mut hb, mut acks, mut used) = match self.queue.back_mut() {
+            Some(Item::Tick {
+                forget_heartbeats,
+                forget_acks,
+                ..
+            }) => {
+                let hb = std::mem::take(forget_heartbeats);
+                let acks = std::mem::take(forget_acks);
+                let used = hb.iter().chain(&acks).map(|t| 1 + t.len()).sum();
+                self.queue.pop_back();
+                (hb, acks, used)
+            }
+            _ => (Vec::new(), Vec::new(), 0),
+        };
+        // A tick is one frame: references past its room are forgotten at a later tick.
+        let room = self.cfg.max_frame.saturating_sub(TICK_FIXED);
+        for (refs, forget) in [
+            (&mut self.out_heartbeats, &mut hb),
+            (&mut self.out_acks, &mut acks),
+        ] {
             refs.retain(|topic, r| {
                 if r.refreshed {
                     r.stale = 0;
                 } else {
-                    r.stale += 1;
+                    r.stale = r.stale.saturating_add(1);
                 }
                 r.refreshed = false;
-                let keep = r.stale < forget_after;
-                if !keep {
-                    forget.push(topic.clone());
+                if r.stale < forget_after || used + 1 + topic.len() > room {
+                    return true;
                 }
-                keep
+                used += 1 + topic.len();
+                forget.push(topic.clone());
+                false
             });
         }
         self.tick_seq += 1;
-        let [hb, acks] = forgets;
-        if let Some(Item::Tick {
-            seq,
-            forget_heartbeats,
-            forget_acks,
-        }) = self.queue.back_mut()
-        {
-            *seq = self.tick_seq;
-            forget_heartbeats.extend(hb);
-            forget_acks.extend(acks);
-            return;
-        }
         self.queue.push_back(Item::Tick {
             seq: self.tick_seq,
             forget_heartbeats: hb,
@@ -385,12 +426,13 @@ impl Link {
                         msg: msg.clone(),
                         fresh: true,
                     };
+                    let max = self.cfg.max_references;
                     match kind(&msg) {
                         Kind::Heartbeat => {
-                            self.in_heartbeats.insert(topic.clone(), reference());
+                            insert_bounded(&mut self.in_heartbeats, &topic, reference(), max);
                         }
                         Kind::Ack => {
-                            self.in_acks.insert(topic.clone(), reference());
+                            insert_bounded(&mut self.in_acks, &topic, reference(), max);
                         }
                         Kind::ResendAck => {
                             self.in_acks.remove(&topic);
