@@ -49,7 +49,7 @@ case "$TIER" in
     # tests and the broker's layering check (one `--workspace` build, so no feature re-build).
     CARGO_TEST_TARGETS=(--workspace --lib --bins --test layering --test roundtrip
       --test lookup_props --test mpub_alloc --test alloc --test decoder_props
-      --test response_decoder)
+      --test response_decoder --test wire_alloc)
     CARGO_TEST_NAME="cargo test (unit tests, simulation, codec, layering)"
     ;;
   wire)

@@ -8,8 +8,11 @@
 //! - [`controller`]: the metadata agreed through Raft among the lookups (brokers, topics, the
 //!   leader and in-sync set of each), and the broker sessions that drive it;
 //! - [`replica`]: one topic's replica on one broker, as leader or follower: appends,
-//!   acknowledgements, the high watermark, in-sync changes, truncation to the leader's history.
+//!   acknowledgements, the high watermark, in-sync changes, truncation to the leader's history;
+//! - [`wire`]: the connection between two brokers that carries every topic's replica messages:
+//!   its frame format and what each broker keeps per peer.
 
 pub mod controller;
 pub mod ids;
 pub mod replica;
+pub mod wire;

@@ -1,7 +1,9 @@
 //! The simulated network: who talks to whom ([`Node`]), what travels ([`NetMsg`]), the events
 //! of the run ([`Event`]), how a broker is cut off ([`Cut`]), and the weather every message goes
-//! through (drop, duplicate, delay and so reorder, corrupt a record). Messages to or from a cut
-//! broker are lost at sending and again at delivery.
+//! through (drop, duplicate, delay and so reorder, corrupt a record, replay). Messages to or
+//! from a cut broker are lost at sending and again at delivery. Every replica message travels
+//! in its wire form (`crate::wire`'s codec), and a heartbeat or plain ack may be replayed a few
+//! heartbeat intervals later, as the per-peer link replays its references.
 
 use std::collections::BTreeSet;
 
@@ -96,7 +98,12 @@ pub(super) struct Weather {
     pub(super) corrupt: f64,
     pub(super) max_delay: Millis,
     pub(super) long_delay: f64,
+    /// Chance that a heartbeat or plain ack is replayed afterwards, as the link does.
+    pub(super) replay: f64,
 }
+
+/// The spacing of a link's replays (its heartbeat interval).
+const REPLAY_EVERY: Millis = 100;
 
 impl Weather {
     pub(super) fn calm() -> Weather {
@@ -106,6 +113,7 @@ impl Weather {
             corrupt: 0.0,
             max_delay: 5,
             long_delay: 0.0,
+            replay: 0.0,
         }
     }
 
@@ -116,6 +124,7 @@ impl Weather {
             corrupt: rng.below(3) as f64 / 100.0,
             max_delay: rng.range(2, 80),
             long_delay: rng.below(4) as f64 / 100.0,
+            replay: rng.below(21) as f64 / 100.0,
         }
     }
 }
@@ -214,13 +223,34 @@ impl World {
         } else {
             1
         };
-        for _ in 0..copies {
+        let replayable = matches!(
+            &msg,
+            NetMsg::Replica {
+                msg: Msg::Append { batch, .. },
+                ..
+            } if batch.records.is_empty()
+        ) || matches!(
+            &msg,
+            NetMsg::Replica {
+                msg: Msg::Ack { resend: false, .. },
+                ..
+            }
+        );
+        let replays = if replayable && self.rng.chance(self.weather.replay) {
+            // The link replays a reference for at most `forget_after` ticks after its replica
+            // last refreshed it.
+            self.rng.range(1, 6)
+        } else {
+            0
+        };
+        for copy in 0..copies + replays {
             let delay = if self.rng.chance(self.weather.long_delay) {
                 self.rng.range(200, 1_500)
             } else {
                 self.rng.range(1, self.weather.max_delay)
             };
-            let at = self.now + delay;
+            let replayed_after = copy.saturating_sub(copies - 1) * REPLAY_EVERY;
+            let at = self.now + delay + replayed_after;
             self.at(
                 at,
                 Event::Deliver {

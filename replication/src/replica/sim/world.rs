@@ -591,6 +591,7 @@ impl World {
         for o in outs {
             match o {
                 Output::Send { to, msg } => {
+                    let msg = through_the_wire(topic, msg)?;
                     if let Some(dest) = self.host_of(to) {
                         let from = self.hosts[h].id;
                         self.send(
@@ -663,4 +664,24 @@ impl World {
         }
         Ok(())
     }
+}
+
+/// `msg` as the peer decodes it from a frame: the codec must give back what was sent.
+fn through_the_wire(topic: usize, msg: crate::replica::Msg) -> Result<crate::replica::Msg, String> {
+    use crate::wire::{encode, Decoder, Frame, TopicMsg};
+    const MAX_FRAME: usize = 1 << 20;
+    let sent = Frame::Messages(vec![TopicMsg {
+        topic: format!("topic-{topic}"),
+        msg: msg.clone(),
+    }]);
+    let mut bytes = Vec::new();
+    encode(&sent, MAX_FRAME, &mut bytes).map_err(|e| format!("encoding {sent:?}: {e}"))?;
+    let mut frames = Vec::new();
+    Decoder::new(MAX_FRAME)
+        .feed(&bytes, &mut frames)
+        .map_err(|e| format!("decoding {sent:?}: {e}"))?;
+    if frames != [sent.clone()] {
+        return Err(format!("the wire changed {sent:?} into {frames:?}"));
+    }
+    Ok(msg)
 }

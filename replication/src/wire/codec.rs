@@ -1,0 +1,591 @@
+//! The replication connection's frame format and its incremental decoder.
+//!
+//! A frame is a big-endian `u32` length `L` followed by `L` bytes: the protocol version (one
+//! byte), the frame kind (one byte) and the kind's body. `L` never exceeds the connection's
+//! maximum frame size; the decoder refuses a larger length as soon as the four length bytes
+//! have arrived, before buffering anything of it.
+//!
+//! Invariants:
+//! - the decoder holds at most one frame's bytes (`4 + max_frame`), whatever the chunking of
+//!   its input;
+//! - every count and length read from a frame is checked against the bytes left in that frame
+//!   (each element has a minimum encoded size) before anything is allocated for it, so decoding
+//!   a frame allocates at most a small multiple of its size;
+//! - a frame decodes to exactly one [`Frame`] and every byte of it is used: trailing bytes,
+//!   unknown kinds, flags or versions are errors naming what was wrong;
+//! - `encode` then `Decoder::feed` gives back the same frame, in any chunking.
+
+use crate::ids::{BrokerId, Epoch, Seq};
+use crate::replica::{Batch, Msg, Record};
+
+/// The protocol version this build speaks (the byte every frame starts with).
+pub const PROTOCOL_VERSION: u8 = 1;
+/// The longest topic name (NSQ's limit).
+pub const MAX_TOPIC_NAME: usize = 64;
+/// The longest cluster id.
+pub const MAX_CLUSTER_ID: usize = 64;
+/// The bytes before a frame's body: its length, version and kind.
+pub const FRAME_OVERHEAD: usize = 4 + 2;
+
+const KIND_HELLO: u8 = 1;
+const KIND_MESSAGES: u8 = 2;
+const KIND_TICK: u8 = 3;
+
+const MSG_APPEND: u8 = 1;
+const MSG_ACK: u8 = 2;
+const MSG_EPOCH_QUERY: u8 = 3;
+const MSG_EPOCH_ANSWER: u8 = 4;
+
+const ACK_CLEAN: u8 = 1;
+const ACK_RESEND: u8 = 2;
+
+/// The least a topic name takes (its length byte and one byte).
+const MIN_TOPIC: usize = 2;
+/// The least a topic's message takes: a topic and the shortest message (an epoch query).
+const MIN_TOPIC_MSG: usize = MIN_TOPIC + 1 + 16;
+/// A record's fixed part: seq, crc, length.
+const RECORD_HEAD: usize = 8 + 4 + 4;
+
+/// The handshake each side sends first on a new connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hello {
+    /// The cluster both brokers must belong to.
+    pub cluster_id: String,
+    /// The sending broker.
+    pub broker: BrokerId,
+    /// The sending broker process's incarnation (grows with every start).
+    pub incarnation: u64,
+}
+
+/// One topic's replica message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicMsg {
+    /// The topic's name.
+    pub topic: String,
+    /// The message between its replicas.
+    pub msg: Msg,
+}
+
+/// A frame of the replication connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Frame {
+    /// The handshake (the version is the frame's own).
+    Hello(Hello),
+    /// Replica messages of any topics, in the order they were sent.
+    Messages(Vec<TopicMsg>),
+    /// The pair's heartbeat: every topic whose heartbeat or ack the receiver holds as a
+    /// reference is unchanged, except those named here, which the receiver forgets
+    /// (`link` says what the receiver does with it).
+    Tick {
+        /// Numbers the sender's ticks on this connection.
+        seq: u64,
+        /// Topics whose heartbeat reference is dropped.
+        forget_heartbeats: Vec<String>,
+        /// Topics whose ack reference is dropped.
+        forget_acks: Vec<String>,
+    },
+}
+
+/// What was wrong with the bytes received or a frame to send.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    /// A frame's length is over the connection's maximum.
+    #[error("frame of {len} bytes is over the maximum of {max}")]
+    FrameTooLarge {
+        /// The length the frame claims (or would have).
+        len: u64,
+        /// The maximum.
+        max: usize,
+    },
+    /// A frame too short for its version and kind.
+    #[error("frame of {0} bytes is too short for a version and a kind")]
+    FrameTooShort(u32),
+    /// A protocol version this build does not speak.
+    #[error("protocol version {0} is not supported (this build speaks {PROTOCOL_VERSION})")]
+    Version(u8),
+    /// A frame kind this build does not know.
+    #[error("unknown frame kind {0}")]
+    FrameKind(u8),
+    /// A message kind this build does not know.
+    #[error("unknown message kind {0}")]
+    MessageKind(u8),
+    /// The frame ended inside a field.
+    #[error("frame ends inside {0}")]
+    Truncated(&'static str),
+    /// A count or length larger than what the rest of the frame could hold.
+    #[error("{what} of {count} is more than the {room} bytes left in the frame can hold")]
+    CountTooLarge {
+        /// The field.
+        what: &'static str,
+        /// The count or length read.
+        count: u64,
+        /// The bytes left in the frame.
+        room: usize,
+    },
+    /// A topic name that is empty, too long or has a character NSQ does not allow.
+    #[error("invalid topic name")]
+    TopicName,
+    /// A cluster id that is empty, too long or not UTF-8.
+    #[error("invalid cluster id")]
+    ClusterId,
+    /// An ack's flags byte with unknown bits.
+    #[error("unknown ack flags {0:#04x}")]
+    AckFlags(u8),
+    /// An epoch answer's presence byte that is neither 0 nor 1.
+    #[error("invalid presence byte {0}")]
+    Presence(u8),
+    /// Bytes left after a frame's last field.
+    #[error("{0} bytes after the end of the frame's fields")]
+    TrailingBytes(usize),
+}
+
+/// Whether `name` is a topic name NSQ allows (an ephemeral one is never replicated).
+pub fn valid_topic(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_TOPIC_NAME
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
+}
+
+fn put_str(out: &mut Vec<u8>, s: &str) {
+    // Callers check the length first (a topic or cluster id is at most 64 bytes).
+    out.push(u8::try_from(s.len()).unwrap_or(u8::MAX));
+    out.extend_from_slice(s.as_bytes());
+}
+
+fn put_u32_len(out: &mut Vec<u8>, n: usize) -> Result<(), WireError> {
+    let n = u32::try_from(n).map_err(|_| WireError::FrameTooLarge {
+        len: n as u64,
+        max: u32::MAX as usize,
+    })?;
+    out.extend_from_slice(&n.to_be_bytes());
+    Ok(())
+}
+
+fn put_msg(out: &mut Vec<u8>, msg: &Msg) -> Result<(), WireError> {
+    match msg {
+        Msg::Append {
+            epoch,
+            hw,
+            base,
+            batch,
+        } => {
+            out.push(MSG_APPEND);
+            for v in [epoch.0, *hw, *base, batch.epoch.0] {
+                out.extend_from_slice(&v.to_be_bytes());
+            }
+            put_u32_len(out, batch.records.len())?;
+            for r in &batch.records {
+                out.extend_from_slice(&r.seq.to_be_bytes());
+                out.extend_from_slice(&r.crc.to_be_bytes());
+                put_u32_len(out, r.bytes.len())?;
+                out.extend_from_slice(&r.bytes);
+            }
+        }
+        Msg::Ack {
+            epoch,
+            incarnation,
+            end,
+            durable_end,
+            clean,
+            resend,
+        } => {
+            out.push(MSG_ACK);
+            for v in [epoch.0, *incarnation, *end, *durable_end] {
+                out.extend_from_slice(&v.to_be_bytes());
+            }
+            let mut flags = 0;
+            if *clean {
+                flags |= ACK_CLEAN;
+            }
+            if *resend {
+                flags |= ACK_RESEND;
+            }
+            out.push(flags);
+        }
+        Msg::EpochEndQuery { epoch, last_epoch } => {
+            out.push(MSG_EPOCH_QUERY);
+            out.extend_from_slice(&epoch.0.to_be_bytes());
+            out.extend_from_slice(&last_epoch.0.to_be_bytes());
+        }
+        Msg::EpochEndAnswer {
+            epoch,
+            asked,
+            found,
+        } => {
+            out.push(MSG_EPOCH_ANSWER);
+            out.extend_from_slice(&epoch.0.to_be_bytes());
+            out.extend_from_slice(&asked.0.to_be_bytes());
+            match found {
+                None => out.push(0),
+                Some((e, s)) => {
+                    out.push(1);
+                    out.extend_from_slice(&e.0.to_be_bytes());
+                    out.extend_from_slice(&s.to_be_bytes());
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The bytes a topic's message takes inside a `Messages` frame.
+pub fn encoded_len(topic: &str, msg: &Msg) -> usize {
+    1 + topic.len()
+        + 1
+        + match msg {
+            Msg::Append { batch, .. } => {
+                32 + 4
+                    + batch
+                        .records
+                        .iter()
+                        .map(|r| RECORD_HEAD + r.bytes.len())
+                        .sum::<usize>()
+            }
+            Msg::Ack { .. } => 33,
+            Msg::EpochEndQuery { .. } => 16,
+            Msg::EpochEndAnswer { found, .. } => 17 + if found.is_some() { 16 } else { 0 },
+        }
+}
+
+/// Appends `frame` to `out`, or refuses it (leaving `out` as it was) when it is over
+/// `max_frame` or names an invalid topic or cluster id.
+pub fn encode(frame: &Frame, max_frame: usize, out: &mut Vec<u8>) -> Result<(), WireError> {
+    let start = out.len();
+    let r = encode_body(frame, out).and_then(|()| {
+        let len = out.len() - start - 4;
+        if len > max_frame {
+            return Err(WireError::FrameTooLarge {
+                len: len as u64,
+                max: max_frame,
+            });
+        }
+        let len = u32::try_from(len).map_err(|_| WireError::FrameTooLarge {
+            len: len as u64,
+            max: max_frame,
+        })?;
+        out[start..start + 4].copy_from_slice(&len.to_be_bytes());
+        Ok(())
+    });
+    if r.is_err() {
+        out.truncate(start);
+    }
+    r
+}
+
+fn encode_body(frame: &Frame, out: &mut Vec<u8>) -> Result<(), WireError> {
+    out.extend_from_slice(&[0; 4]);
+    out.push(PROTOCOL_VERSION);
+    match frame {
+        Frame::Hello(h) => {
+            if h.cluster_id.is_empty() || h.cluster_id.len() > MAX_CLUSTER_ID {
+                return Err(WireError::ClusterId);
+            }
+            out.push(KIND_HELLO);
+            put_str(out, &h.cluster_id);
+            out.extend_from_slice(&h.broker.0.to_be_bytes());
+            out.extend_from_slice(&h.incarnation.to_be_bytes());
+        }
+        Frame::Messages(msgs) => {
+            out.push(KIND_MESSAGES);
+            put_u32_len(out, msgs.len())?;
+            for m in msgs {
+                if !valid_topic(&m.topic) {
+                    return Err(WireError::TopicName);
+                }
+                put_str(out, &m.topic);
+                put_msg(out, &m.msg)?;
+            }
+        }
+        Frame::Tick {
+            seq,
+            forget_heartbeats,
+            forget_acks,
+        } => {
+            out.push(KIND_TICK);
+            out.extend_from_slice(&seq.to_be_bytes());
+            for list in [forget_heartbeats, forget_acks] {
+                put_u32_len(out, list.len())?;
+                for t in list {
+                    if !valid_topic(t) {
+                        return Err(WireError::TopicName);
+                    }
+                    put_str(out, t);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Reads one frame's body; every read is bounded by the bytes left.
+struct Reader<'a> {
+    buf: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], WireError> {
+        if self.buf.len() < n {
+            return Err(WireError::Truncated(what));
+        }
+        let (head, rest) = self.buf.split_at(n);
+        self.buf = rest;
+        Ok(head)
+    }
+
+    fn u8(&mut self, what: &'static str) -> Result<u8, WireError> {
+        Ok(self.take(1, what)?[0])
+    }
+
+    fn u32(&mut self, what: &'static str) -> Result<u32, WireError> {
+        let b = self.take(4, what)?;
+        Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    fn u64(&mut self, what: &'static str) -> Result<u64, WireError> {
+        let b = self.take(8, what)?;
+        let mut a = [0; 8];
+        a.copy_from_slice(b);
+        Ok(u64::from_be_bytes(a))
+    }
+
+    /// A count of elements of at least `min_each` bytes, refused when the frame's remaining
+    /// bytes cannot hold that many.
+    fn count(&mut self, min_each: usize, what: &'static str) -> Result<usize, WireError> {
+        let n = self.u32(what)?;
+        let room = self.buf.len();
+        let fits = usize::try_from(n)
+            .ok()
+            .filter(|n| n.saturating_mul(min_each.max(1)) <= room);
+        fits.ok_or(WireError::CountTooLarge {
+            what,
+            count: u64::from(n),
+            room,
+        })
+    }
+
+    fn topic(&mut self) -> Result<String, WireError> {
+        let len = usize::from(self.u8("a topic name's length")?);
+        let b = self.take(len, "a topic name")?;
+        let name = std::str::from_utf8(b).map_err(|_| WireError::TopicName)?;
+        if !valid_topic(name) {
+            return Err(WireError::TopicName);
+        }
+        Ok(name.to_owned())
+    }
+
+    fn msg(&mut self) -> Result<Msg, WireError> {
+        match self.u8("a message kind")? {
+            MSG_APPEND => {
+                let epoch = Epoch(self.u64("an append's epoch")?);
+                let hw = self.u64("an append's high watermark")?;
+                let base = self.u64("an append's base")?;
+                let batch_epoch = Epoch(self.u64("a batch's epoch")?);
+                let n = self.count(RECORD_HEAD, "a batch's record count")?;
+                let mut records = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let seq: Seq = self.u64("a record's seq")?;
+                    let crc = self.u32("a record's crc")?;
+                    let len = self.count(1, "a record's length")?;
+                    let bytes = self.take(len, "a record's bytes")?.to_vec();
+                    records.push(Record { seq, crc, bytes });
+                }
+                Ok(Msg::Append {
+                    epoch,
+                    hw,
+                    base,
+                    batch: Batch {
+                        epoch: batch_epoch,
+                        records,
+                    },
+                })
+            }
+            MSG_ACK => {
+                let epoch = Epoch(self.u64("an ack's epoch")?);
+                let incarnation = self.u64("an ack's incarnation")?;
+                let end = self.u64("an ack's end")?;
+                let durable_end = self.u64("an ack's durable end")?;
+                let flags = self.u8("an ack's flags")?;
+                if flags & !(ACK_CLEAN | ACK_RESEND) != 0 {
+                    return Err(WireError::AckFlags(flags));
+                }
+                Ok(Msg::Ack {
+                    epoch,
+                    incarnation,
+                    end,
+                    durable_end,
+                    clean: flags & ACK_CLEAN != 0,
+                    resend: flags & ACK_RESEND != 0,
+                })
+            }
+            MSG_EPOCH_QUERY => Ok(Msg::EpochEndQuery {
+                epoch: Epoch(self.u64("a query's epoch")?),
+                last_epoch: Epoch(self.u64("a query's last epoch")?),
+            }),
+            MSG_EPOCH_ANSWER => {
+                let epoch = Epoch(self.u64("an answer's epoch")?);
+                let asked = Epoch(self.u64("an answer's asked epoch")?);
+                let found = match self.u8("an answer's presence byte")? {
+                    0 => None,
+                    1 => Some((
+                        Epoch(self.u64("an answer's found epoch")?),
+                        self.u64("an answer's found end")?,
+                    )),
+                    b => return Err(WireError::Presence(b)),
+                };
+                Ok(Msg::EpochEndAnswer {
+                    epoch,
+                    asked,
+                    found,
+                })
+            }
+            k => Err(WireError::MessageKind(k)),
+        }
+    }
+}
+
+/// Decodes one frame's bytes (after its length prefix).
+pub fn decode_frame(bytes: &[u8]) -> Result<Frame, WireError> {
+    let mut r = Reader { buf: bytes };
+    let version = r.u8("the version")?;
+    if version != PROTOCOL_VERSION {
+        return Err(WireError::Version(version));
+    }
+    let frame = match r.u8("the frame kind")? {
+        KIND_HELLO => {
+            let len = usize::from(r.u8("the cluster id's length")?);
+            let b = r.take(len, "the cluster id")?;
+            let cluster_id = std::str::from_utf8(b).map_err(|_| WireError::ClusterId)?;
+            if cluster_id.is_empty() || cluster_id.len() > MAX_CLUSTER_ID {
+                return Err(WireError::ClusterId);
+            }
+            Frame::Hello(Hello {
+                cluster_id: cluster_id.to_owned(),
+                broker: BrokerId(r.u64("the broker id")?),
+                incarnation: r.u64("the incarnation")?,
+            })
+        }
+        KIND_MESSAGES => {
+            let n = r.count(MIN_TOPIC_MSG, "the message count")?;
+            let mut msgs = Vec::with_capacity(n);
+            for _ in 0..n {
+                let topic = r.topic()?;
+                let msg = r.msg()?;
+                msgs.push(TopicMsg { topic, msg });
+            }
+            Frame::Messages(msgs)
+        }
+        KIND_TICK => {
+            let seq = r.u64("the tick's seq")?;
+            let mut lists = [Vec::new(), Vec::new()];
+            for list in &mut lists {
+                let n = r.count(MIN_TOPIC, "the forgotten topic count")?;
+                list.reserve_exact(n);
+                for _ in 0..n {
+                    list.push(r.topic()?);
+                }
+            }
+            let [forget_heartbeats, forget_acks] = lists;
+            Frame::Tick {
+                seq,
+                forget_heartbeats,
+                forget_acks,
+            }
+        }
+        k => return Err(WireError::FrameKind(k)),
+    };
+    if !r.buf.is_empty() {
+        return Err(WireError::TrailingBytes(r.buf.len()));
+    }
+    Ok(frame)
+}
+
+/// Turns a byte stream, in any chunking, into frames.
+#[derive(Debug)]
+pub struct Decoder {
+    max_frame: usize,
+    head: [u8; 4],
+    head_len: usize,
+    /// The current frame's length, once its prefix is read.
+    want: Option<usize>,
+    body: Vec<u8>,
+    failed: Option<WireError>,
+}
+
+impl Decoder {
+    /// A decoder refusing frames over `max_frame` bytes.
+    pub fn new(max_frame: usize) -> Decoder {
+        Decoder {
+            max_frame,
+            head: [0; 4],
+            head_len: 0,
+            want: None,
+            body: Vec::new(),
+            failed: None,
+        }
+    }
+
+    /// Takes the next bytes of the stream and appends the frames they complete to `out`. After
+    /// an error the stream is unusable: every later call returns the same error.
+    pub fn feed(&mut self, mut input: &[u8], out: &mut Vec<Frame>) -> Result<(), WireError> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        while !input.is_empty() {
+            let Some(want) = self.want else {
+                let n = (4 - self.head_len).min(input.len());
+                self.head[self.head_len..self.head_len + n].copy_from_slice(&input[..n]);
+                self.head_len += n;
+                input = &input[n..];
+                if self.head_len == 4 {
+                    let len = u32::from_be_bytes(self.head);
+                    let len_usize = usize::try_from(len).unwrap_or(usize::MAX);
+                    if len_usize > self.max_frame {
+                        return Err(self.fail(WireError::FrameTooLarge {
+                            len: u64::from(len),
+                            max: self.max_frame,
+                        }));
+                    }
+                    if len < 2 {
+                        return Err(self.fail(WireError::FrameTooShort(len)));
+                    }
+                    self.want = Some(len_usize);
+                    self.body.clear();
+                }
+                continue;
+            };
+            let n = (want - self.body.len()).min(input.len());
+            self.body.extend_from_slice(&input[..n]);
+            input = &input[n..];
+            if self.body.len() == want {
+                match decode_frame(&self.body) {
+                    Ok(f) => out.push(f),
+                    Err(e) => return Err(self.fail(e)),
+                }
+                self.want = None;
+                self.head_len = 0;
+                // A large frame's buffer is not kept for the connection's lifetime.
+                if self.body.capacity() > 64 * 1024 {
+                    self.body = Vec::new();
+                } else {
+                    self.body.clear();
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Bytes held of a frame not yet complete.
+    pub fn buffered(&self) -> usize {
+        self.head_len + self.body.len()
+    }
+
+    fn fail(&mut self, e: WireError) -> WireError {
+        self.failed = Some(e.clone());
+        self.head_len = 0;
+        self.want = None;
+        self.body = Vec::new();
+        e
+    }
+}

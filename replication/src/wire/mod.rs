@@ -1,0 +1,22 @@
+//! The broker-to-broker replication connection without I/O (docs/design/replication.md, "The
+//! connection between two brokers"): one connection per pair of brokers carries every
+//! replicated topic's messages, and one heartbeat per interval stands for all idle topics.
+//!
+//! - [`codec`]: the versioned, length-prefixed frame format and its incremental decoder; every
+//!   length and count is checked against the frame's remaining bytes before anything is
+//!   allocated, and bad input is a typed [`WireError`], never a panic;
+//! - [`link`]: what one broker keeps for one peer broker on one connection: the bounded
+//!   outgoing queue coalesced into frames, the handshake, and the heartbeat compression that
+//!   makes an idle topic cost nothing on the wire.
+
+pub mod codec;
+pub mod link;
+
+#[cfg(test)]
+mod tests;
+
+pub use codec::{
+    encode, Decoder, Frame, Hello, TopicMsg, WireError, MAX_CLUSTER_ID, MAX_TOPIC_NAME,
+    PROTOCOL_VERSION,
+};
+pub use link::{Delivery, Link, LinkConfig, LinkError, SendError};

@@ -1,0 +1,801 @@
+//! The codec's properties (round trips in any chunking, arbitrary bytes, limits) and the link
+//! driven by real replicas: handshakes, backpressure, and what idle topics cost on the wire.
+
+use proptest::prelude::*;
+
+use super::codec::{decode_frame, encoded_len};
+use super::*;
+use crate::ids::{BrokerId, Epoch};
+use crate::replica::{
+    Batch, MemLog, Msg, Output, PublishId, Record, Replica, ReplicaConfig, ReplicaLog, TopicState,
+};
+
+const MAX: usize = 1 << 16;
+
+fn topic() -> impl Strategy<Value = String> {
+    "[a-zA-Z0-9._-]{1,64}"
+}
+
+fn msg() -> impl Strategy<Value = Msg> {
+    let record = (
+        any::<u64>(),
+        any::<u32>(),
+        prop::collection::vec(any::<u8>(), 0..40),
+    )
+        .prop_map(|(seq, crc, bytes)| Record { seq, crc, bytes });
+    prop_oneof![
+        (
+            any::<u64>(),
+            any::<u64>(),
+            any::<u64>(),
+            any::<u64>(),
+            prop::collection::vec(record, 0..6)
+        )
+            .prop_map(|(e, hw, base, be, records)| Msg::Append {
+                epoch: Epoch(e),
+                hw,
+                base,
+                batch: Batch {
+                    epoch: Epoch(be),
+                    records,
+                },
+            }),
+        (
+            any::<u64>(),
+            any::<u64>(),
+            any::<u64>(),
+            any::<u64>(),
+            any::<bool>(),
+            any::<bool>()
+        )
+            .prop_map(
+                |(e, incarnation, end, durable_end, clean, resend)| Msg::Ack {
+                    epoch: Epoch(e),
+                    incarnation,
+                    end,
+                    durable_end,
+                    clean,
+                    resend,
+                }
+            ),
+        (any::<u64>(), any::<u64>()).prop_map(|(e, l)| Msg::EpochEndQuery {
+            epoch: Epoch(e),
+            last_epoch: Epoch(l),
+        }),
+        (
+            any::<u64>(),
+            any::<u64>(),
+            prop::option::of((any::<u64>(), any::<u64>()))
+        )
+            .prop_map(|(e, a, found)| Msg::EpochEndAnswer {
+                epoch: Epoch(e),
+                asked: Epoch(a),
+                found: found.map(|(fe, s)| (Epoch(fe), s)),
+            }),
+    ]
+}
+
+fn frame() -> impl Strategy<Value = Frame> {
+    prop_oneof![
+        ("[ -~]{1,64}", any::<u64>(), any::<u64>()).prop_map(|(c, b, i)| Frame::Hello(Hello {
+            cluster_id: c,
+            broker: BrokerId(b),
+            incarnation: i,
+        })),
+        prop::collection::vec(
+            (topic(), msg()).prop_map(|(topic, msg)| TopicMsg { topic, msg }),
+            0..8
+        )
+        .prop_map(Frame::Messages),
+        (
+            any::<u64>(),
+            prop::collection::vec(topic(), 0..4),
+            prop::collection::vec(topic(), 0..4)
+        )
+            .prop_map(|(seq, forget_heartbeats, forget_acks)| Frame::Tick {
+                seq,
+                forget_heartbeats,
+                forget_acks,
+            }),
+    ]
+}
+
+/// Feeds `bytes` cut at `cuts` (positions taken modulo the length).
+fn feed_chunked(bytes: &[u8], cuts: &[usize]) -> (Vec<Frame>, Result<(), WireError>) {
+    let mut cuts: Vec<usize> = cuts.iter().map(|c| c % (bytes.len() + 1)).collect();
+    cuts.push(0);
+    cuts.push(bytes.len());
+    cuts.sort_unstable();
+    let mut d = Decoder::new(MAX);
+    let mut frames = Vec::new();
+    for w in cuts.windows(2) {
+        if let Err(e) = d.feed(&bytes[w[0]..w[1]], &mut frames) {
+            return (frames, Err(e));
+        }
+        assert!(d.buffered() <= MAX + 4, "decoder holds more than one frame");
+    }
+    (frames, Ok(()))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn frames_round_trip_in_any_chunking(
+        frames in prop::collection::vec(frame(), 1..5),
+        cuts in prop::collection::vec(any::<usize>(), 0..12),
+    ) {
+        let mut bytes = Vec::new();
+        for f in &frames {
+            encode(f, MAX, &mut bytes).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        }
+        let (decoded, r) = feed_chunked(&bytes, &cuts);
+        prop_assert_eq!(r, Ok(()));
+        prop_assert_eq!(decoded, frames);
+    }
+
+    #[test]
+    fn encoded_len_is_exact(t in topic(), m in msg()) {
+        let mut bytes = Vec::new();
+        let f = Frame::Messages(vec![TopicMsg { topic: t.clone(), msg: m.clone() }]);
+        encode(&f, MAX, &mut bytes).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        prop_assert_eq!(bytes.len(), 4 + 2 + 4 + encoded_len(&t, &m));
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic(
+        bytes in prop::collection::vec(any::<u8>(), 0..512),
+        cuts in prop::collection::vec(any::<usize>(), 0..8),
+    ) {
+        let _ = feed_chunked(&bytes, &cuts);
+        let _ = decode_frame(&bytes);
+    }
+
+    /// A valid frame with one byte changed, or cut short, is an error or another valid frame,
+    /// never a panic.
+    #[test]
+    fn damaged_frames_never_panic(f in frame(), at in any::<usize>(), to in any::<u8>(), cut in any::<usize>()) {
+        let mut bytes = Vec::new();
+        encode(&f, MAX, &mut bytes).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let mut damaged = bytes.clone();
+        let i = at % damaged.len();
+        damaged[i] = to;
+        let _ = feed_chunked(&damaged, &[at, cut]);
+        let _ = decode_frame(&damaged[4..]);
+        let _ = decode_frame(&bytes[4..4 + cut % (bytes.len() - 3)]);
+    }
+
+    /// Every count field set over what the frame could hold is refused as such.
+    #[test]
+    fn counts_over_the_frame_are_refused(count in 0x100u32.., records in 1usize..4) {
+        let m = Msg::Append {
+            epoch: Epoch(1),
+            hw: 0,
+            base: 0,
+            batch: Batch { epoch: Epoch(1), records: (0..records as u64).map(|s| Record::new(s, vec![7; 3])).collect() },
+        };
+        let mut bytes = Vec::new();
+        encode(&Frame::Messages(vec![TopicMsg { topic: "t".into(), msg: m }]), MAX, &mut bytes)
+            .map_err(|e| TestCaseError::fail(e.to_string()))?;
+        // The message count, right after length, version and kind.
+        let mut a = bytes.clone();
+        a[6..10].copy_from_slice(&count.to_be_bytes());
+        let r = decode_frame(&a[4..]);
+        prop_assert!(matches!(r, Err(WireError::CountTooLarge { what: "the message count", .. })), "{:?}", r);
+        // The record count: after the count, the topic (2), the kind (1) and four u64s.
+        let mut b = bytes.clone();
+        let at = 10 + 2 + 1 + 32;
+        b[at..at + 4].copy_from_slice(&count.to_be_bytes());
+        let r = decode_frame(&b[4..]);
+        prop_assert!(matches!(r, Err(WireError::CountTooLarge { what: "a batch's record count", .. })), "{:?}", r);
+        // The first record's length: after the record count, its seq and crc.
+        let mut c = bytes;
+        let at = at + 4 + 8 + 4;
+        c[at..at + 4].copy_from_slice(&count.to_be_bytes());
+        let r = decode_frame(&c[4..]);
+        prop_assert!(matches!(r, Err(WireError::CountTooLarge { what: "a record's length", .. })), "{:?}", r);
+    }
+}
+
+/// What a replica hands a link in the mirror property: a heartbeat or ack drawn from a few
+/// values (so that repeats are common), a resend ack, or an append with a record.
+fn link_op() -> impl Strategy<Value = (u8, u8, u8)> {
+    (0u8..6, 0u8..4, 0u8..3)
+}
+
+fn op_msg(kind: u8, value: u8) -> Msg {
+    let v = u64::from(value);
+    match kind {
+        0 | 1 => Msg::Append {
+            epoch: Epoch(1),
+            hw: v,
+            base: v,
+            batch: Batch {
+                epoch: Epoch(1),
+                records: vec![],
+            },
+        },
+        2 | 3 => Msg::Ack {
+            epoch: Epoch(1),
+            incarnation: 1,
+            end: v,
+            durable_end: v,
+            clean: true,
+            resend: false,
+        },
+        4 => Msg::Ack {
+            epoch: Epoch(1),
+            incarnation: 1,
+            end: v,
+            durable_end: v,
+            clean: true,
+            resend: true,
+        },
+        _ => Msg::Append {
+            epoch: Epoch(1),
+            hw: v,
+            base: v,
+            batch: Batch {
+                epoch: Epoch(1),
+                records: vec![Record::new(v, vec![1, 2, 3])],
+            },
+        },
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Whatever a replica sends and whenever the ticks come, once the bytes have arrived the
+    /// receiver holds exactly the sender's references, and every message the sender's replica
+    /// handed over reaches the receiver's replica, in full or as a replay of an equal one by
+    /// the next tick.
+    #[test]
+    fn both_ends_keep_the_same_references(
+        steps in prop::collection::vec((link_op(), any::<bool>(), any::<bool>()), 1..80),
+        max_references in 1usize..4,
+        cuts in prop::collection::vec(any::<usize>(), 0..4),
+    ) {
+        let cfg = LinkConfig { forget_after: 2, max_references, ..LinkConfig::default() };
+        let mut a = Link::new(hello(1), BrokerId(2), cfg.clone());
+        let mut b = Link::new(hello(2), BrokerId(1), cfg);
+        let mut hello_b = Vec::new();
+        b.poll_transmit(&mut hello_b, usize::MAX);
+        prop_assert_eq!(a.receive(&hello_b, &mut Vec::new()), Ok(()));
+        // Messages handed to `a` since its last tick that the receiver must have seen: every
+        // append with records, and the last heartbeat and the last ack of each topic (a newer
+        // one supersedes an older one).
+        let mut owed: std::collections::BTreeMap<(String, u8), Msg> = Default::default();
+        let mut owed_data: Vec<(String, Msg)> = Vec::new();
+        // What reached the receiver's replicas since the last tick.
+        let mut got = Vec::new();
+        for ((kind, topic, value), tick, carry) in steps {
+            let topic = format!("t{topic}");
+            let msg = op_msg(kind, value);
+            prop_assert_eq!(a.send(&topic, msg.clone()), Ok(()));
+            match kind {
+                0 | 1 => { owed.insert((topic, 0), msg); }
+                2..=4 => { owed.insert((topic, 1), msg); }
+                _ => owed_data.push((topic, msg)),
+            }
+            if tick {
+                a.tick();
+            }
+            if carry || tick {
+                let mut bytes = Vec::new();
+                a.poll_transmit(&mut bytes, usize::MAX);
+                for w in [0, bytes.len()].iter().chain(cuts.iter().map(|c| c % (bytes.len() + 1)).collect::<Vec<_>>().iter()).copied().collect::<std::collections::BTreeSet<_>>().into_iter().collect::<Vec<_>>().windows(2) {
+                    prop_assert_eq!(b.receive(&bytes[w[0]..w[1]], &mut got), Ok(()));
+                }
+                let [out_hb, out_acks, _, _] = a.references();
+                let [_, _, in_hb, in_acks] = b.references();
+                prop_assert_eq!(out_hb, in_hb);
+                prop_assert_eq!(out_acks, in_acks);
+                if tick {
+                    let owed = std::mem::take(&mut owed).into_iter().map(|((t, _), m)| (t, m));
+                    for (t, m) in owed.chain(owed_data.drain(..)) {
+                        prop_assert!(
+                            got.iter().any(|d| d.topic == t && d.msg == m),
+                            "{} {:?} never reached the receiver", t, m
+                        );
+                    }
+                    got.clear();
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_length_over_the_maximum_is_refused_from_its_prefix() {
+    let mut d = Decoder::new(1000);
+    let mut frames = Vec::new();
+    assert_eq!(d.feed(&[0, 0], &mut frames), Ok(()));
+    let r = d.feed(&[0x03, 0xe9, 1, 2, 3], &mut frames);
+    assert_eq!(
+        r,
+        Err(WireError::FrameTooLarge {
+            len: 1001,
+            max: 1000
+        })
+    );
+    assert_eq!(d.buffered(), 0);
+    // The stream stays refused.
+    assert!(d.feed(&[0, 0, 0, 2, 1, 1], &mut frames).is_err());
+    let big = Frame::Messages(vec![TopicMsg {
+        topic: "t".into(),
+        msg: Msg::Append {
+            epoch: Epoch(1),
+            hw: 0,
+            base: 0,
+            batch: Batch {
+                epoch: Epoch(1),
+                records: vec![Record::new(0, vec![0; 1000])],
+            },
+        },
+    }]);
+    let mut out = vec![9];
+    assert!(matches!(
+        encode(&big, 1000, &mut out),
+        Err(WireError::FrameTooLarge { .. })
+    ));
+    assert_eq!(out, vec![9], "a refused frame leaves the buffer as it was");
+}
+
+#[test]
+fn bad_input_names_what_was_wrong() {
+    let message = |topic: u8, kind: u8| {
+        let mut m = vec![1, 2, 0, 0, 0, 1, 1, topic, kind];
+        m.extend_from_slice(&[0; 16]);
+        m
+    };
+    let ack_flags = {
+        let mut m = vec![1, 2, 0, 0, 0, 1, 1, b't', 2];
+        m.extend_from_slice(&[0; 32]);
+        m.push(4);
+        m
+    };
+    let cases: [(Vec<u8>, WireError); 7] = [
+        (vec![2, 1], WireError::Version(2)),
+        (vec![1, 9], WireError::FrameKind(9)),
+        (message(b't', 7), WireError::MessageKind(7)),
+        (message(b'#', 3), WireError::TopicName),
+        (ack_flags, WireError::AckFlags(4)),
+        (vec![1, 2, 0, 0, 0, 0, 5], WireError::TrailingBytes(1)),
+        (vec![1, 3, 0, 0], WireError::Truncated("the tick's seq")),
+    ];
+    for (bytes, want) in cases {
+        assert_eq!(decode_frame(&bytes), Err(want), "{bytes:?}");
+    }
+    let mut d = Decoder::new(100);
+    assert_eq!(
+        d.feed(&[0, 0, 0, 1, 1], &mut Vec::new()),
+        Err(WireError::FrameTooShort(1))
+    );
+}
+
+fn hello(broker: u64) -> Hello {
+    Hello {
+        cluster_id: "c1".into(),
+        broker: BrokerId(broker),
+        incarnation: 7,
+    }
+}
+
+#[test]
+fn the_handshake_must_name_the_cluster_and_the_peer() {
+    let mut bytes = Vec::new();
+    Link::new(hello(2), BrokerId(1), LinkConfig::default()).poll_transmit(&mut bytes, 1 << 20);
+    let mut wrong_peer = Link::new(hello(1), BrokerId(3), LinkConfig::default());
+    assert_eq!(
+        wrong_peer.receive(&bytes, &mut Vec::new()),
+        Err(LinkError::Peer {
+            expected: BrokerId(3),
+            got: BrokerId(2)
+        })
+    );
+    let mut other = hello(1);
+    other.cluster_id = "c2".into();
+    let mut wrong_cluster = Link::new(other, BrokerId(2), LinkConfig::default());
+    assert!(matches!(
+        wrong_cluster.receive(&bytes, &mut Vec::new()),
+        Err(LinkError::Cluster { .. })
+    ));
+    let mut ok = Link::new(hello(1), BrokerId(2), LinkConfig::default());
+    assert_eq!(ok.receive(&bytes, &mut Vec::new()), Ok(()));
+    assert_eq!(ok.peer_hello(), Some(&hello(2)));
+    assert_eq!(
+        ok.receive(&bytes, &mut Vec::new()),
+        Err(LinkError::HelloTwice)
+    );
+    let mut tick = Vec::new();
+    encode(
+        &Frame::Tick {
+            seq: 1,
+            forget_heartbeats: vec![],
+            forget_acks: vec![],
+        },
+        MAX,
+        &mut tick,
+    )
+    .unwrap_or_default();
+    let mut early = Link::new(hello(1), BrokerId(2), LinkConfig::default());
+    assert_eq!(
+        early.receive(&tick, &mut Vec::new()),
+        Err(LinkError::NoHello)
+    );
+}
+
+#[test]
+fn the_queue_refuses_past_its_bound_and_drains() {
+    let cfg = LinkConfig {
+        max_frame: 4096,
+        queue_limit: 10_000,
+        ..LinkConfig::default()
+    };
+    let mut link = Link::new(hello(1), BrokerId(2), cfg);
+    let append = |base: u64| Msg::Append {
+        epoch: Epoch(1),
+        hw: 0,
+        base,
+        batch: Batch {
+            epoch: Epoch(1),
+            records: vec![Record::new(base, vec![1; 1000])],
+        },
+    };
+    let mut refused = 0;
+    for base in 0..20 {
+        match link.send("t", append(base)) {
+            Ok(()) => {}
+            Err(SendError::Full) => refused += 1,
+            Err(e) => panic!("{e}"),
+        }
+        assert!(link.queued_bytes() <= 10_000);
+    }
+    assert!(refused >= 10, "{refused} refused");
+    let too_big = Msg::Append {
+        epoch: Epoch(1),
+        hw: 0,
+        base: 0,
+        batch: Batch {
+            epoch: Epoch(1),
+            records: vec![Record::new(0, vec![1; 5000])],
+        },
+    };
+    assert!(matches!(
+        link.send("t", too_big),
+        Err(SendError::TooLarge(_))
+    ));
+    assert_eq!(link.send("#bad", append(0)), Err(SendError::Topic));
+    let mut bytes = Vec::new();
+    link.poll_transmit(&mut bytes, usize::MAX);
+    assert_eq!(link.queued_bytes(), 0);
+    let mut frames = Vec::new();
+    assert_eq!(Decoder::new(4096).feed(&bytes, &mut frames), Ok(()));
+    // The handshake, then the queued appends coalesced into frames of at most 4096 bytes.
+    let msgs: usize = frames
+        .iter()
+        .map(|f| match f {
+            Frame::Messages(m) => m.len(),
+            _ => 0,
+        })
+        .sum();
+    assert_eq!(msgs, 20 - refused);
+    assert!(frames.len() < 1 + msgs, "messages were coalesced");
+    assert!(link.send("t", append(0)).is_ok(), "room again once drained");
+}
+
+/// Two brokers, each leading half of `topics` topics with the other as follower, connected by
+/// two links; time moves in heartbeat intervals.
+struct Pair {
+    brokers: [Side; 2],
+    now: u64,
+    acked: Vec<PublishId>,
+    proposals: usize,
+    /// Bytes sent in each direction during the last interval.
+    last_bytes: [usize; 2],
+    /// Frames sent in each direction during the last interval.
+    last_frames: [usize; 2],
+}
+
+struct Side {
+    id: BrokerId,
+    replicas: Vec<Replica>,
+    logs: Vec<MemLog>,
+    link: Link,
+}
+
+const INTERVAL: u64 = 100;
+
+fn name(i: usize) -> String {
+    format!("topic-{i}")
+}
+
+fn index(topic: &str) -> usize {
+    topic
+        .strip_prefix("topic-")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(usize::MAX)
+}
+
+impl Pair {
+    fn new(topics: usize) -> Pair {
+        let ids = [BrokerId(1), BrokerId(2)];
+        let cfg = ReplicaConfig {
+            heartbeat_every: INTERVAL,
+            ..ReplicaConfig::default()
+        };
+        let brokers = [0, 1].map(|s| Side {
+            id: ids[s],
+            replicas: (0..topics)
+                .map(|_| Replica::new(ids[s], 1, cfg.clone(), false))
+                .collect(),
+            logs: (0..topics).map(|_| MemLog::new()).collect(),
+            link: Link::new(hello(ids[s].0), ids[1 - s], LinkConfig::default()),
+        });
+        let mut pair = Pair {
+            brokers,
+            now: 0,
+            acked: Vec::new(),
+            proposals: 0,
+            last_bytes: [0; 2],
+            last_frames: [0; 2],
+        };
+        for t in 0..topics {
+            let state = TopicState {
+                epoch: Epoch(1),
+                leader: Some(ids[t % 2]),
+                isr: ids.to_vec(),
+                isr_version: 1,
+                replicas: ids.to_vec(),
+            };
+            for s in 0..2 {
+                let mut out = Vec::new();
+                let b = &mut pair.brokers[s];
+                b.replicas[t].on_state(&mut b.logs[t], state.clone(), 0, &mut out);
+                pair.route(s, t, out);
+            }
+        }
+        pair
+    }
+
+    fn route(&mut self, s: usize, t: usize, outs: Vec<Output>) {
+        for o in outs {
+            match o {
+                Output::Send { msg, .. } => {
+                    // A full queue drops the message as a lost one; this test's queue never fills.
+                    let r = self.brokers[s].link.send(&name(t), msg);
+                    assert_eq!(r, Ok(()));
+                }
+                Output::Acked(id) => self.acked.push(id),
+                Output::AlterIsr { .. } => self.proposals += 1,
+                Output::Failed(..) | Output::Sync => {}
+            }
+        }
+    }
+
+    /// Carries what `s` has queued to the other side; returns (bytes, frames).
+    fn carry(&mut self, s: usize) -> (usize, usize) {
+        let mut bytes = Vec::new();
+        self.brokers[s].link.poll_transmit(&mut bytes, usize::MAX);
+        let frames = count_frames(&bytes);
+        let r = 1 - s;
+        let mut deliveries = Vec::new();
+        let from = self.brokers[s].id;
+        assert_eq!(
+            self.brokers[r].link.receive(&bytes, &mut deliveries),
+            Ok(())
+        );
+        for d in deliveries {
+            let t = index(&d.topic);
+            let mut out = Vec::new();
+            let b = &mut self.brokers[r];
+            b.replicas[t].on_message(&mut b.logs[t], from, d.msg, self.now, &mut out);
+            self.route(r, t, out);
+        }
+        (bytes.len(), frames)
+    }
+
+    /// One heartbeat interval: every replica ticks, each link ticks, and the links carry
+    /// everything both ways until nothing is left (a lossless, fast network).
+    fn interval(&mut self) {
+        self.now += INTERVAL;
+        for s in 0..2 {
+            for t in 0..self.brokers[s].replicas.len() {
+                let mut out = Vec::new();
+                let b = &mut self.brokers[s];
+                b.replicas[t].tick(&mut b.logs[t], self.now, &mut out);
+                self.route(s, t, out);
+            }
+            self.brokers[s].link.tick();
+        }
+        self.last_bytes = [0; 2];
+        self.last_frames = [0; 2];
+        for _ in 0..10 {
+            let mut moved = false;
+            for s in 0..2 {
+                let (b, f) = self.carry(s);
+                self.last_bytes[s] += b;
+                self.last_frames[s] += f;
+                moved |= b > 0;
+            }
+            if !moved {
+                break;
+            }
+        }
+    }
+}
+
+fn count_frames(mut bytes: &[u8]) -> usize {
+    let mut n = 0;
+    while bytes.len() >= 4 {
+        let len = u32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as usize;
+        bytes = &bytes[(4 + len).min(bytes.len())..];
+        n += 1;
+    }
+    n
+}
+
+#[test]
+fn replicas_driven_through_links_acknowledge_publishes() {
+    let mut pair = Pair::new(4);
+    for _ in 0..5 {
+        pair.interval();
+    }
+    for t in 0..4 {
+        let s = t % 2;
+        let b = &mut pair.brokers[s];
+        let epoch = b.replicas[t].leading().unwrap_or(Epoch(0));
+        assert_eq!(epoch, Epoch(1), "topic {t} led by broker {s}");
+        let end = b.logs[t]
+            .append_new(epoch, vec![format!("m{t}").into_bytes()])
+            .unwrap_or(0);
+        let mut out = Vec::new();
+        let now = pair.now;
+        assert!(b.replicas[t]
+            .published(&mut b.logs[t], t as u64, end, now, &mut out)
+            .is_ok());
+        pair.route(s, t, out);
+    }
+    pair.interval();
+    pair.acked.sort_unstable();
+    assert_eq!(pair.acked, vec![0, 1, 2, 3]);
+    for t in 0..4 {
+        let follower = &pair.brokers[1 - t % 2];
+        assert_eq!(
+            follower.logs[t].end(),
+            1,
+            "topic {t}'s follower holds the record"
+        );
+    }
+}
+
+/// What 10,000 idle replicated topics cost between two brokers: after the first heartbeats,
+/// one `Tick` frame per direction per interval, and the replicas stay in sync (no in-sync
+/// change proposed for 10 s, five times the lag time) and answer publishes.
+#[test]
+fn ten_thousand_idle_topics_cost_one_small_frame_per_interval() {
+    const TOPICS: usize = 10_000;
+    let mut pair = Pair::new(TOPICS);
+    for _ in 0..10 {
+        pair.interval();
+    }
+    let proposals = pair.proposals;
+    let mut most = [0; 2];
+    for _ in 0..100 {
+        pair.interval();
+        assert_eq!(
+            pair.last_frames,
+            [1, 1],
+            "one frame per direction per interval"
+        );
+        for (m, b) in most.iter_mut().zip(pair.last_bytes) {
+            *m = (*m).max(b);
+        }
+    }
+    assert_eq!(pair.proposals, proposals, "no in-sync change while idle");
+    // A Tick without forgotten topics: length 4, version and kind 2, seq 8, two counts 8.
+    assert_eq!(most, [22, 22], "bytes per interval in each direction");
+    // The per-topic form would carry a heartbeat and an ack per topic and interval.
+    let heartbeat = Msg::Append {
+        epoch: Epoch(1),
+        hw: 0,
+        base: 0,
+        batch: Batch {
+            epoch: Epoch(1),
+            records: vec![],
+        },
+    };
+    let ack = Msg::Ack {
+        epoch: Epoch(1),
+        incarnation: 1,
+        end: 0,
+        durable_end: 0,
+        clean: true,
+        resend: false,
+    };
+    let per_topic = encoded_len(&name(TOPICS - 1), &heartbeat) + encoded_len(&name(0), &ack);
+    tracing::info!(
+        compressed = most[0],
+        uncompressed = per_topic * TOPICS / 2,
+        "bytes per interval and direction"
+    );
+    let t = 1234;
+    let s = t % 2;
+    let b = &mut pair.brokers[s];
+    let end = b.logs[t]
+        .append_new(Epoch(1), vec![b"hello".to_vec()])
+        .unwrap_or(0);
+    let mut out = Vec::new();
+    let now = pair.now;
+    assert!(b.replicas[t]
+        .published(&mut b.logs[t], 99, end, now, &mut out)
+        .is_ok());
+    pair.route(s, t, out);
+    pair.interval();
+    assert_eq!(pair.acked, vec![99]);
+    // The idle topics stay compressed around the busy one.
+    for _ in 0..3 {
+        pair.interval();
+    }
+    assert_eq!(pair.last_frames, [1, 1]);
+}
+
+/// A reference the replica stops refreshing is dropped on both ends after `forget_after`
+/// ticks, so a topic that stops heartbeating (its replica moved on) stops being replayed.
+#[test]
+fn unrefreshed_references_are_forgotten_on_both_ends() {
+    let cfg = LinkConfig {
+        forget_after: 3,
+        ..LinkConfig::default()
+    };
+    let mut a = Link::new(hello(1), BrokerId(2), cfg.clone());
+    let mut b = Link::new(hello(2), BrokerId(1), cfg);
+    let hb = Msg::Append {
+        epoch: Epoch(3),
+        hw: 5,
+        base: 5,
+        batch: Batch {
+            epoch: Epoch(3),
+            records: vec![],
+        },
+    };
+    let mut hello_b = Vec::new();
+    b.poll_transmit(&mut hello_b, usize::MAX);
+    assert_eq!(a.receive(&hello_b, &mut Vec::new()), Ok(()));
+    let carry = |a: &mut Link, b: &mut Link| {
+        let mut bytes = Vec::new();
+        a.poll_transmit(&mut bytes, usize::MAX);
+        let mut d = Vec::new();
+        assert_eq!(b.receive(&bytes, &mut d), Ok(()));
+        (bytes.len(), d)
+    };
+    assert_eq!(a.send("t", hb.clone()), Ok(()));
+    a.tick();
+    let (_, d) = carry(&mut a, &mut b);
+    assert_eq!(
+        d.len(),
+        1,
+        "the explicit heartbeat, not replayed at the same tick"
+    );
+    assert!(!d[0].replayed);
+    assert_eq!(a.send("t", hb.clone()), Ok(()));
+    a.tick();
+    let (n, d) = carry(&mut a, &mut b);
+    assert_eq!(n, 22, "an unchanged heartbeat travels as the tick alone");
+    assert_eq!(d.len(), 1);
+    assert!(d[0].replayed && d[0].msg == hb);
+    // The replica stops sending: replayed for `forget_after - 1` more ticks, then forgotten.
+    let mut replays = 0;
+    for _ in 0..5 {
+        a.tick();
+        replays += carry(&mut a, &mut b).1.len();
+    }
+    assert_eq!(replays, 2);
+    assert_eq!(a.send("t", hb.clone()), Ok(()));
+    let (n, d) = carry(&mut a, &mut b);
+    assert!(
+        n > 22 && d.len() == 1 && !d[0].replayed,
+        "sent again in full"
+    );
+}

@@ -1,0 +1,98 @@
+//! How much memory the replication wire decoder asks for when a peer claims huge lengths and
+//! counts in a few bytes: never more than a small multiple of what actually arrived.
+//!
+//! Its own test binary, because it installs a counting global allocator.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use replication::wire::{Decoder, WireError};
+
+struct Largest;
+
+/// The largest single allocation seen.
+static LARGEST: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: every call is passed on unchanged to the system allocator, which upholds
+// GlobalAlloc's contract; the counting touches only an atomic.
+unsafe impl GlobalAlloc for Largest {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LARGEST.fetch_max(layout.size(), Ordering::Relaxed);
+        // SAFETY: the caller's guarantees for this call are the ones System needs.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: the caller's guarantees for this call are the ones System needs.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        LARGEST.fetch_max(new_size, Ordering::Relaxed);
+        // SAFETY: the caller's guarantees for this call are the ones System needs.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Largest = Largest;
+
+const MAX_FRAME: usize = 8 << 20;
+
+/// Feeds `bytes` to a fresh decoder one byte at a time; returns its result and the largest
+/// allocation made meanwhile.
+fn largest_while_decoding(bytes: &[u8]) -> (Result<usize, WireError>, usize) {
+    let mut d = Decoder::new(MAX_FRAME);
+    let mut frames = Vec::with_capacity(4);
+    LARGEST.store(0, Ordering::Relaxed);
+    let mut r = Ok(());
+    for b in bytes {
+        r = d.feed(std::slice::from_ref(b), &mut frames);
+        if r.is_err() {
+            break;
+        }
+    }
+    (r.map(|()| frames.len()), LARGEST.load(Ordering::Relaxed))
+}
+
+fn frame(body: &[u8]) -> Vec<u8> {
+    let mut f = (body.len() as u32).to_be_bytes().to_vec();
+    f.extend_from_slice(body);
+    f
+}
+
+#[test]
+fn huge_claims_in_small_frames_allocate_little() {
+    // A Messages frame claiming 4 billion messages.
+    let (r, largest) = largest_while_decoding(&frame(&[1, 2, 0xff, 0xff, 0xff, 0xff, 0, 0]));
+    assert!(matches!(r, Err(WireError::CountTooLarge { .. })), "{r:?}");
+    assert!(largest < 1024, "largest allocation {largest}");
+
+    // One append claiming 4 billion records, then a record claiming a 4 GB body.
+    let mut append = vec![1, 2, 0, 0, 0, 1, 1, b't', 1];
+    append.extend_from_slice(&[0; 32]);
+    let mut records = append.clone();
+    records.extend_from_slice(&[0xff, 0xff, 0xff, 0xff]);
+    records.extend_from_slice(&[0; 16]);
+    let (r, largest) = largest_while_decoding(&frame(&records));
+    assert!(matches!(r, Err(WireError::CountTooLarge { .. })), "{r:?}");
+    assert!(largest < 1024, "largest allocation {largest}");
+    let mut body = append;
+    body.extend_from_slice(&[0, 0, 0, 1]);
+    body.extend_from_slice(&[0; 12]);
+    body.extend_from_slice(&[0xff, 0xff, 0xff, 0xff]);
+    body.extend_from_slice(&[0; 8]);
+    let (r, largest) = largest_while_decoding(&frame(&body));
+    assert!(matches!(r, Err(WireError::CountTooLarge { .. })), "{r:?}");
+    assert!(largest < 1024, "largest allocation {largest}");
+
+    // A length prefix over the maximum is refused from its four bytes.
+    let (r, largest) = largest_while_decoding(&[0xff, 0xff, 0xff, 0xff, 1, 2]);
+    assert!(matches!(r, Err(WireError::FrameTooLarge { .. })), "{r:?}");
+    assert!(largest < 1024, "largest allocation {largest}");
+
+    // A length at the maximum whose bytes never come: the buffer grows only with what arrives.
+    let mut partial = (MAX_FRAME as u32).to_be_bytes().to_vec();
+    partial.extend_from_slice(&[1, 2, 0, 0]);
+    let (r, largest) = largest_while_decoding(&partial);
+    assert_eq!(r, Ok(0));
+    assert!(largest < 1024, "largest allocation {largest}");
+}
