@@ -21,7 +21,7 @@
 #   SKIP_NODE=1             skip the nsqjs tests
 #   SERIAL=1                run the shard counts one after another (default: side by side)
 #   PYTEST_WORKERS=3        pytest-xdist workers per shard count of the wire tests (0: none)
-#   SKIP_BUILD=1            skip `cargo build --release -p broker -p lookup -p admin-ui -p tools`
+#   SKIP_BUILD=1            skip `cargo build --release --workspace --all-targets`
 #   SKIP_ADMIN=1            skip the admin-ui tests (tests/admin)
 #   SKIP_LINT=1             skip `cargo fmt --check` and clippy
 #   SKIP_WIRE=1             skip the pytest wire tests (tests/python)
@@ -135,12 +135,13 @@ fi
 
 # ---- build and unit tests ---------------------------------------------------------------
 if [ "${SKIP_BUILD:-0}" != "1" ]; then
-  step "cargo build --release -p broker -p lookup -p admin-ui -p tools"
-  # tools: nsq_to_file, nsq_tail, to_nsq (tests/python/test_tools.py), nsq_stat, nsq_to_nsq,
-  # nsq_to_http (tests/python/test_tools2.py; their --stats-address: test_tools_metrics.py).
-  # The same package set as test-harness's RUN_SH_PACKAGES (the cargo tests' builds are then
-  # no-ops: one feature unification, one compile of each crate).
-  cargo build --release -p broker -p lookup -p admin-ui -p tools
+  step "cargo build --release --workspace --all-targets"
+  # The binaries the wire tests run (broker, lookup, admin-ui, and tools' nsq_to_file, nsq_tail,
+  # to_nsq, nsq_stat, nsq_to_nsq, nsq_to_http), and every test binary: with every target,
+  # cargo unifies features as `cargo test --workspace` does, so that run compiles nothing again
+  # (a narrower set gives shared dependencies other features and compiles ring, rustls and the
+  # broker twice). test-harness's binary() builds the same (RUN_SH_BUILD).
+  cargo build --release --workspace --all-targets
   record "cargo build" ok
 fi
 

@@ -47,11 +47,12 @@ fn workspace_root() -> PathBuf {
     here.parent().unwrap_or(here).to_path_buf()
 }
 
-/// The packages `tests/run.sh` builds, in one `cargo build`: building the same set here keeps
-/// cargo's feature unification the same, so the build is a no-op after run.sh's. (`-p broker`
-/// alone unifies other features for shared dependencies, and on a fresh machine would compile
-/// ring, rustls and the broker a second time.)
-const RUN_SH_PACKAGES: [&str; 4] = ["broker", "lookup", "admin-ui", "tools"];
+/// What `tests/run.sh` builds, in one `cargo build`: the whole workspace with every target, so
+/// that cargo unifies features exactly as `cargo test --workspace` does (dev-dependencies
+/// included). Building the same here makes the build a no-op after run.sh's and inside
+/// `cargo test --workspace`; any narrower set gives shared dependencies (getrandom, serde, ...)
+/// other features, and so ring, rustls and the broker would be compiled a second time.
+const RUN_SH_BUILD: [&str; 4] = ["build", "--release", "--workspace", "--all-targets"];
 
 /// The variables `cargo test` gives a test process about its own package and target.
 fn is_a_test_process_var(key: &str) -> bool {
@@ -71,8 +72,7 @@ fn is_a_test_process_var(key: &str) -> bool {
 }
 
 /// The path of the release binary `name` (`broker`, `lookup`): `$<NAME>_BIN` when set, else
-/// built (once per test process) in the workspace with the packages `tests/run.sh` builds
-/// (only `-p <name>` for a package outside them).
+/// built (once per test process) as `tests/run.sh` builds it ([`RUN_SH_BUILD`]).
 pub fn binary(name: &str) -> PathBuf {
     let var = format!("{}_BIN", name.to_ascii_uppercase());
     if let Some(path) = std::env::var_os(&var) {
@@ -93,15 +93,9 @@ pub fn binary(name: &str) -> PathBuf {
         .map(PathBuf::from)
         .unwrap_or_else(|| root.join("target"));
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let packages: Vec<&str> = if RUN_SH_PACKAGES.contains(&name) {
-        RUN_SH_PACKAGES.to_vec()
-    } else {
-        vec![name]
-    };
     let mut build = Command::new(&cargo);
     build
-        .args(["build", "--release"])
-        .args(packages.iter().flat_map(|p| ["-p", p]))
+        .args(RUN_SH_BUILD)
         .current_dir(&root)
         .stdin(Stdio::null());
     // What `cargo test` sets for the test process describes the test's package, not the build:
@@ -117,14 +111,15 @@ pub fn binary(name: &str) -> PathBuf {
     match status {
         Ok(s) if s.success() && path.is_file() => {}
         Ok(s) => panic!(
-            "`cargo build --release -p {name}` in {} ended with {s} and left no {}: build it \
-             by hand, or point ${var} at a {name} binary",
+            "`cargo {}` in {} ended with {s} and left no {}: build it by hand, or point \
+             ${var} at a {name} binary",
+            RUN_SH_BUILD.join(" "),
             root.display(),
             path.display()
         ),
         Err(e) => panic!(
-            "cannot run {cargo:?} to build {name} ({e}): run `cargo build --release -p {name}`, \
-             or point ${var} at a {name} binary"
+            "cannot run {cargo:?} to build {name} ({e}): run `cargo build --release \
+             --workspace --all-targets`, or point ${var} at a {name} binary"
         ),
     }
     built.insert(name.to_owned(), path.clone());
