@@ -1,6 +1,6 @@
 //! The faults of a run and the budget of those that lose data: a data-losing fault (a wiped
 //! data path, a damaged tail, a host crash without `--durable`) hits a broker only while every
-//! other holder of its topics' acknowledged records is intact and one exists.
+//! other replica and holder of its topics' acknowledged records is intact and a holder exists.
 
 use super::net::{Cut, Event, Weather};
 use super::world::{World, HOSTS, TOPICS};
@@ -18,16 +18,32 @@ impl World {
         })
     }
 
-    /// Whether host `h` may lose data now: in every topic whose acknowledged records it
-    /// holds, no other holder has lost data the controller does not know of yet (fewer than
-    /// `min_insync` = 2 such failures at once), and another intact holder exists.
+    /// Whether host `h` may lose data now: in every topic it is a replica or holder of, no
+    /// other replica or holder has lost data the controller does not know of yet (fewer than
+    /// `min_insync` = 2 such failures at once), and another holder exists. Every replica
+    /// counts, not only the holders the controller has committed: a leader's proposal in
+    /// flight may still add a follower to the in-sync set on acknowledgements it sent before
+    /// it lost data (the controller cannot tell until that broker registers again).
     pub(super) fn may_lose(&self, h: usize) -> bool {
         let id = self.hosts[h].id;
         (0..TOPICS).all(|t| {
             let holders = self.ctl.holders(t);
-            let others: Vec<BrokerId> = holders.iter().copied().filter(|&b| b != id).collect();
-            !holders.contains(&id) || (others.iter().all(|&b| self.intact(b)) && !others.is_empty())
+            let mut exposed = self.ctl.state(t).replicas;
+            exposed.extend(holders.iter().copied());
+            exposed.sort();
+            exposed.dedup();
+            !exposed.contains(&id)
+                || (exposed.iter().all(|&b| {
+                    b == id || self.intact(b) || (!holders.contains(&b) && self.reregistered(b))
+                }) && holders.iter().any(|&b| b != id))
         })
+    }
+
+    /// Whether `old`'s wiped data path came back under a new id the controller registered:
+    /// the controller then knows `old` is gone (a replica that is no holder then counts as
+    /// reported, as a registered damaged broker does).
+    fn reregistered(&self, old: BrokerId) -> bool {
+        (0..HOSTS).any(|h| self.hosts[h].former_ids.contains(&old) && self.registered(h))
     }
 
     /// Clears the recorded damage of the topics whose replicas have refetched.
@@ -133,6 +149,8 @@ impl World {
         host.incarnation += 1;
         if host.wiped {
             host.wiped = false;
+            let old = host.id;
+            host.former_ids.insert(old);
             host.id = BrokerId(self.next_id);
             self.next_id += 1;
             host.incarnation = 1;

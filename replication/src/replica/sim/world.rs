@@ -69,6 +69,8 @@ pub(super) struct Host {
     pub(super) incarnation: u64,
     pub(super) up: bool,
     pub(super) wiped: bool,
+    /// The ids its wiped data paths had (each came back under a new id).
+    pub(super) former_ids: BTreeSet<BrokerId>,
     /// A host crash without `--durable` lost its unsynced records; the restart reports it.
     pub(super) lost: bool,
     pub(super) logs: BTreeMap<usize, MemLog>,
@@ -139,6 +141,7 @@ impl World {
                 incarnation: 1,
                 up: true,
                 wiped: false,
+                former_ids: BTreeSet::new(),
                 lost: false,
                 logs: BTreeMap::new(),
                 replicas: BTreeMap::new(),
