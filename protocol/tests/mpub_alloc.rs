@@ -4,32 +4,7 @@
 
 use bytes::BytesMut;
 use protocol::{decode_command, ConnPhase, DecodeContext, ErrorCode, Limits};
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
-
-struct Largest;
-
-/// The largest single allocation seen.
-static LARGEST: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: every call is passed on unchanged to the system allocator, which upholds
-// GlobalAlloc's contract; the counting touches only an atomic.
-unsafe impl GlobalAlloc for Largest {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LARGEST.fetch_max(layout.size(), Ordering::Relaxed);
-        // SAFETY: the caller's guarantees for this call are the ones System needs.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: the caller's guarantees for this call are the ones System needs.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LARGEST.fetch_max(new_size, Ordering::Relaxed);
-        // SAFETY: the caller's guarantees for this call are the ones System needs.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+use test_harness::largest_alloc::{self, Largest};
 
 #[global_allocator]
 static GLOBAL: Largest = Largest;
@@ -51,9 +26,9 @@ fn mpub_count_does_not_drive_allocation() {
     let max_count = ((ctx.limits.max_body_size - 4) / 5) as u32;
     let mut buf = BytesMut::from(&b"MPUB t\n\x00\x00\x00\x04"[..]);
     buf.extend_from_slice(&max_count.to_be_bytes());
-    LARGEST.store(0, Ordering::Relaxed);
+    largest_alloc::reset();
     let err = decode_command(&mut buf, &ctx).unwrap_err();
-    let largest = LARGEST.load(Ordering::Relaxed);
+    let largest = largest_alloc::largest();
     assert_eq!(err.code, ErrorCode::BadMessage);
     assert!(
         largest < 64 * 1024,

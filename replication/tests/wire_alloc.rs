@@ -3,34 +3,8 @@
 //!
 //! Its own test binary, because it installs a counting global allocator.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
-
 use replication::wire::{Decoder, WireError};
-
-struct Largest;
-
-/// The largest single allocation seen.
-static LARGEST: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: every call is passed on unchanged to the system allocator, which upholds
-// GlobalAlloc's contract; the counting touches only an atomic.
-unsafe impl GlobalAlloc for Largest {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LARGEST.fetch_max(layout.size(), Ordering::Relaxed);
-        // SAFETY: the caller's guarantees for this call are the ones System needs.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: the caller's guarantees for this call are the ones System needs.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LARGEST.fetch_max(new_size, Ordering::Relaxed);
-        // SAFETY: the caller's guarantees for this call are the ones System needs.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+use test_harness::largest_alloc::{self, Largest};
 
 #[global_allocator]
 static GLOBAL: Largest = Largest;
@@ -42,7 +16,7 @@ const MAX_FRAME: usize = 8 << 20;
 fn largest_while_decoding(bytes: &[u8]) -> (Result<usize, WireError>, usize) {
     let mut d = Decoder::new(MAX_FRAME);
     let mut frames = Vec::with_capacity(4);
-    LARGEST.store(0, Ordering::Relaxed);
+    largest_alloc::reset();
     let mut r = Ok(());
     for b in bytes {
         r = d.feed(std::slice::from_ref(b), &mut frames);
@@ -50,7 +24,7 @@ fn largest_while_decoding(bytes: &[u8]) -> (Result<usize, WireError>, usize) {
             break;
         }
     }
-    (r.map(|()| frames.len()), LARGEST.load(Ordering::Relaxed))
+    (r.map(|()| frames.len()), largest_alloc::largest())
 }
 
 fn frame(body: &[u8]) -> Vec<u8> {

@@ -30,6 +30,7 @@ pub mod certs;
 mod doc_links;
 pub mod handshake;
 pub mod imports;
+pub mod largest_alloc;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
