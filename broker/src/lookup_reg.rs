@@ -500,6 +500,7 @@ fn describe(c: &LookupCommand) -> String {
             format!("UNREGISTER {topic} {}", channel.as_deref().unwrap_or(""))
         }
         LookupCommand::Ping => "PING".into(),
+        LookupCommand::Controller(_) => "CONTROLLER".into(),
     }
 }
 

@@ -11,7 +11,12 @@
 //! lookup -> peer   [size][{"broadcast_address":..,"hostname":..,"http_port":..,..}]
 //! peer -> lookup   "REGISTER topic channel\n"        lookup -> peer  [2]["OK"]
 //! peer -> lookup   "PING\n"                          lookup -> peer  [2]["OK"]
+//! peer -> lookup   "CONTROLLER\n" [size][JSON request] lookup -> peer  [size][JSON reply]
 //! ```
+//!
+//! `CONTROLLER` is ours, not nsqlookupd's: a request to the replication controller the lookup
+//! hosts (`docs/design/replication.md`). It needs no IDENTIFY (the request names its broker);
+//! its body is opaque here, bounded by [`MAX_CONTROLLER_BODY`], and the lookup reads it.
 //!
 //! The lookup side decodes with [`decode_lookup_command`]; it checks in nsqlookupd's order
 //! (identified or not, then parameters, then body) so each error carries nsqlookupd's code and
@@ -30,6 +35,9 @@ use serde_json::Value;
 pub const MAX_LINE_LEN: usize = 16 * 1024;
 /// Largest IDENTIFY body accepted (nsqlookupd has no bound; a real body is about 150 bytes).
 pub const MAX_IDENTIFY_BODY: usize = 64 * 1024;
+/// Largest CONTROLLER body accepted (a broker's heartbeat naming every topic it holds stays far
+/// below it).
+pub const MAX_CONTROLLER_BODY: usize = 4 * 1024 * 1024;
 /// The reply nsqlookupd sends to a peer whose first four bytes are not `"  V1"`.
 pub const BAD_PROTOCOL_REPLY: &[u8] = b"E_BAD_PROTOCOL";
 
@@ -125,6 +133,8 @@ pub enum LookupCommand {
     },
     /// Keeps the peer active.
     Ping,
+    /// A request to the lookup's replication controller: the JSON body, unread.
+    Controller(Bytes),
 }
 
 impl LookupCommand {
@@ -145,6 +155,11 @@ impl LookupCommand {
                 encode_line(out, "UNREGISTER", topic, channel.as_deref())
             }
             LookupCommand::Ping => out.put_slice(b"PING\n"),
+            LookupCommand::Controller(body) => {
+                out.put_slice(b"CONTROLLER\n");
+                out.put_u32(body.len() as u32);
+                out.put_slice(body);
+            }
         }
     }
 }
@@ -189,13 +204,23 @@ pub fn decode_lookup_command(
                     "cannot IDENTIFY again",
                 ));
             }
-            let Some(body) = identify_body(&buf[newline + 1..])? else {
+            let Some(body) = sized_body(&buf[newline + 1..], MAX_IDENTIFY_BODY, "IDENTIFY")? else {
                 return Ok(None);
             };
             let consumed = newline + 1 + 4 + body.len();
             let info = PeerInfo::parse_identify(body)?;
             buf.advance(consumed);
             return Ok(Some(LookupCommand::Identify(info)));
+        }
+        "CONTROLLER" => {
+            let Some(body) = sized_body(&buf[newline + 1..], MAX_CONTROLLER_BODY, "CONTROLLER")?
+            else {
+                return Ok(None);
+            };
+            let consumed = newline + 1 + 4 + body.len();
+            let body = Bytes::copy_from_slice(body);
+            buf.advance(consumed);
+            return Ok(Some(LookupCommand::Controller(body)));
         }
         "REGISTER" | "UNREGISTER" => {
             if !identified {
@@ -222,18 +247,23 @@ pub fn decode_lookup_command(
     Ok(Some(command))
 }
 
-/// The IDENTIFY body after the line, once all of it is there.
-fn identify_body(rest: &[u8]) -> Result<Option<&[u8]>, ProtocolError> {
+/// The `[i32 size][body]` after a command line, once all of it is there; a size above `max`
+/// is refused before anything waits for it.
+fn sized_body<'a>(
+    rest: &'a [u8],
+    max: usize,
+    verb: &str,
+) -> Result<Option<&'a [u8]>, ProtocolError> {
     if rest.len() < 4 {
         return Ok(None);
     }
     let size = i32::from_be_bytes([rest[0], rest[1], rest[2], rest[3]]);
     let size = match usize::try_from(size) {
-        Ok(size) if size <= MAX_IDENTIFY_BODY => size,
+        Ok(size) if size <= max => size,
         _ => {
             return Err(ProtocolError::fatal(
                 ErrorCode::BadBody,
-                format!("IDENTIFY invalid body size {size}"),
+                format!("{verb} invalid body size {size}"),
             ))
         }
     };
@@ -380,6 +410,7 @@ mod tests {
                 channel: None,
             },
             LookupCommand::Ping,
+            LookupCommand::Controller(Bytes::from_static(br#"{"CreateTopic":{}}"#)),
         ];
         let mut buf = BytesMut::new();
         for c in &commands {
@@ -519,6 +550,26 @@ mod tests {
         assert_eq!(info.tcp_port, 1);
         assert_eq!(info.http_port, 2);
         assert_eq!(info.hostname, "");
+    }
+
+    #[test]
+    fn controller_needs_no_identify_and_bounds_its_body() {
+        assert_eq!(
+            decode_all(b"CONTROLLER\n\x00\x00\x00\x02{}PING\n", false),
+            Ok(Some(LookupCommand::Controller(Bytes::from_static(b"{}"))))
+        );
+        assert_eq!(
+            decode_all(b"CONTROLLER\n\x00\x00\x00\x03{}", false),
+            Ok(None)
+        );
+        assert_eq!(
+            err_text(b"CONTROLLER\n\x00\x40\x00\x01", false),
+            "E_BAD_BODY CONTROLLER invalid body size 4194305"
+        );
+        assert_eq!(
+            err_text(b"CONTROLLER\n\xff\xff\xff\xff", true),
+            "E_BAD_BODY CONTROLLER invalid body size -1"
+        );
     }
 
     #[test]
