@@ -7,7 +7,9 @@
 
 use clap::{CommandFactory, Parser};
 use protocol::duration::parse_flag_duration;
+use std::collections::BTreeMap;
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// The flags as clap reads them.
@@ -56,6 +58,36 @@ struct Flags {
     /// [deprecated] has no effect, use --log-level
     #[arg(long, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set, default_value_t = false)]
     verbose: bool,
+
+    /// this lookup's id in the replication controller (non-zero; with --controller-peers and --data-path; without it no controller runs)
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    controller_id: Option<u64>,
+
+    /// every controller's Raft address, this one's included: <id>=<host>:<port>,... (three or five for a quorum)
+    #[arg(long)]
+    controller_peers: Option<String>,
+
+    /// <addr>:<port> this controller listens on for Raft (default: its own entry in --controller-peers)
+    #[arg(long, value_parser = parse_addr)]
+    controller_address: Option<SocketAddr>,
+
+    /// directory for the controller's Raft log and state (required with --controller-id)
+    #[arg(long)]
+    data_path: Option<PathBuf>,
+}
+
+/// The replication controller's settings (`docs/design/replication.md`), present only with
+/// `--controller-id`.
+#[derive(Debug, Clone)]
+pub struct ControllerConfig {
+    /// This node's Raft id.
+    pub id: u64,
+    /// Every voter's Raft address, by id (this node's included).
+    pub peers: BTreeMap<u64, String>,
+    /// Where this node listens for Raft.
+    pub listen: SocketAddr,
+    /// Where the Raft log and state live.
+    pub data_path: PathBuf,
 }
 
 /// The lookup's settings, checked and ready to use.
@@ -72,6 +104,8 @@ pub struct Config {
     pub log_level: tracing::Level,
     /// nsqlookupd flags given that have no effect here, each with why (logged at start-up).
     pub without_effect: Vec<String>,
+    /// The replication controller, if this lookup runs one.
+    pub controller: Option<ControllerConfig>,
 }
 
 impl Config {
@@ -95,6 +129,8 @@ impl Config {
                 ),
             ));
         }
+        let controller = controller_config(&flags)
+            .map_err(|e| Flags::command().error(clap::error::ErrorKind::ArgumentConflict, e))?;
         let hostname = nsq_common::hostname();
         let mut without_effect = Vec::new();
         if flags.log_prefix != "[nsqlookupd] " {
@@ -112,8 +148,90 @@ impl Config {
             tombstone_lifetime: flags.tombstone_lifetime,
             log_level: flags.log_level,
             without_effect,
+            controller,
         })
     }
+}
+
+/// The controller's flags, checked together: all or none of id, peers and data path.
+fn controller_config(flags: &Flags) -> Result<Option<ControllerConfig>, String> {
+    let Some(id) = flags.controller_id else {
+        let stray = [
+            ("--controller-peers", flags.controller_peers.is_some()),
+            ("--controller-address", flags.controller_address.is_some()),
+            ("--data-path", flags.data_path.is_some()),
+        ];
+        if let Some((name, _)) = stray.iter().find(|(_, given)| *given) {
+            return Err(format!(
+                "{name} is for the replication controller: give --controller-id too"
+            ));
+        }
+        return Ok(None);
+    };
+    let Some(list) = &flags.controller_peers else {
+        return Err(
+            "--controller-id needs --controller-peers (every controller's <id>=<host>:<port>)"
+                .into(),
+        );
+    };
+    let Some(data_path) = flags.data_path.clone() else {
+        return Err("--controller-id needs --data-path (where the Raft log is kept)".into());
+    };
+    let peers = parse_peers(list)?;
+    let Some(own) = peers.get(&id) else {
+        return Err(format!(
+            "--controller-peers has no entry for this lookup's --controller-id {id}"
+        ));
+    };
+    let listen = match flags.controller_address {
+        Some(address) => address,
+        None => parse_addr(own).map_err(|e| format!("--controller-peers entry {id}: {e}"))?,
+    };
+    Ok(Some(ControllerConfig {
+        id,
+        peers,
+        listen,
+        data_path,
+    }))
+}
+
+/// `1=host:port,2=host:port,...`: distinct non-zero ids and distinct addresses with a port.
+fn parse_peers(list: &str) -> Result<BTreeMap<u64, String>, String> {
+    let mut peers = BTreeMap::new();
+    for item in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let Some((id, address)) = item.split_once('=') else {
+            return Err(format!(
+                "--controller-peers: {item:?} is not <id>=<host>:<port>"
+            ));
+        };
+        let id: u64 = match id.trim().parse() {
+            Ok(id) if id > 0 => id,
+            _ => {
+                return Err(format!(
+                    "--controller-peers: {item:?}: the id must be a non-zero integer"
+                ))
+            }
+        };
+        let address = address.trim();
+        let port_ok = address.rsplit_once(':').is_some_and(|(host, port)| {
+            !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0)
+        });
+        if !port_ok {
+            return Err(format!(
+                "--controller-peers: {item:?}: the address must be <host>:<port>"
+            ));
+        }
+        if peers.values().any(|a| a == address) {
+            return Err(format!("--controller-peers: {address} is given twice"));
+        }
+        if peers.insert(id, address.to_owned()).is_some() {
+            return Err(format!("--controller-peers: id {id} is given twice"));
+        }
+    }
+    if peers.is_empty() {
+        return Err("--controller-peers is empty".into());
+    }
+    Ok(peers)
 }
 
 /// Reads `host:port` as Go's listeners do: an empty host (`:4160`) means every interface.
@@ -186,6 +304,77 @@ mod tests {
         ]))
         .unwrap_err();
         assert!(e.to_string().contains("different ports"), "{e}");
+    }
+
+    #[test]
+    fn the_controller_flags_go_together() {
+        let c = Config::from_args(args(&[])).unwrap();
+        assert!(c.controller.is_none());
+        let peers = "--controller-peers=1=127.0.0.1:5001, 2=127.0.0.1:5002,3=localhost:5003";
+        let c =
+            Config::from_args(args(&["--controller-id=2", peers, "--data-path=/tmp/x"])).unwrap();
+        let ctl = c.controller.unwrap();
+        assert_eq!(ctl.id, 2);
+        assert_eq!(ctl.peers.len(), 3);
+        assert_eq!(ctl.listen.to_string(), "127.0.0.1:5002");
+        let c = Config::from_args(args(&[
+            "--controller-id=3",
+            peers,
+            "--data-path=/tmp/x",
+            "--controller-address=0.0.0.0:6000",
+        ]))
+        .unwrap();
+        assert_eq!(c.controller.unwrap().listen.to_string(), "0.0.0.0:6000");
+        for (list, needle) in [
+            (
+                &["--controller-id=0", peers, "--data-path=d"][..],
+                "controller-id",
+            ),
+            (
+                &["--controller-id=1", "--data-path=d"],
+                "needs --controller-peers",
+            ),
+            (&["--controller-id=1", peers], "needs --data-path"),
+            (&["--controller-id=4", peers, "--data-path=d"], "no entry"),
+            (&[peers], "give --controller-id"),
+            (&["--data-path=d"], "--data-path is for"),
+            (&["--controller-address=:1"], "--controller-address is for"),
+            (
+                &[
+                    "--controller-id=1",
+                    "--controller-peers=1=a:1,1=b:2",
+                    "--data-path=d",
+                ],
+                "given twice",
+            ),
+            (
+                &[
+                    "--controller-id=1",
+                    "--controller-peers=1=a:1,2=a:1",
+                    "--data-path=d",
+                ],
+                "given twice",
+            ),
+            (
+                &[
+                    "--controller-id=1",
+                    "--controller-peers=1=a",
+                    "--data-path=d",
+                ],
+                "<host>:<port>",
+            ),
+            (
+                &[
+                    "--controller-id=1",
+                    "--controller-peers=x=a:1",
+                    "--data-path=d",
+                ],
+                "non-zero integer",
+            ),
+        ] {
+            let e = Config::from_args(args(list)).unwrap_err();
+            assert!(e.to_string().contains(needle), "{list:?}: {e}");
+        }
     }
 }
 

@@ -12,6 +12,7 @@
 //! | POST | /topic/create, /topic/delete | empty |
 //! | POST | /channel/create, /channel/delete | empty, 404 `CHANNEL_NOT_FOUND` |
 //! | POST | /topic/tombstone?topic=&node= | empty |
+//! | GET | /controller | the replication controller's node and metadata; 404 `NO_CONTROLLER` without one (ours) |
 //!
 //! Errors are `{"message":"CODE"}`; an unknown path is 404 `NOT_FOUND`, a known path with
 //! another method 405 `METHOD_NOT_ALLOWED` (with `Allow`), as nsqlookupd's router answers.
@@ -55,6 +56,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("POST", "/channel/create"),
     ("POST", "/channel/delete"),
     ("POST", "/topic/tombstone"),
+    ("GET", "/controller"),
 ];
 
 /// Accepts HTTP clients until the listener fails for good.
@@ -161,6 +163,10 @@ pub fn route(lookup: &Lookup, head: &RequestHead, now: Stamp) -> Response {
         "/channel/create" => do_create_channel(lookup, head),
         "/channel/delete" => do_delete_channel(lookup, head),
         "/topic/tombstone" => do_tombstone(lookup, head, now),
+        "/controller" => match &lookup.controller {
+            Some(c) => Ok(ok_json(&c.borrow().status())),
+            None => Err(Response::error(404, "NO_CONTROLLER")),
+        },
         _ => Err(Response::error(404, "NOT_FOUND")),
     };
     result.unwrap_or_else(|err| err)

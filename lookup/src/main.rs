@@ -7,9 +7,11 @@
 //! - [`server`]: the shared state and the two listeners;
 //! - [`tcp`]: the V1 protocol brokers speak;
 //! - [`http_api`]: the HTTP API;
-//! - [`db`]: the registration database both sides read and write.
+//! - [`db`]: the registration database both sides read and write;
+//! - [`controller`]: the replication controller, with `--controller-id` only.
 
 mod config;
+mod controller;
 mod db;
 mod http_api;
 mod server;

@@ -5,6 +5,7 @@
 //! `.await`: request handling and command execution do not wait on anything.
 
 use crate::config::Config;
+use crate::controller::Hosted;
 use crate::db::{PeerId, RegistrationDb};
 use glommio::net::TcpListener;
 use protocol::lookup::PeerInfo;
@@ -21,16 +22,24 @@ pub struct Lookup {
     pub tcp_port: u16,
     /// The port the HTTP listener got.
     pub http_port: u16,
+    /// The replication controller, with `--controller-id` only.
+    pub controller: Option<Rc<RefCell<Hosted>>>,
     next_peer: Cell<PeerId>,
 }
 
 impl Lookup {
-    pub fn new(config: Config, tcp_port: u16, http_port: u16) -> Self {
+    pub fn new(
+        config: Config,
+        tcp_port: u16,
+        http_port: u16,
+        controller: Option<Rc<RefCell<Hosted>>>,
+    ) -> Self {
         Lookup {
             config,
             db: RefCell::new(RegistrationDb::new()),
             tcp_port,
             http_port,
+            controller,
             next_peer: Cell::new(1),
         }
     }
@@ -62,6 +71,7 @@ pub enum StartError {
         address: std::net::SocketAddr,
         source: glommio::GlommioError<()>,
     },
+    Controller(crate::controller::StartError),
 }
 
 impl std::fmt::Display for StartError {
@@ -72,6 +82,7 @@ impl std::fmt::Display for StartError {
                 address,
                 source,
             } => write!(f, "cannot listen on {what} address {address}: {source}"),
+            StartError::Controller(e) => write!(f, "controller: {e}"),
         }
     }
 }
@@ -85,7 +96,7 @@ const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 /// the last run's lingering connections), and no SO_REUSEPORT, so that a second lookup started
 /// on the same port fails with "Address already in use" instead of silently sharing the port
 /// (glommio's own `TcpListener::bind` sets SO_REUSEPORT, made for one listener per executor).
-fn listen(address: std::net::SocketAddr) -> std::io::Result<TcpListener> {
+pub(crate) fn listen(address: std::net::SocketAddr) -> std::io::Result<TcpListener> {
     use socket2::{Domain, Protocol, Socket, Type};
     use std::os::fd::{FromRawFd, IntoRawFd};
     let socket = Socket::new(
@@ -136,7 +147,16 @@ pub async fn run(config: Config) -> Result<(), StartError> {
     let http_addr = port(&http, config.http_address);
     info!("TCP: listening on {tcp_addr}");
     info!("HTTP: listening on {http_addr}");
-    let lookup = Rc::new(Lookup::new(config, tcp_addr.port(), http_addr.port()));
+    let controller = match &config.controller {
+        Some(cfg) => Some(crate::controller::start(cfg).map_err(StartError::Controller)?),
+        None => None,
+    };
+    let lookup = Rc::new(Lookup::new(
+        config,
+        tcp_addr.port(),
+        http_addr.port(),
+        controller,
+    ));
     let tcp_task = glommio::spawn_local(crate::tcp::serve(tcp, lookup.clone()));
     crate::http_api::serve(http, lookup).await;
     tcp_task.await;

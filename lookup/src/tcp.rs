@@ -1,5 +1,6 @@
 //! The TCP side: brokers connect, IDENTIFY, REGISTER and UNREGISTER their topics and channels,
-//! and PING to stay active.
+//! and PING to stay active; with the replication controller, they send it `CONTROLLER`
+//! requests on the same connection.
 //!
 //! One task per connection. It checks the `"  V1"` magic, then decodes commands with
 //! [`protocol::lookup::decode_lookup_command`], applies each to the database ([`execute`], no
@@ -7,6 +8,7 @@
 //! connection is closed, as nsqlookupd does. However the task ends (EOF, error, socket failure),
 //! a guard removes the peer from every registration.
 
+use crate::controller::RequestError;
 use crate::db::{Peer, PeerId, Registration, Stamp};
 use crate::server::Lookup;
 use bytes::{Buf, BytesMut};
@@ -16,6 +18,7 @@ use protocol::lookup::{
     decode_lookup_command, write_error_reply, write_reply, LookupCommand, BAD_PROTOCOL_REPLY,
 };
 use protocol::names::is_ephemeral;
+use protocol::{ErrorCode, ProtocolError};
 use std::rc::Rc;
 use tracing::{debug, info, warn};
 
@@ -105,6 +108,18 @@ async fn serve_peer(
     loop {
         loop {
             match decode_lookup_command(&mut buf, identified) {
+                Ok(Some(LookupCommand::Controller(body))) => {
+                    match controller_request(lookup, &body) {
+                        Ok(answer) => write_reply(&mut out, &answer),
+                        Err(e) => {
+                            warn!("[{remote}] - {e}");
+                            write_error_reply(&mut out, &e);
+                            if e.fatal {
+                                return stream.write_all(&out).await;
+                            }
+                        }
+                    }
+                }
                 Ok(Some(command)) => {
                     identified |= matches!(command, LookupCommand::Identify(_));
                     let reply = execute(lookup, id, remote, command, Stamp::now());
@@ -137,6 +152,27 @@ async fn read_more(
     let n = stream.read(scratch).await?;
     buf.extend_from_slice(&scratch[..n]);
     Ok(n > 0)
+}
+
+/// Answers a `CONTROLLER` request: the controller's JSON answer, a non-fatal error when this
+/// lookup runs no controller (or it stopped), a fatal one when the body is not a request.
+fn controller_request(lookup: &Lookup, body: &[u8]) -> Result<Vec<u8>, ProtocolError> {
+    let Some(controller) = &lookup.controller else {
+        return Err(ProtocolError::non_fatal(
+            ErrorCode::Invalid,
+            "CONTROLLER this lookup runs no replication controller (see --controller-id)",
+        ));
+    };
+    controller.borrow_mut().request(body).map_err(|e| match e {
+        RequestError::BadBody(why) => ProtocolError::fatal(
+            ErrorCode::BadBody,
+            format!("CONTROLLER failed to decode JSON body: {why}"),
+        ),
+        RequestError::Stopped(why) => ProtocolError::non_fatal(
+            ErrorCode::Invalid,
+            format!("CONTROLLER the controller has stopped: {why}"),
+        ),
+    })
 }
 
 /// Applies one decoded command to the database and returns the reply data. Decoding already
@@ -217,5 +253,7 @@ pub fn execute(
             }
             protocol::OK.to_vec()
         }
+        // Answered by `controller_request` before it gets here.
+        LookupCommand::Controller(_) => Vec::new(),
     }
 }
