@@ -140,6 +140,11 @@ pub async fn run(config: Config) -> Result<(), StartError> {
             source: source.into(),
         })
     };
+    // The controller first: a data path it refuses stops the start before anything listens.
+    let controller = match &config.controller {
+        Some(cfg) => Some(crate::controller::start(cfg).map_err(StartError::Controller)?),
+        None => None,
+    };
     let tcp = bind("TCP", config.tcp_address)?;
     let http = bind("HTTP", config.http_address)?;
     let port = |l: &TcpListener, fallback: std::net::SocketAddr| l.local_addr().unwrap_or(fallback);
@@ -147,10 +152,6 @@ pub async fn run(config: Config) -> Result<(), StartError> {
     let http_addr = port(&http, config.http_address);
     info!("TCP: listening on {tcp_addr}");
     info!("HTTP: listening on {http_addr}");
-    let controller = match &config.controller {
-        Some(cfg) => Some(crate::controller::start(cfg).map_err(StartError::Controller)?),
-        None => None,
-    };
     let lookup = Rc::new(Lookup::new(
         config,
         tcp_addr.port(),

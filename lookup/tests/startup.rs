@@ -104,3 +104,56 @@ fn a_restart_at_once_after_a_kill_comes_up_on_the_same_ports() {
         }
     }
 }
+
+#[test]
+fn startup_names_the_controller_flag_that_is_missing_or_wrong() {
+    for (args, needle) in [
+        (&["--controller-id=1"][..], "--controller-peers"),
+        (
+            &["--controller-id=1", "--controller-peers=1=127.0.0.1:1"],
+            "--data-path",
+        ),
+        (&["--data-path=/tmp/x"], "give --controller-id"),
+        (
+            &[
+                "--controller-id=2",
+                "--controller-peers=1=127.0.0.1:1",
+                "--data-path=/tmp/x",
+            ],
+            "no entry for this lookup's --controller-id 2",
+        ),
+    ] {
+        let out = run(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(needle), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn the_controller_flags_are_read_from_the_config_file_too() {
+    let dir = test_harness::scratch_dir("lookup-config");
+    let file = dir.join("lookup.toml");
+    let data = dir.join("data");
+    let raft = test_harness::free_port();
+    std::fs::write(
+        &file,
+        format!(
+            "controller_id = 1\ncontroller_peers = \"1=127.0.0.1:{raft}\"\ndata_path = \"{}\"\n",
+            data.display()
+        ),
+    )
+    .expect("write config");
+    let log = start_and_stop(&[
+        "--tcp-address=127.0.0.1:0",
+        "--http-address=127.0.0.1:0",
+        &format!("--config={}", file.display()),
+    ])
+    .unwrap_or_else(|log| panic!("did not start:\n{log}"));
+    assert!(
+        log.contains(&format!("controller: Raft listening on 127.0.0.1:{raft}")),
+        "{log}"
+    );
+    assert!(data.join("controller-raft.log").exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
