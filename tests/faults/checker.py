@@ -115,10 +115,12 @@ def availability(publishes, interval):
     return [(t0 + i * interval, buckets[i][0], buckets[i][1]) for i in range(last + 1)]
 
 
-def check(publishes, receives, publish_window=None, interval=5.0, sample=20, names=None):
+def check(publishes, receives, publish_window=None, interval=5.0, sample=20, names=None,
+          faults=None):
     """The summary of a run (a JSON-able dict). publish_window: (start, end) in which
     publishers ran, for the longest silence (default: first to last publish attempt); names:
-    broker address -> the name to report it under."""
+    broker address -> the name to report it under; faults: [(begin time, kind, target)] to
+    blame lost messages on (`lost_blamed_on`, see attribute_lost)."""
     names = names or {}
     outcome = {}
     acked_at = {}
@@ -148,7 +150,8 @@ def check(publishes, receives, publish_window=None, interval=5.0, sample=20, nam
 
     series = availability(publishes, interval)
     fractions = [acked / n for _t, n, acked in series if n]
-    lost_by_broker = collections.Counter(names.get(acked_at[b][1], acked_at[b][1]) for b in lost)
+    lost_at = [(acked_at[b][0], names.get(acked_at[b][1], acked_at[b][1])) for b in lost]
+    lost_by_broker = collections.Counter(broker for _t, broker in lost_at)
     receivers = collections.Counter(c for _t, _b, _body, c in receives)
     attempts = sum(counts.values())
     summary = {
@@ -161,6 +164,7 @@ def check(publishes, receives, publish_window=None, interval=5.0, sample=20, nam
         "lost": len(lost),
         "lost_by_broker": dict(sorted(lost_by_broker.items())),
         "lost_sample": lost[:sample],
+        "lost_blamed_on": attribute_lost(lost_at, faults or []),
         "unexpected": len(unexpected),
         "unexpected_sample": unexpected[:sample],
         "duplicates": len(dup_bodies),
@@ -179,6 +183,20 @@ def check(publishes, receives, publish_window=None, interval=5.0, sample=20, nam
     }
     summary["violations"] = violations(summary)
     return summary
+
+
+def attribute_lost(lost, faults, data_losing=("wipe", "kill")):
+    """Which fault each lost message can be blamed on: `lost` is [(acked at, broker name)],
+    `faults` [(begin time, kind, target)]. A message is blamed on the first fault of a
+    data-losing kind that hit its broker after it was acknowledged (what an unreplicated broker
+    may lose); the rest are `unexplained`. Returns {kind or "unexplained": count}."""
+    hits = sorted((t, kind, target) for t, kind, target in faults if kind in data_losing)
+    out = collections.Counter()
+    for t_ack, broker in lost:
+        blame = next((kind for t, kind, target in hits if target == broker and t >= t_ack),
+                     "unexplained")
+        out[blame] += 1
+    return dict(sorted(out.items()))
 
 
 def violations(summary):
@@ -205,7 +223,9 @@ def table(summary, t0=None):
         ("received (distinct / deliveries)", "%d / %d"
          % (summary["received_distinct"], summary["deliveries"])),
         ("LOST (acked, never received)", "%d %s" % (
-            summary["lost"], json.dumps(summary["lost_by_broker"]) if summary["lost"] else "")),
+            summary["lost"], "by broker %s, blamed on %s" % (
+                json.dumps(summary["lost_by_broker"]), json.dumps(summary["lost_blamed_on"]))
+            if summary["lost"] else "")),
         ("unexpected (never sent)", summary["unexpected"]),
         ("duplicates (bodies / extra deliveries)", "%d / %d"
          % (summary["duplicates"], summary["duplicate_deliveries"])),
@@ -235,7 +255,16 @@ def main(argv):
         return 2
     publishes, receives, _spans = load_dir(history)
     window = publish_window(publishes)
-    summary = check(publishes, receives, publish_window=window)
+    faults, names = [], {}
+    try:
+        with open(os.path.join(argv[1], "faults.json")) as f:
+            record = json.load(f)
+        faults = [(e["t"], e["kind"], e["target"]) for e in record["events"]
+                  if e["event"] == "begin"]
+        names = record.get("brokers", {})
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # no fault record (or not run.py's): nothing to blame lost messages on
+    summary = check(publishes, receives, publish_window=window, names=names, faults=faults)
     print(table(summary, t0=window[0] if window else None))
     print(json.dumps({k: v for k, v in summary.items() if k != "availability_series"}))
     return 1 if summary["violations"] else 0
