@@ -187,13 +187,18 @@ def check(publishes, receives, publish_window=None, interval=5.0, sample=20, nam
 
 def attribute_lost(lost, faults, data_losing=("wipe", "kill")):
     """Which fault each lost message can be blamed on: `lost` is [(acked at, broker name)],
-    `faults` [(begin time, kind, target)]. A message is blamed on the first fault of a
-    data-losing kind that hit its broker after it was acknowledged (what an unreplicated broker
-    may lose); the rest are `unexplained`. Returns {kind or "unexplained": count}."""
-    hits = sorted((t, kind, target) for t, kind, target in faults if kind in data_losing)
+    `faults` [(begin time, kind, target)]. A message is blamed on a fault of a data-losing
+    kind that hit its broker after it was acknowledged (what an unreplicated broker may lose),
+    the first kind of `data_losing` that did (a wipe loses everything, so it explains a loss
+    before a kill that came earlier does); the rest are `unexplained`.
+    Returns {kind or "unexplained": count}."""
+    last = {}  # (target, kind) -> the last time that kind of fault hit that target
+    for t, kind, target in faults:
+        if kind in data_losing:
+            last[(target, kind)] = max(t, last.get((target, kind), t))
     out = collections.Counter()
     for t_ack, broker in lost:
-        blame = next((kind for t, kind, target in hits if target == broker and t >= t_ack),
+        blame = next((kind for kind in data_losing if last.get((broker, kind), -1.0) >= t_ack),
                      "unexplained")
         out[blame] += 1
     return dict(sorted(out.items()))
