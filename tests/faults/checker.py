@@ -185,12 +185,17 @@ def check(publishes, receives, publish_window=None, interval=5.0, sample=20, nam
     return summary
 
 
+# An acknowledgement is timestamped by the client after it arrives, the fault by the harness
+# before it signals: an ack sent just before a SIGKILL can carry a later time than the fault.
+ACK_SLACK_S = 1.0
+
+
 def attribute_lost(lost, faults, data_losing=("wipe", "kill")):
     """Which fault each lost message can be blamed on: `lost` is [(acked at, broker name)],
     `faults` [(begin time, kind, target)]. A message is blamed on a fault of a data-losing
-    kind that hit its broker after it was acknowledged (what an unreplicated broker may lose),
-    the first kind of `data_losing` that did (a wipe loses everything, so it explains a loss
-    before a kill that came earlier does); the rest are `unexplained`.
+    kind that hit its broker after it was acknowledged (what an unreplicated broker may lose;
+    within ACK_SLACK_S), the first kind of `data_losing` that did (a wipe loses everything, so
+    it explains a loss before a kill that came earlier does); the rest are `unexplained`.
     Returns {kind or "unexplained": count}."""
     last = {}  # (target, kind) -> the last time that kind of fault hit that target
     for t, kind, target in faults:
@@ -198,8 +203,8 @@ def attribute_lost(lost, faults, data_losing=("wipe", "kill")):
             last[(target, kind)] = max(t, last.get((target, kind), t))
     out = collections.Counter()
     for t_ack, broker in lost:
-        blame = next((kind for kind in data_losing if last.get((broker, kind), -1.0) >= t_ack),
-                     "unexplained")
+        blame = next((kind for kind in data_losing
+                      if last.get((broker, kind), -1e18) + ACK_SLACK_S >= t_ack), "unexplained")
         out[blame] += 1
     return dict(sorted(out.items()))
 

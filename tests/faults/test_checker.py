@@ -158,15 +158,18 @@ def test_fault_kinds_are_checked():
 
 
 def test_lost_messages_are_blamed_on_a_later_data_losing_fault_of_their_broker():
-    lost = [(1.0, "b1"), (5.0, "b1"), (9.0, "b1"), (2.0, "b2"), (3.0, "b3")]
+    lost = [(1.0, "b1"), (5.5, "b1"), (9.0, "b1"), (2.0, "b2"), (3.0, "b3")]
     faults = [(4.0, "wipe", "b1"), (2.5, "kill", "b2"), (8.0, "pause", "b1"),
               (1.0, "wipe", "b3")]
-    # b1@5 and b1@9 have only a pause after them; b3's wipe came before its ack.
+    # b1@5.5 and b1@9 have only a pause after them; b3's wipe came before its ack.
     assert checker.attribute_lost(lost, faults) == {"kill": 1, "unexplained": 3, "wipe": 1}
     # A wipe explains a loss even when a kill of the same broker came between.
     assert checker.attribute_lost([(1.0, "b1")], [(2.0, "kill", "b1"), (3.0, "wipe", "b1")]) \
         == {"wipe": 1}
     assert checker.attribute_lost([(1.0, "b1")], [(2.0, "kill", "b1")]) == {"kill": 1}
-    pub = hist("A\t1\tx1\tp-0\t0", "A\t2\tx1\tp-1\t0")
+    # An ack timestamped just after the SIGKILL was sent before it.
+    assert checker.attribute_lost([(2.3, "b1")], [(2.0, "wipe", "b1")]) == {"wipe": 1}
+    assert checker.attribute_lost([(3.5, "b1")], [(2.0, "wipe", "b1")]) == {"unexplained": 1}
+    pub = hist("A\t1\tx1\tp-0\t0", "A\t3\tx1\tp-1\t0")
     s = run_check(pub, [hist()], names={"x1": "b1"}, faults=[(1.5, "wipe", "b1")])
     assert s["lost_blamed_on"] == {"unexplained": 1, "wipe": 1}
