@@ -267,7 +267,7 @@ impl ReplicaLog for ReplicatedLog<'_> {
             .min(end)
             .min(from.saturating_add(max_records.max(1) as Seq));
         let mut hint = super::DiskHint::default();
-        let mut records = Vec::with_capacity((stop - from) as usize);
+        let mut records = Vec::with_capacity((stop - from).min(1024) as usize);
         for seq in from..stop {
             match self.record_at(seq, &mut hint) {
                 Ok(r) => records.push(r),
