@@ -255,7 +255,8 @@ impl<T: Stored + 'static> Flusher<T> {
                     l.unsynced > 0
                         && (me.policy.durable
                             || l.head() - l.synced_end >= me.policy.sync_every
-                            || l.last_sync.elapsed() >= me.policy.sync_timeout)
+                            || l.last_sync.elapsed() >= me.policy.sync_timeout
+                            || l.sync_requested())
                 };
                 if due {
                     if let Err(e) = storage::log::sync(&log).await {
@@ -310,6 +311,10 @@ impl<T: Stored + 'static> Flusher<T> {
                     let t = t.borrow();
                     let l = t.log().borrow();
                     (l.unsynced > 0).then(|| {
+                        // A replica's sync request is served at once.
+                        if l.sync_requested() {
+                            return Duration::ZERO;
+                        }
                         self.policy
                             .sync_timeout
                             .saturating_sub(l.last_sync.elapsed())

@@ -8,6 +8,7 @@
 //!     00000000000000000000.seg         segment, named by the seq of its first record (base seq)
 //!     00000000000000123456.seg
 //!     meta.json                        channels, pauses, cursors (`super::meta`)
+//!     epochs.json                      a replicated topic only: its epoch history (`super::log`'s `replica.rs`)
 //!
 //! segment file <20-digit base seq>.seg, version 2 (written)
 //! ┌──────────────────────────── header, 36 bytes ─────────────────────────────┐

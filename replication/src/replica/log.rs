@@ -36,6 +36,15 @@ pub enum LogError {
         /// The log's end.
         end: Seq,
     },
+    /// The records asked for are stored but not at hand yet (a read from disk waits for its
+    /// blocks, a truncation for a write under way): the same call succeeds on a later tick.
+    NotReady,
+    /// The record at this seq is damaged in storage (its crc does not match): it is never
+    /// returned or stored as good.
+    Damaged {
+        /// The damaged record's seq.
+        seq: Seq,
+    },
     /// The storage failed (its message).
     Storage(String),
 }
@@ -54,6 +63,8 @@ impl std::fmt::Display for LogError {
             LogError::OutOfRange { from, end } => {
                 write!(f, "read from seq {from}, but the log ends at {end}")
             }
+            LogError::NotReady => write!(f, "not ready yet: try again"),
+            LogError::Damaged { seq } => write!(f, "record {seq} is damaged in storage"),
             LogError::Storage(m) => write!(f, "storage: {m}"),
         }
     }

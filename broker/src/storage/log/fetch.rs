@@ -22,11 +22,11 @@ const READ_FILES: usize = 4;
 /// many arrived and how many failed. A block that cannot be read is given up (asked for again
 /// by the next reader).
 pub async fn fetch(log: &RefCell<TopicLog>) -> (usize, usize) {
-    let wanted = {
+    let (wanted, cuts) = {
         let l = log.borrow();
         let mut cache = l.blocks.borrow_mut();
         cache.begin_round();
-        cache.take_wanted()
+        (cache.take_wanted(), l.cuts)
     };
     let mut reads = Vec::with_capacity(wanted.len());
     let mut failed = 0;
@@ -57,7 +57,8 @@ pub async fn fetch(log: &RefCell<TopicLog>) -> (usize, usize) {
         let l = log.borrow();
         let mut cache = l.blocks.borrow_mut();
         match result {
-            Ok(data) if l.segment(key.0).is_some() => {
+            // A block read before a truncation may hold records it cut: asked for again.
+            Ok(data) if l.segment(key.0).is_some() && l.cuts == cuts => {
                 cache.insert(key, data, valid);
                 arrived += 1;
             }

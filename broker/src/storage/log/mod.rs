@@ -40,6 +40,8 @@
 //! | `recovery.rs` | `open`: scanning the segments at start-up, cutting torn tails |
 //! | `retention.rs` | `release_below`, `destroy`: dropping what nobody wants nor retention keeps, the trash |
 //! | `seek.rs` | replay: how far back the history goes, the first record at or after a time, reopening the start |
+//! | `replica.rs` | a replicated topic's log as `replication::replica::ReplicaLog`: records, epoch history, sync requests |
+//! | `truncate.rs` | `cut_to`: cutting a replicated log's end at run time, durably |
 //!
 //! Invariants: the window holds consecutive seqs ending at `head`, and in a persistent log
 //! every seq from `written_end` on (until the log is destroyed); `synced_end <= written_end <=
@@ -52,17 +54,26 @@ mod log_tests;
 mod plan;
 mod read;
 mod recovery;
+// Driven by a replicated topic's owner, a later step; until then its tests are its users.
+#[cfg_attr(not(test), allow(dead_code))]
+mod replica;
+#[cfg(test)]
+mod replica_tests;
 mod retention;
 #[cfg(test)]
 mod retention_tests;
 mod seek;
 #[cfg(test)]
 mod seek_tests;
+#[cfg_attr(not(test), allow(dead_code))]
+mod truncate;
 mod window;
 mod write;
 
 pub use fetch::fetch;
 pub use plan::MAX_WRITE;
+#[cfg_attr(not(test), allow(unused_imports))]
+pub use replica::{ReplicaStore, ReplicatedLog};
 pub use retention::Retention;
 pub use seek::{seek_time, History, Seek};
 pub use write::{flush, sync, trim_padding};
@@ -216,6 +227,17 @@ pub struct TopicLog {
     deferred: VecDeque<(u64, i64)>,
     /// How much history is kept beyond what channels need (see `retention.rs`).
     retention: Retention,
+    /// A replicated topic's log (`replica.rs`): every record is written, finished by every
+    /// channel or not (followers and a future leader need them). Off by default.
+    replicated: bool,
+    /// A replica asked for an fsync of what is appended; the flusher serves it.
+    sync_requested: bool,
+    /// An fsync completed since the replica's owner last asked ([`TopicLog::take_synced`]).
+    synced_unreported: bool,
+    /// Truncations so far: a block read issued before one is not trusted (`fetch.rs`).
+    cuts: u64,
+    /// Recovery cut a torn tail (not write padding) off the newest segment at open.
+    torn_at_open: bool,
 }
 
 impl TopicLog {
@@ -253,6 +275,11 @@ impl TopicLog {
             max_id: None,
             deferred: VecDeque::new(),
             retention: Retention::default(),
+            replicated: false,
+            sync_requested: false,
+            synced_unreported: false,
+            cuts: 0,
+            torn_at_open: false,
         }
     }
 

@@ -37,8 +37,13 @@ impl TopicLog {
         if self.dir.is_none() || self.planned_end >= self.head {
             return planned;
         }
-        // History kept by retention is written even when every channel has finished it.
-        let floor = if self.retention.is_set() { 0 } else { floor };
+        // History kept by retention is written even when every channel has finished it, and
+        // so is a replicated log's: followers and a future leader need every record.
+        let floor = if self.retention.is_set() || self.replicated {
+            0
+        } else {
+            floor
+        };
         let window = std::mem::take(&mut self.window);
         let ws = self.head - window.len() as u64;
         let last = self.head - 1;

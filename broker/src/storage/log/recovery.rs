@@ -68,6 +68,7 @@ impl TopicLog {
             let last = i + 1 == count;
             match recover_segment(name, base, &path, last)? {
                 Some(found) => {
+                    log.torn_at_open |= found.torn;
                     log.head = log.head.max(found.segment.end);
                     log.segments.push(found.segment);
                     log.max_id = log.max_id.max(found.max_id);
@@ -114,6 +115,8 @@ struct Recovered {
     max_id: Option<u64>,
     /// (seq, defer-until ns) of its records published with a deferral.
     deferred: Vec<(u64, i64)>,
+    /// A torn tail (not write padding) was cut from it.
+    torn: bool,
 }
 
 /// Recovers one segment file at start-up: scans it, logs what it skipped, and cuts a torn
@@ -162,6 +165,7 @@ fn recover_segment(
         warn!(topic, segment = %path.display(), offset = off, bytes = n, "corrupt data skipped; its records will not be delivered");
     }
     let mut valid = report.valid_end as u64;
+    let mut torn = false;
     let padding = report.torn_tail > 0 && data[report.valid_end..].iter().all(|&b| b == 0);
     if padding {
         // The zeros after the last direct write (a stop that was not clean): not damage.
@@ -171,6 +175,7 @@ fn recover_segment(
             cut(&file, path, valid)?;
         }
     } else if report.torn_tail > 0 {
+        torn = last;
         if last {
             warn!(topic, segment = %path.display(), offset = report.valid_end, bytes = report.torn_tail, "torn tail cut");
             drop(data);
@@ -214,6 +219,7 @@ fn recover_segment(
         segment,
         max_id: report.max_id,
         deferred: report.deferred,
+        torn,
     }))
 }
 

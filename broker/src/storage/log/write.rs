@@ -293,7 +293,14 @@ pub async fn sync(log: &RefCell<TopicLog>) -> Result<(), StorageError> {
         }
     }
     let mut l = log.borrow_mut();
+    // A truncation during the fsync lowered `written_end`: what it cut is not synced.
+    let end = end.min(l.written_end);
     l.synced_end = l.synced_end.max(end);
+    if l.replicated {
+        // Served: the replica asks again while its durable end is behind its end.
+        l.sync_requested = false;
+        l.synced_unreported = true;
+    }
     l.unsynced = 0;
     l.last_sync = Instant::now();
     Ok(())
