@@ -399,7 +399,10 @@ async fn exchange(a: &Node, a_id: u64, b: &Node, b_id: u64, topic: &str) {
 #[test]
 fn a_newer_incarnation_replaces_the_peers_connection_and_an_older_one_is_refused() {
     on_executor(Duration::from_secs(20), || async {
-        let b = node(5);
+        // Idle connections stay: only the replacement closes one here.
+        let mut cfg = config(5, 1, CLUSTER);
+        cfg.idle_timeout = Duration::from_secs(20);
+        let b = node_with(cfg, any_port());
         // Broker 2 dials broker 5; its address is never used by 5.
         b.peers.set_peers(peer_set(&[(2, any_port())]));
         let mut first = raw_peer(b.addr, &hello_bytes(CLUSTER, 2, 3)).await;
