@@ -32,7 +32,15 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("storage", &["storage"]),
     (
         "domain",
-        &["timer", "latency", "channel", "topic", "stats", "statsd"],
+        &[
+            "timer",
+            "latency",
+            "channel",
+            "topic",
+            "stats",
+            "statsd",
+            "replication",
+        ],
     ),
     (
         "mail and start-up",
