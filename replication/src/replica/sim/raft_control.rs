@@ -92,6 +92,13 @@ impl RaftControl {
             retry: 10,
             reassign_after: None,
         };
+        // Half the seeds snapshot every few entries (compaction, restarts from a snapshot and
+        // installs to a node that was down then happen beside the data path).
+        let (snapshot_every, snapshot_margin) = if rng.below(2) == 0 {
+            (0, 0)
+        } else {
+            (rng.range(5, 40), rng.below(8))
+        };
         let mut nodes = Vec::new();
         for (i, id) in voters.iter().enumerate() {
             let cfg = NodeConfig {
@@ -99,6 +106,8 @@ impl RaftControl {
                 voters: voters.clone(),
                 election_tick: timeouts[i] as usize,
                 heartbeat_tick: 2,
+                snapshot_every,
+                snapshot_margin,
             };
             let ctl = Controller::new(&cfg, sessions.clone(), Durable::default())
                 .map_err(|e| format!("controller node {id}: {e}"))?;
