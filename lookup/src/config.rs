@@ -344,6 +344,19 @@ mod tests {
         assert_eq!(ctl.id, 2);
         assert_eq!(ctl.peers.len(), 3);
         assert_eq!(ctl.listen.to_string(), "127.0.0.1:5002");
+        let defaults = replication::controller::NodeConfig::default();
+        assert_eq!(ctl.snapshot_every, defaults.snapshot_every);
+        assert_eq!(ctl.snapshot_margin, defaults.snapshot_margin);
+        let c = Config::from_args(args(&[
+            "--controller-id=2",
+            peers,
+            "--data-path=/tmp/x",
+            "--controller-snapshot-every=20",
+            "--controller-snapshot-margin=5",
+        ]))
+        .unwrap();
+        let ctl = c.controller.unwrap();
+        assert_eq!((ctl.snapshot_every, ctl.snapshot_margin), (20, 5));
         let c = Config::from_args(args(&[
             "--controller-id=3",
             peers,
@@ -366,6 +379,10 @@ mod tests {
             (&[peers], "give --controller-id"),
             (&["--data-path=d"], "--data-path is for"),
             (&["--controller-address=:1"], "--controller-address is for"),
+            (
+                &["--controller-snapshot-every=5"],
+                "--controller-snapshot-every is for",
+            ),
             (
                 &[
                     "--controller-id=1",
