@@ -375,4 +375,29 @@ mod tests {
         let mut buf = BytesMut::from(&wire[..]);
         assert!(decode(&mut buf, 1, &[1, 2]).is_err());
     }
+
+    #[test]
+    fn a_snapshot_dropped_on_the_way_is_reported_lost() {
+        let reports = SnapshotReports::default();
+        let q = Queue::new(2, reports.clone());
+        let mut snap = msg(1, 2);
+        snap.msg_type = MessageType::MsgSnapshot;
+        // Cleared with no snapshot queued: nothing to report.
+        assert!(q.push(msg(1, 2)));
+        q.clear();
+        assert!(reports.borrow().is_empty());
+        // Cleared while a snapshot waited (the peer unreachable): lost.
+        assert!(q.push(snap.clone()));
+        q.clear();
+        assert_eq!(reports.borrow_mut().remove(&2), Some(false));
+        // A full queue drops it: lost.
+        for _ in 0..QUEUE {
+            assert!(q.push(msg(1, 2)));
+        }
+        assert!(!q.push(snap));
+        assert_eq!(reports.borrow_mut().remove(&2), Some(false));
+        // Other messages dropped by a full queue report nothing.
+        assert!(!q.push(msg(1, 2)));
+        assert!(reports.borrow().is_empty());
+    }
 }
