@@ -176,15 +176,23 @@ async fn send_loop(id: u64, address: String, queue: Rc<Queue>) {
         loop {
             let msg = queue.pop().await;
             out.clear();
-            let mut snapshot_in = is_snapshot(&msg);
-            encode(&msg, &mut out);
+            // Whether a snapshot is in this write; one that cannot be framed is lost at once.
+            let mut snapshot_in = false;
+            let mut take = |m: &Message, out: &mut Vec<u8>| {
+                let framed = encode(m, out);
+                if is_snapshot(m) {
+                    if framed {
+                        snapshot_in = true;
+                    } else {
+                        queue.report(false);
+                    }
+                }
+            };
+            take(&msg, &mut out);
             // Coalesce what else is queued into the same write, within one frame's size.
             while out.len() < MAX_FRAME {
                 match queue.try_pop() {
-                    Some(m) => {
-                        snapshot_in |= is_snapshot(&m);
-                        encode(&m, &mut out);
-                    }
+                    Some(m) => take(&m, &mut out),
                     None => break,
                 }
             }
@@ -203,19 +211,26 @@ async fn send_loop(id: u64, address: String, queue: Rc<Queue>) {
     }
 }
 
-/// Appends one frame; a message too large to frame is dropped (Raft sends its entries again,
-/// in smaller messages).
-fn encode(msg: &Message, out: &mut Vec<u8>) {
+/// Appends one frame (true); a message too large to frame is dropped (Raft sends its entries
+/// again, in smaller messages; a snapshot that large cannot be sent at all).
+fn encode(msg: &Message, out: &mut Vec<u8>) -> bool {
     match msg.write_to_bytes() {
         Ok(bytes) if bytes.len() <= MAX_FRAME => {
             out.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
             out.extend_from_slice(&bytes);
+            true
         }
-        Ok(bytes) => warn!(
-            "controller: a Raft message of {} bytes is over the frame limit; dropped",
-            bytes.len()
-        ),
-        Err(e) => warn!("controller: a Raft message does not encode: {e}"),
+        Ok(bytes) => {
+            warn!(
+                "controller: a Raft message of {} bytes is over the frame limit; dropped",
+                bytes.len()
+            );
+            false
+        }
+        Err(e) => {
+            warn!("controller: a Raft message does not encode: {e}");
+            false
+        }
     }
 }
 
