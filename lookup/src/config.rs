@@ -74,6 +74,14 @@ struct Flags {
     /// directory for the controller's Raft log and state (required with --controller-id)
     #[arg(long)]
     data_path: Option<PathBuf>,
+
+    /// entries the controller applies between two snapshots of its metadata (0: never; for tests and tuning)
+    #[arg(long, hide = true)]
+    controller_snapshot_every: Option<u64>,
+
+    /// entries kept in the controller's log below a snapshot, for followers slightly behind (for tests and tuning)
+    #[arg(long, hide = true)]
+    controller_snapshot_margin: Option<u64>,
 }
 
 /// The replication controller's settings (`docs/design/replication.md`), present only with
@@ -88,6 +96,10 @@ pub struct ControllerConfig {
     pub listen: SocketAddr,
     /// Where the Raft log and state live.
     pub data_path: PathBuf,
+    /// Applied entries between two snapshots (0: never).
+    pub snapshot_every: u64,
+    /// Entries kept below a snapshot's index.
+    pub snapshot_margin: u64,
 }
 
 /// The lookup's settings, checked and ready to use.
@@ -160,6 +172,14 @@ fn controller_config(flags: &Flags) -> Result<Option<ControllerConfig>, String> 
             ("--controller-peers", flags.controller_peers.is_some()),
             ("--controller-address", flags.controller_address.is_some()),
             ("--data-path", flags.data_path.is_some()),
+            (
+                "--controller-snapshot-every",
+                flags.controller_snapshot_every.is_some(),
+            ),
+            (
+                "--controller-snapshot-margin",
+                flags.controller_snapshot_margin.is_some(),
+            ),
         ];
         if let Some((name, _)) = stray.iter().find(|(_, given)| *given) {
             return Err(format!(
@@ -187,11 +207,18 @@ fn controller_config(flags: &Flags) -> Result<Option<ControllerConfig>, String> 
         Some(address) => address,
         None => parse_addr(own).map_err(|e| format!("--controller-peers entry {id}: {e}"))?,
     };
+    let defaults = replication::controller::NodeConfig::default();
     Ok(Some(ControllerConfig {
         id,
         peers,
         listen,
         data_path,
+        snapshot_every: flags
+            .controller_snapshot_every
+            .unwrap_or(defaults.snapshot_every),
+        snapshot_margin: flags
+            .controller_snapshot_margin
+            .unwrap_or(defaults.snapshot_margin),
     }))
 }
 
@@ -317,6 +344,19 @@ mod tests {
         assert_eq!(ctl.id, 2);
         assert_eq!(ctl.peers.len(), 3);
         assert_eq!(ctl.listen.to_string(), "127.0.0.1:5002");
+        let defaults = replication::controller::NodeConfig::default();
+        assert_eq!(ctl.snapshot_every, defaults.snapshot_every);
+        assert_eq!(ctl.snapshot_margin, defaults.snapshot_margin);
+        let c = Config::from_args(args(&[
+            "--controller-id=2",
+            peers,
+            "--data-path=/tmp/x",
+            "--controller-snapshot-every=20",
+            "--controller-snapshot-margin=5",
+        ]))
+        .unwrap();
+        let ctl = c.controller.unwrap();
+        assert_eq!((ctl.snapshot_every, ctl.snapshot_margin), (20, 5));
         let c = Config::from_args(args(&[
             "--controller-id=3",
             peers,
@@ -339,6 +379,10 @@ mod tests {
             (&[peers], "give --controller-id"),
             (&["--data-path=d"], "--data-path is for"),
             (&["--controller-address=:1"], "--controller-address is for"),
+            (
+                &["--controller-snapshot-every=5"],
+                "--controller-snapshot-every is for",
+            ),
             (
                 &[
                     "--controller-id=1",

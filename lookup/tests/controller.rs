@@ -32,10 +32,16 @@ struct Cluster {
     raft: Vec<SocketAddr>,
     /// Every node's TCP address as last started, for the fake broker.
     tcp: Arc<Mutex<Vec<Option<SocketAddr>>>>,
+    /// Flags every node starts with besides the controller's own.
+    extra: Vec<String>,
 }
 
 impl Cluster {
     fn start() -> Cluster {
+        Cluster::start_with(&[])
+    }
+
+    fn start_with(extra: &[&str]) -> Cluster {
         let raft: Vec<SocketAddr> = (0..3)
             .map(|_| format!("127.0.0.1:{}", free_port()).parse().expect("addr"))
             .collect();
@@ -58,6 +64,7 @@ impl Cluster {
             peers,
             raft,
             tcp: Arc::new(Mutex::new(vec![None; 3])),
+            extra: extra.iter().map(|f| (*f).to_owned()).collect(),
         };
         for i in 0..3 {
             c.restart(i);
@@ -68,12 +75,13 @@ impl Cluster {
     /// Starts node `i` (index 0..3, controller id i+1) on its data path.
     fn restart(&mut self, i: usize) {
         let bin = Path::new(env!("CARGO_BIN_EXE_lookup"));
-        let flags = [
+        let mut flags = vec![
             "--broadcast-address=lookup-test".to_owned(),
             format!("--controller-id={}", i + 1),
             format!("--controller-peers={}", self.peers),
             format!("--data-path={}", self.nodes[i].data.display()),
         ];
+        flags.extend(self.extra.iter().cloned());
         let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
         let Started { proc, tcp, http } = start_lookup(bin, "controller-lookup", &flags);
         let n = &mut self.nodes[i];
@@ -523,5 +531,160 @@ fn a_torn_tail_is_cut_at_start_and_damage_before_intact_records_refuses_it() {
         stderr.contains(&format!("is damaged at offset {identity}")),
         "{stderr}"
     );
+    let _ = std::fs::remove_dir_all(&data);
+}
+
+/// Snapshot settings small enough for a test to cross many snapshots.
+const SNAPSHOT_FLAGS: [&str; 2] = [
+    "--controller-snapshot-every=20",
+    "--controller-snapshot-margin=5",
+];
+
+/// Creates `names` one by one through whichever node leads, each answered `Proposed`.
+fn create_topics(c: &Cluster, names: impl Iterator<Item = String>) {
+    for name in names {
+        let create = json!({"CreateTopic": {"name": name, "replicas": 1, "min_insync": 1}});
+        let deadline = Instant::now() + AGREE;
+        loop {
+            if let Some(a) = to_leader(&c.tcp, &create) {
+                if a["reply"] == "Proposed" {
+                    break;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{name} never proposed\n{}",
+                c.logs()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+fn topic_count(md: &Value) -> usize {
+    md["topics"].as_object().map_or(0, serde_json::Map::len)
+}
+
+#[test]
+fn snapshots_bound_the_log_catch_up_a_stopped_lookup_and_restart_all_three() {
+    let mut c = Cluster::start_with(&SNAPSHOT_FLAGS);
+    let leader = c.wait_leader("at start");
+    let broker = FakeBroker::start(c.tcp.clone(), 1);
+    c.wait_metadata("broker 1 is registered", |md| {
+        md["brokers"]["1"]["fenced"] == false
+    });
+
+    // One follower is stopped while the others commit far more than the margin.
+    let stopped = (leader + 1) % 3;
+    c.kill(stopped);
+    const TOPICS: usize = 200;
+    create_topics(&c, (0..TOPICS).map(|i| format!("t{i}")));
+    let placed = c.wait_metadata("every topic is placed", |md| topic_count(md) == TOPICS);
+
+    // The running nodes took snapshots, and their logs hold a bounded number of entries: at most
+    // the margin, the entries between two snapshots, and those not yet applied.
+    let log_bytes = |i: usize| {
+        std::fs::metadata(c.nodes[i].data.join("controller-raft.log"))
+            .expect("the Raft log")
+            .len()
+    };
+    for i in (0..3).filter(|&i| i != stopped) {
+        let s = c.status(i).expect("running");
+        assert!(s["snapshots"]["taken"].as_u64() >= Some(5), "{s}");
+        let held = s["log_entries"].as_u64().expect("log_entries");
+        assert!(held <= 5 + 20 + 5, "node {} holds {held} entries", i + 1);
+        assert!(c.nodes[i].data.join("controller-snapshot").exists());
+    }
+    // Uncompacted, the running nodes' logs would hold every topic's entry and each commit
+    // record (tens of KiB); compacted, a few dozen entries.
+    let running = (0..3).find(|&i| i != stopped).expect("a running node");
+    let small = log_bytes(stopped);
+    let big = log_bytes(running);
+    eprintln!("the stopped node's log: {small} bytes; a running node's: {big} bytes");
+    assert!(big < 16 * 1024, "a compacted log of {big} bytes");
+
+    // Restarted, the stopped node is too far behind for the log: a snapshot brings it back.
+    c.restart(stopped);
+    let caught_up = c.wait_metadata("the stopped node caught up", |md| *md == placed);
+    assert_eq!(caught_up, placed);
+    let s = c.status(stopped).expect("running");
+    assert!(s["snapshots"]["installed"].as_u64() >= Some(1), "{s}");
+    assert!(
+        c.nodes[stopped].data.join("controller-snapshot").exists(),
+        "the installed snapshot is stored"
+    );
+
+    // Everyone goes on: more entries after the install, then all three restart from snapshot
+    // and log, with the same metadata.
+    create_topics(&c, (TOPICS..TOPICS + 30).map(|i| format!("t{i}")));
+    let placed = c.wait_metadata("every topic is placed", |md| topic_count(md) == TOPICS + 30);
+    drop(broker);
+    for i in 0..3 {
+        c.kill(i);
+    }
+    for i in 0..3 {
+        c.restart(i);
+    }
+    c.wait_leader("after all restarted");
+    let recovered = c.wait_metadata("the metadata survived a full restart", |md| {
+        topic_count(md) == TOPICS + 30
+    });
+    assert_eq!(recovered["topics"], placed["topics"]);
+    for i in 0..3 {
+        let s = c.status(i).expect("running");
+        assert_eq!(
+            s["snapshots"]["restarted_from_snapshot"],
+            true,
+            "node {}: {s}",
+            i + 1
+        );
+    }
+}
+
+#[test]
+fn a_damaged_snapshot_file_refuses_the_start_with_a_safe_remedy() {
+    let data = scratch_dir("controller-data");
+    let raft = free_port();
+    let flags = [
+        "--controller-id=1".to_owned(),
+        format!("--controller-peers=1=127.0.0.1:{raft}"),
+        format!("--data-path={}", data.display()),
+        SNAPSHOT_FLAGS[0].to_owned(),
+        SNAPSHOT_FLAGS[1].to_owned(),
+    ];
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let bin = Path::new(env!("CARGO_BIN_EXE_lookup"));
+    let Started { mut proc, tcp, .. } = start_lookup(bin, "controller-lookup", &flags);
+    let tcp_list = Arc::new(Mutex::new(vec![Some(tcp.parse().expect("addr"))]));
+    let snapshot = data.join("controller-snapshot");
+    let mut n = 0;
+    support::wait_until("a snapshot is stored", || {
+        let _ = to_leader(&tcp_list, &heartbeat(1));
+        let create =
+            json!({"CreateTopic": {"name": format!("t{n}"), "replicas": 1, "min_insync": 1}});
+        if to_leader(&tcp_list, &create).is_some() {
+            n += 1;
+        }
+        snapshot.exists()
+    });
+    proc.kill();
+
+    let mut bytes = std::fs::read(&snapshot).expect("the snapshot");
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x01;
+    std::fs::write(&snapshot, &bytes).expect("write");
+    let out = std::process::Command::new(bin)
+        .args(["--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0"])
+        .args(&flags)
+        .output()
+        .expect("run lookup");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("controller-snapshot is damaged"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("restore it from a backup"), "{stderr}");
+    assert!(!stderr.contains("empty node"), "{stderr}");
     let _ = std::fs::remove_dir_all(&data);
 }

@@ -3,7 +3,7 @@
 //! run on the lookup's executor, with its Raft log on disk and its messages on TCP. Constructed
 //! only with `--controller-id`; without it the lookup is nsqlookupd and nothing here runs.
 //!
-//! - [`storage`]: the Raft log and hard state in `--data-path`;
+//! - [`storage`]: the Raft log, hard state and latest snapshot in `--data-path`;
 //! - [`transport`]: Raft messages to and from the other lookups;
 //! - this module: [`Hosted`], which drives the node (tick, step, requests) and carries out
 //!   what it asks (persist, then send, then apply), and the brokers' request API.
@@ -97,6 +97,16 @@ impl Hosted {
         if self.stopped.is_some() {
             return;
         }
+        for (peer, delivered) in self.outbox.snapshot_reports() {
+            if !delivered {
+                info!(
+                    "controller: a snapshot for peer {peer} was lost on the way; it is sent again"
+                );
+            }
+            if let Err(e) = self.ctl.report_snapshot(peer, delivered) {
+                debug!("controller: a snapshot report not taken: {e}");
+            }
+        }
         self.ctl.tick();
         self.drive();
     }
@@ -131,6 +141,7 @@ impl Hosted {
     /// `GET /controller`: this node and the metadata it has applied.
     pub fn status(&self) -> serde_json::Value {
         let node = self.ctl.node();
+        let stats = node.snapshot_stats();
         let role = if node.is_leader() {
             "leader"
         } else {
@@ -143,6 +154,15 @@ impl Hosted {
             "term": node.term(),
             "leader": node.leader_id(),
             "applied_index": node.applied_index(),
+            "log_entries": self.log.entries(),
+            "snapshot_index": node.snapshot_index(),
+            "snapshots": {
+                "taken": stats.taken,
+                "installed": stats.installed,
+                "sent": stats.sent,
+                "failed": stats.failed,
+                "restarted_from_snapshot": stats.restarted_from_snapshot,
+            },
             "stopped": self.stopped,
             "metadata": node.metadata(),
         })
@@ -165,6 +185,13 @@ impl Hosted {
                 drop(out);
                 self.stop(format!("writing the Raft log: {e}"));
                 return;
+            }
+            if let Some(index) = out.installed {
+                // The metadata was replaced wholesale; what follows applies on top of it.
+                info!(
+                    index,
+                    "controller: caught up by installing the leader's snapshot at index {index}"
+                );
             }
             for a in &out.applied {
                 log_applied(a);
@@ -245,6 +272,8 @@ pub fn start(cfg: &ControllerConfig) -> Result<Rc<RefCell<Hosted>>, StartError> 
         voters: voters.clone(),
         election_tick: MIN_ELECTION_TICKS + (os_random() % ELECTION_SPREAD) as usize,
         heartbeat_tick: HEARTBEAT_TICKS,
+        snapshot_every: cfg.snapshot_every,
+        snapshot_margin: cfg.snapshot_margin,
     };
     let sessions = SessionConfig {
         timeout: SESSION_TICKS,

@@ -8,10 +8,15 @@
 //!   message only a node gives itself) closes that connection and nothing else;
 //! - the queue to a peer holds at most [`QUEUE`] messages: a message that finds it full is
 //!   dropped, as a network may drop it (Raft sends again);
-//! - a lost connection is dialled again after a delay that doubles up to [`MAX_BACKOFF`].
+//! - a lost connection is dialled again after a delay that doubles up to [`MAX_BACKOFF`];
+//! - a snapshot message (`MsgSnapshot`) is accounted for: written to its peer's connection
+//!   (delivered) or dropped on the way (lost), the word is kept, one per peer, until the node
+//!   takes it ([`Outbox::snapshot_reports`]), since raft-rs holds that follower's log
+//!   replication until it hears either.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, VecDeque};
+use std::mem;
 use std::rc::Rc;
 use std::task::{Poll, Waker};
 use std::time::Duration;
@@ -36,18 +41,43 @@ const MIN_BACKOFF: Duration = Duration::from_millis(50);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 const READ_CHUNK: usize = 64 * 1024;
 
+/// The transport's word on snapshots sent, per peer: delivered (true) or lost (false); the
+/// latest word stands.
+type SnapshotReports = Rc<RefCell<BTreeMap<u64, bool>>>;
+
+fn is_snapshot(msg: &Message) -> bool {
+    msg.get_msg_type() == MessageType::MsgSnapshot
+}
+
 /// The messages waiting for one peer's connection, and the sender task's waker.
-#[derive(Default)]
 struct Queue {
+    peer: u64,
     items: RefCell<VecDeque<Message>>,
     waker: RefCell<Option<Waker>>,
+    reports: SnapshotReports,
 }
 
 impl Queue {
+    fn new(peer: u64, reports: SnapshotReports) -> Queue {
+        Queue {
+            peer,
+            items: RefCell::default(),
+            waker: RefCell::default(),
+            reports,
+        }
+    }
+
+    fn report(&self, delivered: bool) {
+        self.reports.borrow_mut().insert(self.peer, delivered);
+    }
+
     /// Adds `msg` unless the queue is full (then it is dropped).
     fn push(&self, msg: Message) -> bool {
         let mut items = self.items.borrow_mut();
         if items.len() >= QUEUE {
+            if is_snapshot(&msg) {
+                self.report(false);
+            }
             return false;
         }
         items.push_back(msg);
@@ -74,28 +104,40 @@ impl Queue {
     }
 
     fn clear(&self) {
-        self.items.borrow_mut().clear();
+        let dropped = mem::take(&mut *self.items.borrow_mut());
+        if dropped.iter().any(is_snapshot) {
+            self.report(false);
+        }
     }
 }
 
 /// The sending side: a queue per peer.
 pub struct Outbox {
     queues: BTreeMap<u64, Rc<Queue>>,
+    reports: SnapshotReports,
 }
 
 impl Outbox {
     /// Starts a sender task per peer (every voter but `me`).
     pub fn start(me: u64, peers: &BTreeMap<u64, String>) -> Outbox {
         let mut queues = BTreeMap::new();
+        let reports = SnapshotReports::default();
         for (&id, address) in peers {
             if id == me {
                 continue;
             }
-            let queue = Rc::new(Queue::default());
+            let queue = Rc::new(Queue::new(id, reports.clone()));
             glommio::spawn_local(send_loop(id, address.clone(), queue.clone())).detach();
             queues.insert(id, queue);
         }
-        Outbox { queues }
+        Outbox { queues, reports }
+    }
+
+    /// What became of the snapshots sent since the last call: (peer, delivered).
+    pub fn snapshot_reports(&self) -> Vec<(u64, bool)> {
+        mem::take(&mut *self.reports.borrow_mut())
+            .into_iter()
+            .collect()
     }
 
     /// Queues `msg` for its peer; dropped if the queue is full or the peer unknown.
@@ -134,36 +176,61 @@ async fn send_loop(id: u64, address: String, queue: Rc<Queue>) {
         loop {
             let msg = queue.pop().await;
             out.clear();
-            encode(&msg, &mut out);
+            // Whether a snapshot is in this write; one that cannot be framed is lost at once.
+            let mut snapshot_in = false;
+            let mut take = |m: &Message, out: &mut Vec<u8>| {
+                let framed = encode(m, out);
+                if is_snapshot(m) {
+                    if framed {
+                        snapshot_in = true;
+                    } else {
+                        queue.report(false);
+                    }
+                }
+            };
+            take(&msg, &mut out);
             // Coalesce what else is queued into the same write, within one frame's size.
             while out.len() < MAX_FRAME {
                 match queue.try_pop() {
-                    Some(m) => encode(&m, &mut out),
+                    Some(m) => take(&m, &mut out),
                     None => break,
                 }
             }
             if let Err(e) = stream.write_all(&out).await {
                 info!("controller: connection to peer {id} lost: {e}");
+                if snapshot_in {
+                    queue.report(false);
+                }
                 break;
+            }
+            if snapshot_in {
+                queue.report(true);
             }
         }
         glommio::timer::sleep(backoff.next_delay()).await;
     }
 }
 
-/// Appends one frame; a message too large to frame is dropped (Raft sends its entries again,
-/// in smaller messages).
-fn encode(msg: &Message, out: &mut Vec<u8>) {
+/// Appends one frame (true); a message too large to frame is dropped (Raft sends its entries
+/// again, in smaller messages; a snapshot that large cannot be sent at all).
+fn encode(msg: &Message, out: &mut Vec<u8>) -> bool {
     match msg.write_to_bytes() {
         Ok(bytes) if bytes.len() <= MAX_FRAME => {
             out.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
             out.extend_from_slice(&bytes);
+            true
         }
-        Ok(bytes) => warn!(
-            "controller: a Raft message of {} bytes is over the frame limit; dropped",
-            bytes.len()
-        ),
-        Err(e) => warn!("controller: a Raft message does not encode: {e}"),
+        Ok(bytes) => {
+            warn!(
+                "controller: a Raft message of {} bytes is over the frame limit; dropped",
+                bytes.len()
+            );
+            false
+        }
+        Err(e) => {
+            warn!("controller: a Raft message does not encode: {e}");
+            false
+        }
     }
 }
 
@@ -322,5 +389,30 @@ mod tests {
         encode(&hup, &mut wire);
         let mut buf = BytesMut::from(&wire[..]);
         assert!(decode(&mut buf, 1, &[1, 2]).is_err());
+    }
+
+    #[test]
+    fn a_snapshot_dropped_on_the_way_is_reported_lost() {
+        let reports = SnapshotReports::default();
+        let q = Queue::new(2, reports.clone());
+        let mut snap = msg(1, 2);
+        snap.msg_type = MessageType::MsgSnapshot;
+        // Cleared with no snapshot queued: nothing to report.
+        assert!(q.push(msg(1, 2)));
+        q.clear();
+        assert!(reports.borrow().is_empty());
+        // Cleared while a snapshot waited (the peer unreachable): lost.
+        assert!(q.push(snap.clone()));
+        q.clear();
+        assert_eq!(reports.borrow_mut().remove(&2), Some(false));
+        // A full queue drops it: lost.
+        for _ in 0..QUEUE {
+            assert!(q.push(msg(1, 2)));
+        }
+        assert!(!q.push(snap));
+        assert_eq!(reports.borrow_mut().remove(&2), Some(false));
+        // Other messages dropped by a full queue report nothing.
+        assert!(!q.push(msg(1, 2)));
+        assert!(reports.borrow().is_empty());
     }
 }

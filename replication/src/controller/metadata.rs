@@ -780,6 +780,12 @@ pub(crate) mod mutation {
         IgnoreDamaged,
         /// A new id at a known address leaves the old id in place.
         KeepWipedId,
+        /// A snapshot is labelled with the index before the one whose metadata it holds.
+        SnapshotWrongIndex,
+        /// A restart from a snapshot takes its index but not its metadata and deltas.
+        RestartIgnoresSnapshot,
+        /// A follower installing a leader's snapshot keeps its own metadata.
+        InstallKeepsMetadata,
     }
 
     #[cfg(test)]

@@ -8,17 +8,27 @@
 //!   [`Output::persisted`], and the `Output` borrows the node, so nothing else can be done to the
 //!   node in between (raft-rs forbids stepping a node with a `Ready` outstanding);
 //! - committed entries are applied in log order, each once per process life; after a restart the
-//!   node replays them from the log the caller persisted, rebuilding the same metadata;
+//!   node starts from the snapshot the caller persisted (if any) and replays the entries after
+//!   it, rebuilding the same metadata;
+//! - every `snapshot_every` applied entries the node snapshots its state machine (the metadata
+//!   and the recent deltas) at the applied index and compacts its log below it, keeping
+//!   `snapshot_margin` entries so a slightly lagging follower catches up from the log; a follower
+//!   further behind receives the snapshot through raft-rs (`MsgSnapshot`), checked before it is
+//!   taken, and replaces its metadata with it;
 //! - the election timeout is fixed per node (`max_election_tick = min_election_tick + 1`): the
 //!   caller draws it (from the simulation's seed, or the OS in production), since raft-rs's own
 //!   draw cannot be seeded. Pre-vote and check-quorum are on, so a returning partitioned node
 //!   cannot depose a working leader.
 
-use raft::eraftpb::{ConfState, Entry as RaftEntry, EntryType, HardState, Message};
-use raft::storage::MemStorage;
-use raft::{RawNode, StateRole, Storage};
+use std::collections::BTreeMap;
 
-use super::metadata::{Entry, Metadata, Outcome, Refusal};
+use raft::eraftpb::{Entry as RaftEntry, EntryType, HardState, Message, MessageType, Snapshot};
+use raft::{ProgressState, RawNode, SnapshotStatus, StateRole, Storage};
+use serde::{Deserialize, Serialize};
+
+use super::log::{holds, LogStore};
+use super::metadata::mutation::{self, Mutation};
+use super::metadata::{Delta, Entry, Metadata, Outcome, Refusal};
 use super::view::DeltaLog;
 
 /// A node's identity and timing.
@@ -32,18 +42,64 @@ pub struct NodeConfig {
     pub election_tick: usize,
     /// Ticks between a leader's heartbeats.
     pub heartbeat_tick: usize,
+    /// Applied entries between two snapshots (0: never snapshot, the log grows forever).
+    pub snapshot_every: u64,
+    /// Entries at or below a snapshot's index kept in the log, so that a follower that far
+    /// behind catches up from the log instead of receiving the snapshot.
+    pub snapshot_margin: u64,
 }
 
-/// What the caller persisted: the Raft log and hard state to restart from.
+impl Default for NodeConfig {
+    /// Node 1 alone, with the production snapshot settings: callers set at least `id` and
+    /// `voters`.
+    fn default() -> Self {
+        Self {
+            id: 1,
+            voters: vec![1],
+            election_tick: 10,
+            heartbeat_tick: 2,
+            snapshot_every: 10_000,
+            snapshot_margin: 1_000,
+        }
+    }
+}
+
+/// What the caller persisted: the Raft log, hard state and latest snapshot to restart from.
+///
+/// [`Durable::write`] is the reference of how a [`Persist`] changes it; a caller with files
+/// applies the same steps in the same order (see [`Persist`] for why a crash between any two
+/// of them restarts consistently).
 #[derive(Debug, Clone, Default)]
 pub struct Durable {
     pub hard_state: HardState,
+    /// Contiguous; after a snapshot they may start at any index up to the snapshot's + 1.
     pub entries: Vec<RaftEntry>,
+    /// The latest snapshot (None: none yet).
+    pub snapshot: Option<Snapshot>,
 }
 
 impl Durable {
-    /// Writes what an [`Output`] asks for: entries replace the log from the first one's index.
+    /// Writes what an [`Output`] asks for, in this order: the snapshot (if the log does not
+    /// hold its index at its term, the log goes: a leader's snapshot replaces a follower's
+    /// stale log), then the log entries below `compact_below` go, then the entries (replacing
+    /// the log from the first one's index), then the hard state.
     pub fn write(&mut self, persist: &Persist) {
+        if let Some(snap) = &persist.snapshot {
+            let (index, term) = (snap.get_metadata().index, snap.get_metadata().term);
+            let newer = self
+                .snapshot
+                .as_ref()
+                .is_none_or(|s| s.get_metadata().index < index);
+            if newer {
+                if !holds(&self.entries, index, term) {
+                    self.entries.clear();
+                }
+                self.snapshot = Some(snap.clone());
+            }
+        }
+        if let Some(below) = persist.compact_below {
+            self.entries.retain(|e| e.index >= below);
+        }
         if let Some(first) = persist.entries.first() {
             let keep = self
                 .entries
@@ -70,6 +126,8 @@ pub enum NodeError {
     Unpersisted,
     #[error("the persisted log is not usable: {0}")]
     BadLog(&'static str),
+    #[error("a snapshot is not usable: {0}")]
+    BadSnapshot(String),
 }
 
 /// A committed entry, applied.
@@ -82,22 +140,83 @@ pub struct Applied {
     pub outcome: Option<Outcome>,
 }
 
-/// What to write before the node may go on.
+/// What to write before the node may go on, in the order of the fields (as [`Durable::write`]
+/// does):
+///
+/// 1. `snapshot`, written atomically and durably (a new file fsynced, renamed over the old one,
+///    the directory fsynced), replacing the older one; if the log does not hold the snapshot's
+///    index at the snapshot's term, the whole log is dropped too;
+/// 2. the log entries below `compact_below`, dropped (only once the snapshot is durable);
+/// 3. `entries`, appended;
+/// 4. `hard_state`.
+///
+/// A crash between any two steps restarts consistently, because [`RaftNode::new`] applies the
+/// same rules to whatever it finds: after 1, a snapshot with the old log (the log is kept only
+/// where it holds the snapshot's index at its term, which by Raft's log matching makes every
+/// entry up to it the committed one; otherwise the snapshot replaces it, as step 1 would have);
+/// after 2, fewer entries below the snapshot (they are in it); after 3, new entries with an
+/// older hard state (a commit index below the snapshot's is raised to it, since a snapshot holds
+/// committed entries only; a term the entries carry that the hard state lacks is taken without
+/// a vote, since the vote of that term was never sent: messages wait for these writes). A
+/// snapshot is never needed before the entries it covers are durable: they were, before they
+/// were applied.
 #[derive(Debug, Clone, Default)]
 pub struct Persist {
     /// Log entries to append, replacing any from the first one's index on.
     pub entries: Vec<RaftEntry>,
     /// The hard state to store (term, vote, commit).
     pub hard_state: Option<HardState>,
-    /// Whether the write must be fsynced before [`Output::persisted`] (entries, term or vote).
+    /// Whether the write must be fsynced before [`Output::persisted`] (entries, term or vote,
+    /// a snapshot).
     pub must_sync: bool,
+    /// A snapshot to store, replacing the older one: one this node took of its applied
+    /// metadata, or one received from the leader.
+    pub snapshot: Option<Snapshot>,
+    /// Once `snapshot` is durable, log entries with a lower index may be dropped (the entry at
+    /// this index stays: its term anchors the log).
+    pub compact_below: Option<u64>,
+}
+
+/// What a snapshot's data holds: the state machine as of its index.
+#[derive(Serialize, Deserialize)]
+struct SnapshotState {
+    metadata: Metadata,
+    deltas: Vec<Delta>,
+}
+
+/// A snapshot's data: the crc32 (little-endian) of the JSON that follows.
+fn encode_state(metadata: &Metadata, deltas: &DeltaLog) -> Result<Vec<u8>, serde_json::Error> {
+    let json = serde_json::to_vec(&SnapshotState {
+        metadata: metadata.clone(),
+        deltas: deltas.iter().cloned().collect(),
+    })?;
+    let mut data = Vec::with_capacity(json.len() + 4);
+    data.extend_from_slice(&crc32fast::hash(&json).to_le_bytes());
+    data.extend_from_slice(&json);
+    Ok(data)
+}
+
+pub(crate) fn decode_state(data: &[u8]) -> Result<(Metadata, DeltaLog), NodeError> {
+    let bad = |why: String| NodeError::BadSnapshot(why);
+    let (crc, json) = data
+        .split_first_chunk::<4>()
+        .ok_or_else(|| bad("shorter than its checksum".into()))?;
+    if u32::from_le_bytes(*crc) != crc32fast::hash(json) {
+        return Err(bad("checksum mismatch".into()));
+    }
+    let state: SnapshotState =
+        serde_json::from_slice(json).map_err(|e| bad(format!("undecodable: {e}")))?;
+    let deltas =
+        DeltaLog::restore(state.deltas, state.metadata.version).map_err(|e| bad(e.into()))?;
+    Ok((state.metadata, deltas))
 }
 
 /// What the node asks of its caller: send `messages` now, write `persist`, then call
-/// [`Output::persisted`] for the rest. `applied` lists what the metadata applied. Dropping it
-/// without `persisted()` loses the messages that waited for the writes (as a network may); the
-/// node then takes no input until the next `ready()` has offered the writes again and they are
-/// declared done.
+/// [`Output::persisted`] for the rest. `applied` lists what the metadata applied, after the
+/// snapshot at `installed` if the node just replaced its metadata with a leader's snapshot.
+/// Dropping it without `persisted()` loses the messages that waited for the writes (as a
+/// network may); the node then takes no input until the next `ready()` has offered the writes
+/// again and they are declared done.
 ///
 /// The node cannot be used while an `Output` is held:
 ///
@@ -115,15 +234,20 @@ pub struct Output<'a> {
     pub messages: Vec<Message>,
     pub persist: Persist,
     pub applied: Vec<Applied>,
+    /// The index of a snapshot received from the leader that now is the node's metadata (the
+    /// entries up to it are not listed in `applied`).
+    pub installed: Option<u64>,
     node: &'a mut RaftNode,
-    /// Taken by `persisted()`; if still here when dropped, it goes back to the node.
+    /// raft-rs' part of the work (None: only a snapshot of this node's to write).
     ready: Option<raft::Ready>,
+    /// Set by `persisted()`; if unset when dropped, the writes go back to the node.
+    done: bool,
 }
 
 impl Drop for Output<'_> {
     fn drop(&mut self) {
-        if let Some(ready) = self.ready.take() {
-            self.node.pending = Some((ready, std::mem::take(&mut self.persist)));
+        if !self.done {
+            self.node.pending = Some((self.ready.take(), std::mem::take(&mut self.persist)));
         }
     }
 }
@@ -142,31 +266,31 @@ impl Output<'_> {
     /// Declares `persist` written (and fsynced if it said so); returns the messages that had to
     /// wait for it, and what else became ready to send or apply.
     pub fn persisted(mut self) -> AfterPersist {
+        self.done = true;
         let persist = std::mem::take(&mut self.persist);
-        let Some(mut ready) = self.ready.take() else {
-            return AfterPersist::default();
-        };
         let node = &mut *self.node;
         {
-            let mut store = node.raw.mut_store().wl();
+            let store = node.raw.mut_store();
+            if let Some(snap) = &persist.snapshot {
+                store.put_snapshot(snap, persist.compact_below);
+            }
             if let Err(e) = store.append(&persist.entries) {
                 tracing::error!(error = %e, "controller raft: appending to the in-memory log");
             }
             if let Some(hs) = persist.hard_state {
-                store.set_hardstate(hs);
+                store.set_hard_state(hs);
             }
         }
+        let Some(mut ready) = self.ready.take() else {
+            return AfterPersist::default();
+        };
         let mut after = AfterPersist {
             messages: ready.take_persisted_messages(),
             ..AfterPersist::default()
         };
         let mut light = node.raw.advance(ready);
         if let Some(commit) = light.commit_index() {
-            node.raw
-                .mut_store()
-                .wl()
-                .mut_hard_state()
-                .set_commit(commit);
+            node.raw.mut_store().set_commit(commit);
             after.commit = Some(commit);
         }
         after.messages.extend(light.take_messages());
@@ -176,41 +300,71 @@ impl Output<'_> {
     }
 }
 
+/// Snapshots taken and received, and log entries held (for metrics and the simulation).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SnapshotStats {
+    /// Snapshots this node took of its metadata.
+    pub taken: u64,
+    /// Snapshots received from a leader that replaced this node's metadata.
+    pub installed: u64,
+    /// Snapshots this node, leading, had raft-rs send to a follower.
+    pub sent: u64,
+    /// Sends given up as lost (no answer in time, or the caller reported a failure).
+    pub failed: u64,
+    /// Whether this node started from a persisted snapshot.
+    pub restarted_from_snapshot: bool,
+}
+
 /// One controller node.
 pub struct RaftNode {
-    raw: RawNode<MemStorage>,
+    raw: RawNode<LogStore>,
     metadata: Metadata,
     deltas: DeltaLog,
     applied: u64,
+    snapshot_every: u64,
+    snapshot_margin: u64,
+    /// Ticks after which a snapshot sent and not acknowledged counts as lost.
+    snapshot_timeout: u64,
+    ticks: u64,
+    /// Followers being sent a snapshot (leader only), and the tick it was first seen.
+    snapshot_since: BTreeMap<u64, u64>,
+    stats: SnapshotStats,
     /// An output dropped before its writes were declared done: offered again by `ready()`, and
     /// until then the node takes no input (raft-rs forbids it with a `Ready` outstanding).
-    pending: Option<(raft::Ready, Persist)>,
+    pending: Option<(Option<raft::Ready>, Persist)>,
 }
 
 impl RaftNode {
     /// Starts (or restarts) from what the caller persisted; a fresh node passes
     /// `Durable::default()`. Every node of a cluster starts with the same voters.
     pub fn new(cfg: &NodeConfig, durable: Durable) -> Result<Self, NodeError> {
-        // raft-rs panics on a log with holes or a commit past its end: refuse such a log here.
-        if durable
-            .entries
-            .iter()
-            .enumerate()
-            .any(|(i, e)| e.index != i as u64 + 1)
-        {
-            return Err(NodeError::BadLog(
-                "entries must run from index 1 without gaps (compaction is not supported yet)",
-            ));
+        let Durable {
+            hard_state,
+            entries,
+            snapshot,
+        } = durable;
+        let snapshot = snapshot.filter(|s| s.get_metadata().index > 0);
+        let (mut metadata, mut deltas, mut applied) = (Metadata::default(), DeltaLog::default(), 0);
+        if let Some(snap) = &snapshot {
+            (metadata, deltas) = decode_state(&snap.data)?;
+            applied = snap.get_metadata().index;
+            if mutation::active(Mutation::RestartIgnoresSnapshot) {
+                (metadata, deltas) = (Metadata::default(), DeltaLog::default());
+            }
         }
-        if durable.hard_state.commit > durable.entries.len() as u64 {
-            return Err(NodeError::BadLog("the commit index is past the last entry"));
-        }
-        let store = MemStorage::new_with_conf_state(ConfState::from((cfg.voters.clone(), vec![])));
-        {
-            let mut core = store.wl();
-            core.append(&durable.entries)?;
-            core.set_hardstate(durable.hard_state);
-        }
+        let stats = SnapshotStats {
+            restarted_from_snapshot: snapshot.is_some(),
+            ..SnapshotStats::default()
+        };
+        // raft-rs panics on a log with holes or a commit past its end: refused here.
+        let store = LogStore::recover(
+            &cfg.voters,
+            hard_state,
+            snapshot,
+            entries,
+            cfg.snapshot_margin,
+        )
+        .map_err(NodeError::BadLog)?;
         let config = raft::Config {
             id: cfg.id,
             election_tick: cfg.election_tick,
@@ -221,31 +375,92 @@ impl RaftNode {
             check_quorum: true,
             max_inflight_msgs: 64,
             max_size_per_msg: 1 << 20,
-            applied: 0,
+            applied,
             ..raft::Config::default()
         };
         let logger = slog::Logger::root(slog::Discard, slog::o!());
         let raw = RawNode::new(&config, store, &logger)?;
         Ok(Self {
             raw,
-            metadata: Metadata::default(),
-            deltas: DeltaLog::default(),
-            applied: 0,
+            metadata,
+            deltas,
+            applied,
+            snapshot_every: cfg.snapshot_every,
+            snapshot_margin: cfg.snapshot_margin,
+            snapshot_timeout: 2 * cfg.election_tick as u64,
+            ticks: 0,
+            snapshot_since: BTreeMap::new(),
+            stats,
             pending: None,
         })
     }
 
-    /// One tick of the node's clock.
+    /// One tick of the node's clock. A leader also gives up on a snapshot sent to a follower
+    /// that has not caught up within two election timeouts (the message or its answer was lost
+    /// where the caller could not tell), so raft-rs sends again.
     pub fn tick(&mut self) {
-        if self.pending.is_none() {
-            self.raw.tick();
+        if self.pending.is_some() {
+            return;
+        }
+        self.raw.tick();
+        self.ticks += 1;
+        if self.raw.raft.state != StateRole::Leader {
+            self.snapshot_since.clear();
+            return;
+        }
+        let now = self.ticks;
+        let mut sending = BTreeMap::new();
+        for (id, pr) in self.raw.raft.prs().iter() {
+            if pr.state == ProgressState::Snapshot {
+                let since = self.snapshot_since.get(id).copied().unwrap_or_else(|| {
+                    self.stats.sent += 1;
+                    now
+                });
+                sending.insert(*id, since);
+            }
+        }
+        self.snapshot_since = sending;
+        let lost: Vec<u64> = self
+            .snapshot_since
+            .iter()
+            .filter(|(_, since)| now - **since > self.snapshot_timeout)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in lost {
+            self.snapshot_since.remove(&id);
+            self.stats.failed += 1;
+            self.raw.report_snapshot(id, SnapshotStatus::Failure);
         }
     }
 
-    /// A message from a peer. Messages only a node gives itself are refused.
+    /// The caller's word on a snapshot it carried to `to` (a `MsgSnapshot` of this node's):
+    /// delivered, or lost (the connection failed). raft-rs holds a follower's log replication
+    /// until it learns either; without a word, [`RaftNode::tick`] counts it lost in time.
+    pub fn report_snapshot(&mut self, to: u64, delivered: bool) -> Result<(), NodeError> {
+        if self.pending.is_some() {
+            return Err(NodeError::Unpersisted);
+        }
+        if !delivered {
+            self.stats.failed += 1;
+        }
+        self.snapshot_since.remove(&to);
+        let status = if delivered {
+            SnapshotStatus::Finish
+        } else {
+            SnapshotStatus::Failure
+        };
+        self.raw.report_snapshot(to, status);
+        Ok(())
+    }
+
+    /// A message from a peer. Messages only a node gives itself are refused, and so is a
+    /// snapshot whose data does not decode (the leader sends it again).
     pub fn step(&mut self, msg: Message) -> Result<(), NodeError> {
         if self.pending.is_some() {
             return Err(NodeError::Unpersisted);
+        }
+        if msg.get_msg_type() == MessageType::MsgSnapshot {
+            decode_state(&msg.get_snapshot().data)?;
         }
         Ok(self.raw.step(msg)?)
     }
@@ -267,32 +482,127 @@ impl RaftNode {
                 messages: Vec::new(),
                 persist,
                 applied: Vec::new(),
+                installed: None,
                 node: self,
-                ready: Some(ready),
+                ready,
+                done: false,
             });
         }
         if !self.raw.has_ready() {
-            return None;
+            let persist = self.snapshot_if_due()?;
+            return Some(Output {
+                messages: Vec::new(),
+                persist,
+                applied: Vec::new(),
+                installed: None,
+                node: self,
+                ready: None,
+                done: false,
+            });
         }
         let mut ready = self.raw.ready();
+        let mut installed = None;
+        let mut snapshot = None;
         if !ready.snapshot().is_empty() {
-            // Never produced: the log is not compacted, so no peer sends a snapshot.
-            tracing::error!("controller raft: a snapshot arrived; snapshots are not supported");
+            let snap = ready.snapshot().clone();
+            installed = self.install(&snap);
+            snapshot = Some(snap);
         }
         let messages = ready.take_messages();
         let committed = ready.take_committed_entries();
-        let persist = Persist {
+        let mut persist = Persist {
             entries: ready.take_entries(),
             hard_state: ready.hs().cloned(),
             must_sync: ready.must_sync(),
+            snapshot,
+            compact_below: None,
         };
         let applied = self.apply(committed);
+        if persist.snapshot.is_none() {
+            if let Some(own) = self.snapshot_if_due() {
+                persist.snapshot = own.snapshot;
+                persist.compact_below = own.compact_below;
+                persist.must_sync = true;
+            }
+        }
         Some(Output {
             messages,
             persist,
             applied,
+            installed,
             node: self,
             ready: Some(ready),
+            done: false,
+        })
+    }
+
+    /// A leader's snapshot, which raft-rs has taken in place of this node's log: it becomes the
+    /// metadata (its data was checked when the message arrived).
+    fn install(&mut self, snap: &Snapshot) -> Option<u64> {
+        let index = snap.get_metadata().index;
+        match decode_state(&snap.data) {
+            Ok((metadata, deltas)) => {
+                if !mutation::active(Mutation::InstallKeepsMetadata) {
+                    self.metadata = metadata;
+                    self.deltas = deltas;
+                }
+                self.applied = index;
+                self.stats.installed += 1;
+                tracing::info!(
+                    index,
+                    "controller raft: installed a snapshot from the leader"
+                );
+                Some(index)
+            }
+            Err(e) => {
+                // Not reachable: step() refuses a snapshot that does not decode.
+                tracing::error!(index, error = %e, "controller raft: a snapshot to install does not decode");
+                None
+            }
+        }
+    }
+
+    /// This node's snapshot of its applied state, if `snapshot_every` entries were applied
+    /// since the last one, and the compaction that goes with it.
+    fn snapshot_if_due(&mut self) -> Option<Persist> {
+        let last = self.raw.store().snapshot_index();
+        if self.snapshot_every == 0 || self.applied < last + self.snapshot_every {
+            return None;
+        }
+        let index = self.applied;
+        let term = match self.raw.store().term(index) {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::error!(index, error = %e, "controller raft: no term for the applied index");
+                return None;
+            }
+        };
+        let data = match encode_state(&self.metadata, &self.deltas) {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::error!(index, error = %e, "controller raft: encoding a snapshot");
+                return None;
+            }
+        };
+        let mut snap = Snapshot {
+            data: data.into(),
+            ..Snapshot::default()
+        };
+        let meta = snap.mut_metadata();
+        meta.index = if mutation::active(Mutation::SnapshotWrongIndex) {
+            index - 1
+        } else {
+            index
+        };
+        meta.term = term;
+        meta.set_conf_state(self.raw.store().conf_state().clone());
+        self.stats.taken += 1;
+        tracing::debug!(index, "controller raft: snapshot taken");
+        Some(Persist {
+            must_sync: true,
+            snapshot: Some(snap),
+            compact_below: Some(index.saturating_sub(self.snapshot_margin).max(1)),
+            ..Persist::default()
         })
     }
 
@@ -362,6 +672,20 @@ impl RaftNode {
         self.raw.raft.leader_id
     }
 
+    /// Log entries held in memory (those after the compaction point).
+    pub fn log_len(&self) -> usize {
+        self.raw.store().len()
+    }
+
+    /// The index of the latest snapshot taken or installed (0: none).
+    pub fn snapshot_index(&self) -> u64 {
+        self.raw.store().snapshot_index()
+    }
+
+    pub fn snapshot_stats(&self) -> SnapshotStats {
+        self.stats
+    }
+
     /// Whether this node leads and has applied its own term's first entry, so that its metadata
     /// holds everything earlier leaders committed.
     pub fn leads_current(&self) -> bool {
@@ -384,16 +708,26 @@ mod tests {
         nodes: Vec<RaftNode>,
         disks: Vec<Durable>,
         cfgs: Vec<NodeConfig>,
+        /// A node cut off from the others (its messages, both ways, are lost).
+        cut: Option<usize>,
+        /// Registrations proposed so far (the next one's incarnation follows).
+        registered: u64,
     }
 
     impl Cluster {
         fn new() -> Self {
+            Self::with_snapshots(0, 0)
+        }
+
+        fn with_snapshots(snapshot_every: u64, snapshot_margin: u64) -> Self {
             let cfgs: Vec<NodeConfig> = (1..=3)
                 .map(|id| NodeConfig {
                     id,
                     voters: vec![1, 2, 3],
                     election_tick: 10 + id as usize * 3,
                     heartbeat_tick: 2,
+                    snapshot_every,
+                    snapshot_margin,
                 })
                 .collect();
             let nodes = cfgs
@@ -406,6 +740,8 @@ mod tests {
                 nodes,
                 disks: vec![Durable::default(); 3],
                 cfgs,
+                cut: None,
+                registered: 0,
             }
         }
 
@@ -424,8 +760,44 @@ mod tests {
                 }
             }
             for m in inbox {
-                let to = m.to as usize - 1;
+                let (from, to) = (m.from as usize - 1, m.to as usize - 1);
+                if self.cut == Some(from) || self.cut == Some(to) {
+                    continue;
+                }
+                let snapshot = m.get_msg_type() == MessageType::MsgSnapshot;
                 let _ = self.nodes[to].step(m);
+                if snapshot {
+                    let _ = self.nodes[from].report_snapshot(to as u64 + 1, true);
+                }
+            }
+        }
+
+        /// Proposes `n` registrations (each a new incarnation of one broker, so each applies)
+        /// through the leader, a few per round.
+        fn register(&mut self, n: u64, mut each_round: impl FnMut(&Self)) {
+            let mut done = 0;
+            for _ in 0..20 * n {
+                if done >= n {
+                    break;
+                }
+                self.round();
+                each_round(self);
+                let Some(l) = self.leader() else { continue };
+                for _ in 0..5 {
+                    done += 1;
+                    self.registered += 1;
+                    let e = Entry::RegisterBroker {
+                        id: BrokerId(9),
+                        incarnation: self.registered,
+                        addresses: vec!["h9:4150".into()],
+                        damaged: vec![],
+                    };
+                    assert!(self.nodes[l].propose(&e).is_ok());
+                }
+            }
+            for _ in 0..30 {
+                self.round();
+                each_round(self);
             }
         }
 
@@ -490,6 +862,7 @@ mod tests {
             voters: vec![1],
             election_tick: 10,
             heartbeat_tick: 2,
+            ..NodeConfig::default()
         };
         let mut node = RaftNode::new(&cfg, Durable::default()).unwrap_or_else(|_| unreachable!());
         let mut disk = Durable::default();
@@ -527,6 +900,7 @@ mod tests {
             voters: vec![1],
             election_tick: 10,
             heartbeat_tick: 2,
+            ..NodeConfig::default()
         };
         let e = RaftEntry {
             index: 2,
@@ -536,10 +910,192 @@ mod tests {
         let durable = Durable {
             hard_state: HardState::default(),
             entries: vec![e],
+            snapshot: None,
         };
         assert!(matches!(
             RaftNode::new(&cfg, durable),
             Err(NodeError::BadLog(_))
         ));
+    }
+
+    #[test]
+    fn the_log_held_stays_bounded_with_snapshots() {
+        const EVERY: u64 = 50;
+        const MARGIN: u64 = 10;
+        // At most: the margin, the entries since the last snapshot, and a round's proposals
+        // not yet applied.
+        let bound = (EVERY + MARGIN + 20) as usize;
+        let mut c = Cluster::with_snapshots(EVERY, MARGIN);
+        let mut most = 0;
+        c.register(3_000, |c| {
+            for (n, d) in c.nodes.iter().zip(&c.disks) {
+                most = most.max(n.log_len()).max(d.entries.len());
+            }
+        });
+        assert!(most <= bound, "{most} log entries held, bound {bound}");
+        let md = c.nodes[0].metadata().clone();
+        assert_eq!(md.version, 3_000);
+        for n in &c.nodes {
+            assert_eq!(*n.metadata(), md);
+            assert!(n.snapshot_stats().taken >= 3_000 / EVERY - 1);
+        }
+        // Without snapshots the same load keeps every entry.
+        let mut c = Cluster::new();
+        let mut most = 0;
+        c.register(3_000, |c| most = most.max(c.nodes[0].log_len()));
+        assert!(most >= 3_000, "{most}");
+    }
+
+    #[test]
+    fn a_lagging_follower_installs_a_snapshot_and_restarts_from_its_own() {
+        let mut c = Cluster::with_snapshots(20, 5);
+        c.register(10, |_| {});
+        let l = c.leader().unwrap_or(0);
+        let f = (l + 1) % 3;
+        let before = c.nodes[f].applied_index();
+        c.cut = Some(f);
+        c.register(200, |_| {});
+        c.cut = None;
+        for _ in 0..100 {
+            c.round();
+        }
+        let md = c.nodes[l].metadata().clone();
+        assert_eq!(md.version, 210);
+        assert_eq!(*c.nodes[f].metadata(), md);
+        let stats = c.nodes[f].snapshot_stats();
+        assert!(stats.installed >= 1, "{stats:?}");
+        assert!(c.nodes[f].snapshot_index() > before + 5);
+        assert!(c.nodes[l].snapshot_stats().sent >= 1);
+        // Its disk holds the leader's snapshot, then its own later ones, and a short log: a
+        // restart resumes from there to the same metadata.
+        let disk = c.disks[f].clone();
+        let snap_index = disk.snapshot.as_ref().map_or(0, |s| s.get_metadata().index);
+        assert!(
+            snap_index > 0 && disk.entries.len() < 40,
+            "{}",
+            disk.entries.len()
+        );
+        let restarted = RaftNode::new(&c.cfgs[f], disk);
+        assert!(restarted.is_ok(), "{:?}", restarted.err());
+        c.nodes[f] = restarted.unwrap_or_else(|_| unreachable!());
+        assert!(c.nodes[f].snapshot_stats().restarted_from_snapshot);
+        assert!(c.nodes[f].applied_index() >= snap_index);
+        for _ in 0..50 {
+            c.round();
+        }
+        assert_eq!(*c.nodes[f].metadata(), md);
+        // The whole cluster restarts from its disks, and goes on.
+        for i in 0..3 {
+            let n = RaftNode::new(&c.cfgs[i], c.disks[i].clone());
+            c.nodes[i] = n.unwrap_or_else(|e| panic!("node {i}: {e}"));
+        }
+        c.register(30, |_| {});
+        let md = c.nodes[0].metadata();
+        assert_eq!(md.version, 240);
+        assert!(c.nodes.iter().all(|n| n.metadata() == md));
+    }
+
+    fn entry(index: u64, term: u64) -> RaftEntry {
+        RaftEntry {
+            index,
+            term,
+            ..RaftEntry::default()
+        }
+    }
+
+    /// A snapshot at index 5, term 2, of metadata at version 3.
+    fn snapshot_at_5() -> Snapshot {
+        let md = Metadata {
+            version: 3,
+            ..Metadata::default()
+        };
+        let mut snap = Snapshot {
+            data: encode_state(&md, &DeltaLog::default())
+                .unwrap_or_default()
+                .into(),
+            ..Snapshot::default()
+        };
+        snap.mut_metadata().index = 5;
+        snap.mut_metadata().term = 2;
+        snap
+    }
+
+    #[test]
+    fn a_restart_keeps_the_log_only_where_it_holds_the_snapshot() {
+        let cfg = NodeConfig::default();
+        let hs = |term, commit| HardState {
+            term,
+            vote: 1,
+            commit,
+            ..HardState::default()
+        };
+        // A crash after the snapshot was written, before the divergent log was dropped: the
+        // snapshot replaces the log; the commit and term rise to it (without a vote).
+        let divergent = Durable {
+            hard_state: hs(1, 3),
+            entries: (1..=7).map(|i| entry(i, 1)).collect(),
+            snapshot: Some(snapshot_at_5()),
+        };
+        let n = RaftNode::new(&cfg, divergent);
+        let n = n.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            (n.applied_index(), n.log_len(), n.metadata().version),
+            (5, 0, 3)
+        );
+        assert_eq!((n.raw.raft.term, n.raw.raft.vote), (2, 0));
+        // A log that holds the snapshot's index at its term is kept past it, and below it up
+        // to the margin.
+        let matching = Durable {
+            hard_state: hs(2, 6),
+            entries: (1..=7)
+                .map(|i| entry(i, if i < 4 { 1 } else { 2 }))
+                .collect(),
+            snapshot: Some(snapshot_at_5()),
+        };
+        let cfg1 = NodeConfig {
+            snapshot_margin: 1,
+            ..NodeConfig::default()
+        };
+        let n = RaftNode::new(&cfg1, matching.clone()).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((n.applied_index(), n.log_len()), (5, 3));
+        assert_eq!(n.raw.raft.vote, 1);
+        // Durable::write applies the same rule.
+        let mut d = matching;
+        d.snapshot = None;
+        let mut other = snapshot_at_5();
+        other.mut_metadata().term = 3;
+        d.write(&Persist {
+            snapshot: Some(other),
+            ..Persist::default()
+        });
+        assert!(d.entries.is_empty());
+        // A gap after the snapshot, or a corrupt snapshot, is refused.
+        let gap = Durable {
+            hard_state: hs(2, 5),
+            entries: vec![entry(7, 2)],
+            snapshot: Some(snapshot_at_5()),
+        };
+        assert!(matches!(
+            RaftNode::new(&cfg, gap),
+            Err(NodeError::BadLog(_))
+        ));
+        let mut bad = snapshot_at_5();
+        let mut data = bad.data.to_vec();
+        data[6] ^= 1;
+        bad.data = data.into();
+        let corrupt = Durable {
+            snapshot: Some(bad.clone()),
+            ..Durable::default()
+        };
+        assert!(matches!(
+            RaftNode::new(&cfg, corrupt),
+            Err(NodeError::BadSnapshot(_))
+        ));
+        // The same snapshot from a peer is refused before raft-rs takes it.
+        let mut n = RaftNode::new(&cfg, Durable::default()).unwrap_or_else(|e| panic!("{e}"));
+        let mut m = Message::default();
+        m.set_msg_type(MessageType::MsgSnapshot);
+        m.set_snapshot(bad);
+        assert!(matches!(n.step(m), Err(NodeError::BadSnapshot(_))));
     }
 }

@@ -99,6 +99,12 @@ impl Controller {
         self.node.step(msg)
     }
 
+    /// The transport's word on a snapshot it carried for this node (see
+    /// [`RaftNode::report_snapshot`]).
+    pub fn report_snapshot(&mut self, to: u64, delivered: bool) -> Result<(), NodeError> {
+        self.node.report_snapshot(to, delivered)
+    }
+
     /// A broker's request.
     pub fn handle(&mut self, req: BrokerRequest) -> BrokerReply {
         if !self.node.leads_current() {
@@ -210,6 +216,7 @@ mod tests {
             voters: vec![1],
             election_tick: 10,
             heartbeat_tick: 2,
+            ..NodeConfig::default()
         };
         let sessions = SessionConfig {
             timeout: 30,

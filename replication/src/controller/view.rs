@@ -116,6 +116,27 @@ impl DeltaLog {
         self.deltas.push_back(delta);
     }
 
+    /// The deltas held, oldest first (what a snapshot carries).
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Delta> {
+        self.deltas.iter()
+    }
+
+    /// A log of `deltas` (from a snapshot): they must run in consecutive versions ending at
+    /// `version`, at most [`Self::CAPACITY`] of them.
+    pub(crate) fn restore(deltas: Vec<Delta>, version: u64) -> Result<Self, &'static str> {
+        if deltas.len() > Self::CAPACITY {
+            return Err("more deltas than the log holds");
+        }
+        if deltas.windows(2).any(|w| w[1].version != w[0].version + 1)
+            || deltas.last().is_some_and(|d| d.version != version)
+        {
+            return Err("deltas not consecutive up to the metadata's version");
+        }
+        Ok(Self {
+            deltas: deltas.into(),
+        })
+    }
+
     /// What a broker at `known` (None: no view yet) needs to reach `md`.
     pub fn update_for(&self, md: &Metadata, broker: BrokerId, known: Option<u64>) -> ViewUpdate {
         let Some(known) = known else {

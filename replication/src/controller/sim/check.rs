@@ -17,7 +17,10 @@
 //! - in every state any node holds: a topic's leader is a live member of its in-sync set, the
 //!   in-sync and eligible sets are disjoint subsets of the replicas, not both empty, and a
 //!   (topic, epoch) never had two leaders, nor two incarnations of one;
-//! - a broker's view at version v is exactly the metadata at v as that broker needs it.
+//! - a broker's view at version v is exactly the metadata at v as that broker needs it;
+//! - a snapshot a node writes holds exactly the metadata at its index; a node starting from one
+//!   (restarted, or installing a leader's) resumes at its index with that metadata, and goes on
+//!   applying the same entries as every other node from there (nothing committed is lost).
 
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
@@ -77,9 +80,45 @@ impl Checker {
         }
     }
 
-    /// A node (re)started: it applies from index 1 again.
-    pub(crate) fn restarted(&mut self, node: u64) {
-        self.next_index.insert(node, 1);
+    /// A node (re)started at `applied` (0, or the index of the snapshot it started from): it
+    /// applies from the next index.
+    pub(crate) fn restarted(&mut self, node: u64, applied: u64) {
+        self.next_index.insert(node, applied + 1);
+    }
+
+    /// A node replaced its metadata with a leader's snapshot at `index`: it applies from the
+    /// next index. The snapshot must be ahead of what the node applied (it holds committed
+    /// entries the node lacked), and what it holds is checked by `node_state` at `index`.
+    pub(crate) fn installed(&mut self, node: u64, index: u64) -> Result<(), Violation> {
+        let next = self.next_index.entry(node).or_insert(1);
+        if index < *next {
+            return Err(format!(
+                "node {node} installed a snapshot at {index}, having applied up to {}",
+                *next - 1
+            ));
+        }
+        if index as usize > self.log.len() {
+            return Err(format!(
+                "node {node} installed a snapshot at {index}, beyond anything applied"
+            ));
+        }
+        *next = index + 1;
+        Ok(())
+    }
+
+    /// A snapshot a node wrote: it must hold exactly the metadata every node reached at its
+    /// index (what a restart or a lagging follower then starts from).
+    pub(crate) fn snapshot(&self, node: u64, index: u64, md: &Metadata) -> Result<(), Violation> {
+        let expected = index
+            .checked_sub(1)
+            .and_then(|i| self.digests.get(i as usize))
+            .ok_or_else(|| format!("node {node} wrote a snapshot at {index}, beyond the log"))?;
+        if digest(md) != *expected {
+            return Err(format!(
+                "node {node}'s snapshot at index {index} differs from the metadata there"
+            ));
+        }
+        Ok(())
     }
 
     pub(crate) fn raft_leader(&mut self, term: u64, node: u64) -> Result<(), Violation> {

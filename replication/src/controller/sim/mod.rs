@@ -30,6 +30,14 @@ fn params(seed: u64, chaos_steps: u64) -> Params {
         chaos_steps,
         heal_bound: 1_000,
         storm: seed % 4 == 3,
+        // Two seeds in three snapshot every few entries and keep a small margin, so that
+        // compaction, restarts from a snapshot and installs to lagging nodes all happen often.
+        snapshot_every: match seed % 3 {
+            0 => 0,
+            1 => 4 + seed / 3 % 13,
+            _ => 20 + seed / 3 % 41,
+        },
+        snapshot_margin: seed / 7 % 9,
     }
 }
 
@@ -85,6 +93,12 @@ fn controller_simulation() {
                 total.clock_jumps += s.clock_jumps;
                 total.messages += s.messages;
                 total.dropped += s.dropped;
+                total.snapshots_taken += s.snapshots_taken;
+                total.snapshots_installed += s.snapshots_installed;
+                total.snapshot_restarts += s.snapshot_restarts;
+                total.snapshots_delivered += s.snapshots_delivered;
+                total.snapshots_lost += s.snapshots_lost;
+                total.max_log_len = total.max_log_len.max(s.max_log_len);
                 max_heal = max_heal.max(s.heal_steps);
                 for (k, (a, r)) in s.entries {
                     let t = total.entries.entry(k).or_default();
@@ -115,6 +129,26 @@ fn controller_simulation() {
         max_heal,
     );
     println!("entries (applied, refused): {:?}", total.entries);
+    println!(
+        "snapshots: {} taken, {} installed from a leader ({} sends reported delivered, {} given up as lost), {} restarts from a snapshot; at most {} log entries held by a node",
+        total.snapshots_taken,
+        total.snapshots_installed,
+        total.snapshots_delivered,
+        total.snapshots_lost,
+        total.snapshot_restarts,
+        total.max_log_len,
+    );
+    // Enough seeds must take every path of compaction, or the run proves nothing about it.
+    if seeds.len() >= 100 {
+        assert!(
+            total.snapshots_taken > 0
+                && total.snapshots_installed > 0
+                && total.snapshot_restarts > 0
+                && total.snapshots_delivered > 0
+                && total.snapshots_lost > 0,
+            "a snapshot path was never taken: {total:?}"
+        );
+    }
 }
 
 #[test]
@@ -135,7 +169,7 @@ const MUTATION_SEEDS: u64 = 200;
 fn every_invariant_catches_its_bug() {
     let mut report = Vec::new();
     // Each bug, and what the check meant for it says (any of them).
-    let cases: [(Mutation, &[&str]); 16] = [
+    let cases: [(Mutation, &[&str]); 19] = [
         (
             Mutation::AlterIsrIgnoresVersion,
             &["stale AlterIsr applied"],
@@ -169,6 +203,18 @@ fn every_invariant_catches_its_bug() {
         ),
         (Mutation::IgnoreDamaged, &["with a damaged log"]),
         (Mutation::KeepWipedId, &["not retired"]),
+        (
+            Mutation::SnapshotWrongIndex,
+            &["snapshot at index", "differs from the others'"],
+        ),
+        (
+            Mutation::RestartIgnoresSnapshot,
+            &["differs from the others'"],
+        ),
+        (
+            Mutation::InstallKeepsMetadata,
+            &["differs from the others'"],
+        ),
         // raft-rs itself may notice first that a node lost entries it acknowledged.
         (
             Mutation::IgnoreSync,

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use raft::eraftpb::HardState;
+use raft::eraftpb::{HardState, MessageType};
 
 use super::check::{Checker, Violation};
 use super::net::{Addr, Envelope, Net, Payload};
@@ -34,6 +34,9 @@ pub(crate) struct Params {
     /// Crash-heavy: nodes crash and come back every few steps (the short windows between a
     /// write and its sync, between a vote and the leader's first append, get hit often).
     pub(crate) storm: bool,
+    /// The nodes' snapshot settings (`snapshot_every` 0: never).
+    pub(crate) snapshot_every: u64,
+    pub(crate) snapshot_margin: u64,
 }
 
 /// What a run did.
@@ -52,6 +55,15 @@ pub(crate) struct Stats {
     pub(crate) dropped: u64,
     /// Steps from healing until the cluster was whole.
     pub(crate) heal_steps: u64,
+    /// Snapshots nodes took, installed from a leader, and started from at a restart.
+    pub(crate) snapshots_taken: u64,
+    pub(crate) snapshots_installed: u64,
+    pub(crate) snapshot_restarts: u64,
+    /// Snapshot sends reported delivered, and given up as lost (reported or timed out).
+    pub(crate) snapshots_delivered: u64,
+    pub(crate) snapshots_lost: u64,
+    /// The most log entries a node held in memory.
+    pub(crate) max_log_len: usize,
     /// Per kind of entry: (applied, refused).
     pub(crate) entries: BTreeMap<&'static str, (u64, u64)>,
     /// A digest of everything applied, to show a seed replays exactly.
@@ -176,10 +188,12 @@ impl World {
                 voters: voters.clone(),
                 election_tick: timeouts[i] as usize,
                 heartbeat_tick: 2,
+                snapshot_every: params.snapshot_every,
+                snapshot_margin: params.snapshot_margin,
             };
             let ctl = Controller::new(&cfg, sessions.clone(), Durable::default())
                 .map_err(|e| format!("node {id} did not start: {e}"))?;
-            checker.restarted(*id);
+            checker.restarted(*id, 0);
             nodes.push(SimNode {
                 id: *id,
                 cfg,
@@ -264,6 +278,11 @@ impl World {
         }
         self.stats.heal_steps = self.now - healed_at;
         self.stats.steps = self.now;
+        for n in &self.nodes {
+            if let Some(ctl) = &n.ctl {
+                self.stats.snapshots_lost += ctl.node().snapshot_stats().failed;
+            }
+        }
         self.stats.applied = self.checker.applied_len();
         self.stats.terms = self.checker.terms();
         self.stats.leader_changes = self.checker.leader_changes;
@@ -287,8 +306,8 @@ impl World {
                 self.rng.range(20, 300)
             };
             let node = &mut self.nodes[i];
-            if node.ctl.is_some() {
-                node.ctl = None;
+            if let Some(ctl) = node.ctl.take() {
+                self.stats.snapshots_lost += ctl.node().snapshot_stats().failed;
                 node.disk.crash(&mut self.rng);
                 node.down_until = now + down_for;
                 self.stats.node_crashes += 1;
@@ -414,8 +433,11 @@ impl World {
         let node = &mut self.nodes[i];
         let ctl = Controller::new(&node.cfg, self.sessions.clone(), node.disk.synced.clone())
             .map_err(|e| format!("node {} did not restart: {e}", node.id))?;
+        if ctl.node().snapshot_stats().restarted_from_snapshot {
+            self.stats.snapshot_restarts += 1;
+        }
+        self.checker.restarted(node.id, ctl.node().applied_index());
         node.ctl = Some(ctl);
-        self.checker.restarted(node.id);
         Ok(())
     }
 
@@ -423,14 +445,33 @@ impl World {
     fn drive(&mut self, i: usize) -> Result<(), Violation> {
         let mut sends = Vec::new();
         let mut applied: Vec<Applied> = Vec::new();
+        let id = self.nodes[i].id;
         {
             let node = &mut self.nodes[i];
+            let checker = &mut self.checker;
             let Some(ctl) = node.ctl.as_mut() else {
                 return Ok(());
             };
             while let Some(mut out) = ctl.ready() {
                 sends.append(&mut out.messages);
+                // What the node applied so far is checked before it jumps to a snapshot.
+                if let Some(index) = out.installed {
+                    checker.applied(id, &applied)?;
+                    applied.clear();
+                    checker.installed(id, index)?;
+                    self.stats.snapshots_installed += 1;
+                }
                 applied.append(&mut out.applied);
+                if let Some(snap) = &out.persist.snapshot {
+                    if out.installed.is_none() {
+                        self.stats.snapshots_taken += 1;
+                    }
+                    checker.applied(id, &applied)?;
+                    applied.clear();
+                    let (md, _) = crate::controller::node::decode_state(&snap.data)
+                        .map_err(|e| format!("node {id} wrote a bad snapshot: {e}"))?;
+                    checker.snapshot(id, snap.get_metadata().index, &md)?;
+                }
                 node.disk.write(out.persist.clone());
                 let mut after = out.persisted();
                 sends.append(&mut after.messages);
@@ -442,11 +483,11 @@ impl World {
                         entries: Vec::new(),
                         hard_state: Some(hs),
                         must_sync: false,
+                        ..Persist::default()
                     });
                 }
             }
         }
-        let id = self.nodes[i].id;
         for a in &applied {
             use std::hash::Hash;
             (id, a.index, a.term).hash(&mut self.fingerprint);
@@ -456,6 +497,7 @@ impl World {
             let node = ctl.node();
             self.checker
                 .node_state(id, node.applied_index(), node.metadata())?;
+            self.stats.max_log_len = self.stats.max_log_len.max(node.log_len());
             if node.is_leader() {
                 self.checker.raft_leader(node.term(), id)?;
             }
@@ -465,6 +507,18 @@ impl World {
             self.send(Addr::Node(id), Addr::Node(to), Payload::Raft(m));
         }
         Ok(())
+    }
+
+    /// Tells node `from` (if it runs) what became of its snapshot to `to`.
+    fn report_snapshot(&mut self, from: u64, to: u64, delivered: bool) -> Result<(), Violation> {
+        let i = from.wrapping_sub(1) as usize;
+        let Some(ctl) = self.nodes.get_mut(i).and_then(|n| n.ctl.as_mut()) else {
+            return Ok(());
+        };
+        if ctl.report_snapshot(to, delivered).is_ok() && delivered {
+            self.stats.snapshots_delivered += 1;
+        }
+        self.drive(i)
     }
 
     fn send(&mut self, from: Addr, to: Addr, payload: Payload) {
@@ -477,12 +531,25 @@ impl World {
             Addr::Node(id) => {
                 let i = id.wrapping_sub(1) as usize;
                 let Some(ctl) = self.nodes.get_mut(i).and_then(|n| n.ctl.as_mut()) else {
+                    // A snapshot to a node that is down: the connection fails (some of the
+                    // time the sender only learns it by timing out).
+                    if let (Payload::Raft(m), Addr::Node(from)) = (&env.payload, env.from) {
+                        if m.get_msg_type() == MessageType::MsgSnapshot && self.rng.below(2) == 0 {
+                            self.report_snapshot(from, id, false)?;
+                        }
+                    }
                     return Ok(());
                 };
                 match env.payload {
                     Payload::Raft(m) => {
+                        let snapshot_from =
+                            (m.get_msg_type() == MessageType::MsgSnapshot).then_some(m.from);
                         // A refused message (e.g. from an unknown peer) is dropped, as by a lookup.
                         let _ = ctl.step(m);
+                        if let Some(from) = snapshot_from {
+                            // The transport's word to the sender, as a connection gives it.
+                            self.report_snapshot(from, id, true)?;
+                        }
                     }
                     Payload::Request(req) => {
                         let reply = ctl.handle(req);

@@ -39,6 +39,11 @@ pub(crate) trait Control {
     fn crashes(&self) -> u64 {
         0
     }
+    /// Its nodes' snapshots so far: (installed from a leader, restarts from one, restarts that
+    /// failed).
+    fn snapshot_counts(&self) -> (u64, u64, u64) {
+        (0, 0, 0)
+    }
     /// Faults stop: the controller is whole again soon.
     fn heal(&mut self, _now: Millis) {}
     /// A broker's heartbeat; true when that incarnation is registered (it is sent the state).

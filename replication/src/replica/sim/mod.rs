@@ -64,6 +64,8 @@ fn run_seeds(first: u64, seeds: u64, raft: bool) {
                 total.faults += o.faults;
                 total.durable_runs += o.durable_runs;
                 total.ctl_crashes += o.ctl_crashes;
+                total.ctl_installs += o.ctl_installs;
+                total.ctl_snapshot_restarts += o.ctl_snapshot_restarts;
             }
             Err(e) => {
                 println!("violation: {e}");
@@ -82,8 +84,8 @@ fn run_seeds(first: u64, seeds: u64, raft: bool) {
     }
     println!(
         "simulation ({}): {seeds} seeds from {first}, {} steps, {} publishes acknowledged, {} failed, \
-         {} elections, {} faults ({} controller node crashes), {} runs durable, {:.1?}, {} \
-         violations",
+         {} elections, {} faults ({} controller node crashes; {} restarts from a snapshot, {} \
+         snapshots installed), {} runs durable, {:.1?}, {} violations",
         if raft { "real controller" } else { "oracle" },
         total.steps,
         total.acked,
@@ -91,6 +93,8 @@ fn run_seeds(first: u64, seeds: u64, raft: bool) {
         total.elections,
         total.faults,
         total.ctl_crashes,
+        total.ctl_snapshot_restarts,
+        total.ctl_installs,
         total.durable_runs,
         started.elapsed(),
         failures.len()

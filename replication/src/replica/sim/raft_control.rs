@@ -59,6 +59,8 @@ pub(crate) struct RaftControl {
     now: Millis,
     /// Node crashes so far.
     crashes: u64,
+    /// Snapshots installed, restarts from a snapshot, restarts refused.
+    snapshots: (u64, u64, u64),
     /// Messages between nodes, due at the next tick.
     inflight: Vec<Message>,
     ticks: u64,
@@ -92,6 +94,13 @@ impl RaftControl {
             retry: 10,
             reassign_after: None,
         };
+        // Half the seeds snapshot every few entries (compaction, restarts from a snapshot and
+        // installs to a node that was down then happen beside the data path).
+        let (snapshot_every, snapshot_margin) = if rng.below(2) == 0 {
+            (0, 0)
+        } else {
+            (rng.range(5, 40), rng.below(8))
+        };
         let mut nodes = Vec::new();
         for (i, id) in voters.iter().enumerate() {
             let cfg = NodeConfig {
@@ -99,6 +108,8 @@ impl RaftControl {
                 voters: voters.clone(),
                 election_tick: timeouts[i] as usize,
                 heartbeat_tick: 2,
+                snapshot_every,
+                snapshot_margin,
             };
             let ctl = Controller::new(&cfg, sessions.clone(), Durable::default())
                 .map_err(|e| format!("controller node {id}: {e}"))?;
@@ -114,6 +125,7 @@ impl RaftControl {
             sessions,
             now: 0,
             crashes: 0,
+            snapshots: (0, 0, 0),
             inflight: Vec::new(),
             ticks: 0,
             topics,
@@ -178,8 +190,16 @@ impl RaftControl {
             let n = &mut self.nodes[i];
             if n.ctl.is_none() && self.now >= n.back_at {
                 match Controller::new(&n.cfg, self.sessions.clone(), n.disk.clone()) {
-                    Ok(ctl) => n.ctl = Some(ctl),
-                    Err(e) => tracing::warn!(error = %e, "controller node did not restart"),
+                    Ok(ctl) => {
+                        if ctl.node().snapshot_stats().restarted_from_snapshot {
+                            self.snapshots.1 += 1;
+                        }
+                        n.ctl = Some(ctl);
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "controller node did not restart");
+                        self.snapshots.2 += 1;
+                    }
                 }
             }
         }
@@ -209,6 +229,7 @@ impl RaftControl {
             return;
         };
         while let Some(mut o) = ctl.ready() {
+            self.snapshots.0 += u64::from(o.installed.is_some());
             self.inflight.append(&mut o.messages);
             applied.append(&mut o.applied);
             n.disk.write(&o.persist);
@@ -308,6 +329,10 @@ impl Control for RaftControl {
 
     fn crashes(&self) -> u64 {
         self.crashes
+    }
+
+    fn snapshot_counts(&self) -> (u64, u64, u64) {
+        self.snapshots
     }
 
     fn heal(&mut self, now: Millis) {

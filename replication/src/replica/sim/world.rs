@@ -61,6 +61,9 @@ pub(crate) struct Outcome {
     pub(crate) faults: u64,
     pub(crate) durable_runs: u64,
     pub(crate) ctl_crashes: u64,
+    /// Controller snapshots installed from a leader, and restarts from one.
+    pub(crate) ctl_installs: u64,
+    pub(crate) ctl_snapshot_restarts: u64,
 }
 
 #[derive(Debug)]
@@ -235,6 +238,14 @@ impl World {
         self.final_check()
             .map_err(|e| format!("seed {}: at the end: {e}", self.opts.seed))?;
         self.out.ctl_crashes = self.ctl.crashes();
+        let (installs, restarts, refused) = self.ctl.snapshot_counts();
+        if refused > 0 {
+            return Err(format!(
+                "seed {}: a controller node did not restart from what it wrote",
+                self.opts.seed
+            ));
+        }
+        (self.out.ctl_installs, self.out.ctl_snapshot_restarts) = (installs, restarts);
         Ok(self.out)
     }
 
