@@ -184,6 +184,9 @@ pub struct RedriveBatch {
 #[derive(Debug, Default)]
 pub struct ShardStats {
     pub shard: usize,
+    /// The controller's state of the replicated topics this shard owns (empty without
+    /// `--replication-address`).
+    pub replica_topics: Vec<(String, replication::controller::TopicState)>,
     pub health: Option<String>,
     /// The topics this shard owns (filtered by the query), sorted by name.
     pub topics: Vec<TopicStats>,

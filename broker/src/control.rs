@@ -13,6 +13,9 @@
 //!
 //! A second signal during shutdown exits at once with status 1.
 //!
+//! With `--replication-address` it also runs the broker's session with the replication
+//! controller ([`crate::controller_session`]), which follows the same lookup addresses.
+//!
 //! The control thread also holds the broker's one registration connection per lookup
 //! ([`crate::lookup_reg`]): shards report topic and channel changes to it (`Mail::Registry`),
 //! shard 0 forwards `PUT /config/nsqlookupd_tcp_addresses` (`Mail::LookupAddresses`), and an
@@ -62,6 +65,12 @@ pub async fn run(
     let registrar = Registrar::new(&config);
     registrar.set_addresses(config.lookupd_tcp_addresses.clone());
 
+    // The session with the replication controller, only with --replication-address.
+    let session = config
+        .cluster
+        .clone()
+        .map(|status| crate::controller_session::start(&config, status, outboxes.clone()));
+
     let done = Rc::new(Cell::new(0usize));
     let all_done = Rc::new(nsq_common::local_sync::Notify::new());
     for (_, rx) in receivers.streams() {
@@ -69,6 +78,7 @@ pub async fn run(
         let all_done = all_done.clone();
         let registrar = registrar.clone();
         let outboxes = outboxes.clone();
+        let session = session.clone();
         glommio::spawn_local(async move {
             while let Some(batch) = rx.recv().await {
                 for mail in batch {
@@ -81,7 +91,6 @@ pub async fn run(
                         Mail::Registry { op, topic, channel } => {
                             registrar.change(op, &topic, channel.as_deref())
                         }
-                        Mail::LookupAddresses(addrs) => registrar.set_addresses(addrs),
                         Mail::TopicChannels { topic, reply } => {
                             let registrar = registrar.clone();
                             let outboxes = outboxes.clone();
@@ -95,6 +104,12 @@ pub async fn run(
                                 }
                             })
                             .detach();
+                        }
+                        Mail::LookupAddresses(addrs) => {
+                            if let Some(s) = &session {
+                                s.set_addresses(addrs.clone());
+                            }
+                            registrar.set_addresses(addrs)
                         }
                         other => debug!(?other, "control: mail not for the control thread"),
                     }

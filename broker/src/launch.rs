@@ -78,6 +78,28 @@ pub fn run() -> ExitCode {
     if let Err(e) = crate::nsqd_import::at_startup(&config.data_path, config.max_bytes_per_file) {
         return start_failed(e.into());
     }
+    // A replication member: a new incarnation, durable before anything serves.
+    if let Some(address) = config.replication_address.clone() {
+        let identity = match crate::cluster::identity::start(&config.data_path) {
+            Ok(i) => i,
+            Err(e) => return start_failed(e.into()),
+        };
+        info!(
+            broker_id = identity.broker_id,
+            incarnation = identity.incarnation,
+            first_start = identity.first_start,
+            boot_changed = identity.boot_changed,
+            replication_address = %address,
+            "replication: this broker's identity"
+        );
+        if config.lookupd_tcp_addresses.is_empty() {
+            warn!(
+                "--replication-address without --lookupd-tcp-address: no controller to talk to \
+                 until PUT /config/nsqlookupd_tcp_addresses names the lookups"
+            );
+        }
+        config.cluster = Some(Arc::new(crate::cluster::Status::new(identity, address)));
+    }
     let signals = match control::install_signals() {
         Ok(s) => s,
         Err(e) => return start_failed(StartError::Signals(e)),

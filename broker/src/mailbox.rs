@@ -168,6 +168,10 @@ pub enum Mail {
     /// new topic? Answered with `Reply::TopicChannels` (bounded: lookups that do not answer
     /// in time are left out).
     TopicChannels { topic: String, reply: ReplyTo },
+    /// From the control thread (`--replication-address` only) to a topic's owner: the
+    /// controller's view of topics this shard owns changed: each one's new state, or `None`
+    /// when this broker is no longer one of its replicas. Sent in the order the view changed.
+    ReplicaTopics(Vec<(String, Option<replication::controller::TopicState>)>),
     /// From the control thread: stop accepting and delivering, let connections finish.
     Shutdown,
     /// To the control thread: this shard has no connections left.

@@ -39,6 +39,10 @@ pub enum StartError {
     /// The nsqd data directory in the data path cannot be imported (nothing was).
     #[error(transparent)]
     NsqdImport(#[from] crate::nsqd_import::ImportError),
+    /// The broker's identity file (`--replication-address`) cannot be read, is damaged, or
+    /// cannot be written.
+    #[error(transparent)]
+    Identity(#[from] crate::cluster::IdentityError),
     /// The command line is refused: a bad flag or flag value.
     #[error(transparent)]
     Config(#[from] ConfigError),

@@ -34,6 +34,30 @@ pub struct StatsDoc {
     /// `null` with `include_clients=false`, for a `topic` filter that names no topic, and
     /// when nothing published (nsqd's nil slice).
     pub producers: Option<Vec<ClientStats>>,
+    /// The session with the replication controller (ours): present only with
+    /// `--replication-address`, so that without it the document has nsqd's keys exactly.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<ClusterStats>,
+}
+
+/// `/stats`' `cluster` object: this broker's identity and its session with the controller.
+#[derive(Debug, Clone, Serialize)]
+pub struct ClusterStats {
+    pub broker_id: u64,
+    pub incarnation: u64,
+    /// `--replication-address`, as registered.
+    pub address: String,
+    /// The controller node that last answered as leader (0: none yet).
+    pub controller_leader: u64,
+    /// The metadata version of the broker's view (`null`: no view yet).
+    pub view_version: Option<u64>,
+    /// The view says this broker is registered and not fenced.
+    pub live: bool,
+    /// The host rebooted since the broker's last start.
+    pub boot_changed: bool,
+    /// The controller's state of each replicated topic this broker holds, as its owner shard
+    /// last received it.
+    pub topics: std::collections::BTreeMap<String, replication::controller::TopicState>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -449,6 +473,7 @@ mod tests {
             topics: None,
             memory: None,
             producers: None,
+            cluster: None,
         };
         let t = render_text(&doc, Duration::from_secs(1));
         assert!(

@@ -27,6 +27,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "id_table",
             "deadlines",
             "civil_time",
+            "cluster",
         ],
     ),
     ("storage", &["storage"]),
@@ -50,7 +51,14 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("front-ends", &["tcp", "http"]),
     (
         "control",
-        &["control", "lookup_reg", "launch", "lib", "main"],
+        &[
+            "control",
+            "lookup_reg",
+            "controller_session",
+            "launch",
+            "lib",
+            "main",
+        ],
     ),
 ];
 

@@ -200,6 +200,11 @@ pub struct Args {
     /// itself; where clients share the cores it takes CPU from them
     #[arg(long, default_value = "0s", value_parser = parse_flag_duration)]
     pub spin_before_park: Duration,
+    /// <host>:<port> other brokers reach this one on for replication (broker to broker); enables
+    /// the session with the replication controller in the lookups (default: none, no
+    /// replication)
+    #[arg(long)]
+    pub replication_address: Option<String>,
     /// path to config file (nsqd's TOML keys; flags given here win over the file)
     #[arg(long)]
     pub config: Option<String>,

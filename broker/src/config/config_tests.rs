@@ -177,3 +177,32 @@ fn max_attempts_flag_defaults_to_unlimited() {
         assert!(parse(&[bad]).is_err(), "{bad}");
     }
 }
+
+#[test]
+fn replication_address_is_absent_by_default_and_checked_when_given() {
+    let c = parse(&[]).unwrap();
+    assert_eq!(c.replication_address, None);
+    assert!(c.cluster.is_none());
+    for good in ["127.0.0.1:4153", "broker-1.internal:4153", "[::1]:4153"] {
+        let flag = format!("--replication-address={good}");
+        assert_eq!(
+            parse(&[&flag]).unwrap().replication_address.as_deref(),
+            Some(good)
+        );
+    }
+    for (bad, why) in [
+        ("127.0.0.1", "no port"),
+        ("127.0.0.1:0", "port 0"),
+        ("127.0.0.1:x", "not a number"),
+        (":4153", "no host"),
+        ("0.0.0.0:4153", "unspecified"),
+        ("[::]:4153", "unspecified"),
+    ] {
+        let flag = format!("--replication-address={bad}");
+        let e = parse(&[&flag]).unwrap_err();
+        assert!(
+            e.contains("--replication-address") && e.contains(why),
+            "{bad}: {e}"
+        );
+    }
+}

@@ -76,6 +76,12 @@ pub struct Config {
     /// The rustls configuration made from `tls` at start-up (`crate::tls::server_config`,
     /// called by launch.rs) and made again on SIGHUP; `None` without a certificate.
     pub tls_server: Option<std::sync::Arc<crate::tls::Reloadable>>,
+    /// `--replication-address`: this broker's broker-to-broker address, checked (a host and a
+    /// non-zero port); None: no replication, nothing of it constructed.
+    pub replication_address: Option<String>,
+    /// The session with the replication controller, set at start-up once the identity is
+    /// loaded (only with `--replication-address`).
+    pub cluster: Option<std::sync::Arc<crate::cluster::Status>>,
     /// CPUs the shards are pinned to, shard i on `cpus[i % cpus.len()]`.
     pub cpus: Vec<usize>,
     pub shards: usize,
@@ -149,6 +155,36 @@ pub enum ConfigError {
     },
     #[error("{flag} {addr:?}: resolves to no address")]
     NoAddress { flag: &'static str, addr: String },
+}
+
+/// `--replication-address`: `host:port` with a non-zero port and a host other brokers can
+/// dial (not 0.0.0.0 or ::), as it is registered with the controller as given.
+fn replication_address(addr: &str) -> Result<String, ConfigError> {
+    let refuse = |why: &str| {
+        bad(format!(
+            "--replication-address {addr:?}: {why}; give <host>:<port> where other brokers \
+             reach this one"
+        ))
+    };
+    let Some((host, port)) = addr.rsplit_once(':') else {
+        return Err(refuse("no port"));
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    match port.parse::<u16>() {
+        Ok(0) => return Err(refuse("port 0 cannot be dialled")),
+        Ok(_) => {}
+        Err(_) => return Err(refuse("the port is not a number from 1 to 65535")),
+    }
+    if host.is_empty() {
+        return Err(refuse("no host"));
+    }
+    if host
+        .parse::<std::net::IpAddr>()
+        .is_ok_and(|ip| ip.is_unspecified())
+    {
+        return Err(refuse("an unspecified address cannot be dialled"));
+    }
+    Ok(addr.to_owned())
 }
 
 /// [`ConfigError::BadFlag`].
@@ -299,6 +335,11 @@ impl Config {
                 }
             }
         }
+        let replication_address = a
+            .replication_address
+            .as_deref()
+            .map(replication_address)
+            .transpose()?;
         let without_effect = a.without_effect();
         let broadcast_address = a.broadcast_address.unwrap_or_else(nsq_common::hostname);
         if a.statsd_interval.is_zero() {
@@ -360,6 +401,8 @@ impl Config {
             tls,
             tls_required,
             tls_server: None,
+            replication_address,
+            cluster: None,
             cpus,
             shards,
             connection_steering: a.connection_steering,

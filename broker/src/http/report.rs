@@ -9,7 +9,7 @@ use super::ask;
 use super::routes::{query, Handled};
 use crate::admin_ops::{AdminOp, AdminResult, ShardStats, StatsQuery};
 use crate::shard::Shard;
-use crate::stats::{self, Latency, MemStats, StatsDoc};
+use crate::stats::{self, ClusterStats, Latency, MemStats, StatsDoc};
 use http1::{Request, Response};
 use std::fmt::Write as _;
 use std::rc::Rc;
@@ -48,8 +48,14 @@ pub async fn stats(shard: &Rc<Shard>, req: &Request) -> Handled {
     let json = q.get("format") == Some("json");
     let filtered = query.topic.is_some();
     let include_clients = query.include_clients;
-    let parts = gather(shard, query).await;
-    let doc = merge(parts, include_mem, filtered, include_clients);
+    let mut parts = gather(shard, query).await;
+    let cluster = shard
+        .config
+        .cluster
+        .as_deref()
+        .map(|status| cluster_stats(status, &mut parts));
+    let mut doc = merge(parts, include_mem, filtered, include_clients);
+    doc.cluster = cluster;
     if json {
         match serde_json::to_vec(&doc) {
             Ok(body) => Ok(Response::json(200, body).nsq_v1().into()),
@@ -60,6 +66,24 @@ pub async fn stats(shard: &Rc<Shard>, req: &Request) -> Handled {
         Ok(Response::text(200, stats::render_text(&doc, uptime))
             .nsq_v1()
             .into())
+    }
+}
+
+/// The `cluster` object (`--replication-address` only): the session's status and the topic
+/// states the shards hold (taken out of `parts`).
+fn cluster_stats(status: &crate::cluster::Status, parts: &mut [ShardStats]) -> ClusterStats {
+    ClusterStats {
+        broker_id: status.identity.broker_id,
+        incarnation: status.identity.incarnation,
+        address: status.address.clone(),
+        controller_leader: status.controller_leader(),
+        view_version: status.view_version(),
+        live: status.live(),
+        boot_changed: status.identity.boot_changed,
+        topics: parts
+            .iter_mut()
+            .flat_map(|p| std::mem::take(&mut p.replica_topics))
+            .collect(),
     }
 }
 
@@ -93,6 +117,7 @@ fn merge(
         memory: include_mem.then(|| MemStats::of_process(held)),
         producers: (include_clients && !no_such_topic && !producers.is_empty())
             .then_some(producers),
+        cluster: None,
     }
 }
 

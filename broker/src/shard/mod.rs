@@ -65,6 +65,7 @@ use crate::topic::{ChannelRef, Topic};
 use crate::work_set::WorkSet;
 use bytes::{Bytes, BytesMut};
 use nsq_common::local_sync::{oneshot, Notify, Receiver, Sender};
+use replication::controller::TopicState;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -142,6 +143,10 @@ pub struct Shard {
     pub(crate) http_publishing: Cell<usize>,
     /// This shard, for work it hands to a task of its own (a replay's seek by time).
     pub(crate) me: std::rc::Weak<Shard>,
+    /// The controller's state of each replicated topic this shard owns, as the control
+    /// thread's session last sent it (`Mail::ReplicaTopics`; empty without
+    /// `--replication-address`): what the topic's replica follows.
+    pub(crate) replica_topics: RefCell<std::collections::BTreeMap<String, TopicState>>,
 }
 
 impl Shard {
@@ -185,6 +190,7 @@ impl Shard {
             early: early_ack::EarlyAcks::new(peers),
             http_publishing: Cell::new(0),
             me,
+            replica_topics: RefCell::new(std::collections::BTreeMap::new()),
         }
     }
 
@@ -345,11 +351,29 @@ impl Shard {
             Mail::TcpConn { fd, moved } => self.adopt_tcp_conn((fd, moved)),
             Mail::Shutdown => self.begin_shutdown(),
             Mail::Exit => self.exit.notify(),
+            Mail::ReplicaTopics(changed) => self.replica_topics_changed(changed),
             // For the control thread only.
             Mail::ShutdownDone { .. }
             | Mail::Registry { .. }
             | Mail::LookupAddresses(_)
             | Mail::TopicChannels { .. } => {}
+        }
+    }
+
+    /// The controller's view of some of this shard's topics changed.
+    fn replica_topics_changed(&self, changed: Vec<(String, Option<TopicState>)>) {
+        let mut held = self.replica_topics.borrow_mut();
+        for (name, state) in changed {
+            match state {
+                Some(state) => {
+                    tracing::debug!(topic = %name, ?state, "replication: the controller's state of a topic");
+                    held.insert(name, state);
+                }
+                None => {
+                    tracing::debug!(topic = %name, "replication: no longer a replica of the topic");
+                    held.remove(&name);
+                }
+            }
         }
     }
 

@@ -34,6 +34,12 @@ impl Shard {
         let eager = crate::sys::eager_read::counts();
         ShardStats {
             shard: self.id,
+            replica_topics: self
+                .replica_topics
+                .borrow()
+                .iter()
+                .map(|(n, t)| (n.clone(), t.clone()))
+                .collect(),
             health: self.admin.health(),
             topics,
             producers: self.producer_stats(q.topic.as_deref()),

@@ -60,6 +60,11 @@ impl Broker {
         self.proc.dir().join("data")
     }
 
+    /// How it ended, if it has.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.proc.exited()
+    }
+
     /// Panics (with the broker's stderr) if the broker has exited.
     pub fn assert_alive(&mut self) {
         if let Some(status) = self.proc.exited() {
