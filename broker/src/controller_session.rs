@@ -374,19 +374,9 @@ async fn read_answer(conn: &mut Conn) -> Result<Answer, AskError> {
     }
 }
 
-/// `host:port` to an address, off the executor's thread (DNS may block).
+/// `host:port` to an address (see [`crate::lookup_reg::resolve_host`]).
 async fn resolve(addr: &str) -> Result<SocketAddr, AskError> {
-    if let Ok(a) = addr.parse::<SocketAddr>() {
-        return Ok(a);
-    }
-    let owned = addr.to_owned();
-    let resolved = glommio::executor()
-        .spawn_blocking(move || {
-            use std::net::ToSocketAddrs;
-            owned.to_socket_addrs().map(|mut i| i.next())
-        })
-        .await;
-    match resolved {
+    match crate::lookup_reg::resolve_host(addr).await {
         Ok(Some(a)) => Ok(a),
         Ok(None) => Err(AskError::Resolve(addr.to_owned(), "no address".into())),
         Err(e) => Err(AskError::Resolve(addr.to_owned(), e.to_string())),

@@ -534,17 +534,7 @@ async fn read_reply(
 
 /// Resolves `host:port` off the executor's thread (DNS may block).
 async fn resolve(addr: &str) -> Result<SocketAddr, LookupError> {
-    if let Ok(a) = addr.parse::<SocketAddr>() {
-        return Ok(a);
-    }
-    let owned = addr.to_owned();
-    let resolved = glommio::executor()
-        .spawn_blocking(move || {
-            use std::net::ToSocketAddrs;
-            owned.to_socket_addrs().map(|mut i| i.next())
-        })
-        .await;
-    match resolved {
+    match resolve_host(addr).await {
         Ok(Some(a)) => Ok(a),
         Ok(None) => Err(LookupError::NoAddress {
             addr: addr.to_owned(),
@@ -554,6 +544,21 @@ async fn resolve(addr: &str) -> Result<SocketAddr, LookupError> {
             source,
         }),
     }
+}
+
+/// `host:port` to its first address, off the executor's thread (DNS may block); `Ok(None)`
+/// when the name has no address. Shared by the registrations and the controller session.
+pub(crate) async fn resolve_host(addr: &str) -> std::io::Result<Option<SocketAddr>> {
+    if let Ok(a) = addr.parse::<SocketAddr>() {
+        return Ok(Some(a));
+    }
+    let owned = addr.to_owned();
+    glommio::executor()
+        .spawn_blocking(move || {
+            use std::net::ToSocketAddrs;
+            owned.to_socket_addrs().map(|mut i| i.next())
+        })
+        .await
 }
 
 /// `host:port`, bracketing an IPv6 host.

@@ -17,86 +17,40 @@ Processes run under `ip netns exec` (which execs the command: the pid is the pro
 with PR_SET_PDEATHSIG so that they die with the harness even if it is SIGKILLed.
 """
 
-import ctypes
 import os
 import re
-import shutil
 import signal
+import sys
 import subprocess
 import time
+
+# The namespace primitives (running `ip`, probing, listing, removing a namespace with its
+# processes, dying with the harness) are the cluster suite's; only the names differ.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "cluster"))
+from netcluster import (  # noqa: E402
+    _die_with_parent,
+    _pid_is_a_live_run,
+    _remove_ns,
+    list_netns,
+    run,
+    unavailable_reason,
+)
 
 PREFIX = "fi-"
 SUBNET = "10.78.0"
 NETNS_DIR = "/var/run/netns"
 
 
-def run(*args, check=True, timeout=15):
-    p = subprocess.run(list(args), capture_output=True, text=True, timeout=timeout)
-    if check and p.returncode != 0:
-        raise RuntimeError("%s: exit %d: %s" % (" ".join(args), p.returncode,
-                                                (p.stderr or p.stdout).strip()))
-    return p
-
-
-def unavailable_reason():
-    """Why network namespaces cannot be made here, or None."""
-    if os.geteuid() != 0:
-        return "not root (ip netns needs CAP_SYS_ADMIN)"
-    if shutil.which("ip") is None:
-        return "no `ip` command (iproute2)"
-    probe = "%sprobe-%d" % (PREFIX, os.getpid())
-    try:
-        p = run("ip", "netns", "add", probe, check=False)
-        if p.returncode != 0:
-            return "`ip netns add` failed: %s" % p.stderr.strip()
-        p = run("ip", "-n", probe, "link", "add", "br0", "type", "bridge", check=False)
-        if p.returncode != 0:
-            return "cannot make a bridge in a namespace: %s" % p.stderr.strip()
-    finally:
-        run("ip", "netns", "del", probe, check=False)
-    return None
-
-
-def _list_netns():
-    out = run("ip", "netns", "list").stdout
-    return [line.split()[0] for line in out.splitlines() if line.strip()]
-
-
-def _pid_is_a_live_run(pid):
-    if pid == os.getpid():
-        return False  # our own pid before we made anything: a leftover of an earlier run
-    try:
-        with open("/proc/%d/cmdline" % pid, "rb") as f:
-            return b"python" in f.read()
-    except OSError:
-        return False
-
-
-def _remove_ns(name):
-    p = run("ip", "netns", "pids", name, check=False)
-    for pid in p.stdout.split():
-        try:
-            os.kill(int(pid), signal.SIGKILL)
-        except (ProcessLookupError, ValueError):
-            pass
-    run("ip", "netns", "del", name, check=False)
-
-
 def clean_stale():
     """Removes `fi-` namespaces (and their processes) of runs that are gone; returns them."""
     removed = []
-    for name in sorted(_list_netns()):
+    for name in sorted(list_netns()):
         m = re.match(re.escape(PREFIX) + r"(?:probe-)?(\d+)-", name)
         if not m or _pid_is_a_live_run(int(m.group(1))):
             continue
         _remove_ns(name)
         removed.append(name)
     return removed
-
-
-def _die_with_parent():
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG, kept across exec
 
 
 class Proc:

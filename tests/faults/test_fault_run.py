@@ -67,7 +67,7 @@ def test_a_wiped_unreplicated_broker_loses_acknowledged_messages(tmp_path):
 def leftovers():
     """`fi-` namespaces whose run is gone (what the harness must always delete)."""
     out = []
-    for name in hosts._list_netns():
+    for name in hosts.list_netns():
         m = re.match(re.escape(hosts.PREFIX) + r"(\d+)-", name)
         if m and not hosts._pid_is_a_live_run(int(m.group(1))):
             out.append(name)
