@@ -65,6 +65,9 @@ pub enum Reply {
     Admin(crate::admin_ops::AdminResult),
     /// From the control thread: the channels the lookups know for a topic being created.
     TopicChannels(Vec<String>),
+    /// From the control thread: the controller leader's answer to a `Mail::ControllerRequest`,
+    /// or why no leader answered (also: replication is not configured, the queue is full).
+    Controller(Result<replication::controller::BrokerReply, String>),
 }
 
 /// What a TCP connection's reader knew when the connection moved to the owner of its topic
@@ -172,6 +175,17 @@ pub enum Mail {
     /// controller's view of topics this shard owns changed: each one's new state, or `None`
     /// when this broker is no longer one of its replicas. Sent in the order the view changed.
     ReplicaTopics(Vec<(String, Option<replication::controller::TopicState>)>),
+    /// From the control thread (`--replication-address` only) to every shard, when the view's
+    /// brokers changed what this shard dials: every other registered broker (fenced ones
+    /// included) and the address of its shard of this shard's index (modulo its shard count),
+    /// resolved. Sent only when this shard's map changed, in the order it changed.
+    ReplicaPeers(std::collections::BTreeMap<u64, std::net::SocketAddr>),
+    /// From a shard to the control thread: carry this request to the controller leader
+    /// (`CreateTopic`, `AlterIsr`); answered with `Reply::Controller`.
+    ControllerRequest {
+        request: replication::controller::BrokerRequest,
+        reply: ReplyTo,
+    },
     /// From the control thread: stop accepting and delivering, let connections finish.
     Shutdown,
     /// To the control thread: this shard has no connections left.

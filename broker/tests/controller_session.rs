@@ -204,7 +204,7 @@ impl Member {
             broker: None,
             shards,
             data: scratch_dir("session-broker-data"),
-            address: format!("127.0.0.1:{}", free_port()),
+            address: format!("127.0.0.1:{}", free_ports(shards)),
         };
         m.restart(lookups);
         m
@@ -261,14 +261,36 @@ impl Drop for Member {
     }
 }
 
-/// The broker registered at `address` in the metadata: (id, incarnation, fenced).
+/// A port `p` with `p + 1 .. p + n - 1` free too (shard i listens on the replication port + i).
+fn free_ports(n: usize) -> u16 {
+    for _ in 0..200 {
+        let p = free_port();
+        let free = (1..n as u32).all(|i| {
+            u16::try_from(u32::from(p) + i)
+                .is_ok_and(|q| std::net::TcpListener::bind(("127.0.0.1", q)).is_ok())
+        });
+        if free {
+            return p;
+        }
+    }
+    panic!("no {n} consecutive free ports");
+}
+
+/// `host:port` with the port moved up by `i`.
+fn plus(address: &str, i: u16) -> String {
+    let (host, port) = address.rsplit_once(':').expect("host:port");
+    format!("{host}:{}", port.parse::<u16>().expect("port") + i)
+}
+
+/// The broker registered at `address` (its first, shard 0's) in the metadata:
+/// (id, incarnation, fenced).
 fn registered_at(md: &Value, address: &str) -> Vec<(u64, u64, bool)> {
     md["brokers"]
         .as_object()
         .map(|brokers| {
             brokers
                 .iter()
-                .filter(|(_, b)| b["addresses"] == json!([address]))
+                .filter(|(_, b)| b["addresses"][0] == address)
                 .map(|(id, b)| {
                     (
                         id.parse().expect("a numeric id"),
@@ -436,4 +458,69 @@ fn a_damaged_identity_file_refuses_the_start() {
         .expect("kept")
         .ends_with("broker-id 5\n"));
     let _ = std::fs::remove_dir_all(&data);
+}
+
+#[test]
+fn each_shard_registers_its_port_and_learns_every_peers_shard_of_its_index() {
+    let lookups = Lookups::start();
+    let leader = lookups.wait_leader("at start");
+    let a = Member::start(&lookups, 2);
+    let mut b = Member::start(&lookups, 3);
+    let (ida, idb) = (a.id(), b.id());
+    for m in [&a, &b] {
+        m.wait_following(leader, &lookups);
+    }
+
+    // The leader's metadata: one address per shard, the replication port + the shard's index.
+    let md = lookups.wait_metadata(
+        "both brokers are registered with their shards' ports",
+        |md| {
+            md["brokers"][ida.to_string()]["addresses"] == json!([a.address, plus(&a.address, 1)])
+                && md["brokers"][idb.to_string()]["addresses"]
+                    == json!([b.address, plus(&b.address, 1), plus(&b.address, 2)])
+        },
+    );
+    assert_eq!(md["brokers"].as_object().map(|m| m.len()), Some(2), "{md}");
+
+    // Each shard has the other broker, at the address of its shard of the same index modulo
+    // that broker's shard count; never itself.
+    let peers_are = |m: &Member, want: Value| {
+        wait(
+            &format!("{}'s shards know their peers", m.address),
+            || (m.cluster()["peers"] == want).then_some(()),
+            || format!("{}\n{}", m.cluster(), m.broker().log()),
+        )
+    };
+    let one = |id: u64, addr: String| json!({ id.to_string(): addr });
+    peers_are(
+        &a,
+        json!([one(idb, b.address.clone()), one(idb, plus(&b.address, 1))]),
+    );
+    peers_are(
+        &b,
+        json!([
+            one(ida, a.address.clone()),
+            one(ida, plus(&a.address, 1)),
+            one(ida, a.address.clone())
+        ]),
+    );
+
+    // B restarted with one shard: the same broker (the same id, not retired), now with one
+    // address, which both of A's shards dial.
+    b.shards = 1;
+    b.restart(&lookups);
+    assert_eq!(b.id(), idb);
+    let md = lookups.wait_metadata("B re-registered with one address", |md| {
+        live_at(md, &b.address, idb, 2)
+            && md["brokers"][idb.to_string()]["addresses"] == json!([b.address])
+    });
+    assert!(
+        md["retired"].as_array().is_none_or(|r| r.is_empty()),
+        "{md}"
+    );
+    peers_are(
+        &a,
+        json!([one(idb, b.address.clone()), one(idb, b.address.clone())]),
+    );
+    peers_are(&b, json!([one(ida, a.address.clone())]));
 }

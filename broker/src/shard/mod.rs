@@ -38,6 +38,7 @@
 //! - [`lifecycle`]: start-up, the shard's tasks, shutdown.
 
 mod admin_exec;
+mod controller;
 mod dead_letter_routing;
 mod dispatch;
 mod durable;
@@ -147,6 +148,9 @@ pub struct Shard {
     /// thread's session last sent it (`Mail::ReplicaTopics`; empty without
     /// `--replication-address`): what the topic's replica follows.
     pub(crate) replica_topics: RefCell<std::collections::BTreeMap<String, TopicState>>,
+    /// Every other broker of the cluster and the address of its shard that this shard dials
+    /// (`Mail::ReplicaPeers`; empty without `--replication-address`).
+    pub(crate) replica_peers: RefCell<std::collections::BTreeMap<u64, std::net::SocketAddr>>,
 }
 
 impl Shard {
@@ -191,6 +195,7 @@ impl Shard {
             http_publishing: Cell::new(0),
             me,
             replica_topics: RefCell::new(std::collections::BTreeMap::new()),
+            replica_peers: RefCell::new(std::collections::BTreeMap::new()),
         }
     }
 
@@ -352,8 +357,10 @@ impl Shard {
             Mail::Shutdown => self.begin_shutdown(),
             Mail::Exit => self.exit.notify(),
             Mail::ReplicaTopics(changed) => self.replica_topics_changed(changed),
+            Mail::ReplicaPeers(peers) => self.replica_peers_changed(peers),
             // For the control thread only.
-            Mail::ShutdownDone { .. }
+            Mail::ControllerRequest { .. }
+            | Mail::ShutdownDone { .. }
             | Mail::Registry { .. }
             | Mail::LookupAddresses(_)
             | Mail::TopicChannels { .. } => {}
@@ -375,6 +382,12 @@ impl Shard {
                 }
             }
         }
+    }
+
+    /// The session's peers for this shard changed (the replication transport follows them).
+    fn replica_peers_changed(&self, peers: std::collections::BTreeMap<u64, std::net::SocketAddr>) {
+        tracing::debug!(shard = self.id, ?peers, "replication: this shard's peers");
+        *self.replica_peers.borrow_mut() = peers;
     }
 
     pub(crate) fn reply(&self, to: ReplyTo, reply: Reply) {
