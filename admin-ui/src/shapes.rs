@@ -215,7 +215,8 @@ pub fn channel(node: &str, hostname: &str, topic: &str, ch: &ChannelStats, clien
 }
 
 /// A topic on one node (nsqadmin's `TopicStats`), its channels in `channels`, plus
-/// admin-ui's `channel_count` and the broker's `retention` block when it has one.
+/// admin-ui's `channel_count` and the broker's `retention` and `replication` blocks when it has
+/// them.
 pub fn topic(node: &str, hostname: &str, t: &TopicStats, clients: bool) -> Value {
     let name = t.topic_name.as_str();
     let channels: Vec<Value> = t
@@ -238,7 +239,13 @@ pub fn topic(node: &str, hostname: &str, t: &TopicStats, clients: bool) -> Value
         "paused": t.paused,
         "e2e_processing_latency": e2e_of(&t.e2e_processing_latency, node, name, ""),
     });
-    carry(row, [("retention", t.retention.as_ref())])
+    carry(
+        row,
+        [
+            ("retention", t.retention.as_ref()),
+            ("replication", t.replication.as_ref()),
+        ],
+    )
 }
 
 /// The retention of a topic over its nodes' `rows` that report one (beyond nsqd): the limits

@@ -159,6 +159,9 @@ pub struct TopicStats {
     /// The broker's retention block (beyond nsqd), passed through.
     #[serde(deserialize_with = "present")]
     pub retention: Option<Value>,
+    /// The broker's replica of a replicated topic (beyond nsqd), passed through.
+    #[serde(deserialize_with = "present")]
+    pub replication: Option<Value>,
 }
 
 /// A channel in `/stats`.

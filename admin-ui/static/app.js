@@ -415,12 +415,28 @@ function renderTopic(data, topic) {
     ratesSection({ topic }),
     deadLettersSection(topic),
     retentionSection(data, topic),
+    ...replicationSection(data),
     entityActions('topic-actions', `/api/topics/${enc(topic)}`, data.paused, `topic "${topic}"`, href('/topics')),
     el('h2', {}, 'Nodes'),
     table('topic-nodes', ['Node', 'Depth', 'Memory', 'Backend', 'Messages', 'Channels', 'State', ''],
       nodeRows, 'No node has this topic.'),
     el('h2', {}, 'Channels'),
     channels,
+  ];
+}
+
+/* A replicated topic's replicas, one row per node that reports one (nothing otherwise). */
+function replicationSection(data) {
+  const rows = (data.nodes || []).filter((n) => n.replication);
+  if (!rows.length) return [];
+  const r = (n) => n.replication;
+  return [
+    el('h2', {}, 'Replication'),
+    table('topic-replicas', ['Node', 'Role', 'Leader', 'Epoch', 'In sync', 'Log end', 'Waiting publishes'],
+      rows.map((n) => el('tr', { 'data-node': n.node },
+        el('td', {}, n.node), el('td', {}, r(n).role), el('td', {}, String(r(n).leader)),
+        numCell(r(n).epoch), el('td', {}, (r(n).isr || []).join(', ')),
+        numCell(r(n).log_end), numCell(r(n).waiting_publishes))), ''),
   ];
 }
 

@@ -81,6 +81,31 @@ pub struct TopicStats {
     /// Bytes of the topic's segment files (for `/metrics`; not in nsqd's JSON).
     #[serde(skip)]
     pub file_bytes: u64,
+    /// A replicated topic's replica on this broker (ours): present only for a replicated
+    /// topic, so that without replication the object has nsqd's keys exactly.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replication: Option<ReplicationStats>,
+}
+
+/// A replicated topic's replica in /stats.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ReplicationStats {
+    /// The topic's replica count, and its brokers.
+    pub replicas: usize,
+    pub brokers: Vec<u64>,
+    /// `leader`, `follower`, or `idle` (no leader named, or not a replica now).
+    pub role: &'static str,
+    /// The leader's broker id (0: none).
+    pub leader: u64,
+    pub epoch: u64,
+    /// The in-sync set, as the controller decided it.
+    pub isr: Vec<u64>,
+    /// The log's end, and (on the leader) the high watermark: channels deliver below it.
+    pub log_end: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub high_watermark: Option<u64>,
+    /// Publishes waiting for the in-sync replicas.
+    pub waiting_publishes: usize,
 }
 
 /// A topic's retention in /stats: the limits in force (0: none, as nsqd: what every channel

@@ -322,6 +322,7 @@ mod tests {
             },
             retention: None,
             file_bytes: 0,
+            replication: None,
         }
     }
 

@@ -97,6 +97,27 @@ fn a_replicated_topic_is_acknowledged_by_a_majority_and_survives_its_leader() {
         || logs(&members),
     );
 
+    // /stats and /metrics show each broker's replica.
+    for (i, m) in members.iter().enumerate() {
+        let want = if i == leader { "leader" } else { "follower" };
+        let r = wait(
+            &format!("broker {i}'s /stats shows it as {want}"),
+            || {
+                let r = m.broker().topic_stats(TOPIC)?["replication"].clone();
+                (r["role"] == want).then_some(r)
+            },
+            || logs(&members),
+        );
+        assert_eq!(r["replicas"], 3, "{r}");
+        assert_eq!(r["leader"], members[leader].id(), "{r}");
+        let metrics = m.broker().get("/metrics").text();
+        let line = format!(
+            "nsq_topic_replica_leader{{topic=\"{TOPIC}\"}} {}",
+            u8::from(i == leader)
+        );
+        assert!(metrics.contains(&line), "no `{line}` in /metrics");
+    }
+
     // Every publish to the leader is answered OK once a majority holds it.
     for i in 0..200 {
         let body = format!("m{i}").into_bytes();

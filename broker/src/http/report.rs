@@ -234,6 +234,39 @@ fn render_metrics(parts: &[ShardStats]) -> String {
             f.sample(name, &[("topic", &t.topic_name)], get(t));
         }
     }
+    type ReplicaGauge = fn(&stats::ReplicationStats) -> u64;
+    let replica_families: [(&str, &str, ReplicaGauge); 4] = [
+        (
+            "nsq_topic_replicas",
+            "The replicated topic's replica count (only replicated topics are listed).",
+            |r| r.replicas as u64,
+        ),
+        (
+            "nsq_topic_replica_leader",
+            "1 while this broker leads the replicated topic.",
+            |r| u64::from(r.role == "leader"),
+        ),
+        (
+            "nsq_topic_replica_in_sync",
+            "Members of the replicated topic's in-sync set.",
+            |r| r.isr.len() as u64,
+        ),
+        (
+            "nsq_topic_replica_waiting_publishes",
+            "Publishes waiting for the in-sync replicas to hold them.",
+            |r| r.waiting_publishes as u64,
+        ),
+    ];
+    if topics.iter().any(|t| t.replication.is_some()) {
+        for (name, help, get) in replica_families {
+            f.head(name, "gauge", help);
+            for t in &topics {
+                if let Some(r) = &t.replication {
+                    f.sample(name, &[("topic", &t.topic_name)], get(r));
+                }
+            }
+        }
+    }
     f.head(
         "nsq_topic_shard",
         "gauge",

@@ -120,6 +120,32 @@ fn topic_stats(t: &Topic, q: &StatsQuery, held: &mut u64) -> Option<TopicStats> 
         e2e_processing_latency: latency,
         retention: retention_stats(t),
         file_bytes: t.log.borrow().retained().bytes,
+        replication: replication_stats(t),
+    })
+}
+
+/// The topic's replica, if it is replicated.
+fn replication_stats(t: &Topic) -> Option<stats::ReplicationStats> {
+    let r = t.replica.as_ref()?;
+    let state = r.controller.as_ref();
+    let replica = &r.replica;
+    let role = if replica.leading().is_some() {
+        "leader"
+    } else if replica.following().is_some() {
+        "follower"
+    } else {
+        "idle"
+    };
+    Some(stats::ReplicationStats {
+        replicas: state.map_or(0, |s| s.replicas.len()),
+        brokers: state.map_or_else(Vec::new, |s| s.replicas.iter().map(|b| b.0).collect()),
+        role,
+        leader: state.and_then(|s| s.leader).map_or(0, |l| l.0),
+        epoch: state.map_or(0, |s| s.epoch.0),
+        isr: state.map_or_else(Vec::new, |s| s.isr.iter().map(|b| b.0).collect()),
+        log_end: t.log.borrow().head(),
+        high_watermark: replica.high_watermark(),
+        waiting_publishes: r.waiting.len(),
     })
 }
 
