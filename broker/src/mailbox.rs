@@ -65,6 +65,9 @@ pub enum Reply {
     Admin(crate::admin_ops::AdminResult),
     /// From the control thread: the channels the lookups know for a topic being created.
     TopicChannels(Vec<String>),
+    /// From the control thread: the replication controller's answer to a
+    /// `Mail::ControllerRequest`, or why none came.
+    Controller(Result<replication::controller::BrokerReply, String>),
 }
 
 /// What a TCP connection's reader knew when the connection moved to the owner of its topic
@@ -172,6 +175,29 @@ pub enum Mail {
     /// controller's view of topics this shard owns changed: each one's new state, or `None`
     /// when this broker is no longer one of its replicas. Sent in the order the view changed.
     ReplicaTopics(Vec<(String, Option<replication::controller::TopicState>)>),
+    /// From the control thread to a topic's owner: the leaders of replicated topics this
+    /// broker holds no replica of (where a publish to them is forwarded), as they changed.
+    ReplicaRoutes(Vec<(String, Option<u64>)>),
+    /// From the control thread to every shard: the peer brokers this shard's replication
+    /// transport connects to (broker id to the address of the peer's shard of this index).
+    ReplicaPeers(std::collections::BTreeMap<u64, std::net::SocketAddr>),
+    /// From a shard to the control thread: a request for the replication controller
+    /// (`CreateTopic`, `AlterIsr`), answered with `Reply::Controller`.
+    ControllerRequest {
+        request: replication::controller::BrokerRequest,
+        reply: ReplyTo,
+    },
+    /// Between shards: a publish a peer broker forwarded for a topic this shard owns.
+    ReplicaForward {
+        from: u64,
+        forward: replication::wire::Forward,
+    },
+    /// Between shards: a message from a peer broker's replica for a topic this shard owns
+    /// (it arrived on another shard's connection).
+    ReplicaInbound {
+        from: u64,
+        delivery: replication::wire::Delivery,
+    },
     /// From the control thread: stop accepting and delivering, let connections finish.
     Shutdown,
     /// To the control thread: this shard has no connections left.

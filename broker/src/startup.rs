@@ -132,6 +132,13 @@ pub enum StartError {
     JoinMesh { shard: usize },
     #[error("shard {shard}: no listening sockets were opened for it")]
     NoListeners { shard: usize },
+    /// `--replication-address`: the shard's listener for peer brokers (port + shard index)
+    /// cannot be opened.
+    #[error("shard {shard}: cannot listen for peer brokers (--replication-address's port + {shard}): {source}")]
+    Replication {
+        shard: usize,
+        source: std::io::Error,
+    },
     /// A stored topic's log cannot be opened (recovery failed: a segment cannot be read, a
     /// directory cannot be listed).
     #[error("topic {topic}: cannot open its log in {}: {source}", dir.display())]

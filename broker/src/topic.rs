@@ -75,6 +75,11 @@ pub struct Topic {
     /// The e2e totals of its channels deleted so far: the topic's `_count` and `_sum` in
     /// `/metrics` add them, so that they never go down.
     pub e2e_retired: E2eTotals,
+    /// A replicated topic's replica (`None`: not replicated, everything as before).
+    pub replica: Option<Box<crate::replication::replicas::TopicReplica>>,
+    /// A replicated topic's channels see nothing at or above this seq (the leader's high
+    /// watermark; on a follower, where it stood when it stopped leading).
+    deliver_cap: Option<u64>,
 }
 
 impl Topic {
@@ -109,6 +114,8 @@ impl Topic {
             max_attempts: 0,
             dead_letters: VecDeque::new(),
             e2e_retired: E2eTotals::default(),
+            replica: None,
+            deliver_cap: None,
         }
     }
 
@@ -143,6 +150,10 @@ impl Topic {
     }
 
     fn show_up_to(&mut self, end: u64) -> Vec<ChannelRef> {
+        let end = match self.deliver_cap {
+            Some(cap) => end.min(cap).max(self.visible_end),
+            None => end,
+        };
         self.visible_end = end;
         self.emptied_until = self.emptied_until.max(end);
         let channels: Vec<ChannelRef> = self.channels.values().cloned().collect();
@@ -153,6 +164,40 @@ impl Topic {
             c.visible_end = end;
         }
         channels
+    }
+
+    /// A replicated topic: channels see nothing at or above `cap` (raised as the high
+    /// watermark moves). Returns the channels to dispatch.
+    pub fn set_deliver_cap(&mut self, cap: u64) -> Vec<ChannelRef> {
+        self.deliver_cap = Some(cap);
+        if self.paused || cap <= self.visible_end {
+            return Vec::new();
+        }
+        let head = self.log.borrow().head();
+        self.show_up_to(head)
+    }
+
+    /// Appends a replicated topic's publish under `epoch` (the one its replica leads): the
+    /// channels see it once the high watermark passes it ([`Topic::set_deliver_cap`]).
+    pub fn publish_replicated(
+        &mut self,
+        epoch: replication::ids::Epoch,
+        msgs: Vec<Message>,
+        defer_until: i64,
+    ) -> Result<u64, replication::replica::LogError> {
+        let count = msgs.len() as u64;
+        let bytes = msgs.iter().map(|m| m.body.len() as u64).sum::<u64>();
+        let log = self.log.clone();
+        let mut log = log.borrow_mut();
+        let Some(r) = self.replica.as_mut() else {
+            return Err(replication::replica::LogError::Storage(
+                "not a replicated topic".into(),
+            ));
+        };
+        let end = r.with_log(&mut log, |_, l| l.append_local(epoch, msgs, defer_until))?;
+        self.message_count += count;
+        self.message_bytes += bytes;
+        Ok(end)
     }
 
     /// Unpause: channels see everything published meanwhile. Returns them for dispatch.
@@ -267,7 +312,12 @@ impl Topic {
     /// The lowest seq any channel may still need; segments below it can go. An `#ephemeral`
     /// channel needs only what it has yet to read of its memory queue's worth of the log.
     pub fn floor(&self) -> u64 {
-        self.floor_above(0)
+        let floor = self.floor_above(0);
+        // A replicated topic's leader keeps what its followers have not acknowledged yet.
+        match self.replica.as_ref().and_then(|r| r.replica.retain_from()) {
+            Some(keep) => floor.min(keep),
+            None => floor,
+        }
     }
 
     /// The lowest seq any channel (ephemeral ones too) takes next from the log; the head when

@@ -58,6 +58,36 @@ fn huge_claims_in_small_frames_allocate_little() {
     assert!(matches!(r, Err(WireError::CountTooLarge { .. })), "{r:?}");
     assert!(largest < 1024, "largest allocation {largest}");
 
+    // A forwards frame claiming 4 billion forwards; a publish claiming 4 billion bodies, then
+    // a body of 4 GB; a channel position claiming 4 billion finished seqs.
+    let (r, largest) = largest_while_decoding(&frame(&[1, 4, 0xff, 0xff, 0xff, 0xff, 0, 0]));
+    assert!(matches!(r, Err(WireError::CountTooLarge { .. })), "{r:?}");
+    assert!(largest < 1024, "largest allocation {largest}");
+    let mut publish = vec![1, 4, 0, 0, 0, 1, 1];
+    publish.extend_from_slice(&[0; 8]);
+    publish.extend_from_slice(&[1, b't']);
+    publish.extend_from_slice(&[0; 8]);
+    let mut bodies = publish.clone();
+    bodies.extend_from_slice(&[0xff, 0xff, 0xff, 0xff]);
+    bodies.extend_from_slice(&[0; 16]);
+    let (r, largest) = largest_while_decoding(&frame(&bodies));
+    assert!(matches!(r, Err(WireError::CountTooLarge { .. })), "{r:?}");
+    assert!(largest < 1024, "largest allocation {largest}");
+    let mut body = publish;
+    body.extend_from_slice(&[0, 0, 0, 1]);
+    body.extend_from_slice(&[0xff, 0xff, 0xff, 0xff]);
+    body.extend_from_slice(&[0; 8]);
+    let (r, largest) = largest_while_decoding(&frame(&body));
+    assert!(matches!(r, Err(WireError::CountTooLarge { .. })), "{r:?}");
+    assert!(largest < 1024, "largest allocation {largest}");
+    let mut position = vec![1, 4, 0, 0, 0, 1, 3, 1, b't', 1, b'c', 4];
+    position.extend_from_slice(&[0; 8]);
+    position.extend_from_slice(&[0xff, 0xff, 0xff, 0xff]);
+    position.extend_from_slice(&[0; 16]);
+    let (r, largest) = largest_while_decoding(&frame(&position));
+    assert!(matches!(r, Err(WireError::CountTooLarge { .. })), "{r:?}");
+    assert!(largest < 1024, "largest allocation {largest}");
+
     // A length prefix over the maximum is refused from its four bytes.
     let (r, largest) = largest_while_decoding(&[0xff, 0xff, 0xff, 0xff, 1, 2]);
     assert!(matches!(r, Err(WireError::FrameTooLarge { .. })), "{r:?}");

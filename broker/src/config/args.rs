@@ -205,6 +205,18 @@ pub struct Args {
     /// replication)
     #[arg(long)]
     pub replication_address: Option<String>,
+    /// copies of each new topic's log, on that many brokers of the cluster (needs
+    /// --replication-address and lookups running the controller); 1: not replicated
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=9))]
+    pub replicas: u32,
+    /// replicas that must hold a message before its publish is answered OK (default: a
+    /// majority of --replicas)
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=9))]
+    pub min_insync_replicas: Option<u32>,
+    /// a publish to a replicated topic not stored on enough replicas within this gets
+    /// E_PUB_FAILED
+    #[arg(long, default_value = "5s", value_parser = parse_flag_duration)]
+    pub replication_timeout: Duration,
     /// path to config file (nsqd's TOML keys; flags given here win over the file)
     #[arg(long)]
     pub config: Option<String>,

@@ -79,6 +79,12 @@ pub struct Config {
     /// `--replication-address`: this broker's broker-to-broker address, checked (a host and a
     /// non-zero port); None: no replication, nothing of it constructed.
     pub replication_address: Option<String>,
+    /// `--replicas`: copies of each new topic's log (1: not replicated).
+    pub replicas: u32,
+    /// `--min-insync-replicas` (checked against `replicas`; a majority by default).
+    pub min_insync_replicas: u32,
+    /// `--replication-timeout`: bound on a replicated publish's answer.
+    pub replication_timeout: Duration,
     /// The session with the replication controller, set at start-up once the identity is
     /// loaded (only with `--replication-address`).
     pub cluster: Option<std::sync::Arc<crate::cluster::Status>>,
@@ -340,6 +346,24 @@ impl Config {
             .as_deref()
             .map(replication_address)
             .transpose()?;
+        let replicas = a.replicas;
+        let min_insync_replicas = a.min_insync_replicas.unwrap_or(replicas / 2 + 1);
+        if min_insync_replicas > replicas {
+            return Err(bad(format!(
+                "--min-insync-replicas {min_insync_replicas} is more than --replicas {replicas}"
+            )));
+        }
+        if replicas > 1 && replication_address.is_none() {
+            return Err(bad(format!(
+                "--replicas {replicas} needs --replication-address (where the other brokers \
+                 reach this one) and --lookupd-tcp-address (lookups running the controller)"
+            )));
+        }
+        if a.replication_timeout.is_zero() {
+            return Err(bad(
+                "--replication-timeout must be more than zero".to_owned()
+            ));
+        }
         let without_effect = a.without_effect();
         let broadcast_address = a.broadcast_address.unwrap_or_else(nsq_common::hostname);
         if a.statsd_interval.is_zero() {
@@ -402,6 +426,9 @@ impl Config {
             tls_required,
             tls_server: None,
             replication_address,
+            replicas,
+            min_insync_replicas,
+            replication_timeout: a.replication_timeout,
             cluster: None,
             cpus,
             shards,

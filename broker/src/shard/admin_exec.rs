@@ -104,6 +104,7 @@ impl Shard {
             Action::Create => {}
             Action::Delete => {
                 self.topics.borrow_mut().remove(name);
+                self.replicated_topic_deleted(name);
                 let channels: Vec<ChannelRef> = t.borrow().channels().cloned().collect();
                 for ch in &channels {
                     self.close_consumers(ch);

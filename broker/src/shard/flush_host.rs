@@ -93,6 +93,7 @@ impl FlushHost for Shard {
     }
     fn answer_disk_acks(&self) {
         Shard::answer_disk_acks(self);
+        self.replicas_after_flush();
     }
     fn waits_for_meta(&self) -> bool {
         Shard::waits_for_meta(self)

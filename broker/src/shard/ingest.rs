@@ -110,6 +110,21 @@ impl Shard {
         if let (Some(reason), false) = (&unhealthy, acked) {
             return Answer::refused(reason.clone());
         }
+        if let Some(leader) = self.routed_leader(topic) {
+            return self.publish_to_leader(leader, topic, bodies, defer, reply);
+        }
+        if self.publish_waits_for_controller(topic) {
+            return self.park_for_controller(
+                topic,
+                ParkedPublish {
+                    bodies,
+                    defer,
+                    acked,
+                    reply,
+                    origins,
+                },
+            );
+        }
         let t = match self.topic_or_create(topic) {
             Ok(t) => t,
             Err(reason) => {
@@ -142,6 +157,9 @@ impl Shard {
         reply: ReplyTo,
         origins: Vec<DeadOrigin>,
     ) -> Answer {
+        if t.borrow().replica.is_some() {
+            return self.store_replicated(t, bodies, defer, reply);
+        }
         let timestamp = now_nanos();
         let msgs: Vec<Message> = {
             let ids = &mut t.borrow_mut().ids;

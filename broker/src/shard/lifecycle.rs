@@ -65,6 +65,7 @@ impl Shard {
                 self.report(RegistryOp::Register, &name, Some(&ch));
             }
             let topic = Rc::new(RefCell::new(topic));
+            self.reopen_replicated(&topic);
             self.topics.borrow_mut().insert(name, topic.clone());
         }
         Ok(())
@@ -177,6 +178,9 @@ pub async fn run(
             shard.list_cached(t);
         }
     }
+    shard
+        .start_replication()
+        .map_err(|source| StartError::Replication { shard: id, source })?;
     glommio::spawn_local(storage::flusher::Flusher::run(shard.clone())).detach();
     glommio::spawn_local(storage::fetcher::Fetcher::run(shard.clone())).detach();
     shard.start_statsd();

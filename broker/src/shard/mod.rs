@@ -35,7 +35,9 @@
 //!   [`rewind`]: a channel rewound (or created) to a past position of its topic's log;
 //!   [`stats_collect`]: the shard's part of /stats and /metrics; [`statsd_push`]: pushing
 //!   them to statsd;
-//! - [`lifecycle`]: start-up, the shard's tasks, shutdown.
+//! - [`lifecycle`]: start-up, the shard's tasks, shutdown;
+//! - [`replicate`]: replicated topics (`--replication-address`): the transport to peer
+//!   brokers, each topic's replica, publishes answered once replicated.
 
 mod admin_exec;
 mod dead_letter_routing;
@@ -46,6 +48,7 @@ mod fetch_host;
 mod flush_host;
 mod ingest;
 mod lifecycle;
+mod replicate;
 mod rewind;
 mod stats_collect;
 mod statsd_push;
@@ -147,6 +150,9 @@ pub struct Shard {
     /// thread's session last sent it (`Mail::ReplicaTopics`; empty without
     /// `--replication-address`): what the topic's replica follows.
     pub(crate) replica_topics: RefCell<std::collections::BTreeMap<String, TopicState>>,
+    /// Replicated topics' transport, replicas and waiting publishes (`replicate.rs`; unused
+    /// without `--replication-address`).
+    repl: replicate::ShardReplication,
 }
 
 impl Shard {
@@ -191,6 +197,7 @@ impl Shard {
             http_publishing: Cell::new(0),
             me,
             replica_topics: RefCell::new(std::collections::BTreeMap::new()),
+            repl: replicate::ShardReplication::default(),
         }
     }
 
@@ -352,28 +359,20 @@ impl Shard {
             Mail::Shutdown => self.begin_shutdown(),
             Mail::Exit => self.exit.notify(),
             Mail::ReplicaTopics(changed) => self.replica_topics_changed(changed),
+            Mail::ReplicaPeers(peers) => self.replica_peers_changed(peers),
+            Mail::ReplicaRoutes(routes) => self.replica_routes_changed(routes),
+            Mail::ReplicaForward { from, forward } => {
+                self.forward_inbound(replication::ids::BrokerId(from), forward)
+            }
+            Mail::ReplicaInbound { from, delivery } => {
+                self.replica_inbound(replication::ids::BrokerId(from), delivery)
+            }
             // For the control thread only.
             Mail::ShutdownDone { .. }
             | Mail::Registry { .. }
             | Mail::LookupAddresses(_)
-            | Mail::TopicChannels { .. } => {}
-        }
-    }
-
-    /// The controller's view of some of this shard's topics changed.
-    fn replica_topics_changed(&self, changed: Vec<(String, Option<TopicState>)>) {
-        let mut held = self.replica_topics.borrow_mut();
-        for (name, state) in changed {
-            match state {
-                Some(state) => {
-                    tracing::debug!(topic = %name, ?state, "replication: the controller's state of a topic");
-                    held.insert(name, state);
-                }
-                None => {
-                    tracing::debug!(topic = %name, "replication: no longer a replica of the topic");
-                    held.remove(&name);
-                }
-            }
+            | Mail::TopicChannels { .. }
+            | Mail::ControllerRequest { .. } => {}
         }
     }
 

@@ -24,6 +24,10 @@ pub struct BrokerView {
     pub brokers: BTreeMap<BrokerId, BrokerInfo>,
     /// The topics `broker` is a replica of.
     pub topics: BTreeMap<String, TopicState>,
+    /// Every replicated topic's leader (`None`: none elected now), so that a broker that holds
+    /// no replica of a topic can forward a publish to it.
+    #[serde(default)]
+    pub leaders: BTreeMap<String, Option<BrokerId>>,
 }
 
 /// A delta that does not follow the view's version: the view must be fetched whole.
@@ -46,6 +50,11 @@ impl Metadata {
                 .iter()
                 .filter(|(_, t)| t.replicas.contains(&broker))
                 .map(|(n, t)| (n.clone(), t.clone()))
+                .collect(),
+            leaders: self
+                .topics
+                .iter()
+                .map(|(n, t)| (n.clone(), t.leader))
                 .collect(),
         }
     }
@@ -71,6 +80,7 @@ impl BrokerView {
                     }
                 }
                 Change::Topic { name, state } => {
+                    self.leaders.insert(name.clone(), state.leader);
                     if state.replicas.contains(&self.broker) {
                         self.topics.insert(name.clone(), state.clone());
                     } else {

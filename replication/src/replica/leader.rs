@@ -128,6 +128,16 @@ impl Leader {
         self.hw
     }
 
+    /// The lowest log end a follower has acknowledged in this epoch (0 for one not heard
+    /// from): the leader's log must keep everything from there for it.
+    pub(crate) fn lowest_follower_end(&self) -> Seq {
+        self.peers
+            .values()
+            .map(|p| p.acked.map_or(0, |(end, _)| end))
+            .min()
+            .unwrap_or(Seq::MAX)
+    }
+
     pub(crate) fn isr(&self) -> &[BrokerId] {
         &self.isr
     }

@@ -13,7 +13,12 @@
 //!   a frame allocates at most a small multiple of its size;
 //! - a frame decodes to exactly one [`Frame`] and every byte of it is used: trailing bytes,
 //!   unknown kinds, flags or versions are errors naming what was wrong;
+//! - a `Forwards` frame's channel names are never ephemeral, a position's finished seqs are
+//!   strictly increasing from its floor and at most [`MAX_FINISHED`], an answer's text is UTF-8
+//!   of at most [`MAX_ANSWER_TEXT`] bytes: checked when encoding and when decoding;
 //! - `encode` then `Decoder::feed` gives back the same frame, in any chunking.
+
+use bytes::Bytes;
 
 use crate::ids::{BrokerId, Epoch, Seq};
 use crate::replica::{Batch, Msg, Record};
@@ -24,17 +29,35 @@ pub const PROTOCOL_VERSION: u8 = 1;
 pub const MAX_TOPIC_NAME: usize = 64;
 /// The longest cluster id.
 pub const MAX_CLUSTER_ID: usize = 64;
+/// The longest channel name (NSQ's limit).
+pub const MAX_CHANNEL_NAME: usize = 64;
+/// The longest error text a forwarded publish's answer carries (a longer one is cut by
+/// [`crate::wire::Link::send_forward`]).
+pub const MAX_ANSWER_TEXT: usize = 1024;
+/// The most finished seqs one channel position carries (8 bytes each: half a MiB).
+pub const MAX_FINISHED: usize = 65_536;
 /// The bytes before a frame's body: its length, version and kind.
 pub const FRAME_OVERHEAD: usize = 4 + 2;
 
 const KIND_HELLO: u8 = 1;
 const KIND_MESSAGES: u8 = 2;
 const KIND_TICK: u8 = 3;
+const KIND_FORWARDS: u8 = 4;
 
 const MSG_APPEND: u8 = 1;
 const MSG_ACK: u8 = 2;
 const MSG_EPOCH_QUERY: u8 = 3;
 const MSG_EPOCH_ANSWER: u8 = 4;
+
+const FWD_PUBLISH: u8 = 1;
+const FWD_ANSWER: u8 = 2;
+const FWD_CHANNEL: u8 = 3;
+
+const OP_CREATED: u8 = 1;
+const OP_DELETED: u8 = 2;
+const OP_PAUSED: u8 = 3;
+const OP_POSITION: u8 = 4;
+const OP_REWOUND: u8 = 5;
 
 const ACK_CLEAN: u8 = 1;
 const ACK_RESEND: u8 = 2;
@@ -45,6 +68,8 @@ const MIN_TOPIC: usize = 2;
 const MIN_TOPIC_MSG: usize = MIN_TOPIC + 1 + 16;
 /// A record's fixed part: seq, crc, length.
 const RECORD_HEAD: usize = 8 + 4 + 4;
+/// The least a forward takes: a channel operation without arguments (kind, two names, op).
+const MIN_FORWARD: usize = 1 + MIN_TOPIC + MIN_TOPIC + 1;
 
 /// The handshake each side sends first on a new connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,6 +91,63 @@ pub struct TopicMsg {
     pub msg: Msg,
 }
 
+/// What travels beside the replicas' messages, ordered with them on the connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Forward {
+    /// Follower -> leader: store these as the topic's leader; answered by `Answer` with `id`.
+    Publish {
+        /// Chosen by the follower to match the answer; unique among its publishes in flight.
+        id: u64,
+        /// The topic published to.
+        topic: String,
+        /// The deferral of a DPUB (0: none).
+        defer_ms: u64,
+        /// The messages' bodies, one for a PUB or DPUB, several for an MPUB.
+        bodies: Vec<Bytes>,
+    },
+    /// Leader -> follower: the outcome of the publish `id` (Err: the error text, the follower
+    /// answers its client E_PUB_FAILED with it).
+    Answer {
+        /// The publish's id.
+        id: u64,
+        /// Stored and acknowledged, or why not.
+        result: Result<(), String>,
+    },
+    /// Leader -> followers: a channel operation, applied in order.
+    Channel {
+        /// The channel's topic.
+        topic: String,
+        /// The channel (never an ephemeral one: those are not replicated).
+        channel: String,
+        /// What happened to it.
+        op: ChannelOp,
+    },
+}
+
+/// A channel operation the leader's channel went through.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChannelOp {
+    /// The channel was created.
+    Created,
+    /// The channel was deleted.
+    Deleted,
+    /// The channel was paused (true) or unpaused (false).
+    Paused(bool),
+    /// Everything below `floor` is finished; `finished` lists finished seqs >= floor (sorted,
+    /// bounded count per message).
+    Position {
+        /// The channel's floor: every seq below it is finished.
+        floor: u64,
+        /// Finished seqs at or above `floor`, strictly increasing, at most [`MAX_FINISHED`].
+        finished: Vec<u64>,
+    },
+    /// The channel was rewound: it delivers again from `to`.
+    Rewound {
+        /// The first seq delivered again.
+        to: u64,
+    },
+}
+
 /// A frame of the replication connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Frame {
@@ -84,6 +166,8 @@ pub enum Frame {
         /// Topics whose ack reference is dropped.
         forget_acks: Vec<String>,
     },
+    /// Forwarded publishes, their answers and channel operations, in the order they were sent.
+    Forwards(Vec<Forward>),
 }
 
 /// What was wrong with the bytes received or a frame to send.
@@ -134,6 +218,32 @@ pub enum WireError {
     /// An epoch answer's presence byte that is neither 0 nor 1.
     #[error("invalid presence byte {0}")]
     Presence(u8),
+    /// A forward kind this build does not know.
+    #[error("unknown forward kind {0}")]
+    ForwardKind(u8),
+    /// A channel operation this build does not know.
+    #[error("unknown channel operation {0}")]
+    ChannelOpKind(u8),
+    /// A channel name that is empty, too long, ephemeral or has a character NSQ does not allow.
+    #[error("invalid channel name")]
+    ChannelName,
+    /// A byte standing for a choice that is none of its values.
+    #[error("invalid {what} byte {byte}")]
+    Choice {
+        /// The field.
+        what: &'static str,
+        /// The byte read.
+        byte: u8,
+    },
+    /// An answer's error text that is too long or not UTF-8.
+    #[error("invalid answer text (not UTF-8, or over {MAX_ANSWER_TEXT} bytes)")]
+    AnswerText,
+    /// A channel position's finished seqs that are not strictly increasing from its floor.
+    #[error("a channel position's finished seqs are not strictly increasing from its floor")]
+    FinishedOrder,
+    /// A channel position with more finished seqs than one may carry.
+    #[error("a channel position of {0} finished seqs is over the maximum of {MAX_FINISHED}")]
+    FinishedTooMany(usize),
     /// Bytes left after a frame's last field.
     #[error("{0} bytes after the end of the frame's fields")]
     TrailingBytes(usize),
@@ -146,6 +256,137 @@ pub fn valid_topic(name: &str) -> bool {
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
+}
+
+/// Whether `name` is a channel name that can be replicated: one NSQ allows, not ephemeral.
+pub fn valid_channel(name: &str) -> bool {
+    name.len() <= MAX_CHANNEL_NAME && valid_topic(name)
+}
+
+/// Whether `f` can be encoded: its names valid, its text and finished seqs within bounds.
+pub fn check_forward(f: &Forward) -> Result<(), WireError> {
+    match f {
+        Forward::Publish { topic, .. } => {
+            if !valid_topic(topic) {
+                return Err(WireError::TopicName);
+            }
+        }
+        Forward::Answer { result, .. } => {
+            if result.as_ref().is_err_and(|e| e.len() > MAX_ANSWER_TEXT) {
+                return Err(WireError::AnswerText);
+            }
+        }
+        Forward::Channel { topic, channel, op } => {
+            if !valid_topic(topic) {
+                return Err(WireError::TopicName);
+            }
+            if !valid_channel(channel) {
+                return Err(WireError::ChannelName);
+            }
+            if let ChannelOp::Position { floor, finished } = op {
+                check_finished(*floor, finished)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn check_finished(floor: u64, finished: &[u64]) -> Result<(), WireError> {
+    if finished.len() > MAX_FINISHED {
+        return Err(WireError::FinishedTooMany(finished.len()));
+    }
+    let mut least = floor;
+    for (i, &s) in finished.iter().enumerate() {
+        if s < least || (i > 0 && s == least) {
+            return Err(WireError::FinishedOrder);
+        }
+        least = s;
+    }
+    Ok(())
+}
+
+/// The bytes a forward takes inside a `Forwards` frame.
+pub fn forward_len(f: &Forward) -> usize {
+    1 + match f {
+        Forward::Publish { topic, bodies, .. } => {
+            8 + 1 + topic.len() + 8 + 4 + bodies.iter().map(|b| 4 + b.len()).sum::<usize>()
+        }
+        Forward::Answer { result, .. } => 8 + 1 + result.as_ref().err().map_or(0, |e| 2 + e.len()),
+        Forward::Channel { topic, channel, op } => {
+            1 + topic.len()
+                + 1
+                + channel.len()
+                + 1
+                + match op {
+                    ChannelOp::Created | ChannelOp::Deleted => 0,
+                    ChannelOp::Paused(_) => 1,
+                    ChannelOp::Position { finished, .. } => 8 + 4 + 8 * finished.len(),
+                    ChannelOp::Rewound { .. } => 8,
+                }
+        }
+    }
+}
+
+fn put_forward(out: &mut Vec<u8>, f: &Forward) -> Result<(), WireError> {
+    check_forward(f)?;
+    match f {
+        Forward::Publish {
+            id,
+            topic,
+            defer_ms,
+            bodies,
+        } => {
+            out.push(FWD_PUBLISH);
+            out.extend_from_slice(&id.to_be_bytes());
+            put_str(out, topic);
+            out.extend_from_slice(&defer_ms.to_be_bytes());
+            put_u32_len(out, bodies.len())?;
+            for b in bodies {
+                put_u32_len(out, b.len())?;
+                out.extend_from_slice(b);
+            }
+        }
+        Forward::Answer { id, result } => {
+            out.push(FWD_ANSWER);
+            out.extend_from_slice(&id.to_be_bytes());
+            match result {
+                Ok(()) => out.push(0),
+                Err(text) => {
+                    out.push(1);
+                    // `check_forward` bounded the text to MAX_ANSWER_TEXT bytes.
+                    let len = u16::try_from(text.len()).map_err(|_| WireError::AnswerText)?;
+                    out.extend_from_slice(&len.to_be_bytes());
+                    out.extend_from_slice(text.as_bytes());
+                }
+            }
+        }
+        Forward::Channel { topic, channel, op } => {
+            out.push(FWD_CHANNEL);
+            put_str(out, topic);
+            put_str(out, channel);
+            match op {
+                ChannelOp::Created => out.push(OP_CREATED),
+                ChannelOp::Deleted => out.push(OP_DELETED),
+                ChannelOp::Paused(p) => {
+                    out.push(OP_PAUSED);
+                    out.push(u8::from(*p));
+                }
+                ChannelOp::Position { floor, finished } => {
+                    out.push(OP_POSITION);
+                    out.extend_from_slice(&floor.to_be_bytes());
+                    put_u32_len(out, finished.len())?;
+                    for s in finished {
+                        out.extend_from_slice(&s.to_be_bytes());
+                    }
+                }
+                ChannelOp::Rewound { to } => {
+                    out.push(OP_REWOUND);
+                    out.extend_from_slice(&to.to_be_bytes());
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 fn put_str(out: &mut Vec<u8>, s: &str) {
@@ -315,6 +556,13 @@ fn encode_body(frame: &Frame, out: &mut Vec<u8>) -> Result<(), WireError> {
                 }
             }
         }
+        Frame::Forwards(fs) => {
+            out.push(KIND_FORWARDS);
+            put_u32_len(out, fs.len())?;
+            for f in fs {
+                put_forward(out, f)?;
+            }
+        }
     }
     Ok(())
 }
@@ -373,6 +621,98 @@ impl<'a> Reader<'a> {
             return Err(WireError::TopicName);
         }
         Ok(name.to_owned())
+    }
+
+    fn channel(&mut self) -> Result<String, WireError> {
+        let len = usize::from(self.u8("a channel name's length")?);
+        let b = self.take(len, "a channel name")?;
+        let name = std::str::from_utf8(b).map_err(|_| WireError::ChannelName)?;
+        if !valid_channel(name) {
+            return Err(WireError::ChannelName);
+        }
+        Ok(name.to_owned())
+    }
+
+    fn forward(&mut self) -> Result<Forward, WireError> {
+        match self.u8("a forward kind")? {
+            FWD_PUBLISH => {
+                let id = self.u64("a publish's id")?;
+                let topic = self.topic()?;
+                let defer_ms = self.u64("a publish's deferral")?;
+                let n = self.count(4, "a publish's body count")?;
+                let mut bodies = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let len = self.count(1, "a publish body's length")?;
+                    bodies.push(Bytes::copy_from_slice(self.take(len, "a publish's body")?));
+                }
+                Ok(Forward::Publish {
+                    id,
+                    topic,
+                    defer_ms,
+                    bodies,
+                })
+            }
+            FWD_ANSWER => {
+                let id = self.u64("an answer's id")?;
+                let result = match self.u8("an answer's outcome")? {
+                    0 => Ok(()),
+                    1 => {
+                        let b = self.take(2, "an answer's text length")?;
+                        let len = usize::from(u16::from_be_bytes([b[0], b[1]]));
+                        if len > MAX_ANSWER_TEXT {
+                            return Err(WireError::AnswerText);
+                        }
+                        let b = self.take(len, "an answer's text")?;
+                        let text = std::str::from_utf8(b).map_err(|_| WireError::AnswerText)?;
+                        Err(text.to_owned())
+                    }
+                    byte => {
+                        return Err(WireError::Choice {
+                            what: "an answer's outcome",
+                            byte,
+                        })
+                    }
+                };
+                Ok(Forward::Answer { id, result })
+            }
+            FWD_CHANNEL => {
+                let topic = self.topic()?;
+                let channel = self.channel()?;
+                let op = match self.u8("a channel operation")? {
+                    OP_CREATED => ChannelOp::Created,
+                    OP_DELETED => ChannelOp::Deleted,
+                    OP_PAUSED => match self.u8("a pause's flag")? {
+                        0 => ChannelOp::Paused(false),
+                        1 => ChannelOp::Paused(true),
+                        byte => {
+                            return Err(WireError::Choice {
+                                what: "a pause's flag",
+                                byte,
+                            })
+                        }
+                    },
+                    OP_POSITION => {
+                        let floor = self.u64("a position's floor")?;
+                        let n = self.count(8, "a position's finished count")?;
+                        if n > MAX_FINISHED {
+                            return Err(WireError::FinishedTooMany(n));
+                        }
+                        let mut finished = Vec::with_capacity(n);
+                        for _ in 0..n {
+                            finished.push(self.u64("a finished seq")?);
+                        }
+                        check_finished(floor, &finished)?;
+                        ChannelOp::Position { floor, finished }
+                    }
+                    OP_REWOUND => ChannelOp::Rewound {
+                        to: self.u64("a rewind's seq")?,
+                    },
+                    k => return Err(WireError::ChannelOpKind(k)),
+                };
+                Ok(Forward::Channel { topic, channel, op })
+            }
+            k => Err(WireError::ForwardKind(k)),
+        }
     }
 
     fn msg(&mut self) -> Result<Msg, WireError> {
@@ -492,6 +832,14 @@ pub fn decode_frame(bytes: &[u8]) -> Result<Frame, WireError> {
                 forget_heartbeats,
                 forget_acks,
             }
+        }
+        KIND_FORWARDS => {
+            let n = r.count(MIN_FORWARD, "the forward count")?;
+            let mut fs = Vec::with_capacity(n);
+            for _ in 0..n {
+                fs.push(r.forward()?);
+            }
+            Frame::Forwards(fs)
         }
         k => return Err(WireError::FrameKind(k)),
     };

@@ -1,6 +1,8 @@
 //! What one broker keeps for one peer broker on one replication connection: the handshake,
-//! the outgoing queue of every topic's replica messages (bounded in bytes, coalesced into
-//! frames), and the heartbeat compression that makes an idle topic cost nothing on the wire.
+//! the outgoing queue of every topic's replica messages and of the forwards beside them
+//! (forwarded publishes, their answers, channel operations; bounded in bytes together,
+//! coalesced into frames, in the order they were queued), and the heartbeat compression that
+//! makes an idle topic cost nothing on the wire.
 //!
 //! Heartbeat compression (docs/design/replication.md, "The connection between two brokers"):
 //! a replica's heartbeat (an `Append` without records) and a follower's plain ack (an `Ack`
@@ -24,6 +26,9 @@
 //! - the queue never holds more than `queue_limit` bytes of messages: a message over it is
 //!   refused with [`SendError::Full`] and not queued (the replicas' resend timers recover it);
 //!   ticks are merged while one is still queued, and a tick's forgotten topics fit in one frame;
+//! - forwards and messages leave in the order they were queued (consecutive ones of a sort
+//!   share a frame) and arrive in that order; a forward is sent once, never compressed nor
+//!   replayed: a connection that ends drops it, and its sender's caller times out;
 //! - each end keeps at most `max_references` references of each kind, so a peer cannot make
 //!   them grow without bound (a topic past it travels in full);
 //! - nothing but a `Hello` naming this cluster and the expected peer is accepted first.
@@ -31,7 +36,8 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use super::codec::{
-    encode, encoded_len, valid_topic, Decoder, Frame, Hello, TopicMsg, WireError, FRAME_OVERHEAD,
+    check_forward, encode, encoded_len, forward_len, valid_topic, Decoder, Forward, Frame, Hello,
+    TopicMsg, WireError, FRAME_OVERHEAD, MAX_ANSWER_TEXT,
 };
 use crate::ids::BrokerId;
 use crate::replica::Msg;
@@ -76,6 +82,9 @@ pub enum SendError {
     /// Not a topic name that can be replicated.
     #[error("invalid topic name")]
     Topic,
+    /// A forward that cannot be encoded (its channel name, or its channel position).
+    #[error("invalid forward: {0}")]
+    Forward(WireError),
 }
 
 /// Why the connection must be closed.
@@ -108,6 +117,15 @@ pub enum LinkError {
     },
 }
 
+/// What a connection carries to this broker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Inbound {
+    /// A message for one of this broker's replicas.
+    Replica(Delivery),
+    /// A forwarded publish, an answer to one, or a channel operation.
+    Forward(Forward),
+}
+
 /// A message for one of this broker's replicas.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Delivery {
@@ -136,6 +154,7 @@ struct InRef {
 #[derive(Debug)]
 enum Item {
     Msg(TopicMsg, usize),
+    Forward(Forward, usize),
     Tick {
         seq: u64,
         forget_heartbeats: Vec<String>,
@@ -290,6 +309,37 @@ impl Link {
         Ok(())
     }
 
+    /// Queues a forwarded publish, an answer or a channel operation, after everything queued
+    /// before it. An answer's error text over [`MAX_ANSWER_TEXT`] bytes is cut to it.
+    pub fn send_forward(&mut self, mut f: Forward) -> Result<(), SendError> {
+        if let Forward::Answer {
+            result: Err(text), ..
+        } = &mut f
+        {
+            if text.len() > MAX_ANSWER_TEXT {
+                let mut end = MAX_ANSWER_TEXT;
+                while !text.is_char_boundary(end) {
+                    end -= 1;
+                }
+                text.truncate(end);
+            }
+        }
+        check_forward(&f).map_err(|e| match e {
+            WireError::TopicName => SendError::Topic,
+            e => SendError::Forward(e),
+        })?;
+        let len = forward_len(&f);
+        if len + FRAME_OVERHEAD + 4 > self.cfg.max_frame {
+            return Err(SendError::TooLarge(len));
+        }
+        if self.queued + len > self.cfg.queue_limit {
+            return Err(SendError::Full);
+        }
+        self.queued += len;
+        self.queue.push_back(Item::Forward(f, len));
+        Ok(())
+    }
+
     /// The pair's heartbeat interval elapsed: queues one `Tick` (merged into one still
     /// queued), dropping the references not refreshed for `forget_after` ticks.
     pub fn tick(&mut self) {
@@ -378,6 +428,22 @@ impl Link {
                     }
                     Frame::Messages(msgs)
                 }
+                Item::Forward(first, len) => {
+                    self.queued -= len;
+                    let mut size = FRAME_OVERHEAD + 4 + len;
+                    let mut fs = vec![first];
+                    while let Some(Item::Forward(_, len)) = self.queue.front() {
+                        if size + len > self.cfg.max_frame {
+                            break;
+                        }
+                        size += len;
+                        self.queued -= len;
+                        if let Some(Item::Forward(f, _)) = self.queue.pop_front() {
+                            fs.push(f);
+                        }
+                    }
+                    Frame::Forwards(fs)
+                }
             };
             if let Err(e) = encode(&frame, self.cfg.max_frame, out) {
                 // `send` checked topic and size: a frame failing here is a bug, not input.
@@ -387,9 +453,10 @@ impl Link {
         out.len() - start
     }
 
-    /// Takes bytes read from the connection and appends what they carry for this broker's
-    /// replicas to `out`. An error means the connection must be closed.
-    pub fn receive(&mut self, bytes: &[u8], out: &mut Vec<Delivery>) -> Result<(), LinkError> {
+    /// Takes bytes read from the connection and appends what they carry for this broker (its
+    /// replicas' messages and the forwards), in the order sent, to `out`. An error means the
+    /// connection must be closed.
+    pub fn receive(&mut self, bytes: &[u8], out: &mut Vec<Inbound>) -> Result<(), LinkError> {
         let mut frames = Vec::new();
         let decoded = self.decoder.feed(bytes, &mut frames);
         for frame in frames {
@@ -398,7 +465,7 @@ impl Link {
         decoded.map_err(LinkError::from)
     }
 
-    fn on_frame(&mut self, frame: Frame, out: &mut Vec<Delivery>) -> Result<(), LinkError> {
+    fn on_frame(&mut self, frame: Frame, out: &mut Vec<Inbound>) -> Result<(), LinkError> {
         let Some(_) = &self.peer_hello else {
             let Frame::Hello(h) = frame else {
                 return Err(LinkError::NoHello);
@@ -439,11 +506,11 @@ impl Link {
                         }
                         Kind::Other => {}
                     }
-                    out.push(Delivery {
+                    out.push(Inbound::Replica(Delivery {
                         topic,
                         msg,
                         replayed: false,
-                    });
+                    }));
                 }
             }
             Frame::Tick {
@@ -462,14 +529,15 @@ impl Link {
                         if std::mem::replace(&mut r.fresh, false) {
                             continue;
                         }
-                        out.push(Delivery {
+                        out.push(Inbound::Replica(Delivery {
                             topic: topic.clone(),
                             msg: r.msg.clone(),
                             replayed: true,
-                        });
+                        }));
                     }
                 }
             }
+            Frame::Forwards(fs) => out.extend(fs.into_iter().map(Inbound::Forward)),
         }
         Ok(())
     }

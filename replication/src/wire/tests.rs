@@ -3,7 +3,7 @@
 
 use proptest::prelude::*;
 
-use super::codec::{decode_frame, encoded_len};
+use super::codec::{decode_frame, encoded_len, forward_len};
 use super::*;
 use crate::ids::{BrokerId, Epoch};
 use crate::replica::{
@@ -75,8 +75,53 @@ fn msg() -> impl Strategy<Value = Msg> {
     ]
 }
 
+fn forward() -> impl Strategy<Value = Forward> {
+    let op = prop_oneof![
+        Just(ChannelOp::Created),
+        Just(ChannelOp::Deleted),
+        any::<bool>().prop_map(ChannelOp::Paused),
+        (
+            any::<u64>(),
+            prop::collection::btree_set(any::<u64>(), 0..6)
+        )
+            .prop_map(|(floor, set)| {
+                // Finished seqs strictly increasing from the floor.
+                let floor = floor.min(set.first().copied().unwrap_or(floor));
+                ChannelOp::Position {
+                    floor,
+                    finished: set.into_iter().collect(),
+                }
+            }),
+        any::<u64>().prop_map(|to| ChannelOp::Rewound { to }),
+    ];
+    prop_oneof![
+        (
+            any::<u64>(),
+            topic(),
+            any::<u64>(),
+            prop::collection::vec(prop::collection::vec(any::<u8>(), 0..40), 0..5)
+        )
+            .prop_map(|(id, topic, defer_ms, bodies)| Forward::Publish {
+                id,
+                topic,
+                defer_ms,
+                bodies: bodies.into_iter().map(bytes::Bytes::from).collect(),
+            }),
+        (any::<u64>(), prop::option::of("\\PC{0,40}")).prop_map(|(id, err)| Forward::Answer {
+            id,
+            result: err.map_or(Ok(()), Err),
+        }),
+        (topic(), topic(), op).prop_map(|(topic, channel, op)| Forward::Channel {
+            topic,
+            channel,
+            op
+        }),
+    ]
+}
+
 fn frame() -> impl Strategy<Value = Frame> {
     prop_oneof![
+        prop::collection::vec(forward(), 0..6).prop_map(Frame::Forwards),
         ("[ -~]{1,64}", any::<u64>(), any::<u64>()).prop_map(|(c, b, i)| Frame::Hello(Hello {
             cluster_id: c,
             broker: BrokerId(b),
@@ -98,6 +143,14 @@ fn frame() -> impl Strategy<Value = Frame> {
                 forget_acks,
             }),
     ]
+}
+
+/// The replica messages among what a link received.
+fn replica_deliveries(got: &[Inbound]) -> impl Iterator<Item = &Delivery> {
+    got.iter().filter_map(|i| match i {
+        Inbound::Replica(d) => Some(d),
+        Inbound::Forward(_) => None,
+    })
 }
 
 /// Feeds `bytes` cut at `cuts` (positions taken modulo the length).
@@ -140,6 +193,100 @@ proptest! {
         let f = Frame::Messages(vec![TopicMsg { topic: t.clone(), msg: m.clone() }]);
         encode(&f, MAX, &mut bytes).map_err(|e| TestCaseError::fail(e.to_string()))?;
         prop_assert_eq!(bytes.len(), 4 + 2 + 4 + encoded_len(&t, &m));
+    }
+
+    #[test]
+    fn forward_len_is_exact(f in forward()) {
+        let mut bytes = Vec::new();
+        encode(&Frame::Forwards(vec![f.clone()]), MAX, &mut bytes)
+            .map_err(|e| TestCaseError::fail(e.to_string()))?;
+        prop_assert_eq!(bytes.len(), 4 + 2 + 4 + forward_len(&f));
+    }
+
+    /// A forwards frame cut short at any position is refused with a typed error naming the
+    /// field it ends in (or a count the rest cannot hold), never taken nor a panic.
+    #[test]
+    fn forwards_cut_anywhere_are_refused(fs in prop::collection::vec(forward(), 1..4)) {
+        let mut bytes = Vec::new();
+        encode(&Frame::Forwards(fs.clone()), MAX, &mut bytes)
+            .map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let body = &bytes[4..];
+        prop_assert_eq!(decode_frame(body), Ok(Frame::Forwards(fs)));
+        for cut in 0..body.len() {
+            let r = decode_frame(&body[..cut]);
+            prop_assert!(
+                matches!(r, Err(WireError::Truncated(_) | WireError::CountTooLarge { .. })),
+                "cut at {}: {:?}", cut, r
+            );
+        }
+    }
+
+    /// Whatever mix of replica messages and forwards is queued, with whatever frame size, the
+    /// peer's link hands them out in the order they were queued, consecutive ones sharing
+    /// frames.
+    #[test]
+    fn forwards_and_messages_arrive_in_the_order_sent(
+        items in prop::collection::vec(prop_oneof![
+            (topic(), msg()).prop_map(|(t, m)| Err((t, m))),
+            forward().prop_map(Ok),
+        ], 1..40),
+        max_frame in 700usize..4096,
+        ticks in prop::collection::vec(any::<bool>(), 40),
+        cuts in prop::collection::vec(any::<usize>(), 0..6),
+    ) {
+        let cfg = LinkConfig { max_frame, ..LinkConfig::default() };
+        let mut a = Link::new(hello(1), BrokerId(2), cfg.clone());
+        let mut b = Link::new(hello(2), BrokerId(1), cfg);
+        let mut hello_a = Vec::new();
+        a.poll_transmit(&mut hello_a, usize::MAX);
+        prop_assert_eq!(b.receive(&hello_a, &mut Vec::new()), Ok(()));
+        let mut sent = Vec::new();
+        for (item, tick) in items.into_iter().zip(ticks) {
+            match item {
+                Ok(f) => {
+                    // Those over this test's small frames are refused; the rest go.
+                    if a.send_forward(f.clone()).is_ok() {
+                        sent.push(Inbound::Forward(f));
+                    }
+                }
+                Err((t, m)) => {
+                    // Heartbeats and acks may be compressed into references: only the messages
+                    // that always travel are compared.
+                    let always = !matches!(
+                        &m,
+                        Msg::Append { batch, .. } if batch.records.is_empty()
+                    ) && !matches!(&m, Msg::Ack { .. });
+                    if a.send(&t, m.clone()).is_ok() && always {
+                        sent.push(Inbound::Replica(Delivery { topic: t, msg: m, replayed: false }));
+                    }
+                }
+            }
+            if tick {
+                a.tick();
+            }
+        }
+        let mut bytes = Vec::new();
+        a.poll_transmit(&mut bytes, usize::MAX);
+        prop_assert_eq!(a.queued_bytes(), 0);
+        let mut cuts: Vec<usize> = cuts.iter().map(|c| c % (bytes.len() + 1)).collect();
+        cuts.extend([0, bytes.len()]);
+        cuts.sort_unstable();
+        let mut got = Vec::new();
+        for w in cuts.windows(2) {
+            prop_assert_eq!(b.receive(&bytes[w[0]..w[1]], &mut got), Ok(()));
+        }
+        let got: Vec<Inbound> = got
+            .into_iter()
+            .filter(|i| match i {
+                Inbound::Forward(_) => true,
+                Inbound::Replica(d) => {
+                    !d.replayed
+                        && !matches!(&d.msg, Msg::Append { batch, .. } if batch.records.is_empty())
+                        && !matches!(&d.msg, Msg::Ack { .. })
+                }
+            })
+            .collect();
+        prop_assert_eq!(got, sent);
     }
 
     #[test]
@@ -295,7 +442,7 @@ proptest! {
                     let owed = std::mem::take(&mut owed).into_iter().map(|((t, _), m)| (t, m));
                     for (t, m) in owed.chain(owed_data.drain(..)) {
                         prop_assert!(
-                            got.iter().any(|d| d.topic == t && d.msg == m),
+                            replica_deliveries(&got).any(|d| d.topic == t && d.msg == m),
                             "{} {:?} never reached the receiver", t, m
                         );
                     }
@@ -587,6 +734,9 @@ impl Pair {
             Ok(())
         );
         for d in deliveries {
+            let Inbound::Replica(d) = d else {
+                panic!("only replica messages travel here: {d:?}");
+            };
             let t = index(&d.topic);
             let mut out = Vec::new();
             let b = &mut self.brokers[r];
@@ -768,7 +918,10 @@ fn unrefreshed_references_are_forgotten_on_both_ends() {
         a.poll_transmit(&mut bytes, usize::MAX);
         let mut d = Vec::new();
         assert_eq!(b.receive(&bytes, &mut d), Ok(()));
-        (bytes.len(), d)
+        (
+            bytes.len(),
+            replica_deliveries(&d).cloned().collect::<Vec<_>>(),
+        )
     };
     assert_eq!(a.send("t", hb.clone()), Ok(()));
     a.tick();
@@ -798,4 +951,304 @@ fn unrefreshed_references_are_forgotten_on_both_ends() {
         n > 22 && d.len() == 1 && !d[0].replayed,
         "sent again in full"
     );
+}
+
+/// A forwards frame's body (after the length prefix) holding `forward`'s bytes once.
+fn forwards_body(forward: &[u8]) -> Vec<u8> {
+    let mut b = vec![1, 4, 0, 0, 0, 1];
+    b.extend_from_slice(forward);
+    b
+}
+
+#[test]
+fn bad_forwards_name_what_was_wrong() {
+    let channel = |topic: &[u8], channel: &[u8], op: &[u8]| {
+        let mut f = vec![3, topic.len() as u8];
+        f.extend_from_slice(topic);
+        f.push(channel.len() as u8);
+        f.extend_from_slice(channel);
+        f.extend_from_slice(op);
+        forwards_body(&f)
+    };
+    let answer = |outcome: &[u8]| {
+        let mut f = vec![2];
+        f.extend_from_slice(&[0; 8]);
+        f.extend_from_slice(outcome);
+        forwards_body(&f)
+    };
+    let position = |floor: u64, finished: &[u64]| {
+        let mut op = vec![4];
+        op.extend_from_slice(&floor.to_be_bytes());
+        op.extend_from_slice(&(finished.len() as u32).to_be_bytes());
+        for s in finished {
+            op.extend_from_slice(&s.to_be_bytes());
+        }
+        channel(b"t", b"c", &op)
+    };
+    let long_text = {
+        let mut o = vec![1];
+        o.extend_from_slice(&1025u16.to_be_bytes());
+        o.extend_from_slice(&[b'x'; 1025]);
+        o
+    };
+    let mut too_many = vec![4];
+    too_many.extend_from_slice(&0u64.to_be_bytes());
+    too_many.extend_from_slice(&(MAX_FINISHED as u32 + 1).to_be_bytes());
+    for s in 0..=MAX_FINISHED as u64 {
+        too_many.extend_from_slice(&s.to_be_bytes());
+    }
+    let cases: Vec<(Vec<u8>, WireError)> = vec![
+        (
+            forwards_body(&[9, 0, 0, 0, 0, 0]),
+            WireError::ForwardKind(9),
+        ),
+        (channel(b"t", b"c", &[6]), WireError::ChannelOpKind(6)),
+        (channel(b"t", b"c#ephemeral", &[1]), WireError::ChannelName),
+        (channel(b"t", b"", &[1, 0]), WireError::ChannelName),
+        (channel(b"t#x", b"c", &[1]), WireError::TopicName),
+        (
+            channel(b"t", b"c", &[3, 2]),
+            WireError::Choice {
+                what: "a pause's flag",
+                byte: 2,
+            },
+        ),
+        (
+            answer(&[2]),
+            WireError::Choice {
+                what: "an answer's outcome",
+                byte: 2,
+            },
+        ),
+        (answer(&[1, 0, 2, 0xff, 0xfe]), WireError::AnswerText),
+        (answer(&long_text), WireError::AnswerText),
+        (
+            answer(&[1, 0, 3, b'a']),
+            WireError::Truncated("an answer's text"),
+        ),
+        (position(5, &[4]), WireError::FinishedOrder),
+        (position(5, &[6, 6]), WireError::FinishedOrder),
+        (position(5, &[7, 6]), WireError::FinishedOrder),
+        (
+            channel(b"t", b"c", &too_many),
+            WireError::FinishedTooMany(MAX_FINISHED + 1),
+        ),
+        (
+            vec![1, 4, 0, 0, 0, 2, 3, 1, b't', 1, b'c', 1],
+            WireError::CountTooLarge {
+                what: "the forward count",
+                count: 2,
+                room: 6,
+            },
+        ),
+        (
+            {
+                let mut f = forwards_body(&[3, 1, b't', 1, b'c', 2]);
+                f.push(0);
+                f
+            },
+            WireError::TrailingBytes(1),
+        ),
+    ];
+    for (bytes, want) in cases {
+        assert_eq!(
+            decode_frame(&bytes),
+            Err(want),
+            "{:?}",
+            &bytes[..bytes.len().min(40)]
+        );
+    }
+    // Valid ones of the same shapes decode.
+    assert_eq!(
+        decode_frame(&position(5, &[5, 9])),
+        Ok(Frame::Forwards(vec![Forward::Channel {
+            topic: "t".into(),
+            channel: "c".into(),
+            op: ChannelOp::Position {
+                floor: 5,
+                finished: vec![5, 9]
+            },
+        }]))
+    );
+    assert_eq!(
+        decode_frame(&answer(&[1, 0, 2, b'n', b'o'])),
+        Ok(Frame::Forwards(vec![Forward::Answer {
+            id: 0,
+            result: Err("no".into())
+        }]))
+    );
+}
+
+/// Counts inside a forward over what the frame could hold are refused before allocating.
+#[test]
+fn counts_inside_forwards_over_the_frame_are_refused() {
+    let publish = Forward::Publish {
+        id: 1,
+        topic: "t".into(),
+        defer_ms: 0,
+        bodies: vec![bytes::Bytes::from_static(b"abc")],
+    };
+    let mut bytes = Vec::new();
+    assert_eq!(
+        encode(&Frame::Forwards(vec![publish]), MAX, &mut bytes),
+        Ok(())
+    );
+    // After the length, version, kind and count: kind, id, topic, deferral, then the body
+    // count and the first body's length.
+    let at = 4 + 2 + 4 + 1 + 8 + 2 + 8;
+    for (at, what) in [
+        (at, "a publish's body count"),
+        (at + 4, "a publish body's length"),
+    ] {
+        let mut b = bytes.clone();
+        b[at..at + 4].copy_from_slice(&0x00ff_ffffu32.to_be_bytes());
+        let r = decode_frame(&b[4..]);
+        assert!(
+            matches!(r, Err(WireError::CountTooLarge { what: w, .. }) if w == what),
+            "{r:?}"
+        );
+    }
+    let position = Forward::Channel {
+        topic: "t".into(),
+        channel: "c".into(),
+        op: ChannelOp::Position {
+            floor: 1,
+            finished: vec![1, 2],
+        },
+    };
+    let mut bytes = Vec::new();
+    assert_eq!(
+        encode(&Frame::Forwards(vec![position]), MAX, &mut bytes),
+        Ok(())
+    );
+    let at = 4 + 2 + 4 + 1 + 2 + 2 + 1 + 8;
+    bytes[at..at + 4].copy_from_slice(&3u32.to_be_bytes());
+    assert!(matches!(
+        decode_frame(&bytes[4..]),
+        Err(WireError::CountTooLarge {
+            what: "a position's finished count",
+            ..
+        })
+    ));
+}
+
+#[test]
+fn send_forward_checks_and_bounds_what_it_queues() {
+    let cfg = LinkConfig {
+        max_frame: 4096,
+        queue_limit: 10_000,
+        ..LinkConfig::default()
+    };
+    let mut link = Link::new(hello(1), BrokerId(2), cfg);
+    let publish = |id: u64, size: usize| Forward::Publish {
+        id,
+        topic: "t".into(),
+        defer_ms: 0,
+        bodies: vec![bytes::Bytes::from(vec![1u8; size])],
+    };
+    // Publish bodies are bounded by the frame.
+    assert!(matches!(
+        link.send_forward(publish(0, 4096)),
+        Err(SendError::TooLarge(_))
+    ));
+    let mut refused = 0;
+    for id in 0..20 {
+        match link.send_forward(publish(id, 1000)) {
+            Ok(()) => {}
+            Err(SendError::Full) => refused += 1,
+            Err(e) => panic!("{e}"),
+        }
+        assert!(link.queued_bytes() <= 10_000);
+    }
+    assert!(refused >= 10, "{refused} refused");
+    let bad_topic = Forward::Channel {
+        topic: "#t".into(),
+        channel: "c".into(),
+        op: ChannelOp::Created,
+    };
+    assert_eq!(link.send_forward(bad_topic), Err(SendError::Topic));
+    let ephemeral = Forward::Channel {
+        topic: "t".into(),
+        channel: "c#ephemeral".into(),
+        op: ChannelOp::Created,
+    };
+    assert_eq!(
+        link.send_forward(ephemeral),
+        Err(SendError::Forward(WireError::ChannelName))
+    );
+    let unsorted = Forward::Channel {
+        topic: "t".into(),
+        channel: "c".into(),
+        op: ChannelOp::Position {
+            floor: 3,
+            finished: vec![5, 4],
+        },
+    };
+    assert_eq!(
+        link.send_forward(unsorted),
+        Err(SendError::Forward(WireError::FinishedOrder))
+    );
+    let mut bytes = Vec::new();
+    link.poll_transmit(&mut bytes, usize::MAX);
+    assert_eq!(link.queued_bytes(), 0);
+    let mut frames = Vec::new();
+    assert_eq!(Decoder::new(4096).feed(&bytes, &mut frames), Ok(()));
+    let ids: Vec<u64> = frames
+        .iter()
+        .flat_map(|f| match f {
+            Frame::Forwards(fs) => fs.clone(),
+            _ => Vec::new(),
+        })
+        .filter_map(|f| match f {
+            Forward::Publish { id, .. } => Some(id),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ids, (0..(20 - refused)).collect::<Vec<_>>(), "in order");
+    assert!(frames.len() < 1 + ids.len(), "forwards were coalesced");
+    // An answer's long error text is cut at a character boundary, not refused.
+    let long = "é".repeat(MAX_ANSWER_TEXT);
+    let answer = Forward::Answer {
+        id: 7,
+        result: Err(long.clone()),
+    };
+    assert_eq!(link.send_forward(answer), Ok(()));
+    let mut bytes = Vec::new();
+    link.poll_transmit(&mut bytes, usize::MAX);
+    let mut frames = Vec::new();
+    assert_eq!(Decoder::new(4096).feed(&bytes, &mut frames), Ok(()));
+    let cut = &long[..MAX_ANSWER_TEXT];
+    assert_eq!(
+        frames,
+        vec![Frame::Forwards(vec![Forward::Answer {
+            id: 7,
+            result: Err(cut.to_owned())
+        }])]
+    );
+}
+
+#[test]
+fn forwards_before_the_handshake_are_refused_and_after_it_arrive() {
+    let mut bytes = Vec::new();
+    let f = Forward::Answer {
+        id: 1,
+        result: Ok(()),
+    };
+    assert_eq!(
+        encode(&Frame::Forwards(vec![f.clone()]), MAX, &mut bytes),
+        Ok(())
+    );
+    let mut early = Link::new(hello(1), BrokerId(2), LinkConfig::default());
+    assert_eq!(
+        early.receive(&bytes, &mut Vec::new()),
+        Err(LinkError::NoHello)
+    );
+    let mut sender = Link::new(hello(2), BrokerId(1), LinkConfig::default());
+    assert_eq!(sender.send_forward(f.clone()), Ok(()));
+    let mut wire = Vec::new();
+    sender.poll_transmit(&mut wire, usize::MAX);
+    let mut ok = Link::new(hello(1), BrokerId(2), LinkConfig::default());
+    let mut got = Vec::new();
+    assert_eq!(ok.receive(&wire, &mut got), Ok(()));
+    assert_eq!(got, vec![Inbound::Forward(f)]);
 }

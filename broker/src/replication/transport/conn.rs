@@ -2,7 +2,7 @@
 //! that drives both ([`run`]).
 //!
 //! The task races three parts and ends when the first does: the reader (a bounded buffer read
-//! from the socket into the link, the link's deliveries handed to the host), the writer (the
+//! from the socket into the link, what the link decodes handed to the host), the writer (the
 //! link's `poll_transmit` flushed into the socket, the link's `tick` at each heartbeat
 //! interval), and the stop signal ([`Conn::close`]). Ending drops the socket, and with it
 //! whatever the link still queued: the replicas resend what matters.
@@ -24,7 +24,7 @@ use futures_lite::io::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::TcpStream;
 use nsq_common::local_sync::Notify;
 use replication::ids::BrokerId;
-use replication::wire::{Delivery, Link, LinkError};
+use replication::wire::{Forward, Inbound, Link, LinkError};
 use std::cell::{Cell, RefCell};
 use std::io;
 use std::rc::Rc;
@@ -53,8 +53,8 @@ impl Counters {
 pub trait ConnHost {
     /// The link took the peer's handshake: whether the connection may serve (false closes it).
     fn established(&self, conn: &Rc<Conn>) -> bool;
-    /// A message for one of this broker's replicas.
-    fn deliver(&self, from: BrokerId, delivery: Delivery);
+    /// A message for one of this broker's replicas, or a forward, in the order received.
+    fn deliver(&self, from: BrokerId, inbound: Inbound);
     /// The connection ended (after `established`, or without it).
     fn ended(&self, conn: &Rc<Conn>);
 }
@@ -125,6 +125,20 @@ impl Conn {
             Ok(mut link) => link.send(topic, msg),
             // The link is borrowed only inside this module's synchronous calls, which do not
             // call out; were it busy, the message is lost like one dropped by the network.
+            Err(_) => Err(replication::wire::SendError::Full),
+        };
+        if r.is_ok() {
+            self.wake.notify();
+        }
+        r
+    }
+
+    /// Queues a forwarded publish, an answer or a channel operation after everything queued
+    /// before it, and wakes the writer.
+    pub fn send_forward(&self, f: Forward) -> Result<(), replication::wire::SendError> {
+        let r = match self.link.try_borrow_mut() {
+            Ok(mut link) => link.send_forward(f),
+            // As in `send`: never busy in practice; refused rather than waited for.
             Err(_) => Err(replication::wire::SendError::Full),
         };
         if r.is_ok() {
@@ -221,7 +235,7 @@ fn take(
     conn: &Rc<Conn>,
     rd: &ReadHalf,
     bytes: &[u8],
-    out: &mut Vec<Delivery>,
+    out: &mut Vec<Inbound>,
     cfg: &TransportConfig,
     host: &dyn ConnHost,
 ) -> Result<(), End> {

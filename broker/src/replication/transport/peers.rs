@@ -1,5 +1,6 @@
 //! [`Peers`]: one shard's replication connections to every peer broker, the owner object the
-//! replicas send through and whose handler receives what peers' replicas send.
+//! replicas send through (and the forwards beside them: publishes forwarded to a leader, their
+//! answers, channel operations) and whose handler receives what peers send.
 //!
 //! For each peer of the set ([`Peers::set_peers`]) it keeps at most one established connection.
 //! For a peer with a higher id it runs a dialer (connect, run the connection until it ends,
@@ -8,8 +9,10 @@
 //! connection from a newer (or the same) incarnation replaces the one held.
 //!
 //! Invariants:
-//! - [`Peers::send`] never waits: it queues in the peer's link, whose byte bound refuses what
-//!   does not fit, or fails at once when there is no established connection;
+//! - [`Peers::send`] and [`Peers::send_forward`] never wait: they queue in the peer's link,
+//!   whose byte bound refuses what does not fit, or fail at once when there is no established
+//!   connection; a forward queued on a connection that then ends is dropped with it (its
+//!   sender's caller times out);
 //! - a peer removed from the set, or the whole transport closed ([`Peers::close`], or the
 //!   handle dropped), ends its dialer and its connection; tasks hold the state only while they
 //!   run;
@@ -26,7 +29,7 @@ use nsq_common::local_sync::Notify;
 use nsq_common::timeout::with_timeout;
 use replication::ids::BrokerId;
 use replication::replica::Msg;
-use replication::wire::{Delivery, Hello, Link};
+use replication::wire::{Forward, Hello, Inbound, Link};
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -66,7 +69,7 @@ pub struct PeerStats {
 struct Inner {
     cfg: TransportConfig,
     hello: Hello,
-    inbound: Box<dyn Fn(BrokerId, Delivery)>,
+    inbound: Box<dyn Fn(BrokerId, Inbound)>,
     state: RefCell<State>,
     closing: Cell<bool>,
     closed: Notify,
@@ -111,11 +114,11 @@ pub struct Peers {
 }
 
 impl Peers {
-    /// A transport with no peers yet; `inbound` takes every message peers' replicas send, in
-    /// the order each connection carries them.
+    /// A transport with no peers yet; `inbound` takes every message peers' replicas send and
+    /// every forward, in the order each connection carries them.
     pub fn new(
         cfg: TransportConfig,
-        inbound: impl Fn(BrokerId, Delivery) + 'static,
+        inbound: impl Fn(BrokerId, Inbound) + 'static,
     ) -> Result<Peers, ConfigError> {
         cfg.check()?;
         let rng = Rng::new(cfg.seed);
@@ -212,6 +215,21 @@ impl Peers {
             e.conn.clone().ok_or(SendError::NotConnected(peer.0))?
         };
         conn.send(topic, msg)?;
+        Ok(())
+    }
+
+    /// Queues a forwarded publish, an answer or a channel operation for `peer`, ordered after
+    /// every message and forward queued for it before; never waits.
+    pub fn send_forward(&self, peer: BrokerId, f: Forward) -> Result<(), SendError> {
+        let conn = {
+            let state = self.inner.state.borrow();
+            let e = state
+                .peers
+                .get(&peer)
+                .ok_or(SendError::UnknownPeer(peer.0))?;
+            e.conn.clone().ok_or(SendError::NotConnected(peer.0))?
+        };
+        conn.send_forward(f)?;
         Ok(())
     }
 
@@ -318,8 +336,8 @@ impl ConnHost for Inner {
         true
     }
 
-    fn deliver(&self, from: BrokerId, delivery: Delivery) {
-        (self.inbound)(from, delivery);
+    fn deliver(&self, from: BrokerId, inbound: Inbound) {
+        (self.inbound)(from, inbound);
     }
 
     fn ended(&self, conn: &Rc<Conn>) {

@@ -8,7 +8,10 @@ use glommio::net::TcpStream;
 use nsq_common::timeout::with_timeout;
 use replication::ids::{BrokerId, Epoch};
 use replication::replica::{Batch, Msg, Record};
-use replication::wire::{encode, Delivery, Frame, Hello, SendError as LinkSendError, TopicMsg};
+use replication::wire::{
+    encode, ChannelOp, Delivery, Forward, Frame, Hello, Inbound, SendError as LinkSendError,
+    TopicMsg,
+};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -36,7 +39,7 @@ where
     }
 }
 
-type Inbox = Rc<RefCell<Vec<(BrokerId, Delivery)>>>;
+type Inbox = Rc<RefCell<Vec<(BrokerId, Inbound)>>>;
 
 struct Node {
     peers: Peers,
@@ -152,11 +155,20 @@ fn ack(epoch: u64, end: u64) -> Msg {
     }
 }
 
-/// What arrived off the wire (not replays), in order.
+/// The replica message among what arrived, if `inbound` is one.
+fn replica(inbound: &Inbound) -> Option<&Delivery> {
+    match inbound {
+        Inbound::Replica(d) => Some(d),
+        Inbound::Forward(_) => None,
+    }
+}
+
+/// The replica messages that arrived off the wire (not replays), in order.
 fn wire_deliveries(inbox: &Inbox) -> Vec<(BrokerId, String, Msg)> {
     inbox
         .borrow()
         .iter()
+        .filter_map(|(from, i)| replica(i).map(|d| (from, d)))
         .filter(|(_, d)| !d.replayed)
         .map(|(from, d)| (*from, d.topic.clone(), d.msg.clone()))
         .collect()
@@ -273,6 +285,9 @@ fn idle_topics_cost_one_small_tick_per_interval_on_the_socket() {
                     }
                 }
                 for (from, d) in follower.inbox.borrow_mut().drain(..) {
+                    let Inbound::Replica(d) = d else {
+                        panic!("a forward among the heartbeats: {d:?}");
+                    };
                     assert_eq!((from, &d.msg), (BrokerId(1), &heartbeat(1, 10)));
                     let i = topics.iter().position(|t| *t == d.topic);
                     let i = i.unwrap_or_else(|| panic!("unknown topic {}", d.topic));
@@ -283,6 +298,9 @@ fn idle_topics_cost_one_small_tick_per_interval_on_the_socket() {
                     );
                 }
                 for (_, d) in leader.inbox.borrow_mut().drain(..) {
+                    let Inbound::Replica(d) = d else {
+                        panic!("a forward among the acks: {d:?}");
+                    };
                     assert_eq!(d.msg, ack(1, 10));
                     if let Some(i) = topics.iter().position(|t| *t == d.topic) {
                         acked[i] += 1;
@@ -560,5 +578,203 @@ fn a_full_queue_refuses_a_send_without_growing() {
             connected(&b, 2).is_some(),
             "a full queue keeps the connection"
         );
+    });
+}
+
+/// What arrived off the wire, replays left out, in order.
+fn received(inbox: &Inbox) -> Vec<(BrokerId, Inbound)> {
+    inbox
+        .borrow()
+        .iter()
+        .filter(|(_, i)| !replica(i).is_some_and(|d| d.replayed))
+        .cloned()
+        .collect()
+}
+
+/// A follower forwards a publish to the topic's leader and the leader answers it; the leader
+/// sends its channel operations; each side's forwards arrive interleaved with its replica
+/// messages exactly in the order they were sent, on the one connection of the pair.
+#[test]
+fn forwarded_publishes_answers_and_channel_ops_arrive_in_order_with_replica_messages() {
+    on_executor(Duration::from_secs(20), || async {
+        let leader = node(1);
+        let follower = node(2);
+        connect_pair(&leader, 1, &follower, 2).await;
+        let publish = |id: u64, bodies: &[&'static [u8]]| Forward::Publish {
+            id,
+            topic: "orders".into(),
+            defer_ms: id * 10,
+            bodies: bodies
+                .iter()
+                .map(|b| bytes::Bytes::from_static(b))
+                .collect(),
+        };
+        let channel = |op: ChannelOp| Forward::Channel {
+            topic: "orders".into(),
+            channel: "billing".into(),
+            op,
+        };
+        let rounds = 20u64;
+        // Follower to leader: its ack of each append, then a forwarded publish.
+        let mut to_leader = Vec::new();
+        for i in 0..rounds {
+            let m = Msg::Ack {
+                epoch: Epoch(1),
+                incarnation: 1,
+                end: i,
+                durable_end: i,
+                clean: true,
+                resend: i % 2 == 0,
+            };
+            assert_eq!(
+                follower.peers.send(BrokerId(1), "orders", m.clone()),
+                Ok(())
+            );
+            to_leader.push(Inbound::Replica(Delivery {
+                topic: "orders".into(),
+                msg: m,
+                replayed: false,
+            }));
+            let f = publish(i, &[b"one", b"two"]);
+            assert_eq!(follower.peers.send_forward(BrokerId(1), f.clone()), Ok(()));
+            to_leader.push(Inbound::Forward(f));
+        }
+        until(
+            "the follower's sends arrive",
+            Duration::from_secs(5),
+            || received(&leader.inbox).len() >= to_leader.len(),
+        )
+        .await;
+        let got: Vec<Inbound> = received(&leader.inbox)
+            .into_iter()
+            .map(|(from, i)| {
+                assert_eq!(from, BrokerId(2));
+                i
+            })
+            .collect();
+        assert_eq!(got, to_leader, "follower to leader, in order");
+        // Leader to follower: each forwarded publish's answer, then the append holding it, and
+        // the channel's operations between them.
+        let ops = [
+            ChannelOp::Created,
+            ChannelOp::Paused(true),
+            ChannelOp::Position {
+                floor: 3,
+                finished: vec![5, 8, 9],
+            },
+            ChannelOp::Rewound { to: 1 },
+            ChannelOp::Paused(false),
+            ChannelOp::Deleted,
+        ];
+        let mut to_follower = Vec::new();
+        for i in 0..rounds {
+            let m = append(1, i, &[b"one", b"two"]);
+            assert_eq!(leader.peers.send(BrokerId(2), "orders", m.clone()), Ok(()));
+            to_follower.push(Inbound::Replica(Delivery {
+                topic: "orders".into(),
+                msg: m,
+                replayed: false,
+            }));
+            let result = if i % 3 == 0 {
+                Err(format!("E_PUB_FAILED replication timed out for {i}"))
+            } else {
+                Ok(())
+            };
+            let answer = Forward::Answer { id: i, result };
+            assert_eq!(
+                leader.peers.send_forward(BrokerId(2), answer.clone()),
+                Ok(())
+            );
+            to_follower.push(Inbound::Forward(answer));
+            let op = channel(ops[i as usize % ops.len()].clone());
+            assert_eq!(leader.peers.send_forward(BrokerId(2), op.clone()), Ok(()));
+            to_follower.push(Inbound::Forward(op));
+        }
+        until("the leader's sends arrive", Duration::from_secs(5), || {
+            received(&follower.inbox).len() >= to_follower.len()
+        })
+        .await;
+        let got: Vec<Inbound> = received(&follower.inbox)
+            .into_iter()
+            .map(|(from, i)| {
+                assert_eq!(from, BrokerId(1));
+                i
+            })
+            .collect();
+        assert_eq!(got, to_follower, "leader to follower, in order");
+        assert_eq!(
+            stats(&leader, 2).established,
+            1,
+            "one connection for the pair"
+        );
+        // Without a connection or a peer, a forward fails at once: the caller answers its
+        // client instead of waiting.
+        assert_eq!(
+            leader.peers.send_forward(BrokerId(3), publish(99, &[b"x"])),
+            Err(SendError::UnknownPeer(3))
+        );
+        let invalid = Forward::Channel {
+            topic: "orders".into(),
+            channel: "c#ephemeral".into(),
+            op: ChannelOp::Created,
+        };
+        assert!(matches!(
+            leader.peers.send_forward(BrokerId(2), invalid),
+            Err(SendError::Link(LinkSendError::Forward(_)))
+        ));
+        drop(follower);
+        until("the leader notices", Duration::from_secs(5), || {
+            connected(&leader, 2).is_none()
+        })
+        .await;
+        assert_eq!(
+            leader
+                .peers
+                .send_forward(BrokerId(2), publish(100, &[b"x"])),
+            Err(SendError::NotConnected(2))
+        );
+    });
+}
+
+/// A forward over the queue's byte bound is refused at once, like a replica message, so the
+/// follower answers its client E_PUB_FAILED instead of hanging; nothing refused is queued.
+#[test]
+fn a_full_queue_refuses_a_forward_without_growing() {
+    on_executor(Duration::from_secs(30), || async {
+        let mut cfg = config(5, 1, CLUSTER);
+        cfg.link.queue_limit = 256 * 1024;
+        cfg.idle_timeout = Duration::from_secs(20);
+        let b = node_with(cfg, any_port());
+        b.peers.set_peers(peer_set(&[(2, any_port())]));
+        // A peer that shakes hands and then reads nothing.
+        let _stuck = raw_peer(b.addr, &hello_bytes(CLUSTER, 2, 1)).await;
+        until("connected", Duration::from_secs(5), || {
+            connected(&b, 2).is_some()
+        })
+        .await;
+        let body = bytes::Bytes::from(vec![7u8; 60 * 1024]);
+        let publish = |id: u64| Forward::Publish {
+            id,
+            topic: "t".into(),
+            defer_ms: 0,
+            bodies: vec![body.clone()],
+        };
+        let mut refused = None;
+        for id in 0..4000u64 {
+            if let Err(e) = b.peers.send_forward(BrokerId(2), publish(id)) {
+                refused = Some(e);
+                break;
+            }
+            glommio::timer::sleep(Duration::from_millis(1)).await;
+        }
+        assert_eq!(refused, Some(SendError::Link(LinkSendError::Full)));
+        let queued = stats(&b, 2).queued;
+        assert!(queued <= 256 * 1024, "queued {queued}");
+        // Replica messages and forwards share the bound.
+        assert_eq!(
+            b.peers.send(BrokerId(2), "t", append(1, 0, &[&body])),
+            Err(SendError::Link(LinkSendError::Full))
+        );
+        assert_eq!(stats(&b, 2).queued, queued, "refused sends queue nothing");
     });
 }

@@ -54,9 +54,7 @@ mod log_tests;
 mod plan;
 mod read;
 mod recovery;
-// Driven by a replicated topic's owner, a later step; until then its tests are its users.
-#[cfg_attr(not(test), allow(dead_code))]
-mod replica;
+pub mod replica;
 #[cfg(test)]
 mod replica_tests;
 mod retention;
@@ -65,15 +63,13 @@ mod retention_tests;
 mod seek;
 #[cfg(test)]
 mod seek_tests;
-#[cfg_attr(not(test), allow(dead_code))]
 mod truncate;
 mod window;
 mod write;
 
 pub use fetch::fetch;
 pub use plan::MAX_WRITE;
-#[cfg_attr(not(test), allow(unused_imports))]
-pub use replica::{ReplicaStore, ReplicatedLog};
+pub use replica::ReplicaStore;
 pub use retention::Retention;
 pub use seek::{seek_time, History, Seek};
 pub use write::{flush, sync, trim_padding};
@@ -296,7 +292,8 @@ impl TopicLog {
         self.head
     }
 
-    /// The highest number behind a message ID in the segments found at open.
+    /// The highest number behind a message ID in the segments found at open, and in the
+    /// records a replicated log took from its leader since.
     pub fn recovered_max_id(&self) -> Option<u64> {
         self.max_id
     }

@@ -99,6 +99,7 @@ impl ReplicaStore {
     }
 
     /// The epoch history.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub fn epochs(&self) -> &EpochHistory {
         &self.epochs
     }
@@ -292,6 +293,8 @@ impl TopicLog {
     fn append_stored(&mut self, records: Vec<Stored>) {
         self.window.reserve(records.len());
         for stored in records {
+            // A follower that leads later stamps IDs after every one it holds.
+            self.max_id = self.max_id.max(stored.msg.id.to_u64());
             if stored.defer_until != 0 {
                 self.deferred.push_back((stored.seq, stored.defer_until));
             }

@@ -5,7 +5,7 @@
 //! followed by appends and a restart; damage on disk reported, never returned as good.
 
 use super::log_tests::with_dir;
-use super::replica::to_record;
+use super::replica::{to_record, ReplicatedLog};
 use super::*;
 use crate::storage::segment::{self, Stored};
 use bytes::Bytes;

@@ -1,0 +1,184 @@
+//! Replicated topics end to end, with real processes on 127.0.0.1: three lookups running the
+//! controller and three brokers with `--replicas=3`. A publish is answered OK only once a
+//! majority holds it; the followers hold every acknowledged message; when the leader is killed
+//! another replica leads, takes publishes and delivers every acknowledged message; the killed
+//! broker comes back as a follower and catches up. Every wait is bounded.
+
+mod support;
+
+use serde_json::Value;
+use std::time::{Duration, Instant};
+use support::cluster::{wait, Lookups, Member};
+use support::{PATIENCE, V2};
+
+const TOPIC: &str = "orders";
+
+/// The broker id each member's /stats names as the topic's leader, once all running members
+/// agree on one of them.
+fn agreed_leader(members: &[Member]) -> Option<usize> {
+    let ids: Vec<u64> = members
+        .iter()
+        .filter(|m| m.broker.is_some())
+        .map(|m| m.cluster()["topics"][TOPIC]["leader"].as_u64())
+        .collect::<Option<_>>()?;
+    let first = *ids.first()?;
+    if ids.iter().any(|&i| i != first) {
+        return None;
+    }
+    members
+        .iter()
+        .position(|m| m.broker.is_some() && m.id() == first)
+}
+
+/// Publishes `body` on a new connection: `Ok` for OK, `Err(text)` for an error frame.
+fn publish(m: &Member, body: &[u8]) -> Result<(), String> {
+    let mut c = V2::connect(m.broker().tcp);
+    c.command_with_body(&format!("PUB {TOPIC}"), body);
+    match c.frame(PATIENCE) {
+        Some((0, d)) if d == b"OK" => Ok(()),
+        Some((_, d)) => Err(String::from_utf8_lossy(&d).into_owned()),
+        None => Err("no answer".into()),
+    }
+}
+
+/// Every message body `channel` of the topic on `m` delivers within a quiet second, FINed.
+fn drain(m: &Member, channel: &str) -> Vec<Vec<u8>> {
+    let mut c = V2::connect(m.broker().tcp);
+    c.subscribe(TOPIC, channel, 100);
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        match c.message(Duration::from_secs(2)) {
+            Some(msg) => {
+                c.fin(&msg.id);
+                got.push(msg.body);
+            }
+            None => break,
+        }
+    }
+    got
+}
+
+fn depth(m: &Member) -> Option<u64> {
+    m.broker()
+        .topic_stats(TOPIC)
+        .and_then(|t: Value| t["depth"].as_u64())
+}
+
+#[test]
+fn a_replicated_topic_is_acknowledged_by_a_majority_and_survives_its_leader() {
+    let lookups = Lookups::start();
+    lookups.wait_leader("at start");
+    let extra = ["--replicas=3", "--replication-timeout=3s"];
+    let mut members: Vec<Member> = (0..3)
+        .map(|_| Member::start_with(&lookups, 1, &extra))
+        .collect();
+    let logs = |members: &[Member]| {
+        let mut s = lookups.logs();
+        for m in members.iter().filter(|m| m.broker.is_some()) {
+            s.push_str(&format!("\n--- broker {}\n{}", m.address, m.broker().log()));
+        }
+        s
+    };
+    lookups.wait_metadata("three brokers live", |md| {
+        md["brokers"]
+            .as_object()
+            .is_some_and(|b| b.values().filter(|b| b["fenced"] == false).count() == 3)
+    });
+
+    // The first publish asks the controller to create the topic on all three.
+    let mut acked: Vec<Vec<u8>> = Vec::new();
+    if publish(&members[0], b"first").is_ok() {
+        acked.push(b"first".to_vec());
+    }
+    let leader = wait(
+        "the three brokers agree on the topic's leader",
+        || agreed_leader(&members),
+        || logs(&members),
+    );
+
+    // Every publish to the leader is answered OK once a majority holds it.
+    for i in 0..200 {
+        let body = format!("m{i}").into_bytes();
+        publish(&members[leader], &body)
+            .unwrap_or_else(|e| panic!("publish {i}: {e}\n{}", logs(&members)));
+        acked.push(body);
+    }
+    // A follower refuses a publish (nothing stored) until forwarding exists.
+    let follower = (leader + 1) % 3;
+    assert!(publish(&members[follower], b"to a follower").is_err());
+
+    // Both followers hold every acknowledged message.
+    for (i, m) in members.iter().enumerate().filter(|(i, _)| *i != leader) {
+        wait(
+            &format!("follower {i} holds all {} messages", acked.len()),
+            || (depth(m) == Some(acked.len() as u64)).then_some(()),
+            || logs(&members),
+        );
+    }
+
+    // The leader dies: another replica leads, takes publishes, and delivers everything.
+    let killed_at = Instant::now();
+    members[leader].broker = None;
+    let new_leader = wait(
+        "a surviving replica leads",
+        || agreed_leader(&members).filter(|&l| l != leader),
+        || logs(&members),
+    );
+    let mut first_ok = None;
+    for i in 0..50 {
+        let body = format!("after{i}").into_bytes();
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            match publish(&members[new_leader], &body) {
+                Ok(()) => break,
+                Err(e) => assert!(
+                    Instant::now() < deadline,
+                    "publish after failover: {e}\n{}",
+                    logs(&members)
+                ),
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        first_ok.get_or_insert_with(|| killed_at.elapsed());
+        acked.push(body);
+    }
+    eprintln!(
+        "failover: first acknowledged publish on the new leader {:?} after the kill",
+        first_ok
+    );
+    let mut got = drain(&members[new_leader], "c");
+    got.sort();
+    got.dedup();
+    let mut want = acked.clone();
+    want.sort();
+    let lost: Vec<_> = want
+        .iter()
+        .filter(|b| got.binary_search(b).is_err())
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "{} acknowledged messages lost: {:?}",
+        lost.len(),
+        lost.iter()
+            .take(5)
+            .map(|b| String::from_utf8_lossy(b))
+            .collect::<Vec<_>>()
+    );
+
+    // The killed broker comes back as a follower and catches up.
+    members[leader].restart(&lookups);
+    wait(
+        "the restarted broker follows the new leader",
+        || {
+            let c = members[leader].cluster();
+            (c["topics"][TOPIC]["leader"].as_u64() == Some(members[new_leader].id())).then_some(())
+        },
+        || logs(&members),
+    );
+    wait(
+        &format!("the restarted broker holds all {} messages", acked.len()),
+        || (depth(&members[leader]) == Some(acked.len() as u64)).then_some(()),
+        || logs(&members),
+    );
+}
