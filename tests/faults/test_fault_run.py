@@ -50,7 +50,7 @@ def test_short_form_with_replicas_3_loses_nothing(tmp_path):
         pytest.skip("the broker has no --replicas (replication is not in this build)")
     p, s = fault_run(tmp_path, "--seed", "1", "--duration", "90", "--faults",
                      "kill,pause,partition,wipe", "--replicas", "3", "--settle", "30",
-                     bound=300)
+                     "--drain-timeout", "60", bound=300)
     assert s is not None, p.stdout + p.stderr
     assert s["lost"] == 0 and s["unexpected"] == 0, p.stdout
     assert p.returncode == 0, p.stdout + p.stderr
