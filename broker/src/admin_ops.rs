@@ -187,6 +187,8 @@ pub struct ShardStats {
     /// The controller's state of the replicated topics this shard owns (empty without
     /// `--replication-address`).
     pub replica_topics: Vec<(String, replication::controller::TopicState)>,
+    /// The peers this shard dials (empty without `--replication-address`).
+    pub replica_peers: std::collections::BTreeMap<u64, std::net::SocketAddr>,
     pub health: Option<String>,
     /// The topics this shard owns (filtered by the query), sorted by name.
     pub topics: Vec<TopicStats>,

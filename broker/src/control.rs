@@ -14,7 +14,10 @@
 //! A second signal during shutdown exits at once with status 1.
 //!
 //! With `--replication-address` it also runs the broker's session with the replication
-//! controller ([`crate::controller_session`]), which follows the same lookup addresses.
+//! controller ([`crate::controller_session`]), which follows the same lookup addresses, sends
+//! every shard its peers (`Mail::ReplicaPeers`) and carries the shards' requests to the
+//! controller (`Mail::ControllerRequest`); without the flag such a request is answered at once
+//! with an error.
 //!
 //! The control thread also holds the broker's one registration connection per lookup
 //! ([`crate::lookup_reg`]): shards report topic and channel changes to it (`Mail::Registry`),
@@ -105,6 +108,14 @@ pub async fn run(
                             })
                             .detach();
                         }
+                        Mail::ControllerRequest { request, reply } => match &session {
+                            Some(s) => s.request(request, reply),
+                            None => crate::controller_session::answer(
+                                &outboxes,
+                                reply,
+                                Err(crate::controller_session::NOT_CONFIGURED.into()),
+                            ),
+                        },
                         Mail::LookupAddresses(addrs) => {
                             if let Some(s) = &session {
                                 s.set_addresses(addrs.clone());

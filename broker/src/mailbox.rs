@@ -65,8 +65,8 @@ pub enum Reply {
     Admin(crate::admin_ops::AdminResult),
     /// From the control thread: the channels the lookups know for a topic being created.
     TopicChannels(Vec<String>),
-    /// From the control thread: the replication controller's answer to a
-    /// `Mail::ControllerRequest`, or why none came.
+    /// From the control thread: the controller leader's answer to a `Mail::ControllerRequest`,
+    /// or why no leader answered (also: replication is not configured, the queue is full).
     Controller(Result<replication::controller::BrokerReply, String>),
 }
 
@@ -178,11 +178,13 @@ pub enum Mail {
     /// From the control thread to a topic's owner: the leaders of replicated topics this
     /// broker holds no replica of (where a publish to them is forwarded), as they changed.
     ReplicaRoutes(Vec<(String, Option<u64>)>),
-    /// From the control thread to every shard: the peer brokers this shard's replication
-    /// transport connects to (broker id to the address of the peer's shard of this index).
+    /// From the control thread (`--replication-address` only) to every shard, when the view's
+    /// brokers changed what this shard dials: every other registered broker (fenced ones
+    /// included) and the address of its shard of this shard's index (modulo its shard count),
+    /// resolved. Sent only when this shard's map changed, in the order it changed.
     ReplicaPeers(std::collections::BTreeMap<u64, std::net::SocketAddr>),
-    /// From a shard to the control thread: a request for the replication controller
-    /// (`CreateTopic`, `AlterIsr`), answered with `Reply::Controller`.
+    /// From a shard to the control thread: carry this request to the controller leader
+    /// (`CreateTopic`, `AlterIsr`); answered with `Reply::Controller`.
     ControllerRequest {
         request: replication::controller::BrokerRequest,
         reply: ReplyTo,

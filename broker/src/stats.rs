@@ -58,6 +58,9 @@ pub struct ClusterStats {
     /// The controller's state of each replicated topic this broker holds, as its owner shard
     /// last received it.
     pub topics: std::collections::BTreeMap<String, replication::controller::TopicState>,
+    /// Per shard, in shard order: every other broker's id and the address of its shard that
+    /// this shard dials, as the session last sent them.
+    pub peers: Vec<std::collections::BTreeMap<u64, std::net::SocketAddr>>,
 }
 
 #[derive(Debug, Clone, Serialize)]

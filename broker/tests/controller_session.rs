@@ -7,268 +7,20 @@
 mod support;
 
 use serde_json::{json, Value};
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
+use support::cluster::{plus, wait, Lookups, Member};
 use support::Broker;
-use test_harness::{binary, free_port, scratch_dir, start_and_stop, start_lookup, Proc, Started};
+use test_harness::{binary, free_port, scratch_dir, start_and_stop};
 
-/// How long the cluster may take to agree on something.
-const AGREE: Duration = Duration::from_secs(20);
-
-struct Lookups {
-    procs: Vec<Option<Proc>>,
-    tcp: Vec<SocketAddr>,
-    http: Vec<Option<SocketAddr>>,
-    data: Vec<PathBuf>,
-}
-
-impl Lookups {
-    fn start() -> Lookups {
-        let raft: Vec<String> = (0..3)
-            .map(|_| format!("127.0.0.1:{}", free_port()))
-            .collect();
-        let peers = raft
-            .iter()
-            .enumerate()
-            .map(|(i, a)| format!("{}={a}", i + 1))
-            .collect::<Vec<_>>()
-            .join(",");
-        let bin = binary("lookup");
-        let mut l = Lookups {
-            procs: Vec::new(),
-            tcp: Vec::new(),
-            http: Vec::new(),
-            data: Vec::new(),
-        };
-        for i in 0..3 {
-            let data = scratch_dir("session-lookup-data");
-            let flags = [
-                "--broadcast-address=lookup-test".to_owned(),
-                format!("--controller-id={}", i + 1),
-                format!("--controller-peers={peers}"),
-                format!("--data-path={}", data.display()),
-            ];
-            let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-            let Started { proc, tcp, http } = start_lookup(&bin, "session-lookup", &flags);
-            l.procs.push(Some(proc));
-            l.tcp.push(tcp.parse().expect("addr"));
-            l.http.push(Some(http.parse().expect("addr")));
-            l.data.push(data);
-        }
-        l
-    }
-
-    /// `--lookupd-tcp-address` flags naming all three.
-    fn flags(&self) -> Vec<String> {
-        self.tcp
-            .iter()
-            .map(|a| format!("--lookupd-tcp-address={a}"))
-            .collect()
-    }
-
-    fn kill(&mut self, i: usize) {
-        if let Some(mut p) = self.procs[i].take() {
-            p.kill();
-        }
-        self.http[i] = None;
-    }
-
-    fn status(&self, i: usize) -> Option<Value> {
-        get_json(self.http[i]?, "/controller")
-    }
-
-    /// The agreed leader's controller id (1..=3), once every running node names the same
-    /// running one, which calls itself leader.
-    fn agreed_leader(&self) -> Option<u64> {
-        let running: Vec<usize> = (0..3).filter(|&i| self.procs[i].is_some()).collect();
-        let statuses: Vec<Value> = running
-            .iter()
-            .map(|&i| self.status(i))
-            .collect::<Option<_>>()?;
-        let leader = statuses[0]["leader"].as_u64()?;
-        if leader == 0
-            || statuses
-                .iter()
-                .any(|s| s["leader"].as_u64() != Some(leader))
-        {
-            return None;
-        }
-        let l = leader as usize - 1;
-        (running.contains(&l) && self.status(l)?["role"] == "leader").then_some(leader)
-    }
-
-    fn wait_leader(&self, what: &str) -> u64 {
-        wait(what, || self.agreed_leader(), || self.logs())
-    }
-
-    /// The metadata once every running node has applied the same and `check` holds for it.
-    fn wait_metadata(&self, what: &str, check: impl Fn(&Value) -> bool) -> Value {
-        wait(
-            what,
-            || {
-                let mds: Vec<Value> = (0..3)
-                    .filter(|&i| self.procs[i].is_some())
-                    .map(|i| self.status(i).map(|s| s["metadata"].clone()))
-                    .collect::<Option<_>>()?;
-                (mds.iter().all(|m| *m == mds[0]) && check(&mds[0])).then(|| mds[0].clone())
-            },
-            || self.logs(),
-        )
-    }
-
-    /// Sends `request` to the agreed leader over `CONTROLLER`; its JSON answer.
-    fn to_leader(&self, request: &Value) -> Value {
-        let leader = self.wait_leader("before a request") as usize - 1;
-        let mut s = TcpStream::connect_timeout(&self.tcp[leader], Duration::from_secs(2))
-            .expect("connect to the leader");
-        s.set_read_timeout(Some(Duration::from_secs(5)))
-            .expect("timeout");
-        let body = request.to_string();
-        let mut bytes = b"  V1CONTROLLER\n".to_vec();
-        bytes.extend_from_slice(&(body.len() as u32).to_be_bytes());
-        bytes.extend_from_slice(body.as_bytes());
-        s.write_all(&bytes).expect("write");
-        let mut size = [0u8; 4];
-        s.read_exact(&mut size).expect("answer size");
-        let mut data = vec![0u8; u32::from_be_bytes(size) as usize];
-        s.read_exact(&mut data).expect("answer");
-        serde_json::from_slice(&data).expect("JSON answer")
-    }
-
-    fn logs(&self) -> String {
-        (0..3)
-            .map(|i| {
-                let log = self.procs[i].as_ref().map(Proc::log).unwrap_or_default();
-                let tail: Vec<&str> = log.lines().rev().take(10).collect();
-                format!(
-                    "lookup {}: {:?}\n{}\n",
-                    i + 1,
-                    self.status(i).map(|s| s["metadata"].clone()),
-                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
-                )
-            })
-            .collect()
-    }
-}
-
-impl Drop for Lookups {
-    fn drop(&mut self) {
-        for i in 0..3 {
-            self.kill(i);
-            let _ = std::fs::remove_dir_all(&self.data[i]);
-        }
-    }
-}
-
-/// Polls `probe` every 50 ms until it gives something, at most [`AGREE`].
-fn wait<T>(what: &str, mut probe: impl FnMut() -> Option<T>, logs: impl Fn() -> String) -> T {
-    let deadline = Instant::now() + AGREE;
-    loop {
-        if let Some(v) = probe() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "never: {what}\n{}", logs());
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// GET `target` as JSON; None if unreachable or not a 200.
-fn get_json(addr: SocketAddr, target: &str) -> Option<Value> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    let raw = format!("GET {target} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
-    s.write_all(raw.as_bytes()).ok()?;
-    let mut bytes = Vec::new();
-    s.read_to_end(&mut bytes).ok()?;
-    let text = String::from_utf8(bytes).ok()?;
-    let (head, body) = text.split_once("\r\n\r\n")?;
-    if !head.starts_with("HTTP/1.1 200") {
-        return None;
-    }
-    serde_json::from_str(body).ok()
-}
-
-/// A broker with `--replication-address` on its own data path, which outlives restarts.
-struct Member {
-    broker: Option<Broker>,
-    shards: usize,
-    data: PathBuf,
-    address: String,
-}
-
-impl Member {
-    fn start(lookups: &Lookups, shards: usize) -> Member {
-        let mut m = Member {
-            broker: None,
-            shards,
-            data: scratch_dir("session-broker-data"),
-            address: format!("127.0.0.1:{}", free_port()),
-        };
-        m.restart(lookups);
-        m
-    }
-
-    /// SIGKILL (if running), then start again on the same data path and address.
-    fn restart(&mut self, lookups: &Lookups) {
-        self.broker = None;
-        let mut flags = lookups.flags();
-        flags.push(format!("--data-path={}", self.data.display()));
-        flags.push(format!("--replication-address={}", self.address));
-        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-        self.broker = Some(Broker::start(self.shards, &flags));
-    }
-
-    fn wipe(&mut self) {
-        self.broker = None;
-        let _ = std::fs::remove_dir_all(&self.data);
-        std::fs::create_dir_all(&self.data).expect("an empty data path");
-    }
-
-    fn broker(&self) -> &Broker {
-        self.broker.as_ref().expect("running")
-    }
-
-    fn cluster(&self) -> Value {
-        self.broker().stats("")["cluster"].clone()
-    }
-
-    fn id(&self) -> u64 {
-        self.cluster()["broker_id"].as_u64().expect("a broker id")
-    }
-
-    /// Waits until its /stats shows a session current with leader `leader`.
-    fn wait_following(&self, leader: u64, lookups: &Lookups) -> Value {
-        wait(
-            &format!("broker {} follows controller {leader}", self.address),
-            || {
-                let c = self.cluster();
-                (c["controller_leader"] == leader
-                    && c["live"] == true
-                    && c["view_version"].is_u64())
-                .then_some(c)
-            },
-            || format!("{}\n{}", self.broker().log(), lookups.logs()),
-        )
-    }
-}
-
-impl Drop for Member {
-    fn drop(&mut self) {
-        self.broker = None;
-        let _ = std::fs::remove_dir_all(&self.data);
-    }
-}
-
-/// The broker registered at `address` in the metadata: (id, incarnation, fenced).
+/// The broker registered at `address` (its first, shard 0's) in the metadata:
+/// (id, incarnation, fenced).
 fn registered_at(md: &Value, address: &str) -> Vec<(u64, u64, bool)> {
     md["brokers"]
         .as_object()
         .map(|brokers| {
             brokers
                 .iter()
-                .filter(|(_, b)| b["addresses"] == json!([address]))
+                .filter(|(_, b)| b["addresses"][0] == address)
                 .map(|(id, b)| {
                     (
                         id.parse().expect("a numeric id"),
@@ -436,4 +188,69 @@ fn a_damaged_identity_file_refuses_the_start() {
         .expect("kept")
         .ends_with("broker-id 5\n"));
     let _ = std::fs::remove_dir_all(&data);
+}
+
+#[test]
+fn each_shard_registers_its_port_and_learns_every_peers_shard_of_its_index() {
+    let lookups = Lookups::start();
+    let leader = lookups.wait_leader("at start");
+    let a = Member::start(&lookups, 2);
+    let mut b = Member::start(&lookups, 3);
+    let (ida, idb) = (a.id(), b.id());
+    for m in [&a, &b] {
+        m.wait_following(leader, &lookups);
+    }
+
+    // The leader's metadata: one address per shard, the replication port + the shard's index.
+    let md = lookups.wait_metadata(
+        "both brokers are registered with their shards' ports",
+        |md| {
+            md["brokers"][ida.to_string()]["addresses"] == json!([a.address, plus(&a.address, 1)])
+                && md["brokers"][idb.to_string()]["addresses"]
+                    == json!([b.address, plus(&b.address, 1), plus(&b.address, 2)])
+        },
+    );
+    assert_eq!(md["brokers"].as_object().map(|m| m.len()), Some(2), "{md}");
+
+    // Each shard has the other broker, at the address of its shard of the same index modulo
+    // that broker's shard count; never itself.
+    let peers_are = |m: &Member, want: Value| {
+        wait(
+            &format!("{}'s shards know their peers", m.address),
+            || (m.cluster()["peers"] == want).then_some(()),
+            || format!("{}\n{}", m.cluster(), m.broker().log()),
+        )
+    };
+    let one = |id: u64, addr: String| json!({ id.to_string(): addr });
+    peers_are(
+        &a,
+        json!([one(idb, b.address.clone()), one(idb, plus(&b.address, 1))]),
+    );
+    peers_are(
+        &b,
+        json!([
+            one(ida, a.address.clone()),
+            one(ida, plus(&a.address, 1)),
+            one(ida, a.address.clone())
+        ]),
+    );
+
+    // B restarted with one shard: the same broker (the same id, not retired), now with one
+    // address, which both of A's shards dial.
+    b.shards = 1;
+    b.restart(&lookups);
+    assert_eq!(b.id(), idb);
+    let md = lookups.wait_metadata("B re-registered with one address", |md| {
+        live_at(md, &b.address, idb, 2)
+            && md["brokers"][idb.to_string()]["addresses"] == json!([b.address])
+    });
+    assert!(
+        md["retired"].as_array().is_none_or(|r| r.is_empty()),
+        "{md}"
+    );
+    peers_are(
+        &a,
+        json!([one(idb, b.address.clone()), one(idb, b.address.clone())]),
+    );
+    peers_are(&b, json!([one(ida, a.address.clone())]));
 }

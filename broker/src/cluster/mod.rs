@@ -1,13 +1,16 @@
 //! The broker as a member of a replication cluster (`--replication-address`;
 //! docs/design/replication.md): its identity in the data path ([`identity`]), which lookup its
-//! session with the controller asks ([`steering`]), and the session's state as every shard
-//! may read it ([`Status`]). The session itself runs on the control thread
+//! session with the controller asks ([`steering`]), the addresses of its shards and of its
+//! peers' ([`peers`]), the shards' requests to the controller ([`requests`]), and the session's
+//! state as every shard may read it ([`Status`]). The session itself runs on the control thread
 //! (`crate::controller_session`). Without the flag nothing here is constructed.
 //!
 //! Invariants: [`Status`] is written only by the session and read by anyone (`/stats`); its
 //! identity is fixed for the run.
 
 pub mod identity;
+pub mod peers;
+pub mod requests;
 pub mod steering;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -190,6 +190,14 @@ fn replication_address_is_absent_by_default_and_checked_when_given() {
             Some(good)
         );
     }
+    // Shard i listens on the port + i: the last one must be a port.
+    let ok = parse(&["--replication-address=h:65534", "--shards=2"]).unwrap();
+    assert_eq!(ok.replication_address.as_deref(), Some("h:65534"));
+    let e = parse(&["--replication-address=h:65500", "--shards=37"]).unwrap_err();
+    assert!(
+        e.contains("--replication-address") && e.contains("--shards 37") && e.contains("65536"),
+        "{e}"
+    );
     for (bad, why) in [
         ("127.0.0.1", "no port"),
         ("127.0.0.1:0", "port 0"),
@@ -197,9 +205,10 @@ fn replication_address_is_absent_by_default_and_checked_when_given() {
         (":4153", "no host"),
         ("0.0.0.0:4153", "unspecified"),
         ("[::]:4153", "unspecified"),
+        ("127.0.0.1:65535", "--shards 2"),
     ] {
         let flag = format!("--replication-address={bad}");
-        let e = parse(&[&flag]).unwrap_err();
+        let e = parse(&[&flag, "--shards=2"]).unwrap_err();
         assert!(
             e.contains("--replication-address") && e.contains(why),
             "{bad}: {e}"

@@ -164,8 +164,9 @@ pub enum ConfigError {
 }
 
 /// `--replication-address`: `host:port` with a non-zero port and a host other brokers can
-/// dial (not 0.0.0.0 or ::), as it is registered with the controller as given.
-fn replication_address(addr: &str) -> Result<String, ConfigError> {
+/// dial (not 0.0.0.0 or ::), as it is registered with the controller as given; shard `i`
+/// listens on the port + `i`, so the last shard's port must be at most 65535.
+fn replication_address(addr: &str, shards: usize) -> Result<String, ConfigError> {
     let refuse = |why: &str| {
         bad(format!(
             "--replication-address {addr:?}: {why}; give <host>:<port> where other brokers \
@@ -190,6 +191,8 @@ fn replication_address(addr: &str) -> Result<String, ConfigError> {
     {
         return Err(refuse("an unspecified address cannot be dialled"));
     }
+    crate::cluster::peers::shard_addresses(addr, shards)
+        .map_err(|why| bad(format!("--replication-address {why}")))?;
     Ok(addr.to_owned())
 }
 
@@ -344,7 +347,7 @@ impl Config {
         let replication_address = a
             .replication_address
             .as_deref()
-            .map(replication_address)
+            .map(|addr| replication_address(addr, shards))
             .transpose()?;
         let replicas = a.replicas;
         let min_insync_replicas = a.min_insync_replicas.unwrap_or(replicas / 2 + 1);

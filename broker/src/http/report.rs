@@ -72,6 +72,13 @@ pub async fn stats(shard: &Rc<Shard>, req: &Request) -> Handled {
 /// The `cluster` object (`--replication-address` only): the session's status and the topic
 /// states the shards hold (taken out of `parts`).
 fn cluster_stats(status: &crate::cluster::Status, parts: &mut [ShardStats]) -> ClusterStats {
+    let mut peers = Vec::new();
+    for p in parts.iter_mut() {
+        if peers.len() <= p.shard {
+            peers.resize(p.shard + 1, Default::default());
+        }
+        peers[p.shard] = std::mem::take(&mut p.replica_peers);
+    }
     ClusterStats {
         broker_id: status.identity.broker_id,
         incarnation: status.identity.incarnation,
@@ -84,6 +91,7 @@ fn cluster_stats(status: &crate::cluster::Status, parts: &mut [ShardStats]) -> C
             .iter_mut()
             .flat_map(|p| std::mem::take(&mut p.replica_topics))
             .collect(),
+        peers,
     }
 }
 

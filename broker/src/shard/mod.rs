@@ -40,6 +40,7 @@
 //!   brokers, each topic's replica, publishes answered once replicated.
 
 mod admin_exec;
+mod controller;
 mod dead_letter_routing;
 mod dispatch;
 mod durable;
@@ -153,6 +154,9 @@ pub struct Shard {
     /// Replicated topics' transport, replicas and waiting publishes (`replicate.rs`; unused
     /// without `--replication-address`).
     repl: replicate::ShardReplication,
+    /// Every other broker of the cluster and the address of its shard that this shard dials
+    /// (`Mail::ReplicaPeers`; empty without `--replication-address`).
+    pub(crate) replica_peers: RefCell<std::collections::BTreeMap<u64, std::net::SocketAddr>>,
 }
 
 impl Shard {
@@ -198,6 +202,7 @@ impl Shard {
             me,
             replica_topics: RefCell::new(std::collections::BTreeMap::new()),
             repl: replicate::ShardReplication::default(),
+            replica_peers: RefCell::new(std::collections::BTreeMap::new()),
         }
     }
 
@@ -368,11 +373,11 @@ impl Shard {
                 self.replica_inbound(replication::ids::BrokerId(from), delivery)
             }
             // For the control thread only.
-            Mail::ShutdownDone { .. }
+            Mail::ControllerRequest { .. }
+            | Mail::ShutdownDone { .. }
             | Mail::Registry { .. }
             | Mail::LookupAddresses(_)
-            | Mail::TopicChannels { .. }
-            | Mail::ControllerRequest { .. } => {}
+            | Mail::TopicChannels { .. } => {}
         }
     }
 

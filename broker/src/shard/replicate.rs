@@ -138,10 +138,11 @@ impl Shard {
 
     /// The session's peer set for this shard's index.
     pub(super) fn replica_peers_changed(&self, peers: BTreeMap<u64, SocketAddr>) {
-        debug!(shard = self.id, ?peers, "replication: peer brokers");
+        debug!(shard = self.id, ?peers, "replication: this shard's peers");
         if let Some(p) = self.repl.peers() {
-            p.set_peers(peers.into_iter().map(|(id, a)| (BrokerId(id), a)).collect());
+            p.set_peers(peers.iter().map(|(id, a)| (BrokerId(*id), *a)).collect());
         }
+        *self.replica_peers.borrow_mut() = peers;
     }
 
     /// Leaders of topics this broker holds no replica of changed.
@@ -365,18 +366,20 @@ impl Shard {
                 replicas: self.config.replicas,
                 min_insync: self.config.min_insync_replicas,
             };
-            let rx = self.request(self.control, |reply| Mail::ControllerRequest {
-                request,
-                reply,
-            });
             let topic = name.to_owned();
+            let me = self.me.clone();
             glommio::spawn_local(async move {
-                match rx.await {
-                    Some(Reply::Controller(Ok(BrokerReply::Proposed))) => {
+                let Some(shard) = me.upgrade() else {
+                    return;
+                };
+                match shard.ask_controller(request).await {
+                    Ok(BrokerReply::Proposed) => {
                         debug!(topic = %topic, "replication: topic creation proposed")
                     }
+                    // The topic may exist already (its state then comes with the view), or too
+                    // few brokers are live: the parked publishes then fail at their deadline.
                     other => {
-                        debug!(topic = %topic, ?other, "replication: topic creation not proposed")
+                        info!(topic = %topic, ?other, "replication: topic creation not proposed")
                     }
                 }
             })
@@ -773,19 +776,14 @@ impl Shard {
             incarnations,
             proposal,
         };
-        let rx = self.request(self.control, |reply| Mail::ControllerRequest {
-            request,
-            reply,
-        });
         let me = self.me.clone();
         glommio::spawn_local(async move {
-            let answer = rx.await;
             let Some(shard) = me.upgrade() else {
                 return;
             };
-            match answer {
-                Some(Reply::Controller(Ok(BrokerReply::Proposed))) => {}
-                Some(Reply::Controller(Ok(BrokerReply::Refused { reason }))) => {
+            match shard.ask_controller(request).await {
+                Ok(BrokerReply::Proposed) => {}
+                Ok(BrokerReply::Refused { reason }) => {
                     debug!(topic = %name, %reason, "replication: in-sync proposal refused");
                     shard.isr_proposal_refused(&name, proposal);
                 }

@@ -40,6 +40,7 @@ impl Shard {
                 .iter()
                 .map(|(n, t)| (n.clone(), t.clone()))
                 .collect(),
+            replica_peers: self.replica_peers.borrow().clone(),
             health: self.admin.health(),
             topics,
             producers: self.producer_stats(q.topic.as_deref()),

@@ -210,7 +210,7 @@ impl Member {
             extra: extra.iter().map(|s| s.to_string()).collect(),
             shards,
             data: scratch_dir("session-broker-data"),
-            address: format!("127.0.0.1:{}", free_port()),
+            address: format!("127.0.0.1:{}", free_ports(shards)),
         };
         m.restart(lookups);
         m
@@ -266,4 +266,25 @@ impl Drop for Member {
         self.broker = None;
         let _ = std::fs::remove_dir_all(&self.data);
     }
+}
+
+/// A port `p` with `p + 1 .. p + n - 1` free too (shard i listens on the replication port + i).
+pub fn free_ports(n: usize) -> u16 {
+    for _ in 0..200 {
+        let p = free_port();
+        let free = (1..n as u32).all(|i| {
+            u16::try_from(u32::from(p) + i)
+                .is_ok_and(|q| std::net::TcpListener::bind(("127.0.0.1", q)).is_ok())
+        });
+        if free {
+            return p;
+        }
+    }
+    panic!("no {n} consecutive free ports");
+}
+
+/// `host:port` with the port moved up by `i`.
+pub fn plus(address: &str, i: u16) -> String {
+    let (host, port) = address.rsplit_once(':').expect("host:port");
+    format!("{host}:{}", port.parse::<u16>().expect("port") + i)
 }

@@ -289,12 +289,14 @@ impl Metadata {
             }
             None => {
                 // A new id at the address of a known one: that data path was wiped, the old id
-                // is gone for good.
+                // is gone for good. Only the first address (the one the operator names; the
+                // others follow from it and the shard count) is compared: a retirement cannot
+                // be undone, and two brokers whose later ports merely overlap are not one.
                 if !mutation::active(mutation::Mutation::KeepWipedId) {
                     olds = self
                         .brokers
                         .iter()
-                        .filter(|(_, b)| b.addresses.iter().any(|a| addresses.contains(a)))
+                        .filter(|(_, b)| same_first_address(&b.addresses, addresses))
                         .map(|(old, _)| *old)
                         .collect();
                 }
@@ -812,6 +814,12 @@ pub(crate) mod mutation {
     }
 }
 
+/// Whether two registrations name the same broker address: their first ones (a broker's
+/// `--replication-address`; shard `i` listens on its port + `i`).
+pub fn same_first_address(a: &[String], b: &[String]) -> bool {
+    matches!((a.first(), b.first()), (Some(x), Some(y)) if x == y)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1164,6 +1172,57 @@ mod tests {
             reg(&mut md, old.0, 2),
             Outcome::Refused(Refusal::Retired(_))
         ));
+    }
+
+    #[test]
+    fn a_wiped_broker_is_recognised_by_its_first_address_whatever_its_shard_count() {
+        let addrs = |first: u16, n: u16| -> Vec<String> {
+            (first..first + n)
+                .map(|p| format!("10.0.0.7:{p}"))
+                .collect()
+        };
+        let mut md = three_brokers_one_topic();
+        for (id, addresses) in [(7, addrs(5000, 4)), (8, addrs(5010, 2))] {
+            let out = md.apply(&Entry::RegisterBroker {
+                id: b(id),
+                incarnation: 1,
+                addresses,
+                damaged: vec![],
+            });
+            assert!(matches!(out, Outcome::Applied(_)), "{out:?}");
+        }
+        // Restarted with another shard count, same data path: the same broker.
+        let out = md.apply(&Entry::RegisterBroker {
+            id: b(7),
+            incarnation: 2,
+            addresses: addrs(5000, 2),
+            damaged: vec![],
+        });
+        assert!(matches!(out, Outcome::Applied(_)), "{out:?}");
+        assert!(md.is_live(b(7)) && md.retired.is_empty());
+        // A new broker whose ports overlap 7's later ones is another broker: 7 stays.
+        let out = md.apply(&Entry::RegisterBroker {
+            id: b(9),
+            incarnation: 1,
+            addresses: addrs(5001, 2),
+            damaged: vec![],
+        });
+        assert!(matches!(out, Outcome::Applied(_)), "{out:?}");
+        assert!(
+            md.is_live(b(7)) && md.retired.is_empty(),
+            "{:?}",
+            md.retired
+        );
+        // 8 wiped, back with more shards: a new id at its first address retires 8.
+        let out = md.apply(&Entry::RegisterBroker {
+            id: b(10),
+            incarnation: 1,
+            addresses: addrs(5010, 4),
+            damaged: vec![],
+        });
+        assert!(matches!(out, Outcome::Applied(_)), "{out:?}");
+        assert!(md.retired.contains(&b(8)) && !md.is_live(b(8)));
+        assert!(md.is_live(b(7)) && md.is_live(b(9)) && md.is_live(b(10)));
     }
 
     #[test]

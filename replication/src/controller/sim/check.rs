@@ -477,7 +477,7 @@ fn registered(
         Some(_) => {}
         None => {
             for (old, b) in &before.brokers {
-                if !b.addresses.iter().any(|a| addresses.contains(a)) {
+                if !crate::controller::metadata::same_first_address(&b.addresses, addresses) {
                     continue;
                 }
                 if !after.retired.contains(old) {
