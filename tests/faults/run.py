@@ -529,26 +529,33 @@ class Run:
         t0 = time.monotonic()
         shift = 0.0
         for f in plan:
-            self.watch(t0 + shift + f.at)
-            if self.replicated:
-                waited, go = self.settle_before(f)
-                shift += waited
-                if not go:
-                    continue
             if shift + f.at >= self.args.duration:
                 self.skipped.append({"t": time.time(), "kind": f.kind, "target": f.target,
                                      "why": "after --duration once the waits are counted"})
                 continue
+            self.watch(t0 + shift + f.at)
+            if self.replicated:
+                # The wait ends with the phase: a fault never begins after --duration.
+                left = self.args.duration - (time.monotonic() - t0)
+                waited, go = self.settle_before(f, min(self.args.settle, max(0.0, left)))
+                shift += waited
+                if not go:
+                    continue
+                if time.monotonic() - t0 >= self.args.duration:
+                    self.skipped.append({"t": time.time(), "kind": f.kind, "target": f.target,
+                                         "why": "the topic was not whole before --duration"})
+                    continue
             self.begin(f)
             self.watch(t0 + shift + f.at + f.duration)
             self.end(f)
         self.watch(t0 + self.args.duration)
 
-    def settle_before(self, f):
-        """Waits for the topic to be whole before `f`; returns (waited, whether to begin f).
-        Only a wipe of one of the topic's replicas waits in vain: it is skipped, since the
-        replica may then be one of the last holders of what was acknowledged."""
-        waited, state = self.settle(timeout=self.args.settle)
+    def settle_before(self, f, timeout):
+        """Waits (at most `timeout` s) for the topic to be whole before `f`; returns (waited,
+        whether to begin f). Only a wipe of one of the topic's replicas waits in vain: it is
+        skipped, since the replica may then be one of the last holders of what was
+        acknowledged."""
+        waited, state = self.settle(timeout=timeout)
         ok = whole(state, self.args.replicas)
         self.settles.append({"t": time.time(), "before": "%s %s" % (f.kind, f.target),
                              "waited_s": round(waited, 2), "whole": ok})
