@@ -39,6 +39,9 @@ import os
 import sys
 
 OUTCOMES = ("A", "E", "F", "U")
+# The harness's own publishes that create a replicated topic (run.py): checked like any other,
+# outside the window of the longest silence and the availability (no consumer runs yet).
+SETUP_CLIENT = "setup"
 
 
 def parse_history(text, client):
@@ -141,14 +144,14 @@ def check(publishes, receives, publish_window=None, interval=5.0, sample=20, nam
     unknown_received = sum(1 for b in unknown if b in got)
     error_received = sum(1 for b, k in outcome.items() if k == "E" and b in got)
 
-    if publish_window is None and publishes:
-        publish_window = (min(p[0] for p in publishes), max(p[0] for p in publishes))
+    if publish_window is None:
+        publish_window = _first_to_last(publishes)
     if publish_window is None:
         silence = (0.0, None, None)
     else:
         silence = longest_silence([r[0] for r in receives], *publish_window)
 
-    series = availability(publishes, interval)
+    series = availability([p for p in publishes if p[4] != SETUP_CLIENT], interval)
     fractions = [acked / n for _t, n, acked in series if n]
     lost_at = [(acked_at[b][0], names.get(acked_at[b][1], acked_at[b][1])) for b in lost]
     lost_by_broker = collections.Counter(broker for _t, broker in lost_at)
@@ -165,6 +168,7 @@ def check(publishes, receives, publish_window=None, interval=5.0, sample=20, nam
         "lost_by_broker": dict(sorted(lost_by_broker.items())),
         "lost_sample": lost[:sample],
         "lost_blamed_on": attribute_lost(lost_at, faults or []),
+        "lost_context": lost_context(lost[:sample], acked_at, names, faults or []),
         "unexpected": len(unexpected),
         "unexpected_sample": unexpected[:sample],
         "duplicates": len(dup_bodies),
@@ -209,6 +213,24 @@ def attribute_lost(lost, faults, data_losing=("wipe", "kill")):
     return dict(sorted(out.items()))
 
 
+def lost_context(bodies, acked_at, names, faults, around=2):
+    """For each lost body: when and by which broker it was acknowledged, the fault in progress
+    or last begun before that, and the next `around` faults begun after it (whatever broker
+    they hit: with replicas the acknowledging broker may not hold the message)."""
+    ordered = sorted(faults)
+    out = []
+    for body in bodies:
+        t_ack, broker = acked_at[body]
+        before = [f for f in ordered if f[0] <= t_ack]
+        after = [f for f in ordered if f[0] > t_ack][:around]
+        out.append({"body": body, "acked_at": round(t_ack, 3),
+                    "acked_by": names.get(broker, broker),
+                    "fault_before": [round(before[-1][0], 3)] + list(before[-1][1:])
+                    if before else None,
+                    "faults_after": [[round(f[0], 3)] + list(f[1:]) for f in after]})
+    return out
+
+
 def violations(summary):
     out = []
     if summary["lost"]:
@@ -249,6 +271,14 @@ def table(summary, t0=None):
             summary["availability"], summary["availability_min"],
             summary["availability_interval_s"])),
     ]
+    if summary["lost"] and summary.get("lost_context"):
+        c = summary["lost_context"][0]
+        fb = c["fault_before"]
+        rows.append(("first lost", "%s acked %s by %s; fault before: %s; after: %s" % (
+            c["body"], rel(c["acked_at"]), c["acked_by"],
+            "%s %s at %s" % (fb[1], fb[2], rel(fb[0])) if fb else "none",
+            ", ".join("%s %s at %s" % (f[1], f[2], rel(f[0])) for f in c["faults_after"])
+            or "none")))
     width = max(len(k) for k, _ in rows)
     lines = ["%-*s  %s" % (width, k, v) for k, v in rows]
     lines.append("%-*s  %s" % (width, "RESULT", "; ".join(summary["violations"]) or "ok"))
@@ -281,10 +311,14 @@ def main(argv):
 
 
 def publish_window(publishes):
-    """From the first publish attempt to the last (any client, any outcome)."""
-    if not publishes:
+    """From the first publish attempt to the last (any client but the setup, any outcome)."""
+    return _first_to_last(publishes)
+
+
+def _first_to_last(publishes):
+    times = [p[0] for p in publishes if p[4] != SETUP_CLIENT]
+    if not times:
         return None
-    times = [p[0] for p in publishes]
     return min(times), max(times)
 
 

@@ -5,9 +5,14 @@ draining and the checker (checker.py). Root only. See docs/testing/faults.md.
 
     tests/.venv/bin/python tests/faults/run.py --seed 7 --duration 60 --faults all
 
---replicas N is passed to the brokers once they have the flag (replication is not in the
-binaries yet): today only --replicas 1 runs, and a run that wipes a broker's data directory then
-reports lost > 0, as it must for unreplicated data.
+--replicas 1 runs the brokers unreplicated, as before replication (a run that wipes a broker's
+data directory then reports lost > 0, as it must for unreplicated data). --replicas N above 1
+runs the lookups' replication controller (Raft between the three lookups) and the brokers with
+--replication-address and --replicas N; the topic is created by a publish, and before each fault
+the run waits (at most --settle seconds) for the topic to be whole again: N replicas, all in
+sync, a leader. A wipe of one of the topic's replicas is skipped when it is not whole by then,
+so that no two holders of what was acknowledged lose their data at once (the guarantee of
+replicas N with min-insync a majority); the other kinds lose no data and go ahead.
 
 Clients run in their own namespace (`client`), so that a broker cut off is cut off from them
 too, and reach every host over the bridge as any client host would:
@@ -50,6 +55,8 @@ BROKERS = ["broker-1", "broker-2", "broker-3", "broker-4", "broker-5"]
 CLIENT = "client"
 TOPIC = "faults"
 CHANNEL = "check"
+RAFT_PORT = 4170  # the controller's Raft port on each lookup (replicas > 1)
+REPLICATION_PORT = 4400  # shard i of a broker listens on this + i (replicas > 1)
 
 
 def log(msg):
@@ -59,14 +66,17 @@ def log(msg):
 def parse_args(argv):
     p = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
-        epilog="--replicas: only 1 works until replication is in the binaries.")
+        epilog="--replicas N > 1 needs brokers with --replicas and lookups with --controller-id.")
     p.add_argument("--seed", type=int, default=None, help="schedule seed (default: random)")
     p.add_argument("--duration", type=float, default=60.0,
                    help="seconds of the fault phase (default 60)")
     p.add_argument("--faults", default="all",
                    help="comma-separated kinds: %s, or all" % ",".join(schedule.KINDS))
     p.add_argument("--replicas", type=int, default=1,
-                   help="replicas per topic (only 1 until the brokers have --replicas)")
+                   help="replicas per topic (default 1: unreplicated brokers, no controller)")
+    p.add_argument("--settle", type=float, default=60.0,
+                   help="replicas > 1: longest wait before a fault for the topic to be whole "
+                   "again (default 60)")
     p.add_argument("--min-gap", type=float, default=3.0,
                    help="least seconds between one fault's end and the next's start")
     p.add_argument("--fault-time", default="2,6",
@@ -102,8 +112,10 @@ def parse_args(argv):
     args.client_kinds = [c.strip() for c in args.clients.split(",") if c.strip()]
     if not args.client_kinds or any(c not in ("py", "rs") for c in args.client_kinds):
         p.error("--clients: py, rs or py,rs")
-    if args.replicas < 1:
-        p.error("--replicas must be at least 1")
+    if args.replicas < 1 or args.replicas > len(BROKERS):
+        p.error("--replicas must be 1 to %d (the brokers of the run)" % len(BROKERS))
+    if args.settle < 0:
+        p.error("--settle must be >= 0")
     if args.seed is None:
         args.seed = random.SystemRandom().randrange(1, 1 << 31)
     return args
@@ -151,6 +163,40 @@ def _http(method, url, timeout):
         return None, str(e).encode()
 
 
+def _http_body(url, body, timeout):
+    """POST `body` to `url`: (status or None, answer or the error's text)."""
+    req = urllib.request.Request(url, method="POST", data=body)
+    try:
+        with _OPENER.open(req, timeout=timeout) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+    except OSError as e:
+        return None, str(e).encode()
+
+
+def _refused(error_text):
+    """Whether a failed request never reached the server (nothing was sent)."""
+    text = error_text.decode("utf-8", "replace").lower()
+    return "refused" in text or "unreachable" in text or "no route" in text
+
+
+def whole(state, replicas):
+    """The topic has `replicas` replicas, every one live and in sync, and a leader."""
+    return (state is not None and state["leader"] is not None
+            and len(state["replicas"]) == replicas
+            and sorted(state["isr"]) == sorted(state["replicas"])
+            and all(r in state["live"] for r in state["replicas"]))
+
+
+def describe(state):
+    if state is None:
+        return "no controller answer, or no such topic"
+    return "replicas %s, in sync %s, eligible %s, leader %s, epoch %s" % (
+        ",".join(state["replicas"]) or "-", ",".join(state["isr"]) or "-",
+        ",".join(state["elr"]) or "-", state["leader"] or "none", state["epoch"])
+
+
 def _accepts(ip, port):
     try:
         with socket.create_connection((ip, port), timeout=0.5):
@@ -177,6 +223,9 @@ class Run:
         self.crashes = []  # processes that died on their own: (t, name, exit code)
         self._net = None
         self.active = None  # the fault in progress
+        self.replicated = args.replicas > 1
+        self.settles = []  # replicas > 1: before each fault, {"t", "waited_s", "whole"}
+        self.skipped = []  # faults not begun: {"t", "kind", "target", "why"}
 
     # ---- network helpers
 
@@ -186,9 +235,9 @@ class Run:
     def accepts(self, role, port):
         return self.on_client(_accepts, self.hosts.ip(role), port)
 
-    def post(self, role, path):
+    def post(self, role, path, timeout=5.0):
         url = "http://%s:4151%s" % (self.hosts.ip(role), path)
-        return self.on_client(_http, "POST", url, 5.0, timeout=15)
+        return self.on_client(_http, "POST", url, timeout, timeout=timeout + 10)
 
     def wait_accepts(self, role, port, proc, timeout=20.0):
         deadline = time.monotonic() + timeout
@@ -209,8 +258,17 @@ class Run:
 
     def lookup_args(self, role):
         ip = self.hosts.ip(role)
-        return [self.bins["lookup"], "--tcp-address", "%s:4160" % ip,
+        args = [self.bins["lookup"], "--tcp-address", "%s:4160" % ip,
                 "--http-address", "%s:4161" % ip, "--broadcast-address", ip]
+        if self.replicated:
+            # Raft between the three lookups; a lookup killed and restarted keeps its log.
+            peers = ",".join("%d=%s:%d" % (i + 1, self.hosts.ip(lk), RAFT_PORT)
+                             for i, lk in enumerate(LOOKUPS))
+            path = self.data_path(role)
+            os.makedirs(path, exist_ok=True)
+            args += ["--controller-id", str(LOOKUPS.index(role) + 1),
+                     "--controller-peers", peers, "--data-path", path]
+        return args
 
     def broker_args(self, role):
         ip = self.hosts.ip(role)
@@ -223,8 +281,9 @@ class Run:
                 "--msg-timeout", "5s"]
         for lk in LOOKUPS:
             args += ["--lookupd-tcp-address", "%s:4160" % self.hosts.ip(lk)]
-        if self.args.replicas != 1:
-            args += ["--replicas", str(self.args.replicas)]
+        if self.replicated:
+            args += ["--replication-address", "%s:%d" % (ip, REPLICATION_PORT),
+                     "--replicas", str(self.args.replicas)]
         args += self.args.broker_flags.split()
         return args
 
@@ -240,7 +299,24 @@ class Run:
             self.brokers[role] = self.hosts.spawn(role, role, self.broker_args(role))
         for role in BROKERS:
             self.wait_accepts(role, 4150, self.brokers[role])
-            self.create_topic(role)
+        if not self.replicated:
+            for role in BROKERS:
+                self.create_topic(role)
+            return
+        self.wait_controller()
+        self.publish_topic()
+        waited, state = self.settle(timeout=max(self.args.settle, 30.0))
+        if not whole(state, self.args.replicas):
+            raise RuntimeError("the topic %r is not whole %.0fs after its creation: %s"
+                               % (TOPIC, waited, describe(state)))
+        log("topic %s: %s" % (TOPIC, describe(state)))
+        # The channel on every replica, so that no message waits for a channel; not on the
+        # others, where it would make an unreplicated topic of the same name.
+        for role in state["replicas"]:
+            status, body = self.post(role, "/channel/create?topic=%s&channel=%s"
+                                     % (TOPIC, CHANNEL))
+            if status != 200:
+                log("%s /channel/create: %s %s" % (role, status, body[:200]))
 
     def create_topic(self, role):
         """The topic and the channel on a broker, so that no message waits for a channel."""
@@ -249,6 +325,119 @@ class Run:
             status, body = self.post(role, path)
             if status != 200:
                 log("%s %s: %s %s" % (role, path, status, body[:200]))
+
+    # ---- the replication controller (replicas > 1)
+
+    def controller(self):
+        """What the lookup leading the controller answers to GET /controller (else any lookup
+        that answers, else None), as {"lookup", "role", "metadata"}."""
+        fallback = None
+        for role in LOOKUPS:
+            url = "http://%s:4161/controller" % self.hosts.ip(role)
+            status, body = self.on_client(_http, "GET", url, 2.0, timeout=10)
+            if status != 200:
+                continue
+            try:
+                doc = json.loads(body)
+            except ValueError:
+                continue
+            if not isinstance(doc, dict) or not isinstance(doc.get("metadata"), dict):
+                continue
+            answer = {"lookup": role, "role": doc.get("role"), "metadata": doc["metadata"]}
+            if doc.get("role") == "leader":
+                return answer
+            fallback = fallback or answer
+        return fallback
+
+    def topic_state(self):
+        """The topic as the controller has it, broker ids named by role: {"replicas", "isr",
+        "elr", "leader", "live"} (lists of roles), or None (no controller answer, no topic)."""
+        c = self.controller()
+        if c is None:
+            return None
+        md = c["metadata"]
+        by_ip = {self.hosts.ip(b): b for b in BROKERS}
+        retired = {str(r) for r in md.get("retired") or []}
+        names, live = {}, set()
+        for bid, info in (md.get("brokers") or {}).items():
+            if not isinstance(info, dict):
+                continue
+            # A wiped broker comes back as a new id at the same address: both map to its role,
+            # the old one marked retired below.
+            role = next((by_ip[a.rsplit(":", 1)[0]] for a in info.get("addresses") or []
+                         if a.rsplit(":", 1)[0] in by_ip), None)
+            names[str(bid)] = role or "id-%s" % bid
+            if not info.get("fenced", True) and str(bid) not in retired:
+                live.add(names[str(bid)])
+        t = (md.get("topics") or {}).get(TOPIC)
+        if not isinstance(t, dict):
+            return None
+
+        def roles(ids):
+            return [names.get(str(i), "id-%s" % i) + ("(retired)" if str(i) in retired else "")
+                    for i in ids or []]
+        leader = t.get("leader")
+        return {"replicas": roles(t.get("replicas")), "isr": roles(t.get("isr")),
+                "elr": roles(t.get("elr")), "leader": roles([leader])[0] if leader else None,
+                "live": sorted(live), "epoch": t.get("epoch")}
+
+    def wait_controller(self, timeout=60.0):
+        """Until a lookup leads the controller and every broker is registered and live."""
+        deadline = time.monotonic() + timeout
+        c = None
+        while time.monotonic() < deadline:
+            c = self.controller()
+            if c is not None and c["role"] == "leader":
+                by_ip = {self.hosts.ip(b) for b in BROKERS}
+                live = [i for i in (c["metadata"].get("brokers") or {}).values()
+                        if isinstance(i, dict) and not i.get("fenced", True)
+                        and any(a.rsplit(":", 1)[0] in by_ip for a in i.get("addresses") or [])]
+                if len(live) >= len(BROKERS):
+                    log("controller: %s leads, %d brokers live" % (c["lookup"], len(live)))
+                    return
+            time.sleep(0.5)
+        raise RuntimeError("no controller leader with every broker live within %.0fs (last: %s)"
+                           % (timeout, json.dumps(c)[:500] if c else "no answer"))
+
+    def publish_topic(self, timeout=90.0):
+        """Creates the topic through a publish (POST /pub, round robin over the brokers, each
+        attempt with its own body, until one is acknowledged, bounded). Every attempt is
+        recorded as the `setup` client's history: the acknowledged one must be received."""
+        path = os.path.join(self.history, "%s.tsv" % checker.SETUP_CLIENT)
+        deadline = time.monotonic() + timeout
+        with open(path, "w", buffering=1) as out:
+            out.write("START\t%.6f\n" % time.time())
+            n = 0
+            while time.monotonic() < deadline:
+                role = BROKERS[n % len(BROKERS)]
+                body = "%s-%d" % (checker.SETUP_CLIENT, n)
+                n += 1
+                url = "http://%s:4151/pub?topic=%s" % (self.hosts.ip(role), TOPIC)
+                status, answer = self.on_client(_http_body, url, body.encode(), 12.0,
+                                                timeout=25)
+                kind = "A" if status == 200 else "F" if status is None and _refused(answer) \
+                    else "U" if status is None else "E"
+                out.write("%s\t%.6f\t%s:4150\t%s\t%s\n" % (
+                    kind, time.time(), self.hosts.ip(role), body,
+                    answer[:100].decode("utf-8", "replace").replace("\t", " ")
+                    .replace("\n", " ")))
+                if kind == "A":
+                    out.write("END\t%.6f\tcreated by %s on %s\n" % (time.time(), body, role))
+                    log("topic %s created by a publish to %s (attempt %d)" % (TOPIC, role, n))
+                    return
+                log("POST /pub to %s: %s %s" % (role, status, answer[:120]))
+                time.sleep(0.5)
+        raise RuntimeError("no publish to %r acknowledged within %.0fs" % (TOPIC, timeout))
+
+    def settle(self, timeout):
+        """Waits (at most `timeout` s) until the topic is whole; returns (waited, state)."""
+        t0 = time.monotonic()
+        state = None
+        while True:
+            state = self.topic_state()
+            if whole(state, self.args.replicas) or time.monotonic() - t0 >= timeout:
+                return time.monotonic() - t0, state
+            self.watch(time.monotonic() + 0.25)
 
     def start_clients(self):
         a = self.args
@@ -334,13 +523,55 @@ class Run:
             time.sleep(min(0.2, until - now))
 
     def run_faults(self, plan):
+        """The plan in order, one fault at a time. With replicas > 1 each fault waits for the
+        topic to be whole (see settle_before); the time waited shifts the faults after it, and
+        those that would then begin after --duration are not begun."""
         t0 = time.monotonic()
+        shift = 0.0
         for f in plan:
-            self.watch(t0 + f.at)
+            if shift + f.at >= self.args.duration:
+                self.skipped.append({"t": time.time(), "kind": f.kind, "target": f.target,
+                                     "why": "after --duration once the waits are counted"})
+                continue
+            self.watch(t0 + shift + f.at)
+            if self.replicated:
+                # The wait ends with the phase: a fault never begins after --duration.
+                left = self.args.duration - (time.monotonic() - t0)
+                waited, go = self.settle_before(f, min(self.args.settle, max(0.0, left)))
+                shift += waited
+                if not go:
+                    continue
+                if time.monotonic() - t0 >= self.args.duration:
+                    self.skipped.append({"t": time.time(), "kind": f.kind, "target": f.target,
+                                         "why": "the topic was not whole before --duration"})
+                    continue
             self.begin(f)
-            self.watch(t0 + f.at + f.duration)
+            self.watch(t0 + shift + f.at + f.duration)
             self.end(f)
         self.watch(t0 + self.args.duration)
+
+    def settle_before(self, f, timeout):
+        """Waits (at most `timeout` s) for the topic to be whole before `f`; returns (waited,
+        whether to begin f). Only a wipe of one of the topic's replicas waits in vain: it is
+        skipped, since the replica may then be one of the last holders of what was
+        acknowledged."""
+        waited, state = self.settle(timeout=timeout)
+        ok = whole(state, self.args.replicas)
+        self.settles.append({"t": time.time(), "before": "%s %s" % (f.kind, f.target),
+                             "waited_s": round(waited, 2), "whole": ok})
+        if waited >= 1.0 or not ok:
+            log("waited %.1fs for the topic before %s %s: %s" % (
+                waited, f.kind, f.target, describe(state)))
+        holders = set()
+        if state is not None:
+            holders = {r.split("(")[0] for r in state["replicas"] + state["isr"] + state["elr"]}
+        if not ok and f.kind == "wipe" and (state is None or f.target in holders):
+            why = "the topic was not whole within --settle: %s" % describe(state)
+            self.skipped.append({"t": time.time(), "kind": f.kind, "target": f.target,
+                                 "why": why})
+            log("skip  %-9s %s (%s)" % (f.kind, f.target, why))
+            return waited, False
+        return waited, True
 
     def heal_all(self):
         if self.active is not None:
@@ -354,6 +585,11 @@ class Run:
                 p.start()
         for role in BROKERS:
             self.wait_accepts(role, 4150, self.brokers[role], timeout=30)
+        if self.replicated:
+            waited, state = self.settle(timeout=self.args.settle)
+            log("after the heal, in %.1fs: the topic %s: %s" % (
+                waited, "whole" if whole(state, self.args.replicas) else "NOT whole",
+                describe(state)))
 
     # ---- drain
 
@@ -411,8 +647,9 @@ def main(argv):
                   % (name, path), file=sys.stderr)
             return 2
     if args.replicas != 1 and not broker_has_flag(bins["broker"], "--replicas"):
-        print("run.py: --replicas %d: the broker has no --replicas flag yet (replication is not "
-              "in the binaries); only --replicas 1 runs today" % args.replicas, file=sys.stderr)
+        print("run.py: --replicas %d: %s has no --replicas flag (replication is not in this "
+              "build); only --replicas 1 runs with it" % (args.replicas, bins["broker"]),
+              file=sys.stderr)
         return 2
     stale = hostsmod.clean_stale()
     if stale:
@@ -454,11 +691,19 @@ def main(argv):
             "fault_kinds": list(args.kinds), "faults": sum(kinds.values()),
             "faults_by_kind": kinds, "drain_s": round(drained_in, 1), "drained": quiet,
             "crashes": [{"t": t, "process": n, "exit": rc} for t, n, rc in run.crashes],
+            "skipped": run.skipped,
+            "settle_waits": {
+                "count": len(run.settles),
+                "not_whole": sum(1 for x in run.settles if not x["whole"]),
+                "longest_s": max((x["waited_s"] for x in run.settles), default=0.0),
+                "total_s": round(sum(x["waited_s"] for x in run.settles), 1),
+            },
             "broker_flags": args.broker_flags, "run_dir": rundir,
         })
         with open(os.path.join(rundir, "faults.json"), "w") as f:
             json.dump({"plan": [f._asdict() for f in plan], "events": run.events,
-                       "phase_start": phase_start, "brokers": names}, f, indent=1)
+                       "phase_start": phase_start, "brokers": names, "skipped": run.skipped,
+                       "settles": run.settles}, f, indent=1)
         with open(os.path.join(rundir, "summary.json"), "w") as f:
             json.dump(summary, f, indent=1)
         if args.json:
@@ -467,6 +712,12 @@ def main(argv):
         print()
         print("faults: %d %s; processes that died on their own: %d; drained: %s"
               % (summary["faults"], json.dumps(kinds), len(run.crashes), quiet))
+        if run.replicated:
+            w = summary["settle_waits"]
+            print("waits for the topic to be whole: %d, longest %.1fs, total %.1fs, %d not "
+                  "whole in time; faults skipped: %d" % (w["count"], w["longest_s"],
+                                                        w["total_s"], w["not_whole"],
+                                                        len(run.skipped)))
         print(checker.table(summary, t0=window[0] if window else None))
         ok = not summary["violations"]
     except KeyboardInterrupt:

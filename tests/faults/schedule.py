@@ -11,8 +11,13 @@ next begins at least `min_gap` seconds after that. Kinds:
     wipe       SIGKILL a broker, delete its data directory, restart it after `duration`
     lookup     SIGKILL a lookup, restart it after `duration`
 
-One fault at a time keeps the run inside what replicas 3 with min-insync 2 promises (one
-replica down at once); the same seed and settings always give the same schedule.
+One fault at a time, and the same seed and settings always give the same schedule. Replicas 3
+with min-insync 2 promise no acknowledged message lost while fewer than 2 of a topic's holders
+fail at once; one process down at a time is not enough for that, since a replica back from a
+fault (or a new one, after a wipe) holds the data again only once it has caught up. With
+replicas > 1, run.py therefore begins each fault only once the topic is whole again (every
+replica live and in sync), waiting at most --settle seconds, and skips a wipe of one of its
+replicas that finds it not whole by then: the times here are the earliest each fault begins.
 """
 
 import collections

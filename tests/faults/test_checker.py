@@ -173,3 +173,38 @@ def test_lost_messages_are_blamed_on_a_later_data_losing_fault_of_their_broker()
     pub = hist("A\t1\tx1\tp-0\t0", "A\t3\tx1\tp-1\t0")
     s = run_check(pub, [hist()], names={"x1": "b1"}, faults=[(1.5, "wipe", "b1")])
     assert s["lost_blamed_on"] == {"unexplained": 1, "wipe": 1}
+
+
+def test_the_setup_publish_is_checked_but_outside_the_window_and_the_availability():
+    setup = hist("START\t10.0", "E\t10.1\tb1\tsetup-0\tE_PUB_FAILED", "A\t11.0\tb2\tsetup-1\t",
+                 "END\t11.0\tx")
+    pub = hist("A\t50.0\tb1\tp-0\t0", "A\t60.0\tb1\tp-1\t0")
+    publishes, _r, _s = checker.parse_history(setup, checker.SETUP_CLIENT)
+    p2, _r, _s = checker.parse_history(pub, "pub")
+    publishes += p2
+    _p, receives, _s = checker.parse_history(
+        hist("R\t51\tb1\tp-0\t1", "R\t52\tb2\tsetup-1\t1", "R\t59\tb1\tp-1\t1"), "con")
+    s = checker.check(publishes, receives)
+    assert s["acked"] == 3 and s["lost"] == 0 and s["unexpected"] == 0
+    assert checker.publish_window(publishes) == (50.0, 60.0)
+    assert s["longest_silence_s"] == 7.0  # 52 to 59, not from the setup at 10
+    # The setup's error is not counted: the series starts with the publishers, all acked.
+    assert s["availability_series"][0] == [50.0, 1, 1]
+    assert sum(n for _t, n, _a in s["availability_series"]) == 2 and s["availability_min"] == 1
+    _p, receives, _s = checker.parse_history(hist("R\t51\tb1\tp-0\t1", "R\t59\tb1\tp-1\t1"),
+                                             "con")
+    s = checker.check(publishes, receives)
+    assert s["lost"] == 1 and s["lost_sample"] == ["setup-1"], "the setup's message is checked"
+
+
+def test_a_lost_message_comes_with_the_faults_around_its_acknowledgement():
+    pub = hist("A\t10.0\tb1\tp-0\t0", "A\t20.0\tb2\tp-1\t0")
+    faults = [(5.0, "pause", "broker-3"), (12.0, "kill", "broker-2"),
+              (15.0, "wipe", "broker-4"), (30.0, "partition", "broker-1")]
+    s = run_check(pub, [hist("R\t21\tb2\tp-1\t1")], names={"b1": "broker-1"}, faults=faults)
+    assert s["lost"] == 1
+    assert s["lost_context"] == [{
+        "body": "p-0", "acked_at": 10.0, "acked_by": "broker-1",
+        "fault_before": [5.0, "pause", "broker-3"],
+        "faults_after": [[12.0, "kill", "broker-2"], [15.0, "wipe", "broker-4"]]}]
+    assert "first lost" in checker.table(s) and "kill broker-2" in checker.table(s)
