@@ -182,8 +182,11 @@ run() { # SIDE ROW RUN-INDEX shard-bench-pub-flags...
         perf record -g -o "$OUT/perf-leader.data" -p "$target_pid" -- sleep 10 >/dev/null 2>&1 &
         perf_pid=$!
     fi
+    # In the background, so that a signal stops the run at once rather than after the bench.
     "$BIN/shard-bench" pub --nsqd-tcp-address "$target_tcp" --topic $TOPIC --duration "$DURATION" \
-        --broker-pid "$target_pid" --json "$json" --label "$row $side" --quiet "$@" >/dev/null
+        --broker-pid "$target_pid" --json "$json" --label "$row $side" --quiet "$@" >/dev/null &
+    pids+=($!)
+    wait "${pids[-1]}"
     if [[ -n $perf_pid ]]; then
         wait "$perf_pid" || true
         perf report -i "$OUT/perf-leader.data" --no-children --percent-limit 1 --stdio \
