@@ -9,13 +9,12 @@
 //! `Output::Failed`, or the topic's deletion); the controller's state is applied only when
 //! newer than the one held.
 
-use crate::mailbox::ReplyTo;
 use crate::storage::log::replica::{ReplicaStore, ReplicatedLog};
 use crate::storage::log::TopicLog;
 use replication::controller::TopicState as ControllerState;
 use replication::ids::{BrokerId, Epoch};
 use replication::replica::{Millis, Output, PublishId, Replica, ReplicaConfig, TopicState};
-use std::collections::HashMap;
+use std::collections::HashSet;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -50,23 +49,15 @@ pub fn replica_state(s: &ControllerState) -> TopicState {
     }
 }
 
-/// Who waits for a replicated publish's answer.
-#[derive(Debug, Clone, Copy)]
-pub enum Waiter {
-    /// A connection of this broker (through the shards' mail).
-    Local(ReplyTo),
-    /// A follower that forwarded it: answered on the replication connection.
-    Peer { broker: BrokerId, id: u64 },
-}
-
 /// A replicated topic's replica and what waits on it.
 pub struct TopicReplica {
     pub replica: Replica,
     pub store: ReplicaStore,
     /// The controller's decision last applied.
     pub controller: Option<ControllerState>,
-    /// Publishes waiting for `Output::Acked` / `Output::Failed`, by the shard's numbering.
-    pub waiting: HashMap<PublishId, Waiter>,
+    /// Publishes waiting for `Output::Acked` / `Output::Failed`, by the shard's numbering
+    /// (who waits for each is the shard's business).
+    pub waiting: HashSet<PublishId>,
     /// The in-sync proposal sent to the controller and not answered yet: `(epoch, number)`.
     pub proposal: Option<(Epoch, u64)>,
 }
@@ -83,7 +74,7 @@ impl TopicReplica {
             replica: Replica::new(me, incarnation, config, damaged),
             store,
             controller: None,
-            waiting: HashMap::new(),
+            waiting: HashSet::new(),
             proposal: None,
         }
     }

@@ -22,7 +22,7 @@ use super::topics::ParkedPublish;
 use super::Shard;
 use crate::ids::now_nanos;
 use crate::mailbox::{Mail, Reply, ReplyTo};
-use crate::replication::replicas::{now_ms, replica_config, TopicReplica, Waiter};
+use crate::replication::replicas::{now_ms, replica_config, TopicReplica};
 use crate::replication::transport::config::TransportConfig;
 use crate::replication::transport::peers::Peers;
 use crate::storage::log::ReplicaStore;
@@ -47,6 +47,15 @@ const MAX_AWAITING: usize = 10_000;
 /// The cluster id brokers of one deployment share in their handshakes.
 pub(crate) const CLUSTER_ID: &str = "nsq-shard";
 
+/// Who waits for a replicated publish's answer.
+#[derive(Debug, Clone, Copy)]
+enum Waiter {
+    /// A connection of this broker (through the shards' mail).
+    Local(ReplyTo),
+    /// A follower that forwarded it: answered on the replication connection.
+    Peer { broker: BrokerId, id: u64 },
+}
+
 /// A publish forwarded to its topic's leader, waiting for the answer.
 struct Forwarded {
     reply: ReplyTo,
@@ -69,6 +78,8 @@ pub(crate) struct ShardReplication {
     /// New topics whose publishes wait for the controller.
     awaiting: RefCell<HashMap<String, AwaitingTopic>>,
     next_publish: Cell<u64>,
+    /// Who waits for each publish a replica of this shard holds (`TopicReplica::waiting`).
+    waiters: RefCell<HashMap<u64, Waiter>>,
     /// The leaders of replicated topics this broker holds no replica of.
     routes: RefCell<HashMap<String, BrokerId>>,
     /// Publishes forwarded to a leader, by their id on the wire.
@@ -320,7 +331,11 @@ impl Shard {
             .as_mut()
             .map(|r| std::mem::take(&mut r.waiting))
             .unwrap_or_default();
-        for (_, w) in waiting {
+        let waiting: Vec<Waiter> = {
+            let mut waiters = self.repl.waiters.borrow_mut();
+            waiting.iter().filter_map(|id| waiters.remove(id)).collect()
+        };
+        for w in waiting {
             let e = pub_failed(format!("this broker is no longer a replica of {name}"));
             self.answer_waiter(w, Err(e));
         }
@@ -499,11 +514,13 @@ impl Shard {
             let mut log = log.borrow_mut();
             match tb.replica.as_mut() {
                 Some(r) => {
-                    r.waiting.insert(id, waiter);
+                    r.waiting.insert(id);
+                    self.repl.waiters.borrow_mut().insert(id, waiter);
                     let now = now_ms();
                     let p = r.with_log(&mut log, |r, l| r.published(l, id, end, now, &mut out));
                     if p.is_err() {
                         r.waiting.remove(&id);
+                        self.repl.waiters.borrow_mut().remove(&id);
                     }
                     p.is_ok()
                 }
@@ -560,6 +577,8 @@ impl Shard {
     /// Where a publish to `name` goes when this broker holds no replica of it but knows its
     /// leader.
     pub(super) fn routed_leader(&self, name: &str) -> Option<BrokerId> {
+        // Without replication a publish pays one branch here, nothing more.
+        self.config.cluster.as_ref()?;
         let leader = *self.repl.routes.borrow().get(name)?;
         let local = self
             .topics
@@ -700,7 +719,8 @@ impl Shard {
                         .borrow_mut()
                         .replica
                         .as_mut()
-                        .and_then(|r| r.waiting.remove(&id));
+                        .map(|r| r.waiting.remove(&id));
+                    let waiter = waiter.and_then(|_| self.repl.waiters.borrow_mut().remove(&id));
                     if let Some(w) = waiter {
                         self.answer_waiter(w, Ok(()));
                     }
@@ -710,7 +730,8 @@ impl Shard {
                         .borrow_mut()
                         .replica
                         .as_mut()
-                        .and_then(|r| r.waiting.remove(&id));
+                        .map(|r| r.waiting.remove(&id));
+                    let waiter = waiter.and_then(|_| self.repl.waiters.borrow_mut().remove(&id));
                     if let Some(w) = waiter {
                         let text = match why {
                             PublishError::Timeout => format!(
@@ -867,7 +888,11 @@ impl Shard {
             .as_mut()
             .map(|r| std::mem::take(&mut r.waiting))
             .unwrap_or_default();
-        for (_, w) in waiting {
+        let waiting: Vec<Waiter> = {
+            let mut waiters = self.repl.waiters.borrow_mut();
+            waiting.iter().filter_map(|id| waiters.remove(id)).collect()
+        };
+        for w in waiting {
             self.answer_waiter(w, Ok(()));
         }
     }
