@@ -137,6 +137,19 @@ impl Topic {
         self.retention_default
     }
 
+    /// Messages for `bodies`, each with the next ID of this topic, stamped `timestamp`.
+    pub fn stamp(&mut self, bodies: Vec<bytes::Bytes>, timestamp: i64) -> Vec<Message> {
+        bodies
+            .into_iter()
+            .map(|body| Message {
+                id: self.ids.next_id(),
+                timestamp,
+                attempts: 0,
+                body,
+            })
+            .collect()
+    }
+
     /// Appends messages to the log. Returns the seq after the last one and the channels that
     /// can now see them (to be dispatched).
     pub fn publish(&mut self, msgs: Vec<Message>, defer_until: i64) -> (u64, Vec<ChannelRef>) {

@@ -161,18 +161,7 @@ impl Shard {
             return self.store_replicated(t, bodies, defer, reply);
         }
         let timestamp = now_nanos();
-        let msgs: Vec<Message> = {
-            let ids = &mut t.borrow_mut().ids;
-            bodies
-                .into_iter()
-                .map(|body| Message {
-                    id: ids.next_id(),
-                    timestamp,
-                    attempts: 0,
-                    body,
-                })
-                .collect()
-        };
+        let msgs: Vec<Message> = t.borrow_mut().stamp(bodies, timestamp);
         // Dead letters: the IDs and bodies their origin records describe.
         let dead = (!origins.is_empty()).then(|| {
             msgs.iter()

@@ -319,22 +319,25 @@ impl Shard {
         Ok(())
     }
 
+    /// Who waits for `t`'s replica, taken from it (each is answered once, by the caller).
+    fn take_waiters(&self, t: &Rc<RefCell<Topic>>) -> Vec<Waiter> {
+        let ids = t
+            .borrow_mut()
+            .replica
+            .as_mut()
+            .map(|r| std::mem::take(&mut r.waiting))
+            .unwrap_or_default();
+        let mut waiters = self.repl.waiters.borrow_mut();
+        ids.iter().filter_map(|id| waiters.remove(id)).collect()
+    }
+
     /// This broker stopped being a replica of `name`: its waiting publishes fail; the topic
     /// and its files stay.
     fn stop_replica(&self, name: &str) {
         let Some(t) = self.repl.topics.borrow_mut().remove(name) else {
             return;
         };
-        let waiting = t
-            .borrow_mut()
-            .replica
-            .as_mut()
-            .map(|r| std::mem::take(&mut r.waiting))
-            .unwrap_or_default();
-        let waiting: Vec<Waiter> = {
-            let mut waiters = self.repl.waiters.borrow_mut();
-            waiting.iter().filter_map(|id| waiters.remove(id)).collect()
-        };
+        let waiting = self.take_waiters(&t);
         for w in waiting {
             let e = pub_failed(format!("this broker is no longer a replica of {name}"));
             self.answer_waiter(w, Err(e));
@@ -489,17 +492,8 @@ impl Shard {
             let mut tb = t.borrow_mut();
             // IDs follow every one this log holds, those it took as a follower too.
             let held = tb.log.borrow().recovered_max_id();
-            let ids = &mut tb.ids;
-            ids.resume_after(held);
-            bodies
-                .into_iter()
-                .map(|body| Message {
-                    id: ids.next_id(),
-                    timestamp,
-                    attempts: 0,
-                    body,
-                })
-                .collect()
+            tb.ids.resume_after(held);
+            tb.stamp(bodies, timestamp)
         };
         let end = t
             .borrow_mut()
@@ -882,16 +876,7 @@ impl Shard {
         let Some(t) = self.repl.topics.borrow_mut().remove(name) else {
             return;
         };
-        let waiting = t
-            .borrow_mut()
-            .replica
-            .as_mut()
-            .map(|r| std::mem::take(&mut r.waiting))
-            .unwrap_or_default();
-        let waiting: Vec<Waiter> = {
-            let mut waiters = self.repl.waiters.borrow_mut();
-            waiting.iter().filter_map(|id| waiters.remove(id)).collect()
-        };
+        let waiting = self.take_waiters(&t);
         for w in waiting {
             self.answer_waiter(w, Ok(()));
         }
