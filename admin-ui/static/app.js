@@ -432,11 +432,11 @@ function replicationSection(data) {
   const r = (n) => n.replication;
   return [
     el('h2', {}, 'Replication'),
-    table('topic-replicas', ['Node', 'Role', 'Leader', 'Epoch', 'In sync', 'Log end', 'Waiting publishes'],
+    table('topic-replicas', ['Node', 'Role', 'Leader', 'Epoch', 'In sync', 'Log start', 'Log end', 'Waiting publishes'],
       rows.map((n) => el('tr', { 'data-node': n.node },
         el('td', {}, n.node), el('td', {}, r(n).role), el('td', {}, String(r(n).leader)),
         numCell(r(n).epoch), el('td', {}, (r(n).isr || []).join(', ')),
-        numCell(r(n).log_end), numCell(r(n).waiting_publishes))), ''),
+        numCell(r(n).log_start), numCell(r(n).log_end), numCell(r(n).waiting_publishes))), ''),
   ];
 }
 

@@ -100,7 +100,10 @@ pub struct ReplicationStats {
     pub epoch: u64,
     /// The in-sync set, as the controller decided it.
     pub isr: Vec<u64>,
-    /// The log's end, and (on the leader) the high watermark: channels deliver below it.
+    /// The log's start (what is below was released, or never held: a follower begins at its
+    /// leader's start), its end, and (on the leader) the high watermark: channels deliver
+    /// below it.
+    pub log_start: u64,
     pub log_end: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub high_watermark: Option<u64>,

@@ -273,8 +273,8 @@ impl Topic {
             if self.channels.is_empty() {
                 // What the deleted channels had not read is theirs; a next first channel starts
                 // with what is published from now on.
-                let head = self.log.borrow().head();
-                self.log.borrow_mut().release_below(head);
+                let upto = self.log.borrow().head().min(self.release_cap());
+                self.log.borrow_mut().release_below(upto);
             }
         }
         removed
@@ -294,8 +294,10 @@ impl Topic {
         if self.channels.is_empty() {
             (log.head() - log.start()) as usize
         } else {
-            log.head()
-                .saturating_sub(self.visible_end.max(self.emptied_until)) as usize
+            // Nothing below the start is held (a replicated follower begun at its leader's
+            // start may not have seen it).
+            let seen = self.visible_end.max(self.emptied_until).max(log.start());
+            log.head().saturating_sub(seen) as usize
         }
     }
 
@@ -313,7 +315,8 @@ impl Topic {
     pub fn empty(&mut self) {
         let head = self.log.borrow().head();
         if self.channels.is_empty() {
-            self.log.borrow_mut().release_below(head);
+            let upto = head.min(self.release_cap());
+            self.log.borrow_mut().release_below(upto);
         } else if self.paused {
             for ch in self.channels.values() {
                 ch.borrow_mut().skip_range(self.visible_end, head);
@@ -325,11 +328,17 @@ impl Topic {
     /// The lowest seq any channel may still need; segments below it can go. An `#ephemeral`
     /// channel needs only what it has yet to read of its memory queue's worth of the log.
     pub fn floor(&self) -> u64 {
-        let floor = self.floor_above(0);
-        // A replicated topic's leader keeps what its followers have not acknowledged yet.
-        match self.replica.as_ref().and_then(|r| r.replica.retain_from()) {
-            Some(keep) => floor.min(keep),
-            None => floor,
+        self.floor_above(0).min(self.release_cap())
+    }
+
+    /// How far a replicated topic's log may be released: on its leader, up to the high
+    /// watermark (channels deliver nothing above it, and a follower that needs what was
+    /// released begins its log at the leader's start); elsewhere nothing (what a follower
+    /// holds is released by its leader's channels). No limit for a topic not replicated.
+    fn release_cap(&self) -> u64 {
+        match &self.replica {
+            None => u64::MAX,
+            Some(r) => r.deliverable().unwrap_or_else(|| self.log.borrow().start()),
         }
     }
 

@@ -2,7 +2,9 @@
 //! controller and three brokers with `--replicas=3`. A publish is answered OK only once a
 //! majority holds it; the followers hold every acknowledged message; when the leader is killed
 //! another replica leads, takes publishes and delivers every acknowledged message; the killed
-//! broker comes back as a follower and catches up. Every wait is bounded.
+//! broker comes back as a follower and catches up; once the leader released what its channel
+//! finished, a wiped replica comes back under a new id, begins its log at the leader's start
+//! and is back in sync. Every wait is bounded.
 
 mod support;
 
@@ -201,9 +203,63 @@ fn a_replicated_topic_is_acknowledged_by_a_majority_and_survives_its_leader() {
         },
         || logs(&members),
     );
+    // (What channel "c" finished may be released by then: the restarted broker then begins
+    // at the leader's start; a follower releases nothing itself.)
+    let repl = |m: &Member| {
+        m.broker()
+            .topic_stats(TOPIC)
+            .map(|t| t["replication"].clone())
+    };
     wait(
-        &format!("the restarted broker holds all {} messages", acked.len()),
-        || (depth(&members[leader]) == Some(acked.len() as u64)).then_some(()),
+        "the restarted broker holds everything its leader holds",
+        || {
+            let (r, l) = (repl(&members[leader])?, repl(&members[new_leader])?);
+            (r["log_end"] == l["log_end"]).then_some(())
+        },
         || logs(&members),
     );
+
+    // The new leader releases what its channel finished (up to its high watermark).
+    let released = wait(
+        "the leader releases what its channel finished",
+        || {
+            let r = repl(&members[new_leader])?;
+            let (start, end) = (r["log_start"].as_u64()?, r["log_end"].as_u64()?);
+            (start > 0 && start == end).then_some(start)
+        },
+        || logs(&members),
+    );
+
+    // A replica whose data path is wiped comes back under a new id and takes the old id's
+    // place; its leader no longer has what it misses, so it begins its log at the leader's
+    // start, takes what follows, and is back in sync.
+    let wiped = leader;
+    let old_id = members[wiped].id();
+    members[wiped].wipe();
+    members[wiped].restart(&lookups);
+    let new_id = members[wiped].id();
+    assert_ne!(new_id, old_id, "a wiped data path registers under a new id");
+    for i in 0..5 {
+        let body = format!("after-wipe{i}").into_bytes();
+        publish(&members[new_leader], &body)
+            .unwrap_or_else(|e| panic!("publish {i} after the wipe: {e}\n{}", logs(&members)));
+    }
+    let r = wait(
+        "the wiped broker is back in sync, begun at the leader's start",
+        || {
+            let leader_view = repl(&members[new_leader])?;
+            let isr: Vec<u64> = serde_json::from_value(leader_view["isr"].clone()).ok()?;
+            let r = repl(&members[wiped])?;
+            let caught_up = r["log_end"] == leader_view["log_end"];
+            (isr.len() == 3 && isr.contains(&new_id) && caught_up).then_some(r)
+        },
+        || logs(&members),
+    );
+    assert_eq!(r["role"], "follower", "{r}");
+    assert_eq!(
+        r["log_start"].as_u64(),
+        Some(released),
+        "the wiped broker begins at the leader's start: {r}"
+    );
+    assert_eq!(depth(&members[wiped]), Some(5), "{r}");
 }

@@ -143,6 +143,7 @@ fn replication_stats(t: &Topic) -> Option<stats::ReplicationStats> {
         leader: state.and_then(|s| s.leader).map_or(0, |l| l.0),
         epoch: state.map_or(0, |s| s.epoch.0),
         isr: state.map_or_else(Vec::new, |s| s.isr.iter().map(|b| b.0).collect()),
+        log_start: t.log.borrow().start(),
         log_end: t.log.borrow().head(),
         high_watermark: replica.high_watermark(),
         waiting_publishes: r.waiting.len(),

@@ -10,7 +10,9 @@
 //!   damaged record is answered with the log's end so that the leader resends from there
 //!   (damage is refetched, never stored), a stale copy only with the log's end;
 //! - nothing is acknowledged before the truncation is done, so every ack the leader counts
-//!   describes a prefix of its own log.
+//!   describes a prefix of its own log;
+//! - the log begins again only at the start its leader names, and only when it ends below it
+//!   (what lies between was acknowledged and consumed, and the leader released it).
 
 use super::config::ReplicaConfig;
 use super::log::ReplicaLog;
@@ -138,6 +140,21 @@ impl Follower {
                 batch,
             } if epoch == self.epoch && self.phase == Phase::Following => {
                 self.on_append(hw, base, batch, log, mem, cfg, out)
+            }
+            Msg::StartAt { epoch, hw, start }
+                if epoch == self.epoch && self.phase == Phase::Following =>
+            {
+                if log.end() < start {
+                    if log.start_at(start).is_err() {
+                        // Not now (a write under way): the leader sends it again.
+                        return;
+                    }
+                    mem.known_hw = mem.known_hw.max(hw.min(start));
+                    if mem.damaged && log.end() >= hw {
+                        mem.damaged = false;
+                    }
+                }
+                self.ack(log, mem, true, out);
             }
             Msg::EpochEndAnswer {
                 epoch,

@@ -16,7 +16,9 @@
 //!   once it holds both the high watermark and the log's end at the epoch's start (which
 //!   covers everything acknowledged in earlier epochs);
 //! - a follower counts only with acks of this epoch, sent after it truncated to this leader's
-//!   history, and only while it reports a clean log.
+//!   history, and only while it reports a clean log;
+//! - a follower that needs records below the log's start (released: acknowledged and
+//!   consumed) is told to begin its log at that start, never sent a gap.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -126,16 +128,6 @@ impl Leader {
 
     pub(crate) fn hw(&self) -> Seq {
         self.hw
-    }
-
-    /// The lowest log end a follower has acknowledged in this epoch (0 for one not heard
-    /// from): the leader's log must keep everything from there for it.
-    pub(crate) fn lowest_follower_end(&self) -> Seq {
-        self.peers
-            .values()
-            .map(|p| p.acked.map_or(0, |(end, _)| end))
-            .min()
-            .unwrap_or(Seq::MAX)
     }
 
     pub(crate) fn isr(&self) -> &[BrokerId] {
@@ -379,6 +371,32 @@ impl Leader {
                 peer.next = peer.acked.map_or(end, |a| a.0.min(end));
             }
             while peer.flights.len() < cfg.window.max(1) && peer.next < end {
+                if peer.next < log.start() && !mutation::on(Mutation::NoStartAt) {
+                    // The follower needs records this log released: it begins its log at
+                    // this log's start (what it misses was acknowledged and consumed).
+                    let start = if mutation::on(Mutation::StartAtEnd) {
+                        end
+                    } else {
+                        log.start()
+                    };
+                    peer.flights.push_back(Flight {
+                        base: peer.next,
+                        end: start,
+                        sent_at: now,
+                        reaches_end: start == end,
+                    });
+                    peer.next = start;
+                    peer.last_sent = Some(now);
+                    out.push(Output::Send {
+                        to,
+                        msg: Msg::StartAt {
+                            epoch: self.epoch,
+                            hw: self.hw,
+                            start,
+                        },
+                    });
+                    continue;
+                }
                 let Ok(batch) = log.read(peer.next, cfg.max_batch) else {
                     break;
                 };

@@ -4,9 +4,14 @@
 //! it into every call, so the same replica runs over the broker's segments and over
 //! [`super::mem_log::MemLog`] in the simulation.
 //!
-//! Contract: seqs are consecutive from the log's start; `durable_end() <= end()`; a truncation
-//! is durable before the next append is acknowledged (a crash never brings cut records back);
-//! the epoch history covers exactly the records held.
+//! Contract: seqs are consecutive from the log's start; `start() <= durable_end() <= end()`
+//! (an empty log that began at a seq counts it as durable); a truncation is durable before the
+//! next append is acknowledged (a crash never brings cut records back); the epoch history
+//! covers the records held (its first entry may begin below the start: the log released the
+//! records in front of it). Records below the start were released because every one was
+//! acknowledged and consumed, or were never held (a follower whose log began at its leader's
+//! start); a log that begins again ([`ReplicaLog::start_at`], or a truncation below its start)
+//! holds no record and no history.
 
 use super::epochs::EpochHistory;
 use super::record::{Batch, Record};
@@ -29,7 +34,7 @@ pub enum LogError {
         /// The append's epoch.
         appended: Epoch,
     },
-    /// A read of records the log does not hold.
+    /// A read of records the log does not hold (past its end, or released below its start).
     OutOfRange {
         /// The first seq asked for.
         from: Seq,
@@ -61,7 +66,10 @@ impl std::fmt::Display for LogError {
                 appended.0, last.0
             ),
             LogError::OutOfRange { from, end } => {
-                write!(f, "read from seq {from}, but the log ends at {end}")
+                write!(
+                    f,
+                    "read from seq {from}, outside the log (it ends at {end})"
+                )
             }
             LogError::NotReady => write!(f, "not ready yet: try again"),
             LogError::Damaged { seq } => write!(f, "record {seq} is damaged in storage"),
@@ -77,6 +85,14 @@ pub trait ReplicaLog {
     /// The seq the next record gets.
     fn end(&self) -> Seq;
 
+    /// The first seq held (records below it were released, or never held).
+    fn start(&self) -> Seq;
+
+    /// Drops every record and the epoch history, and makes the log begin, empty, at `start`;
+    /// durable before it returns. A follower whose log ends below its leader's start does
+    /// this: what it misses was acknowledged and consumed, and the leader no longer has it.
+    fn start_at(&mut self, start: Seq) -> Result<(), LogError>;
+
     /// The end of what an fsync has covered (`<= end()`).
     fn durable_end(&self) -> Seq;
 
@@ -86,7 +102,8 @@ pub trait ReplicaLog {
     /// Appends records written under `epoch`; the first must be at `end()`.
     fn append(&mut self, epoch: Epoch, records: &[Record]) -> Result<(), LogError>;
 
-    /// Cuts every record at or after `end` (nothing when `end >= self.end()`).
+    /// Cuts every record at or after `end` (nothing when `end >= self.end()`); below the
+    /// start, the log begins again at `end` as by [`ReplicaLog::start_at`].
     fn truncate_to(&mut self, end: Seq) -> Result<(), LogError>;
 
     /// Up to `max_records` records from `from`, all written under one epoch.

@@ -1,12 +1,14 @@
 //! An in-memory [`ReplicaLog`] for the simulation and tests, modelling what a crash does to a
 //! real log: records appended but not yet covered by a completed fsync are lost, and a torn or
-//! flipped tail is found by recovery's crc check and cut.
+//! flipped tail is found by recovery's crc check and cut. A prefix can be released (what a
+//! topic's channels finished), and the log can begin again at a later seq.
 //!
-//! Invariants: `durable <= records.len()`; a requested sync covers only what was appended
-//! before the request and never what a truncation cut since; `chain[i]` is a hash of the
-//! first `i + 1` records' bytes, so two logs hold the same prefix of length `n` exactly when
-//! (but for hash collisions) their `chain_at(n)` agree, which is how the simulation compares
-//! logs in constant time.
+//! Invariants: `start <= durable <= start + records.len()`; a requested sync covers only what
+//! was appended before the request and never what a truncation cut since; `sum` of a record
+//! is `base_sum` plus a hash of every record held up to it, each hashed with its seq, so two
+//! logs hold the same records in a range exactly when (but for hash collisions) their
+//! [`MemLog::range_hash`] of it agree, whatever their starts: that is how the simulation
+//! compares logs in constant time.
 
 use super::epochs::EpochHistory;
 use super::log::{LogError, ReplicaLog};
@@ -17,12 +19,15 @@ use crate::ids::{Epoch, Seq};
 struct Stored {
     epoch: Epoch,
     record: Record,
-    chain: u64,
+    sum: u64,
 }
 
 /// A log in memory, with a durable end that only a completed sync moves.
 #[derive(Debug, Clone, Default)]
 pub struct MemLog {
+    start: Seq,
+    /// The running sum before the first record held.
+    base_sum: u64,
     records: Vec<Stored>,
     epochs: EpochHistory,
     durable: Seq,
@@ -39,6 +44,11 @@ fn bytes_hash(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     })
+}
+
+/// A record's hash, bound to its seq (the same bytes at another seq hash differently).
+pub(crate) fn record_hash(seq: Seq, bytes: &[u8]) -> u64 {
+    mix(bytes_hash(bytes) ^ mix(seq.wrapping_add(0x9e37_79b9_7f4a_7c15)))
 }
 
 impl MemLog {
@@ -60,21 +70,47 @@ impl MemLog {
         Ok(self.end())
     }
 
-    /// A hash of the first `n` records' bytes (0 for none); `None` past the end.
-    pub fn chain_at(&self, n: Seq) -> Option<u64> {
-        if n == 0 {
-            return Some(0);
+    fn index(&self, seq: Seq) -> Option<usize> {
+        seq.checked_sub(self.start)
+            .and_then(|i| usize::try_from(i).ok())
+    }
+
+    /// The running sum of the records held below `n` (`base_sum` at the start); `None`
+    /// outside `start..=end`.
+    fn sum_below(&self, n: Seq) -> Option<u64> {
+        match self.index(n)? {
+            0 => Some(self.base_sum),
+            i => self.records.get(i - 1).map(|s| s.sum),
         }
-        let i = usize::try_from(n - 1).ok()?;
-        self.records.get(i).map(|s| s.chain)
+    }
+
+    /// A hash of the records from `from` to `to` (0 for none), comparable between logs;
+    /// `None` when the log does not hold all of them.
+    pub fn range_hash(&self, from: Seq, to: Seq) -> Option<u64> {
+        if from >= to {
+            return (from == to).then_some(0);
+        }
+        Some(self.sum_below(to)?.wrapping_sub(self.sum_below(from)?))
     }
 
     /// The record at `seq`.
     pub fn record(&self, seq: Seq) -> Option<&Record> {
-        usize::try_from(seq)
-            .ok()
+        self.index(seq)
             .and_then(|i| self.records.get(i))
             .map(|s| &s.record)
+    }
+
+    /// Releases the records below `seq` (at most the end): what every channel finished.
+    pub fn release_below(&mut self, seq: Seq) {
+        let n = seq.min(self.end()).saturating_sub(self.start);
+        let n = usize::try_from(n).unwrap_or(usize::MAX);
+        if n == 0 {
+            return;
+        }
+        self.base_sum = self.records[n - 1].sum;
+        self.records.drain(..n);
+        self.start += n as Seq;
+        self.durable = self.durable.max(self.start);
     }
 
     /// Whether a sync was requested and has not completed.
@@ -114,7 +150,7 @@ impl MemLog {
     pub fn recover(&mut self) -> bool {
         match self.records.iter().position(|s| !s.record.intact()) {
             Some(i) => {
-                self.cut(i as Seq);
+                self.cut(self.start + i as Seq);
                 true
             }
             None => false,
@@ -122,17 +158,39 @@ impl MemLog {
     }
 
     fn cut(&mut self, end: Seq) {
-        let n = usize::try_from(end).unwrap_or(usize::MAX);
+        if end < self.start {
+            self.begin_at(end);
+            return;
+        }
+        let n = usize::try_from(end - self.start).unwrap_or(usize::MAX);
         self.records.truncate(n);
         self.epochs.truncate_to(end);
         self.durable = self.durable.min(end);
         self.sync_target = self.sync_target.map(|t| t.min(end));
     }
+
+    fn begin_at(&mut self, start: Seq) {
+        self.records.clear();
+        self.epochs = EpochHistory::default();
+        self.start = start;
+        self.base_sum = 0;
+        self.durable = start;
+        self.sync_target = None;
+    }
 }
 
 impl ReplicaLog for MemLog {
     fn end(&self) -> Seq {
-        self.records.len() as Seq
+        self.start + self.records.len() as Seq
+    }
+
+    fn start(&self) -> Seq {
+        self.start
+    }
+
+    fn start_at(&mut self, start: Seq) -> Result<(), LogError> {
+        self.begin_at(start);
+        Ok(())
     }
 
     fn durable_end(&self) -> Seq {
@@ -165,13 +223,13 @@ impl ReplicaLog for MemLog {
                 last: e.last,
                 appended: e.appended,
             })?;
-        let mut chain = self.records.last().map_or(0, |s| s.chain);
+        let mut sum = self.records.last().map_or(self.base_sum, |s| s.sum);
         for r in records {
-            chain = mix(chain ^ bytes_hash(&r.bytes));
+            sum = sum.wrapping_add(record_hash(r.seq, &r.bytes));
             self.records.push(Stored {
                 epoch,
                 record: r.clone(),
-                chain,
+                sum,
             });
         }
         Ok(())
@@ -186,8 +244,8 @@ impl ReplicaLog for MemLog {
 
     fn read(&self, from: Seq, max_records: usize) -> Result<Batch, LogError> {
         let end = self.end();
-        let start = usize::try_from(from)
-            .ok()
+        let start = self
+            .index(from)
             .filter(|&i| i < self.records.len())
             .ok_or(LogError::OutOfRange { from, end })?;
         let epoch = self.records[start].epoch;
@@ -255,13 +313,38 @@ mod tests {
     }
 
     #[test]
-    fn equal_prefixes_have_equal_chains() {
+    fn equal_ranges_have_equal_hashes_whatever_the_start() {
         let mut a = MemLog::new();
         let mut b = MemLog::new();
-        assert!(a.append_new(Epoch(1), payloads(3)).is_ok());
-        assert!(b.append_new(Epoch(2), payloads(2)).is_ok());
-        assert_eq!(a.chain_at(2), b.chain_at(2));
+        assert!(a.append_new(Epoch(1), payloads(5)).is_ok());
+        assert!(b.append_new(Epoch(2), payloads(4)).is_ok());
+        assert_eq!(a.range_hash(0, 4), b.range_hash(0, 4));
+        a.release_below(2);
+        assert_eq!((a.start(), a.end()), (2, 5));
+        assert_eq!(a.range_hash(2, 4), b.range_hash(2, 4));
+        assert_eq!(a.range_hash(1, 4), None);
+        let mut c = MemLog::new();
+        assert!(c.start_at(3).is_ok());
+        let r3 = b.record(3).cloned();
+        assert!(c
+            .append(Epoch(2), &r3.into_iter().collect::<Vec<_>>())
+            .is_ok());
+        assert_eq!(c.range_hash(3, 4), a.range_hash(3, 4));
         assert!(b.append_new(Epoch(2), vec![vec![9]]).is_ok());
-        assert_ne!(a.chain_at(3), b.chain_at(3));
+        assert_ne!(a.range_hash(2, 5), b.range_hash(2, 5));
+    }
+
+    #[test]
+    fn a_log_begun_again_holds_nothing_and_truncating_below_the_start_begins_again() {
+        let mut log = MemLog::new();
+        assert!(log.append_new(Epoch(1), payloads(6)).is_ok());
+        log.release_below(4);
+        assert!(log.read(3, 1).is_err());
+        assert!(log.truncate_to(2).is_ok());
+        assert_eq!((log.start(), log.end(), log.durable_end()), (2, 2, 2));
+        assert_eq!(log.epochs().last_epoch(), None);
+        assert!(log.start_at(10).is_ok());
+        assert_eq!(log.append_new(Epoch(3), payloads(1)), Ok(11));
+        assert_eq!(log.epochs().entries(), &[(Epoch(3), 10)]);
     }
 }

@@ -50,6 +50,17 @@ pub enum Msg {
         /// The records, all written under `batch.epoch`.
         batch: Batch,
     },
+    /// Leader → follower: the leader's log begins at `start` (every record below it was
+    /// acknowledged and consumed, and released); a follower whose log ends below it begins
+    /// its log there. Sent instead of records the follower needs and the leader released.
+    StartAt {
+        /// The shipping leader's epoch.
+        epoch: Epoch,
+        /// The leader's high watermark.
+        hw: Seq,
+        /// The first seq the leader's log holds.
+        start: Seq,
+    },
     /// Follower → leader: where the follower's log ends.
     Ack {
         /// The follower's current epoch.

@@ -106,16 +106,6 @@ impl Replica {
         }
     }
 
-    /// The lowest seq this replica's log must keep for the others: on a leader, the lowest
-    /// end a follower acknowledged (0 for one not heard from; `Seq::MAX` without followers);
-    /// `None` on a follower or an idle replica (what it keeps is its own channels' business).
-    pub fn retain_from(&self) -> Option<Seq> {
-        match &self.role {
-            Role::Leader(l) => Some(l.lowest_follower_end()),
-            _ => None,
-        }
-    }
-
     /// The in-sync set the leader counts as confirmed (`None` on a follower).
     pub fn leader_isr(&self) -> Option<&[BrokerId]> {
         match &self.role {

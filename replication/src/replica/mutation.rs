@@ -21,6 +21,11 @@ pub(crate) enum Mutation {
     ReuseEpoch,
     /// The leader sets its high watermark to the lowest end it counts, even when lower.
     HwFollowsAcks,
+    /// The leader tells a follower behind its start to begin at the log's end instead.
+    StartAtEnd,
+    /// The leader never tells a follower behind its start where the log begins (it waits
+    /// for records it no longer has).
+    NoStartAt,
 }
 
 #[cfg(test)]

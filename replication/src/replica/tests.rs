@@ -129,8 +129,8 @@ fn an_acknowledgement_waits_for_every_in_sync_member() {
     assert_eq!(c.acked, vec![7]);
     for b in [B, C] {
         assert_eq!(
-            c.nodes[ix(b)].log.chain_at(1),
-            c.nodes[ix(A)].log.chain_at(1)
+            c.nodes[ix(b)].log.range_hash(0, 1),
+            c.nodes[ix(A)].log.range_hash(0, 1)
         );
     }
 }
@@ -166,7 +166,7 @@ fn a_follower_truncates_to_where_its_history_leaves_the_leaders() {
     c.tick(10);
     let (a, b) = (&c.nodes[ix(A)].log, &c.nodes[ix(B)].log);
     assert_eq!(b.end(), a.end());
-    assert_eq!(b.chain_at(b.end()), a.chain_at(a.end()));
+    assert_eq!(b.range_hash(0, b.end()), a.range_hash(0, a.end()));
     assert_eq!(b.epochs(), a.epochs());
 }
 

@@ -48,6 +48,7 @@ const MSG_APPEND: u8 = 1;
 const MSG_ACK: u8 = 2;
 const MSG_EPOCH_QUERY: u8 = 3;
 const MSG_EPOCH_ANSWER: u8 = 4;
+const MSG_START_AT: u8 = 5;
 
 const FWD_PUBLISH: u8 = 1;
 const FWD_ANSWER: u8 = 2;
@@ -445,6 +446,12 @@ fn put_msg(out: &mut Vec<u8>, msg: &Msg) -> Result<(), WireError> {
             }
             out.push(flags);
         }
+        Msg::StartAt { epoch, hw, start } => {
+            out.push(MSG_START_AT);
+            for v in [epoch.0, *hw, *start] {
+                out.extend_from_slice(&v.to_be_bytes());
+            }
+        }
         Msg::EpochEndQuery { epoch, last_epoch } => {
             out.push(MSG_EPOCH_QUERY);
             out.extend_from_slice(&epoch.0.to_be_bytes());
@@ -485,6 +492,7 @@ pub fn encoded_len(topic: &str, msg: &Msg) -> usize {
                         .sum::<usize>()
             }
             Msg::Ack { .. } => 33,
+            Msg::StartAt { .. } => 24,
             Msg::EpochEndQuery { .. } => 16,
             Msg::EpochEndAnswer { found, .. } => 17 + if found.is_some() { 16 } else { 0 },
         }
@@ -759,6 +767,11 @@ impl<'a> Reader<'a> {
                     resend: flags & ACK_RESEND != 0,
                 })
             }
+            MSG_START_AT => Ok(Msg::StartAt {
+                epoch: Epoch(self.u64("a start's epoch")?),
+                hw: self.u64("a start's high watermark")?,
+                start: self.u64("a start's seq")?,
+            }),
             MSG_EPOCH_QUERY => Ok(Msg::EpochEndQuery {
                 epoch: Epoch(self.u64("a query's epoch")?),
                 last_epoch: Epoch(self.u64("a query's last epoch")?),

@@ -58,6 +58,11 @@ fn msg() -> impl Strategy<Value = Msg> {
                     resend,
                 }
             ),
+        (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(e, hw, start)| Msg::StartAt {
+            epoch: Epoch(e),
+            hw,
+            start,
+        }),
         (any::<u64>(), any::<u64>()).prop_map(|(e, l)| Msg::EpochEndQuery {
             epoch: Epoch(e),
             last_epoch: Epoch(l),

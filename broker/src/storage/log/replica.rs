@@ -14,8 +14,9 @@
 //! - The epoch history lives in `epochs.json` beside the segments, written atomically
 //!   (temporary file, fsync, rename, fsync of the directory) whenever it changes, before the
 //!   append that changes it returns: no record of an epoch reaches the disk before its entry.
-//! - `truncate_to` cuts the log durably before it returns (`truncate.rs`); while a write is
-//!   under way it answers [`LogError::NotReady`] and the replica asks again.
+//! - `truncate_to` cuts the log durably before it returns (`truncate.rs`), and `start_at`
+//!   (or a truncation below the start) empties it to begin at a later seq; while a write is
+//!   under way both answer [`LogError::NotReady`] and the replica asks again.
 //! - `read` serves one epoch's records from the window or the block cache; blocks not cached
 //!   are asked for and the read answers [`LogError::NotReady`] (the shard's fetcher reads them;
 //!   the leader tries again on its next tick). A record that does not verify on disk is
@@ -156,6 +157,18 @@ impl<'a> ReplicatedLog<'a> {
         Ok(())
     }
 
+    /// Empties the epoch history (the log holds no record), durably when it can: entries past
+    /// the end are dropped at open too, so a failure here loses nothing.
+    fn forget_epochs(&mut self) {
+        if self.store.epochs.entries().is_empty() {
+            return;
+        }
+        self.store.epochs = EpochHistory::default();
+        if let Err(e) = self.store.persist() {
+            warn!(topic = %self.log.name, "epoch history not rewritten after the log began again: {e}");
+        }
+    }
+
     /// The record at `seq` as shipped: from the window, else from the block cache.
     fn record_at(&self, seq: Seq, hint: &mut super::DiskHint) -> Result<Record, LogError> {
         if let Some(s) = self.log.in_window(seq) {
@@ -191,6 +204,20 @@ impl TopicLog {
 impl ReplicaLog for ReplicatedLog<'_> {
     fn end(&self) -> Seq {
         self.log.head
+    }
+
+    fn start(&self) -> Seq {
+        self.log.start
+    }
+
+    fn start_at(&mut self, start: Seq) -> Result<(), LogError> {
+        match self.log.begin_at(start) {
+            Ok(true) => {}
+            Ok(false) => return Err(LogError::NotReady),
+            Err(e) => return Err(LogError::Storage(e.to_string())),
+        }
+        self.forget_epochs();
+        Ok(())
     }
 
     fn durable_end(&self) -> Seq {
@@ -233,6 +260,9 @@ impl ReplicaLog for ReplicatedLog<'_> {
     fn truncate_to(&mut self, end: Seq) -> Result<(), LogError> {
         if end >= self.log.head {
             return Ok(());
+        }
+        if end < self.log.start {
+            return self.start_at(end);
         }
         match self.log.cut_to(end) {
             Ok(true) => {}

@@ -152,6 +152,10 @@ enum Op {
     Write,
     Sync,
     Crash,
+    /// Begin again, empty, this many seqs past the end.
+    StartAt {
+        ahead: u64,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -162,6 +166,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => Just(Op::Write),
         2 => Just(Op::Sync),
         1 => Just(Op::Crash),
+        1 => (0u64..30).prop_map(|ahead| Op::StartAt { ahead }),
     ]
 }
 
@@ -191,14 +196,21 @@ fn run_ops(ops: Vec<Op>) {
                     assert_eq!(model.truncate_to(to), Ok(()));
                 }
                 Op::Read { at, max } => {
-                    if model.end() == 0 {
+                    let start = model.start();
+                    if start > 0 {
                         assert!(matches!(
-                            real.read(0, max).await,
+                            real.read(start - 1, max).await,
+                            Err(LogError::OutOfRange { .. })
+                        ));
+                    }
+                    if model.end() == start {
+                        assert!(matches!(
+                            real.read(start, max).await,
                             Err(LogError::OutOfRange { .. })
                         ));
                         continue;
                     }
-                    let from = model.end() * at / 1000;
+                    let from = start + (model.end() - start) * at / 1000;
                     let want = model.read(from, max).unwrap();
                     let got = real.read(from, max).await.unwrap();
                     assert_eq!(got.epoch, want.epoch);
@@ -212,12 +224,21 @@ fn run_ops(ops: Vec<Op>) {
                     model.complete_sync();
                     assert!(real.log.borrow_mut().take_synced());
                 }
+                Op::StartAt { ahead } => {
+                    let at = model.end() + ahead;
+                    assert_eq!(real.with(|r| r.start_at(at)), Ok(()));
+                    assert_eq!(model.start_at(at), Ok(()));
+                    assert!(real.seg_files().is_empty());
+                }
                 Op::Crash => {
                     let (durable, end) = (model.durable_end(), model.end());
+                    // A log begun again with nothing written since has no file: it opens
+                    // empty at 0 (its leader begins it again).
+                    let nothing_written = durable == model.start();
                     real = real.crash();
                     let now = real.with(|r| r.end());
                     assert!(
-                        durable <= now && now <= end,
+                        durable <= now && now <= end || nothing_written && now == 0,
                         "reopened with end {now}, durable {durable}, end before {end}"
                     );
                     assert!(!real.store.damaged());
@@ -226,18 +247,28 @@ fn run_ops(ops: Vec<Op>) {
                 }
             }
             assert_eq!(real.with(|r| r.end()), model.end());
+            assert_eq!(real.with(|r| r.start()), model.start());
             assert!(real.with(|r| r.durable_end()) >= model.durable_end());
             assert!(real.with(|r| r.durable_end() <= r.end()));
             assert_eq!(real.with(|r| r.epochs().clone()), *model.epochs());
         }
         // Everything the model holds is read back the same, before and after a restart.
-        let end = model.end();
-        assert_eq!(real.read_range(0, end).await, model_range(&model, 0, end));
+        let (start, end) = (model.start(), model.end());
+        assert_eq!(
+            real.read_range(start, end).await,
+            model_range(&model, start, end)
+        );
         real.sync().await;
         let mut real = real.crash();
-        assert_eq!(real.with(|r| r.end()), end);
-        assert_eq!(real.with(|r| r.epochs().clone()), *model.epochs());
-        assert_eq!(real.read_range(0, end).await, model_range(&model, 0, end));
+        assert_eq!(real.with(|r| r.end()), if start == end { 0 } else { end });
+        if start < end {
+            assert_eq!(real.with(|r| r.start()), start);
+            assert_eq!(real.with(|r| r.epochs().clone()), *model.epochs());
+        }
+        assert_eq!(
+            real.read_range(start, end).await,
+            model_range(&model, start, end)
+        );
     });
 }
 
@@ -362,6 +393,51 @@ fn a_crash_after_a_cut_never_brings_cut_records_back() {
             .map(|r| (Epoch(1), r))
             .collect();
         assert_eq!(real.read_range(0, 12).await, want);
+    });
+}
+
+/// A follower's log begun again past its end (its leader released what it misses): the
+/// segments go at once, the next records open a segment based at the new start, and a restart
+/// finds the log there with its epoch.
+#[test]
+fn a_log_begun_again_starts_a_segment_at_its_new_start() {
+    with_dir("replica-start-at", |dir| async move {
+        let mut real = synced(&dir, 40, 16 * 1024).await;
+        assert!(real.seg_files().len() > 1);
+        assert_eq!(real.with(|r| r.start_at(100)), Ok(()));
+        assert!(real.seg_files().is_empty());
+        assert_eq!(real.with(|r| (r.start(), r.end())), (100, 100));
+        assert!(real.with(|r| r.epochs().entries().is_empty()));
+        assert!(matches!(
+            real.read(39, 1).await,
+            Err(LogError::OutOfRange { .. })
+        ));
+        assert_eq!(
+            real.with(|r| r.append(Epoch(2), &records(100, 10, 2))),
+            Ok(())
+        );
+        real.sync().await;
+        assert_eq!(
+            real.seg_files().first(),
+            Some(&format!("{:020}.seg", 100)),
+            "the first segment is based at the new start"
+        );
+        let want: Vec<_> = records(100, 10, 2)
+            .into_iter()
+            .map(|r| (Epoch(2), r))
+            .collect();
+        let mut real = real.crash();
+        assert!(!real.store.damaged());
+        assert_eq!(real.with(|r| (r.start(), r.end())), (100, 110));
+        assert_eq!(
+            real.with(|r| r.epochs().entries().to_vec()),
+            vec![(Epoch(2), 100)]
+        );
+        assert_eq!(real.read_range(100, 110).await, want);
+        // A truncation below the start begins the log again there.
+        assert_eq!(real.with(|r| r.truncate_to(50)), Ok(()));
+        assert_eq!(real.with(|r| (r.start(), r.end())), (50, 50));
+        assert!(real.seg_files().is_empty());
     });
 }
 

@@ -1,6 +1,7 @@
 //! Cutting the end of a replicated log at run time: [`TopicLog::cut_to`] drops every record at
 //! or after a seq from the window, the pending chunks and the segment files, durably, before
-//! it returns.
+//! it returns; [`TopicLog::begin_at`] drops every record and makes the log begin, empty, at a
+//! later seq (a follower whose leader released what it misses).
 //!
 //! Order on disk: the segment holding the cut is shortened and fsynced first, then the newer
 //! segments are deleted and the directory fsynced. A crash between the two leaves newer
@@ -57,6 +58,34 @@ impl TopicLog {
         while self.deferred.back().is_some_and(|&(seq, _)| seq >= end) {
             self.deferred.pop_back();
         }
+        self.cuts += 1;
+        Ok(true)
+    }
+
+    /// Drops every record, its files included (durably), and makes the log begin, empty, at
+    /// `start`: the next record appended is `start`, in a new segment based there.
+    /// `Ok(false)`: a write is under way, nothing was dropped; ask again once it is done.
+    ///
+    /// Until that segment is written, the files hold nothing: a restart opens an empty log at
+    /// 0, which its leader begins again at its start.
+    pub(super) fn begin_at(&mut self, start: u64) -> Result<bool, StorageError> {
+        if self.writing > 0 {
+            return Ok(false);
+        }
+        if self.dir.is_some() {
+            self.cut_files(0)?;
+        }
+        self.pending.clear();
+        self.window.clear();
+        self.deferred.clear();
+        self.head = start;
+        self.start = start;
+        self.written_end = start;
+        self.planned_end = start;
+        self.synced_end = start;
+        self.read_past = start;
+        self.unplanned_bytes = 0;
+        self.unsynced = 0;
         self.cuts += 1;
         Ok(true)
     }

@@ -63,6 +63,7 @@ fn run_seeds(first: u64, seeds: u64, raft: bool) {
                 total.elections += o.elections;
                 total.faults += o.faults;
                 total.durable_runs += o.durable_runs;
+                total.starts += o.starts;
                 total.ctl_crashes += o.ctl_crashes;
                 total.ctl_installs += o.ctl_installs;
                 total.ctl_snapshot_restarts += o.ctl_snapshot_restarts;
@@ -85,7 +86,8 @@ fn run_seeds(first: u64, seeds: u64, raft: bool) {
     println!(
         "simulation ({}): {seeds} seeds from {first}, {} steps, {} publishes acknowledged, {} failed, \
          {} elections, {} faults ({} controller node crashes; {} restarts from a snapshot, {} \
-         snapshots installed), {} runs durable, {:.1?}, {} violations",
+         snapshots installed), {} runs durable, {} followers begun at a leader's start, \
+         {:.1?}, {} violations",
         if raft { "real controller" } else { "oracle" },
         total.steps,
         total.acked,
@@ -96,6 +98,7 @@ fn run_seeds(first: u64, seeds: u64, raft: bool) {
         total.ctl_snapshot_restarts,
         total.ctl_installs,
         total.durable_runs,
+        total.starts,
         started.elapsed(),
         failures.len()
     );
@@ -214,6 +217,16 @@ fn electing_outside_the_in_sync_set_is_caught() {
 #[test]
 fn two_leaders_in_one_epoch_are_caught() {
     assert_caught(Mutation::ReuseEpoch, &["both lead epoch"]);
+}
+
+#[test]
+fn beginning_a_follower_past_what_was_released_is_caught() {
+    assert_caught(Mutation::StartAtEnd, &[LACKS, ELECTED]);
+}
+
+#[test]
+fn a_follower_left_behind_a_released_prefix_is_caught() {
+    assert_caught(Mutation::NoStartAt, &["back in sync"]);
 }
 
 #[test]

@@ -60,7 +60,8 @@ impl World {
     }
 
     /// After healing: every topic has a running leader from which every acknowledged record
-    /// reads back, and publishes were acknowledged again.
+    /// reads back, every replica is in sync again (a new or wiped one caught up, even past
+    /// what the leader released), and publishes were acknowledged again.
     pub(super) fn final_check(&self) -> Result<(), String> {
         for t in 0..TOPICS {
             let st = &self.ctl.state(t);
@@ -76,7 +77,8 @@ impl World {
                 .ok_or_else(|| format!("topic {t}: leader {} has no log", leader.0))?;
             let (len, _) = self.checker.acked(t);
             let mut read = MemLog::new();
-            let mut at = 0;
+            let mut at = log.start().min(len);
+            read.start_at(at).map_err(|e| format!("topic {t}: {e}"))?;
             while at < len {
                 let b = log
                     .read(at, 64)
@@ -90,6 +92,11 @@ impl World {
                 return Err(format!(
                     "topic {t}: the acknowledged records do not read back from leader {}",
                     leader.0
+                ));
+            }
+            if st.isr != st.replicas {
+                return Err(format!(
+                    "topic {t}: not every replica is back in sync after healing ({st:?})"
                 ));
             }
             if self.acked_after_heal.get(&t).copied().unwrap_or(0) == 0 {

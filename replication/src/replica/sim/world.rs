@@ -26,7 +26,7 @@ use super::oracle::{Effect, Oracle};
 use super::raft_control::RaftControl;
 use super::rng::Rng;
 use crate::ids::{BrokerId, Seq};
-use crate::replica::{MemLog, Millis, Output, PublishId, Replica, ReplicaConfig};
+use crate::replica::{MemLog, Millis, Output, PublishId, Replica, ReplicaConfig, ReplicaLog};
 
 pub(super) const HOSTS: usize = 5;
 pub(super) const TOPICS: usize = 3;
@@ -60,6 +60,9 @@ pub(crate) struct Outcome {
     pub(crate) elections: u64,
     pub(crate) faults: u64,
     pub(crate) durable_runs: u64,
+    /// Followers told to begin their log at a leader's start (it had released what they
+    /// missed).
+    pub(crate) starts: u64,
     pub(crate) ctl_crashes: u64,
     /// Controller snapshots installed from a leader, and restarts from one.
     pub(crate) ctl_installs: u64,
@@ -107,6 +110,9 @@ pub(crate) struct World {
     pub(super) acked_after_heal: BTreeMap<usize, u64>,
     /// `SIM_TRACE=1`: every event on stderr (for replaying a failing seed).
     pub(super) trace: bool,
+    /// Leaders release what their channels finished (at random, at most the high watermark
+    /// and the acknowledged end): followers then begin again at a leader's start.
+    pub(super) releases: bool,
 }
 
 impl World {
@@ -157,6 +163,7 @@ impl World {
             })
             .collect();
         let weather = Weather::random(&mut rng);
+        let releases = rng.chance(0.5);
         let mut w = World {
             opts,
             rng,
@@ -177,6 +184,7 @@ impl World {
             },
             acked_after_heal: BTreeMap::new(),
             trace: std::env::var_os("SIM_TRACE").is_some(),
+            releases,
         };
         for h in 0..HOSTS {
             let at = w.rng.below(TICK);
@@ -323,6 +331,9 @@ impl World {
                         r.tick(log, now, &mut outs);
                     }
                     self.apply_outputs(h, t, outs)?;
+                    if self.releases && self.rng.chance(0.1) {
+                        self.release(h, t)?;
+                    }
                 }
                 let due = self.hosts[h]
                     .last_heartbeat
@@ -412,6 +423,31 @@ impl World {
                     }
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// A leader's channels finished a prefix: its log releases it (below the high watermark,
+    /// as channels deliver only below it, and below the acknowledged end the checker knows).
+    fn release(&mut self, h: usize, t: usize) -> Result<(), String> {
+        let host = &self.hosts[h];
+        let (Some(hw), Some(log)) = (
+            host.replicas.get(&t).and_then(Replica::high_watermark),
+            host.logs.get(&t),
+        ) else {
+            return Ok(());
+        };
+        let top = hw.min(self.checker.acked(t).0).min(log.end());
+        if top <= log.start() {
+            return Ok(());
+        }
+        let at = self.rng.range(log.start() + 1, top);
+        self.checker.on_release(t, at)?;
+        if let Some(log) = self.hosts[h].logs.get_mut(&t) {
+            log.release_below(at);
+        }
+        if self.trace {
+            eprintln!("{} host {h} topic {t}: released below {at}", self.now);
         }
         Ok(())
     }
@@ -606,6 +642,9 @@ impl World {
             match o {
                 Output::Send { to, msg } => {
                     let msg = through_the_wire(topic, msg)?;
+                    if matches!(msg, crate::replica::Msg::StartAt { .. }) {
+                        self.out.starts += 1;
+                    }
                     if let Some(dest) = self.host_of(to) {
                         let from = self.hosts[h].id;
                         self.send(
