@@ -5,7 +5,9 @@
 #                           build, cargo tests, Python and node wire tests for --shards 1, 2 and
 #                           4, then the admin-ui tests (API and headless Chromium) once, then the
 #                           cluster test (tests/cluster: 2 lookups, 3 brokers, admin-ui on
-#                           network namespaces; skipped, saying why, where they cannot be made)
+#                           network namespaces), then the fault run's short form (tests/faults:
+#                           3 lookups, 5 brokers, --replicas 3; both skipped, saying why, where
+#                           namespaces cannot be made)
 #   tests/run.sh quick      the inner loop, under 2 minutes on a built tree: formatting, clippy,
 #                           and `cargo test --lib --bins` (every crate's unit tests, the owner
 #                           simulation, the flags reference and documentation link checks) with
@@ -27,6 +29,7 @@
 #   SKIP_WIRE=1             skip the pytest wire tests (tests/python) and the fault checker's
 #                           unit tests (tests/faults/test_checker.py)
 #   SKIP_CLUSTER=1          skip the cluster test (tests/cluster)
+#   SKIP_FAULTS=1           skip the fault run's short form (tests/faults/test_fault_run.py)
 #   e.g. the cluster test alone, binaries already built:
 #     SKIP_LINT=1 SKIP_BUILD=1 SKIP_CARGO_TEST=1 SKIP_WIRE=1 SKIP_NODE=1 SKIP_ADMIN=1 tests/run.sh
 #   BROKER_BIN=path         test another broker binary
@@ -45,7 +48,7 @@ CARGO_TEST_NAME="cargo test --workspace"
 case "$TIER" in
   full) ;;
   quick)
-    : "${SKIP_BUILD:=1}" "${SKIP_WIRE:=1}" "${SKIP_NODE:=1}" "${SKIP_ADMIN:=1}" "${SKIP_CLUSTER:=1}"
+    : "${SKIP_BUILD:=1}" "${SKIP_WIRE:=1}" "${SKIP_NODE:=1}" "${SKIP_ADMIN:=1}" "${SKIP_CLUSTER:=1}" "${SKIP_FAULTS:=1}"
     # Plus the integration tests that start nothing: the codec's property and allocation
     # tests and the broker's layering check (one `--workspace` build, so no feature re-build).
     CARGO_TEST_TARGETS=(--workspace --lib --bins --test layering --test roundtrip
@@ -54,7 +57,7 @@ case "$TIER" in
     CARGO_TEST_NAME="cargo test (unit tests, simulation, codec, layering)"
     ;;
   wire)
-    : "${SKIP_LINT:=1}" "${SKIP_CARGO_TEST:=1}" "${SKIP_NODE:=1}" "${SKIP_ADMIN:=1}" "${SKIP_CLUSTER:=1}"
+    : "${SKIP_LINT:=1}" "${SKIP_CARGO_TEST:=1}" "${SKIP_NODE:=1}" "${SKIP_ADMIN:=1}" "${SKIP_CLUSTER:=1}" "${SKIP_FAULTS:=1}"
     : "${SHARDS:=2}"
     PYTEST_TIER_ARGS=(-m "not slow")
     ;;
@@ -97,7 +100,8 @@ fi
 # ---- environments ------------------------------------------------------------------------
 # Python serves the wire, admin-ui and cluster tests; the quick tier needs none of them.
 NEEDS_PYTHON=0
-if [ "${SKIP_WIRE:-0}" != "1" ] || [ "${SKIP_ADMIN:-0}" != "1" ] || [ "${SKIP_CLUSTER:-0}" != "1" ]; then
+if [ "${SKIP_WIRE:-0}" != "1" ] || [ "${SKIP_ADMIN:-0}" != "1" ] || [ "${SKIP_CLUSTER:-0}" != "1" ] \
+  || [ "${SKIP_FAULTS:-0}" != "1" ]; then
   NEEDS_PYTHON=1
 fi
 if [ "$NEEDS_PYTHON" = "1" ]; then
@@ -281,6 +285,28 @@ if [ "${SKIP_CLUSTER:-0}" != "1" ]; then
     status="ok (namespace tests skipped: $why)"
   fi
   record "cluster (netns)" "$status"
+fi
+
+# ---- fault run, short form ----------------------------------------------------------------
+# After the cluster test, alone: three lookups (the replication controller) and five brokers
+# with --replicas 3 on network namespaces, real clients, a seeded schedule of SIGKILL,
+# SIGSTOP, cut links and wiped data directories, then the checker (tests/faults, about three
+# minutes). No acknowledged message may be lost. Skipped like the cluster test where namespaces
+# cannot be made. The long form runs outside CI (docs/testing/faults.md).
+if [ "${SKIP_FAULTS:-0}" != "1" ]; then
+  step "faults: pytest tests/faults/test_fault_run.py -k short_form (replicas 3, network namespaces)"
+  set +e
+  "$VENV/bin/python" -m pytest "$TESTS_DIR/faults/test_fault_run.py" -k short_form -rfEs -q \
+    > "$LOGDIR/faults.log" 2>&1
+  rc=$?
+  set -e
+  cat "$LOGDIR/faults.log"
+  status="$(pytest_status "$rc")"
+  why="$(grep -o 'network namespaces cannot be made here: .*' "$LOGDIR/faults.log" | head -1 || true)"
+  if [ "$rc" -eq 0 ] && [ -n "$why" ]; then
+    status="ok (fault run skipped: $why)"
+  fi
+  record "faults (netns)" "$status"
 fi
 
 # ---- summary -----------------------------------------------------------------------------

@@ -328,13 +328,19 @@ impl Topic {
     /// The lowest seq any channel may still need; segments below it can go. An `#ephemeral`
     /// channel needs only what it has yet to read of its memory queue's worth of the log.
     pub fn floor(&self) -> u64 {
-        self.floor_above(0).min(self.release_cap())
+        let floor = self.floor_above(0);
+        match &self.replica {
+            // A follower's channels stand where its leader's positions put them.
+            Some(r) if r.replica.following().is_some() => floor,
+            _ => floor.min(self.release_cap()),
+        }
     }
 
-    /// How far a replicated topic's log may be released: on its leader, up to the high
-    /// watermark (channels deliver nothing above it, and a follower that needs what was
-    /// released begins its log at the leader's start); elsewhere nothing (what a follower
-    /// holds is released by its leader's channels). No limit for a topic not replicated.
+    /// How far a replicated topic's log may be released by dropping what channels were not
+    /// given (an empty, the last channel deleted), and how far its leader releases at all: up
+    /// to the high watermark (channels deliver nothing above it, and a follower that needs
+    /// what was released begins its log at the leader's start). A follower or an idle
+    /// replica drops nothing of its own accord. No limit for a topic not replicated.
     fn release_cap(&self) -> u64 {
         match &self.replica {
             None => u64::MAX,

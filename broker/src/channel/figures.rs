@@ -77,7 +77,7 @@ impl Channel {
                     .saturating_sub(from.max(self.cursor))
             })
             .sum();
-        waiting.saturating_sub(skipped + foreign)
+        waiting.saturating_sub(skipped + foreign + self.finished_elsewhere_waiting())
     }
 
     /// The next seq this channel takes from the topic's log.

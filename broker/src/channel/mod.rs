@@ -56,6 +56,8 @@
 //! - `figures.rs`: what the channel counts for `/stats` ([`Figures`]) and its floor for the
 //!   flusher;
 //! - `reposition.rs`: a rewind to another position of the log, and the position for /stats;
+//! - `standby.rs`: a replicated topic's channel position, as the leader sends it and a
+//!   follower takes it (finished stretches it passes over when its replica leads);
 //! - `owes.rs`: what a delivery in flight owes when it ends, as a rewind or an empty since
 //!   its delivery decided;
 //! - `attempt_limit.rs`: max attempts: a message given back (REQ, timeout) whose next delivery
@@ -79,6 +81,7 @@ mod figures;
 mod owes;
 mod persist;
 mod reposition;
+mod standby;
 mod timeouts;
 
 pub use attempt_limit::DeadLetters;
@@ -169,6 +172,9 @@ pub struct Channel {
     /// (a rewind may come back before one); `next_foreign` is the first not passed yet.
     foreign: Vec<(u64, u64)>,
     next_foreign: usize,
+    /// Stretches `[from, to)` finished on the topic's old leader, in order (a replicated
+    /// topic's follower took its position, `standby.rs`); dropped once passed.
+    finished_elsewhere: VecDeque<(u64, u64)>,
     /// Seqs below this may be in flight and read again from the log after a rewind: such a
     /// message is not handed out twice at once (see `reposition.rs`). 0 when never rewound.
     rewound_until: u64,
@@ -222,6 +228,7 @@ impl Channel {
                 skip: None,
                 foreign: Vec::new(),
                 next_foreign: 0,
+                finished_elsewhere: VecDeque::new(),
                 rewound_until: 0,
                 requeued: VecDeque::new(),
                 in_flight_order: DeadlineQueue::default(),
@@ -419,6 +426,9 @@ impl Channel {
                 }
             }
             if self.next_foreign < self.foreign.len() && self.pass_foreign() {
+                continue;
+            }
+            if !self.finished_elsewhere.is_empty() && self.pass_finished_elsewhere() {
                 continue;
             }
             if self.ephemeral && self.visible_end - self.cursor > self.mem_queue_size {

@@ -31,16 +31,22 @@ pub struct Position {
 impl Channel {
     /// Moves the cursor to `seq` (before or after where it was); see the module's text.
     pub fn rewind(&mut self, seq: u64) {
+        self.reposition(seq);
+        tracing::info!(topic = %self.topic, channel = %self.name, offset = seq, "channel rewound");
+    }
+
+    /// The rewind itself, without its log line (a follower takes its leader's position often).
+    pub(super) fn reposition(&mut self, seq: u64) {
         self.rewound_until = self.rewound_until.max(self.cursor).max(seq);
         self.mark_rewound(seq);
         self.cursor = seq;
         self.hint = DiskHint::default();
         self.skip = None;
         self.next_foreign = 0;
+        self.finished_elsewhere.clear();
         self.requeued.clear();
         self.deferred.clear();
         self.deferred_order.clear();
-        tracing::info!(topic = %self.topic, channel = %self.name, offset = seq, "channel rewound");
     }
 
     /// The channel's position in `log` (see [`Position`]).

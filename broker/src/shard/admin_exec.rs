@@ -235,7 +235,7 @@ impl Shard {
         Some(AdminResult::Done)
     }
     /// Closes the connection of every consumer of `ch`, on whichever shard it is.
-    fn close_consumers(&self, ch: &ChannelRef) {
+    pub(super) fn close_consumers(&self, ch: &ChannelRef) {
         let keys: Vec<ConsumerKey> = ch.borrow().consumers().iter().map(|c| c.spec.key).collect();
         for key in keys {
             self.route(key.shard, Mail::CloseConn { conn: key.conn });

@@ -40,6 +40,7 @@
 //!   brokers, each topic's replica, publishes answered once replicated.
 
 mod admin_exec;
+mod channel_sync;
 mod controller;
 mod dead_letter_routing;
 mod dispatch;

@@ -11,7 +11,8 @@
 //!   watermark. A publish to a new topic while `--replicas` > 1 asks the controller to create
 //!   it and waits (bounded by `--replication-timeout`) for its state.
 //! - Every 50 ms each replicated topic's replica ticks; after every flusher round the replicas
-//!   whose log completed an fsync are told.
+//!   whose log completed an fsync are told. Channel positions go from leader to followers
+//!   (`channel_sync.rs`).
 //!
 //! Invariants: every publish handed to a replica is answered exactly once; channels never see
 //! a record at or above the high watermark; a topic with a local unreplicated history is never
@@ -74,7 +75,7 @@ struct AwaitingTopic {
 pub(crate) struct ShardReplication {
     peers: RefCell<Option<Rc<Peers>>>,
     /// This shard's replicated topics (ticked).
-    topics: RefCell<BTreeMap<String, Rc<RefCell<Topic>>>>,
+    pub(super) topics: RefCell<BTreeMap<String, Rc<RefCell<Topic>>>>,
     /// New topics whose publishes wait for the controller.
     awaiting: RefCell<HashMap<String, AwaitingTopic>>,
     next_publish: Cell<u64>,
@@ -85,11 +86,13 @@ pub(crate) struct ShardReplication {
     /// Publishes forwarded to a leader, by their id on the wire.
     forwarded: RefCell<HashMap<u64, Forwarded>>,
     next_forward: Cell<u64>,
+    /// What this shard's leaders last sent of their channels (`channel_sync.rs`).
+    pub(super) positions: RefCell<HashMap<String, super::channel_sync::TopicPositions>>,
 }
 
 impl ShardReplication {
     /// The shard's transport, if replication runs.
-    fn peers(&self) -> Option<Rc<Peers>> {
+    pub(super) fn peers(&self) -> Option<Rc<Peers>> {
         self.peers.borrow().clone()
     }
 }
@@ -643,7 +646,18 @@ impl Shard {
                 self.reply(f.reply, Reply::Publish(answer));
             }
             Forward::Channel { topic, channel, op } => {
-                debug!(%topic, %channel, ?op, "replication: channel operation (not applied yet)");
+                let owner = self.config.owner_of(&topic);
+                if owner != self.id {
+                    self.route(
+                        owner,
+                        Mail::ReplicaForward {
+                            from: from.0,
+                            forward: Forward::Channel { topic, channel, op },
+                        },
+                    );
+                    return;
+                }
+                self.apply_channel_op(from, &topic, &channel, op);
             }
         }
     }
@@ -829,7 +843,7 @@ impl Shard {
     fn tick_replicas(&self) {
         let topics: Vec<Rc<RefCell<Topic>>> = self.repl.topics.borrow().values().cloned().collect();
         let now = now_ms();
-        for t in topics {
+        for t in &topics {
             let mut out = Vec::new();
             {
                 let mut tb = t.borrow_mut();
@@ -840,10 +854,11 @@ impl Shard {
                 }
             }
             if t.borrow().log.borrow().has_wanted_blocks() {
-                self.queue_fetch(&t);
+                self.queue_fetch(t);
             }
-            self.after_replica(&t, out);
+            self.after_replica(t, out);
         }
+        self.send_channel_positions(&topics);
     }
 
     /// After a flusher round: replicas whose log completed an fsync are told.

@@ -13,8 +13,8 @@
 //!   a frame allocates at most a small multiple of its size;
 //! - a frame decodes to exactly one [`Frame`] and every byte of it is used: trailing bytes,
 //!   unknown kinds, flags or versions are errors naming what was wrong;
-//! - a `Forwards` frame's channel names are never ephemeral, a position's finished seqs are
-//!   strictly increasing from its floor and at most [`MAX_FINISHED`], an answer's text is UTF-8
+//! - a `Forwards` frame's channel names are never ephemeral, a position's owed seqs are
+//!   strictly increasing below its cursor and at most [`MAX_OWED`], an answer's text is UTF-8
 //!   of at most [`MAX_ANSWER_TEXT`] bytes: checked when encoding and when decoding;
 //! - `encode` then `Decoder::feed` gives back the same frame, in any chunking.
 
@@ -34,8 +34,8 @@ pub const MAX_CHANNEL_NAME: usize = 64;
 /// The longest error text a forwarded publish's answer carries (a longer one is cut by
 /// [`crate::wire::Link::send_forward`]).
 pub const MAX_ANSWER_TEXT: usize = 1024;
-/// The most finished seqs one channel position carries (8 bytes each: half a MiB).
-pub const MAX_FINISHED: usize = 65_536;
+/// The most owed seqs one channel position carries (8 bytes each: half a MiB).
+pub const MAX_OWED: usize = 65_536;
 /// The bytes before a frame's body: its length, version and kind.
 pub const FRAME_OVERHEAD: usize = 4 + 2;
 
@@ -134,13 +134,14 @@ pub enum ChannelOp {
     Deleted,
     /// The channel was paused (true) or unpaused (false).
     Paused(bool),
-    /// Everything below `floor` is finished; `finished` lists finished seqs >= floor (sorted,
-    /// bounded count per message).
+    /// Where the channel stands: it takes `cursor` next from the log, and of what lies below
+    /// it still owes only `owed` (in flight, requeued, deferred); everything else below the
+    /// cursor is finished.
     Position {
-        /// The channel's floor: every seq below it is finished.
-        floor: u64,
-        /// Finished seqs at or above `floor`, strictly increasing, at most [`MAX_FINISHED`].
-        finished: Vec<u64>,
+        /// The next seq the channel takes from the log.
+        cursor: u64,
+        /// The seqs below `cursor` it still owes, strictly increasing, at most [`MAX_OWED`].
+        owed: Vec<u64>,
     },
     /// The channel was rewound: it delivers again from `to`.
     Rewound {
@@ -239,12 +240,12 @@ pub enum WireError {
     /// An answer's error text that is too long or not UTF-8.
     #[error("invalid answer text (not UTF-8, or over {MAX_ANSWER_TEXT} bytes)")]
     AnswerText,
-    /// A channel position's finished seqs that are not strictly increasing from its floor.
-    #[error("a channel position's finished seqs are not strictly increasing from its floor")]
-    FinishedOrder,
-    /// A channel position with more finished seqs than one may carry.
-    #[error("a channel position of {0} finished seqs is over the maximum of {MAX_FINISHED}")]
-    FinishedTooMany(usize),
+    /// A channel position's owed seqs that are not strictly increasing below its cursor.
+    #[error("a channel position's owed seqs are not strictly increasing below its cursor")]
+    OwedOrder,
+    /// A channel position with more owed seqs than one may carry.
+    #[error("a channel position of {0} owed seqs is over the maximum of {MAX_OWED}")]
+    OwedTooMany(usize),
     /// Bytes left after a frame's last field.
     #[error("{0} bytes after the end of the frame's fields")]
     TrailingBytes(usize),
@@ -264,7 +265,7 @@ pub fn valid_channel(name: &str) -> bool {
     name.len() <= MAX_CHANNEL_NAME && valid_topic(name)
 }
 
-/// Whether `f` can be encoded: its names valid, its text and finished seqs within bounds.
+/// Whether `f` can be encoded: its names valid, its text and owed seqs within bounds.
 pub fn check_forward(f: &Forward) -> Result<(), WireError> {
     match f {
         Forward::Publish { topic, .. } => {
@@ -284,24 +285,21 @@ pub fn check_forward(f: &Forward) -> Result<(), WireError> {
             if !valid_channel(channel) {
                 return Err(WireError::ChannelName);
             }
-            if let ChannelOp::Position { floor, finished } = op {
-                check_finished(*floor, finished)?;
+            if let ChannelOp::Position { cursor, owed } = op {
+                check_owed(*cursor, owed)?;
             }
         }
     }
     Ok(())
 }
 
-fn check_finished(floor: u64, finished: &[u64]) -> Result<(), WireError> {
-    if finished.len() > MAX_FINISHED {
-        return Err(WireError::FinishedTooMany(finished.len()));
+fn check_owed(cursor: u64, owed: &[u64]) -> Result<(), WireError> {
+    if owed.len() > MAX_OWED {
+        return Err(WireError::OwedTooMany(owed.len()));
     }
-    let mut least = floor;
-    for (i, &s) in finished.iter().enumerate() {
-        if s < least || (i > 0 && s == least) {
-            return Err(WireError::FinishedOrder);
-        }
-        least = s;
+    let increasing = owed.windows(2).all(|w| w[0] < w[1]);
+    if !increasing || owed.last().is_some_and(|&s| s >= cursor) {
+        return Err(WireError::OwedOrder);
     }
     Ok(())
 }
@@ -321,7 +319,7 @@ pub fn forward_len(f: &Forward) -> usize {
                 + match op {
                     ChannelOp::Created | ChannelOp::Deleted => 0,
                     ChannelOp::Paused(_) => 1,
-                    ChannelOp::Position { finished, .. } => 8 + 4 + 8 * finished.len(),
+                    ChannelOp::Position { owed, .. } => 8 + 4 + 8 * owed.len(),
                     ChannelOp::Rewound { .. } => 8,
                 }
         }
@@ -372,11 +370,11 @@ fn put_forward(out: &mut Vec<u8>, f: &Forward) -> Result<(), WireError> {
                     out.push(OP_PAUSED);
                     out.push(u8::from(*p));
                 }
-                ChannelOp::Position { floor, finished } => {
+                ChannelOp::Position { cursor, owed } => {
                     out.push(OP_POSITION);
-                    out.extend_from_slice(&floor.to_be_bytes());
-                    put_u32_len(out, finished.len())?;
-                    for s in finished {
+                    out.extend_from_slice(&cursor.to_be_bytes());
+                    put_u32_len(out, owed.len())?;
+                    for s in owed {
                         out.extend_from_slice(&s.to_be_bytes());
                     }
                 }
@@ -700,17 +698,17 @@ impl<'a> Reader<'a> {
                         }
                     },
                     OP_POSITION => {
-                        let floor = self.u64("a position's floor")?;
-                        let n = self.count(8, "a position's finished count")?;
-                        if n > MAX_FINISHED {
-                            return Err(WireError::FinishedTooMany(n));
+                        let cursor = self.u64("a position's cursor")?;
+                        let n = self.count(8, "a position's owed count")?;
+                        if n > MAX_OWED {
+                            return Err(WireError::OwedTooMany(n));
                         }
-                        let mut finished = Vec::with_capacity(n);
+                        let mut owed = Vec::with_capacity(n);
                         for _ in 0..n {
-                            finished.push(self.u64("a finished seq")?);
+                            owed.push(self.u64("an owed seq")?);
                         }
-                        check_finished(floor, &finished)?;
-                        ChannelOp::Position { floor, finished }
+                        check_owed(cursor, &owed)?;
+                        ChannelOp::Position { cursor, owed }
                     }
                     OP_REWOUND => ChannelOp::Rewound {
                         to: self.u64("a rewind's seq")?,

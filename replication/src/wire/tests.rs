@@ -89,13 +89,11 @@ fn forward() -> impl Strategy<Value = Forward> {
             any::<u64>(),
             prop::collection::btree_set(any::<u64>(), 0..6)
         )
-            .prop_map(|(floor, set)| {
-                // Finished seqs strictly increasing from the floor.
-                let floor = floor.min(set.first().copied().unwrap_or(floor));
-                ChannelOp::Position {
-                    floor,
-                    finished: set.into_iter().collect(),
-                }
+            .prop_map(|(cursor, set)| {
+                // Owed seqs strictly increasing below the cursor.
+                let owed: Vec<u64> = set.into_iter().filter(|&s| s < u64::MAX).collect();
+                let cursor = cursor.max(owed.last().map_or(0, |&s| s + 1));
+                ChannelOp::Position { cursor, owed }
             }),
         any::<u64>().prop_map(|to| ChannelOp::Rewound { to }),
     ];
@@ -981,11 +979,11 @@ fn bad_forwards_name_what_was_wrong() {
         f.extend_from_slice(outcome);
         forwards_body(&f)
     };
-    let position = |floor: u64, finished: &[u64]| {
+    let position = |cursor: u64, owed: &[u64]| {
         let mut op = vec![4];
-        op.extend_from_slice(&floor.to_be_bytes());
-        op.extend_from_slice(&(finished.len() as u32).to_be_bytes());
-        for s in finished {
+        op.extend_from_slice(&cursor.to_be_bytes());
+        op.extend_from_slice(&(owed.len() as u32).to_be_bytes());
+        for s in owed {
             op.extend_from_slice(&s.to_be_bytes());
         }
         channel(b"t", b"c", &op)
@@ -997,9 +995,9 @@ fn bad_forwards_name_what_was_wrong() {
         o
     };
     let mut too_many = vec![4];
-    too_many.extend_from_slice(&0u64.to_be_bytes());
-    too_many.extend_from_slice(&(MAX_FINISHED as u32 + 1).to_be_bytes());
-    for s in 0..=MAX_FINISHED as u64 {
+    too_many.extend_from_slice(&u64::MAX.to_be_bytes());
+    too_many.extend_from_slice(&(MAX_OWED as u32 + 1).to_be_bytes());
+    for s in 0..=MAX_OWED as u64 {
         too_many.extend_from_slice(&s.to_be_bytes());
     }
     let cases: Vec<(Vec<u8>, WireError)> = vec![
@@ -1031,12 +1029,12 @@ fn bad_forwards_name_what_was_wrong() {
             answer(&[1, 0, 3, b'a']),
             WireError::Truncated("an answer's text"),
         ),
-        (position(5, &[4]), WireError::FinishedOrder),
-        (position(5, &[6, 6]), WireError::FinishedOrder),
-        (position(5, &[7, 6]), WireError::FinishedOrder),
+        (position(5, &[5]), WireError::OwedOrder),
+        (position(5, &[3, 3]), WireError::OwedOrder),
+        (position(5, &[4, 3]), WireError::OwedOrder),
         (
             channel(b"t", b"c", &too_many),
-            WireError::FinishedTooMany(MAX_FINISHED + 1),
+            WireError::OwedTooMany(MAX_OWED + 1),
         ),
         (
             vec![1, 4, 0, 0, 0, 2, 3, 1, b't', 1, b'c', 1],
@@ -1065,13 +1063,13 @@ fn bad_forwards_name_what_was_wrong() {
     }
     // Valid ones of the same shapes decode.
     assert_eq!(
-        decode_frame(&position(5, &[5, 9])),
+        decode_frame(&position(10, &[5, 9])),
         Ok(Frame::Forwards(vec![Forward::Channel {
             topic: "t".into(),
             channel: "c".into(),
             op: ChannelOp::Position {
-                floor: 5,
-                finished: vec![5, 9]
+                cursor: 10,
+                owed: vec![5, 9]
             },
         }]))
     );
@@ -1117,8 +1115,8 @@ fn counts_inside_forwards_over_the_frame_are_refused() {
         topic: "t".into(),
         channel: "c".into(),
         op: ChannelOp::Position {
-            floor: 1,
-            finished: vec![1, 2],
+            cursor: 3,
+            owed: vec![1, 2],
         },
     };
     let mut bytes = Vec::new();
@@ -1131,7 +1129,7 @@ fn counts_inside_forwards_over_the_frame_are_refused() {
     assert!(matches!(
         decode_frame(&bytes[4..]),
         Err(WireError::CountTooLarge {
-            what: "a position's finished count",
+            what: "a position's owed count",
             ..
         })
     ));
@@ -1185,13 +1183,13 @@ fn send_forward_checks_and_bounds_what_it_queues() {
         topic: "t".into(),
         channel: "c".into(),
         op: ChannelOp::Position {
-            floor: 3,
-            finished: vec![5, 4],
+            cursor: 6,
+            owed: vec![5, 4],
         },
     };
     assert_eq!(
         link.send_forward(unsorted),
-        Err(SendError::Forward(WireError::FinishedOrder))
+        Err(SendError::Forward(WireError::OwedOrder))
     );
     let mut bytes = Vec::new();
     link.poll_transmit(&mut bytes, usize::MAX);

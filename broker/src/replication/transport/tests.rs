@@ -659,8 +659,8 @@ fn forwarded_publishes_answers_and_channel_ops_arrive_in_order_with_replica_mess
             ChannelOp::Created,
             ChannelOp::Paused(true),
             ChannelOp::Position {
-                floor: 3,
-                finished: vec![5, 8, 9],
+                cursor: 10,
+                owed: vec![5, 8, 9],
             },
             ChannelOp::Rewound { to: 1 },
             ChannelOp::Paused(false),
