@@ -1,5 +1,5 @@
-"""The fault run through its command line (run.py), root only, NOT in tests/run.sh (it is not
-yet shown to pass reliably: docs/testing/faults.md).
+"""The fault run through its command line (run.py), root only (docs/testing/faults.md).
+`tests/run.sh` runs the short form (`-k short_form`) as its last step.
 
     tests/.venv/bin/python -m pytest tests/faults/test_fault_run.py -q
 
