@@ -66,6 +66,9 @@ pub enum AdminOp {
         retention_time_ns: Option<Option<u64>>,
         retention_bytes: Option<Option<u64>>,
     },
+    /// To the topic's owner: the topic's replica count, through the replication controller
+    /// (`POST /topic/config?replicas=`).
+    TopicReplicas { topic: String, replicas: u32 },
     /// To the topic's owner: move a channel to `to` of the topic's log (replay), or create
     /// it there (`create`: a new channel starting from the past; refused if it exists).
     /// `dry_run`: only resolve the position and say what the rewind would deliver again
@@ -144,6 +147,9 @@ pub enum Failure {
     /// The data path could not be fsynced after a topic's directory was renamed away.
     #[error("cannot fsync the data path: {0}")]
     SyncDataPath(String),
+    /// The replication controller did not answer a request (why).
+    #[error("replication controller: {0}")]
+    Controller(String),
     /// The shard is stopping.
     #[error("shard stopping")]
     Stopping,
@@ -151,7 +157,7 @@ pub enum Failure {
 
 /// Why a request cannot be done to this topic or channel: the request's fault. The HTTP
 /// side words each one (`http::api_error`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refusal {
     /// Retention settings asked of an #ephemeral topic.
     EphemeralTopicRetention,
@@ -168,6 +174,8 @@ pub enum Refusal {
     },
     /// A rewind position past the log's end (`head`).
     PastEnd { head: u64 },
+    /// A replica count the broker or the cluster cannot give the topic (why).
+    Replicas(String),
 }
 
 /// Dead letters read for a redrive: each origin record with its body (`None`: no longer in

@@ -5,7 +5,8 @@
 //! acknowledged message its channel had not finished (and none it had); the killed
 //! broker comes back as a follower and catches up; once the leader released what its channel
 //! finished, a wiped replica comes back under a new id, begins its log at the leader's start
-//! and is back in sync. Every wait is bounded.
+//! and is back in sync; `POST /topic/config?replicas=` shrinks and grows the topic. Every wait
+//! is bounded.
 
 mod support;
 
@@ -315,4 +316,36 @@ fn a_replicated_topic_is_acknowledged_by_a_majority_and_survives_its_leader() {
         "the wiped broker begins at the leader's start: {r}"
     );
     assert_eq!(depth(&members[wiped]), Some(5), "{r}");
+
+    // The topic's replica count, through POST /topic/config on any broker: below the minimum in
+    // sync is refused with why; down to 2 drops a follower (never the leader); back to 3 adds a
+    // live broker, which catches up and joins the in-sync set.
+    let config = |m: &Member, replicas: &str| {
+        m.broker().post(
+            &format!("/topic/config?topic={TOPIC}&replicas={replicas}"),
+            b"",
+        )
+    };
+    let refused = config(&members[wiped], "1");
+    assert_eq!(refused.status, 400, "{}", refused.text());
+    assert!(
+        refused.text().contains("minimum in sync"),
+        "{}",
+        refused.text()
+    );
+    let leader_id = members[new_leader].id();
+    for (replicas, via) in [(2usize, wiped), (3, new_leader)] {
+        let r = config(&members[via], &replicas.to_string());
+        assert_eq!(r.status, 200, "replicas={replicas}: {}", r.text());
+        wait(
+            &format!("the topic has {replicas} replicas, all in sync, the same leader"),
+            || {
+                let r = repl(&members[new_leader])?;
+                let isr = r["isr"].as_array()?.len();
+                (r["replicas"] == replicas && isr == replicas && r["leader"] == leader_id)
+                    .then_some(())
+            },
+            || logs(&members),
+        );
+    }
 }

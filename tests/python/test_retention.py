@@ -178,6 +178,10 @@ def test_topic_setting_survives_a_restart(restartable):
     ({"retention_bytes": "1.5GiB"}, 400, "INVALID_RETENTION_BYTES"),
     ({"retention_bytes": "-1"}, 400, "INVALID_RETENTION_BYTES"),
     ({}, 400, "MISSING_ARG_RETENTION"),
+    ({"replicas": "0"}, 400, "INVALID_REPLICAS"),
+    ({"replicas": "three"}, 400, "INVALID_REPLICAS"),
+    # Without --replication-address only 1 replica is possible.
+    ({"replicas": "2"}, 400, "INVALID_REPLICAS"),
 ])
 def test_bad_values_are_refused(restartable, args, status, message):
     r = restartable()
@@ -187,6 +191,15 @@ def test_bad_values_are_refused(restartable, args, status, message):
     assert got == status, (args, got, body)
     assert json.loads(body)["message"].startswith(message), body
     assert retention(r.broker, "t") is None  # nothing was set
+
+
+def test_one_replica_is_what_an_unreplicated_broker_has(restartable):
+    r = restartable()
+    r.start()
+    assert post(r.broker, "/topic/create", topic="t")[0] == 200
+    assert post(r.broker, "/topic/config", topic="t", replicas="1")[0] == 200
+    status, body = post(r.broker, "/topic/config", topic="t", replicas="2")
+    assert status == 400 and "--replication-address" in json.loads(body)["message"], body
 
 
 def test_topic_config_errors(restartable):

@@ -58,6 +58,8 @@ pub enum ApiError {
     MissingArgRetention,
     InvalidRetentionTime(String),
     InvalidRetentionBytes(String),
+    /// `/topic/config?replicas=` the cluster refused, or a value that is not a count (why).
+    InvalidReplicas(String),
     /// `/channel/config` without a setting.
     MissingArgMaxAttempts,
     InvalidMaxAttempts(String),
@@ -135,6 +137,7 @@ impl ApiError {
             Exiting => "EXITING",
             MissingArgRetention => "MISSING_ARG_RETENTION",
             InvalidRetentionTime(_) => "INVALID_RETENTION_TIME",
+            InvalidReplicas(_) => "INVALID_REPLICAS",
             InvalidRetentionBytes(_) => "INVALID_RETENTION_BYTES",
             MissingArgMaxAttempts => "MISSING_ARG_MAX_ATTEMPTS",
             InvalidMaxAttempts(_) => "INVALID_MAX_ATTEMPTS",
@@ -160,7 +163,9 @@ impl ApiError {
         use ApiError::*;
         let fixed = |s: &'static str| Some(Cow::Borrowed(s));
         match self {
-            MissingArgRetention => fixed("give retention_time, retention_bytes or both"),
+            MissingArgRetention => {
+                fixed("give retention_time, retention_bytes, replicas or several")
+            }
             MissingArgMaxAttempts => fixed("give max_attempts, dead_letter_topic or both"),
             MissingArgPosition => fixed("give one of timestamp=, offset= or earliest"),
             InvalidArgPosition(given) => Some(Cow::Owned(format!(
@@ -181,6 +186,7 @@ impl ApiError {
             RewindPastEnd { head } => Some(Cow::Owned(format!("the log ends at offset {head}"))),
             InvalidRetentionTime(d)
             | InvalidRetentionBytes(d)
+            | InvalidReplicas(d)
             | InvalidMaxAttempts(d)
             | InvalidDeadLetterTopic(d)
             | RedriveFailed(d)
@@ -242,6 +248,7 @@ impl From<Refusal> for ApiError {
                 oldest_timestamp,
             },
             Refusal::PastEnd { head } => ApiError::RewindPastEnd { head },
+            Refusal::Replicas(why) => ApiError::InvalidReplicas(why),
         }
     }
 }
@@ -262,7 +269,7 @@ mod tests {
         );
         assert_eq!(
             ApiError::MissingArgRetention.text(),
-            "MISSING_ARG_RETENTION: give retention_time, retention_bytes or both"
+            "MISSING_ARG_RETENTION: give retention_time, retention_bytes, replicas or several"
         );
         assert_eq!(
             ApiError::from(Refusal::PastEnd { head: 7 }).text(),

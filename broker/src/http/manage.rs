@@ -2,9 +2,10 @@
 //! `POST /channel/{create,delete,empty,pause,unpause}?topic=&channel=`: arguments checked as
 //! nsqd checks them, then the work is done by the topic's owner ([`crate::admin_ops`]). (A
 //! `/channel/create` with `from=` is replay's, [`super::replay_routes`].)
-//! `POST /topic/config?topic=&retention_time=&retention_bytes=` (ours): a topic's own
+//! `POST /topic/config?topic=&retention_time=&retention_bytes=&replicas=` (ours): a topic's own
 //! retention, Go durations and byte sizes ([`crate::config::size`]), `default` for the flag's;
-//! a bad value is refused with 400 and what is wrong with it.
+//! its replica count (through the replication controller, `shard/topic_replicas.rs`); a bad
+//! value is refused with 400 and what is wrong with it.
 //!
 //! nsqd's checks differ per endpoint and are kept: `/topic/create` and `/topic/empty` refuse an
 //! invalid name (`INVALID_TOPIC`), `/topic/delete` and `/topic/(un)pause` only look it up
@@ -48,8 +49,23 @@ pub async fn topic_config(shard: &Rc<Shard>, req: &Request) -> Handled {
         .map(|v| setting(v, crate::config::size::parse_byte_size));
     let retention_time_ns = time.transpose().map_err(ApiError::InvalidRetentionTime)?;
     let retention_bytes = bytes.transpose().map_err(ApiError::InvalidRetentionBytes)?;
-    if retention_time_ns.is_none() && retention_bytes.is_none() {
+    let replicas = q
+        .get("replicas")
+        .map(parse_replicas)
+        .transpose()
+        .map_err(ApiError::InvalidReplicas)?;
+    if retention_time_ns.is_none() && retention_bytes.is_none() && replicas.is_none() {
         return Err(ApiError::MissingArgRetention);
+    }
+    if let Some(replicas) = replicas {
+        let op = AdminOp::TopicReplicas {
+            topic: topic.to_string(),
+            replicas,
+        };
+        answer(ask::owner(shard, topic, op).await)?;
+        if retention_time_ns.is_none() && retention_bytes.is_none() {
+            return Ok(done());
+        }
     }
     let op = AdminOp::TopicConfig {
         topic: topic.to_string(),
@@ -58,6 +74,19 @@ pub async fn topic_config(shard: &Rc<Shard>, req: &Request) -> Handled {
     };
     answer(ask::owner(shard, topic, op).await)
 }
+
+/// A replica count: 1 to [`MAX_REPLICAS`].
+fn parse_replicas(v: &str) -> Result<u32, String> {
+    match v.trim().parse::<u32>() {
+        Ok(n) if (1..=MAX_REPLICAS).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "replicas {v:?}: give a count of brokers from 1 to {MAX_REPLICAS}"
+        )),
+    }
+}
+
+/// The most replicas a topic may ask for.
+const MAX_REPLICAS: u32 = 64;
 
 /// A topic or channel setting's value: `default` (the flag's: `None`) or what `parse` makes
 /// of it.

@@ -27,6 +27,9 @@ impl Shard {
                 retention_time_ns,
                 retention_bytes,
             } => self.topic_config(&topic, retention_time_ns, retention_bytes, reply),
+            AdminOp::TopicReplicas { topic, replicas } => {
+                self.set_topic_replicas(&topic, replicas, reply)
+            }
             AdminOp::Rewind {
                 topic,
                 channel,

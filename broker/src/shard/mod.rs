@@ -54,6 +54,7 @@ mod replicate;
 mod rewind;
 mod stats_collect;
 mod statsd_push;
+mod topic_replicas;
 mod topics;
 
 pub use early_ack::MAX_UNCONFIRMED;

@@ -268,6 +268,12 @@ impl Shard {
             }
         };
         if t.borrow().replica.is_some() {
+            // A replica again after it stopped being one (a shrink, then a grow): ticked again.
+            self.repl
+                .topics
+                .borrow_mut()
+                .entry(name.to_string())
+                .or_insert_with(|| t.clone());
             return Some(t);
         }
         let has_history = t.borrow().log.borrow().head() > 0;

@@ -204,6 +204,85 @@ impl Metadata {
             .count()
     }
 
+    /// The replicas `topic` gets with `n` of them (`None`: it has `n` already), as a
+    /// `Reassign` of its current in-sync version would set them: growing adds the live brokers
+    /// holding the fewest replicas; shrinking drops members outside the in-sync set first and
+    /// never the leader nor the last in-sync member. Refused (with why) below the topic's
+    /// minimum in sync, or above what the live brokers can hold.
+    pub fn resized_replicas(&self, topic: &str, n: usize) -> Result<Option<Vec<BrokerId>>, String> {
+        let t = self
+            .topics
+            .get(topic)
+            .ok_or_else(|| format!("topic {topic} is not replicated"))?;
+        if n < t.min_insync as usize {
+            return Err(format!(
+                "{n} replicas is fewer than the topic's minimum in sync ({})",
+                t.min_insync
+            ));
+        }
+        let mut replicas = t.replicas.clone();
+        match n.cmp(&replicas.len()) {
+            std::cmp::Ordering::Equal => return Ok(None),
+            std::cmp::Ordering::Greater => {
+                let mut free: Vec<(usize, BrokerId)> = self
+                    .brokers
+                    .iter()
+                    .filter(|(id, b)| !b.fenced && !self.retired.contains(id))
+                    .filter(|(id, _)| !replicas.contains(id))
+                    .map(|(id, _)| (self.replica_count(*id), *id))
+                    .collect();
+                let wanted = n - replicas.len();
+                if free.len() < wanted {
+                    return Err(format!(
+                        "{n} replicas need {wanted} more live brokers; {} hold no replica of it",
+                        free.len()
+                    ));
+                }
+                free.sort();
+                replicas.extend(free.into_iter().take(wanted).map(|(_, id)| id));
+            }
+            std::cmp::Ordering::Less => {
+                // Out of the in-sync set first (the eligible before the rest), then in-sync
+                // members; the newest ids first within each.
+                let mut order: Vec<(u8, std::cmp::Reverse<BrokerId>)> = replicas
+                    .iter()
+                    .filter(|b| t.leader != Some(**b))
+                    .map(|b| {
+                        let class = if t.isr.contains(b) {
+                            2
+                        } else if t.elr.contains(b) {
+                            1
+                        } else {
+                            0
+                        };
+                        (class, std::cmp::Reverse(*b))
+                    })
+                    .collect();
+                order.sort();
+                for (_, std::cmp::Reverse(b)) in order {
+                    if replicas.len() == n {
+                        break;
+                    }
+                    let in_sync_left = replicas
+                        .iter()
+                        .filter(|r| **r != b && t.isr.contains(r))
+                        .count();
+                    if t.isr.contains(&b) && in_sync_left == 0 {
+                        continue;
+                    }
+                    replicas.retain(|r| *r != b);
+                }
+                if replicas.len() != n {
+                    return Err(format!(
+                        "{n} replicas would drop the leader or the last in-sync member"
+                    ));
+                }
+            }
+        }
+        replicas.sort();
+        Ok(Some(replicas))
+    }
+
     /// Applies one committed entry; a refusal leaves the state as it was.
     pub fn apply(&mut self, entry: &Entry) -> Outcome {
         let changes = match entry {
@@ -1295,6 +1374,48 @@ mod tests {
             }),
             Outcome::Refused(Refusal::InvalidReplicas(_))
         ));
+    }
+
+    #[test]
+    fn resizing_grows_onto_the_least_loaded_and_shrinks_outside_the_in_sync_set_first() {
+        let mut md = three_brokers_one_topic();
+        for id in 4..=5 {
+            assert!(matches!(reg(&mut md, id, 1), Outcome::Applied(_)));
+        }
+        let t = md
+            .topics
+            .get("t")
+            .cloned()
+            .unwrap_or_else(|| unreachable!());
+        assert_eq!(md.resized_replicas("t", t.replicas.len()), Ok(None));
+        let grown = md.resized_replicas("t", 5);
+        assert_eq!(grown, Ok(Some(vec![b(1), b(2), b(3), b(4), b(5)])));
+        assert!(md
+            .resized_replicas("t", 6)
+            .is_err_and(|e| e.contains("live brokers")));
+        assert!(md
+            .resized_replicas("t", 1)
+            .is_err_and(|e| e.contains("minimum in sync")));
+        assert!(md.resized_replicas("nope", 3).is_err());
+        // Grown to 5: the two new members are not in sync yet, so a shrink drops them first.
+        let Ok(Some(five)) = grown else {
+            unreachable!()
+        };
+        let applied = md.apply(&Entry::Reassign {
+            topic: "t".into(),
+            isr_version: t.isr_version,
+            replicas: five,
+        });
+        assert!(matches!(applied, Outcome::Applied(_)), "{applied:?}");
+        assert_eq!(md.resized_replicas("t", 3), Ok(Some(t.replicas.clone())));
+        let two = md.resized_replicas("t", 2);
+        let Ok(Some(two)) = two else {
+            panic!("{two:?}")
+        };
+        assert!(
+            t.leader.is_some_and(|l| two.contains(&l)),
+            "the leader stays"
+        );
     }
 
     #[test]

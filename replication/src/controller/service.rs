@@ -47,6 +47,15 @@ pub enum BrokerRequest {
         replicas: u32,
         min_insync: u32,
     },
+    /// A topic's replica count (`POST /topic/config?replicas=`): a known topic's replicas
+    /// grow (onto the live brokers with the fewest replicas) or shrink (keeping the leader and
+    /// the in-sync members longest); an unknown one is created with `replicas` (when above 1)
+    /// and `min_insync`.
+    SetReplicas {
+        topic: String,
+        replicas: u32,
+        min_insync: u32,
+    },
 }
 
 /// The controller's answer.
@@ -60,8 +69,11 @@ pub enum BrokerReply {
     Stale { registered: u64 },
     /// Proposed; the outcome arrives with the metadata.
     Proposed,
-    /// Refused before proposing (not the topic's leader, or Raft dropped the proposal).
+    /// Refused before proposing (not the topic's leader, a replica count the cluster cannot
+    /// have, or Raft dropped the proposal).
     Refused { reason: String },
+    /// Nothing to change (the topic has that many replicas already).
+    Unchanged,
 }
 
 /// One controller node.
@@ -177,6 +189,33 @@ impl Controller {
                 replicas,
                 min_insync,
             }),
+            BrokerRequest::SetReplicas {
+                topic,
+                replicas,
+                min_insync,
+            } => {
+                let md = self.node.metadata();
+                let Some(t) = md.topics.get(&topic) else {
+                    if replicas <= 1 {
+                        return BrokerReply::Unchanged;
+                    }
+                    return self.propose_reply(&Entry::CreateTopic {
+                        name: topic,
+                        replicas,
+                        min_insync,
+                    });
+                };
+                let isr_version = t.isr_version;
+                match md.resized_replicas(&topic, replicas as usize) {
+                    Ok(None) => BrokerReply::Unchanged,
+                    Ok(Some(replicas)) => self.propose_reply(&Entry::Reassign {
+                        topic,
+                        isr_version,
+                        replicas,
+                    }),
+                    Err(reason) => BrokerReply::Refused { reason },
+                }
+            }
         }
     }
 

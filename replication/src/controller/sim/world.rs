@@ -777,6 +777,9 @@ fn on_reply_inner(b: &mut SimBroker, from: u64, reply: BrokerReply, now: u64, no
                 from % nodes + 1
             };
         }
-        BrokerReply::Stale { .. } | BrokerReply::Proposed | BrokerReply::Refused { .. } => {}
+        BrokerReply::Stale { .. }
+        | BrokerReply::Proposed
+        | BrokerReply::Refused { .. }
+        | BrokerReply::Unchanged => {}
     }
 }
