@@ -80,6 +80,8 @@ pub struct Topic {
     /// A replicated topic's channels see nothing at or above this seq (the leader's high
     /// watermark; on a follower, where it stood when it stopped leading).
     deliver_cap: Option<u64>,
+    /// The replica does not lead: channels deliver nothing ([`Topic::stand_by`]).
+    standby: bool,
 }
 
 impl Topic {
@@ -116,6 +118,7 @@ impl Topic {
             e2e_retired: E2eTotals::default(),
             replica: None,
             deliver_cap: None,
+            standby: false,
         }
     }
 
@@ -183,11 +186,36 @@ impl Topic {
     /// watermark moves). Returns the channels to dispatch.
     pub fn set_deliver_cap(&mut self, cap: u64) -> Vec<ChannelRef> {
         self.deliver_cap = Some(cap);
+        let woken = std::mem::take(&mut self.standby);
+        if woken {
+            for ch in self.channels.values() {
+                ch.borrow_mut().standby = false;
+            }
+        }
         if self.paused || cap <= self.visible_end {
-            return Vec::new();
+            return if woken {
+                self.channels.values().cloned().collect()
+            } else {
+                Vec::new()
+            };
         }
         let head = self.log.borrow().head();
         self.show_up_to(head)
+    }
+
+    /// A replicated topic whose replica does not lead (a follower, a deposed leader, one
+    /// waiting for the controller): its channels hand out nothing, what they hold requeued or
+    /// what they could still see of the log included, until [`Topic::set_deliver_cap`] (the
+    /// replica leads again). Otherwise a deposed leader's consumers would get what the new
+    /// leader delivers too.
+    pub fn stand_by(&mut self) {
+        if self.standby {
+            return;
+        }
+        self.standby = true;
+        for ch in self.channels.values() {
+            ch.borrow_mut().standby = true;
+        }
     }
 
     /// Appends a replicated topic's publish under `epoch` (the one its replica leads): the
@@ -246,6 +274,7 @@ impl Topic {
         );
         ch.borrow_mut()
             .set_dead_letters(self.max_attempts, None, None);
+        ch.borrow_mut().standby = self.standby;
         // nsqd counts what a topic held for its first channel as that channel's messages
         // when it hands them over.
         ch.borrow_mut().message_count = self.visible_end.saturating_sub(cursor);

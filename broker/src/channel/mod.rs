@@ -160,6 +160,9 @@ pub struct Channel {
     /// Listed in the shard's `pending_dispatch` (see `Shard::dispatch_soon`).
     pub dispatch_queued: bool,
     pub paused: bool,
+    /// A replicated topic's channel on a replica that does not lead: it hands out nothing (not
+    /// even what it holds requeued); its leader's channel delivers.
+    pub standby: bool,
     /// Next seq to take from the topic's log.
     cursor: u64,
     hint: DiskHint,
@@ -222,6 +225,7 @@ impl Channel {
                 dispatch_queued: false,
                 name: Arc::from(name),
                 paused: false,
+                standby: false,
                 cursor,
                 hint: DiskHint::default(),
                 visible_end,
@@ -337,7 +341,7 @@ impl Channel {
         timers: &TimerQueue,
         out: &mut Deliveries,
     ) {
-        if self.paused {
+        if self.paused || self.standby {
             return;
         }
         // Wall-clock time, read only if a deferred (DPUB) record comes up.

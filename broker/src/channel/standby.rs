@@ -9,6 +9,10 @@
 //! (`finished_elsewhere`). When its replica leads, the channel delivers what the old leader
 //! still owed and everything from its cursor on, not what was finished there.
 //!
+//! While the topic's replica does not lead, its channels stand by (`Channel::standby`, set by
+//! `Topic::stand_by`): they hand out nothing, so a deposed leader's consumers never get what
+//! the new leader delivers.
+//!
 //! Invariants: `finished_elsewhere` is sorted and disjoint, and the cursor passes over each
 //! stretch once (then it is dropped); a rewind forgets them (a replay delivers everything from
 //! its point); a position with more owed seqs than one message carries is sent as its lowest
@@ -169,6 +173,34 @@ mod tests {
         f.dispatch(&log, now, MAX, &timers, &mut got);
         assert_eq!(seqs(&got), [1, 4, 6, 7, 8, 9, 10, 11]);
         assert_eq!(f.waiting(), 0);
+    }
+
+    /// A channel standing by (its replica does not lead) hands out nothing, not even what it
+    /// holds requeued; once its replica leads it delivers again.
+    #[test]
+    fn a_channel_standing_by_delivers_nothing() {
+        let timers = TimerQueue::default();
+        let log = log_of(4);
+        let now = Instant::now();
+        let ch = Channel::new(Arc::from("t"), "c", 100, 0, 4);
+        let mut c = ch.borrow_mut();
+        c.add_consumer(spec(), 0).unwrap();
+        c.set_rdy(spec().key, 1);
+        let mut first = Deliveries::default();
+        c.dispatch(&log, now, MAX, &timers, &mut first);
+        assert_eq!(seqs(&first), [0]);
+        c.requeue(spec().key, first[0].msg.id, Duration::ZERO, now, &timers)
+            .unwrap();
+        c.standby = true;
+        c.set_rdy(spec().key, 10);
+        let mut none = Deliveries::default();
+        c.dispatch(&log, now, MAX, &timers, &mut none);
+        assert!(none.is_empty());
+        c.standby = false;
+        let mut all = Deliveries::default();
+        c.dispatch(&log, now, MAX, &timers, &mut all);
+        // The requeued message waits for the log position it was given back at.
+        assert_eq!(seqs(&all), [1, 2, 3, 0]);
     }
 
     /// A rewind after a position replays everything from its point.

@@ -319,8 +319,9 @@ impl Shard {
             cfg,
             store,
         )));
-        // Nothing new is delivered until this replica leads and its high watermark moves.
+        // Nothing is delivered until this replica leads and its high watermark moves.
         let _ = tb.set_deliver_cap(0);
+        tb.stand_by();
         let name = tb.name.to_string();
         drop(tb);
         info!(topic = %name, shard = self.id, "replication: the topic is replicated here");
@@ -774,11 +775,14 @@ impl Shard {
         if flush || unplanned {
             self.queue_flush(t);
         }
-        if let Some(hw) = deliverable {
-            let touched = t.borrow_mut().set_deliver_cap(hw);
-            for ch in touched {
-                self.dispatch(&ch);
+        match deliverable {
+            Some(hw) => {
+                let touched = t.borrow_mut().set_deliver_cap(hw);
+                for ch in touched {
+                    self.dispatch(&ch);
+                }
             }
+            None => t.borrow_mut().stand_by(),
         }
     }
 
