@@ -268,45 +268,39 @@ if [ "${SKIP_ADMIN:-0}" != "1" ]; then
   record "admin-ui" "$(pytest_status "$rc")"
 fi
 
-# ---- cluster test ------------------------------------------------------------------------
-# Last and alone: 6 processes on 7 network namespaces (tests/cluster/netcluster.py), about a
-# minute. Skipped (recorded as such, not failed) where namespaces cannot be made: not root, no
-# `ip`, no bridge. Its figures (messages per broker, lost, times) end its log.
-if [ "${SKIP_CLUSTER:-0}" != "1" ]; then
-  step "cluster: pytest tests/cluster (2 lookups, 3 brokers, admin-ui on network namespaces)"
+# ---- network-namespace suites ------------------------------------------------------------
+# Last and alone, one after the other. Each is skipped (recorded as such, not failed) where
+# namespaces cannot be made: not root, no `ip`, no bridge.
+netns_suite() { # record-name log-name pytest-arguments...
+  local name="$1" log="$LOGDIR/$2.log" rc status why
+  shift 2
   set +e
-  "$VENV/bin/python" -m pytest "$TESTS_DIR/cluster" -rfEs -q > "$LOGDIR/cluster.log" 2>&1
+  "$VENV/bin/python" -m pytest "$@" -rfEs -q > "$log" 2>&1
   rc=$?
   set -e
-  cat "$LOGDIR/cluster.log"
+  cat "$log"
   status="$(pytest_status "$rc")"
-  why="$(grep -o 'network namespaces cannot be made here: .*' "$LOGDIR/cluster.log" | head -1 || true)"
+  why="$(grep -o 'network namespaces cannot be made here: .*' "$log" | head -1 || true)"
   if [ "$rc" -eq 0 ] && [ -n "$why" ]; then
     status="ok (namespace tests skipped: $why)"
   fi
-  record "cluster (netns)" "$status"
+  record "$name" "$status"
+}
+
+# The cluster test: 6 processes on 7 network namespaces (tests/cluster/netcluster.py), about a
+# minute. Its figures (messages per broker, lost, times) end its log.
+if [ "${SKIP_CLUSTER:-0}" != "1" ]; then
+  step "cluster: pytest tests/cluster (2 lookups, 3 brokers, admin-ui on network namespaces)"
+  netns_suite "cluster (netns)" cluster "$TESTS_DIR/cluster"
 fi
 
-# ---- fault run, short form ----------------------------------------------------------------
-# After the cluster test, alone: three lookups (the replication controller) and five brokers
-# with --replicas 3 on network namespaces, real clients, a seeded schedule of SIGKILL,
-# SIGSTOP, cut links and wiped data directories, then the checker (tests/faults, about three
-# minutes). No acknowledged message may be lost. Skipped like the cluster test where namespaces
-# cannot be made. The long form runs outside CI (docs/testing/faults.md).
+# The fault run's short form: three lookups (the replication controller) and five brokers with
+# --replicas 3 on network namespaces, real clients, a seeded schedule of SIGKILL, SIGSTOP, cut
+# links and wiped data directories, then the checker (tests/faults, about three minutes). No
+# acknowledged message may be lost. The long form runs outside CI (docs/testing/faults.md).
 if [ "${SKIP_FAULTS:-0}" != "1" ]; then
   step "faults: pytest tests/faults/test_fault_run.py -k short_form (replicas 3, network namespaces)"
-  set +e
-  "$VENV/bin/python" -m pytest "$TESTS_DIR/faults/test_fault_run.py" -k short_form -rfEs -q \
-    > "$LOGDIR/faults.log" 2>&1
-  rc=$?
-  set -e
-  cat "$LOGDIR/faults.log"
-  status="$(pytest_status "$rc")"
-  why="$(grep -o 'network namespaces cannot be made here: .*' "$LOGDIR/faults.log" | head -1 || true)"
-  if [ "$rc" -eq 0 ] && [ -n "$why" ]; then
-    status="ok (fault run skipped: $why)"
-  fi
-  record "faults (netns)" "$status"
+  netns_suite "faults (netns)" faults "$TESTS_DIR/faults/test_fault_run.py" -k short_form
 fi
 
 # ---- summary -----------------------------------------------------------------------------

@@ -607,8 +607,26 @@ impl Shard {
         }
     }
 
-    /// A forwarded publish, its answer, or a channel operation from a peer broker.
+    /// A forwarded publish, its answer, or a channel operation from a peer broker: a publish
+    /// or a channel operation goes to its topic's owner shard first.
     pub(super) fn forward_inbound(&self, from: BrokerId, f: Forward) {
+        let topic = match &f {
+            Forward::Publish { topic, .. } | Forward::Channel { topic, .. } => Some(topic),
+            Forward::Answer { .. } => None,
+        };
+        if let Some(owner) = topic
+            .map(|t| self.config.owner_of(t))
+            .filter(|&o| o != self.id)
+        {
+            self.route(
+                owner,
+                Mail::ReplicaForward {
+                    from: from.0,
+                    forward: f,
+                },
+            );
+            return;
+        }
         match f {
             Forward::Publish {
                 id,
@@ -616,22 +634,6 @@ impl Shard {
                 defer_ms,
                 bodies,
             } => {
-                let owner = self.config.owner_of(&topic);
-                if owner != self.id {
-                    self.route(
-                        owner,
-                        Mail::ReplicaForward {
-                            from: from.0,
-                            forward: Forward::Publish {
-                                id,
-                                topic,
-                                defer_ms,
-                                bodies,
-                            },
-                        },
-                    );
-                    return;
-                }
                 let t = self.repl.topics.borrow().get(&topic).cloned();
                 let waiter = Waiter::Peer { broker: from, id };
                 let result = match t {
@@ -653,17 +655,6 @@ impl Shard {
                 self.reply(f.reply, Reply::Publish(answer));
             }
             Forward::Channel { topic, channel, op } => {
-                let owner = self.config.owner_of(&topic);
-                if owner != self.id {
-                    self.route(
-                        owner,
-                        Mail::ReplicaForward {
-                            from: from.0,
-                            forward: Forward::Channel { topic, channel, op },
-                        },
-                    );
-                    return;
-                }
                 self.apply_channel_op(from, &topic, &channel, op);
             }
         }
