@@ -2,8 +2,10 @@
 //! the control thread (docs/design/replication.md, "The broker's session"):
 //!
 //! ```text
-//! every 500 ms: Heartbeat {id, incarnation, [address of shard 0, 1, ...], known view
-//!               version, damaged: []} ─► the lookup that last answered as controller leader
+//! once every shard has loaded its topics, every 500 ms: Heartbeat {id, incarnation, [address
+//!               of shard 0, 1, ...], known view version, damaged: [replicated topics whose
+//!               log may miss a suffix, until the view shows this incarnation registered]}
+//!               ─► the lookup that last answered as controller leader
 //!   Heartbeat {update}  ─► apply it to the one BrokerView; changed topics ─► their owner shards;
 //!                          changed brokers ─► each shard's peers, resolved (own task)
 //!   NotLeader {leader}  ─► ask the lookup whose controller id is `leader` (learnt from answers)
@@ -133,6 +135,9 @@ pub struct Session {
     peers_sent: RefCell<Vec<BTreeMap<u64, SocketAddr>>>,
     /// Peer addresses already warned about (no address, or not resolved), so each is said once.
     peers_warned: RefCell<BTreeSet<(u64, String)>>,
+    /// The replicated topics whose log here may miss a suffix, named in every heartbeat until
+    /// the view shows this incarnation registered (then emptied).
+    damaged: RefCell<Vec<String>>,
 }
 
 /// Starts the session's task; the returned handle takes new lookup addresses.
@@ -161,6 +166,7 @@ pub fn start(config: &Config, status: Arc<Status>, outboxes: Rc<Vec<Outbox>>) ->
         wake_peers: Notify::new(),
         peers_sent: RefCell::new(vec![BTreeMap::new(); config.shards]),
         peers_warned: RefCell::new(BTreeSet::new()),
+        damaged: RefCell::new(Vec::new()),
     });
     let task = session.clone();
     glommio::spawn_local(async move { task.run().await }).detach();
@@ -215,6 +221,7 @@ impl Session {
             addresses = ?self.addresses,
             "replication: session with the controller starting"
         );
+        self.await_damage_report().await;
         let mut next_heartbeat = Instant::now();
         loop {
             let started = Instant::now();
@@ -235,6 +242,26 @@ impl Session {
             let wait = next_heartbeat.saturating_duration_since(Instant::now());
             futures_lite::future::or(glommio::timer::sleep(wait), self.wake.notified()).await;
         }
+    }
+
+    /// Waits until every shard has loaded its topics: the first heartbeat registers this
+    /// incarnation, and must name the replicated topics whose log may miss a suffix (a
+    /// controller that took this broker as whole could elect it and lose what it misses).
+    async fn await_damage_report(&self) {
+        let damaged = loop {
+            if let Some(d) = self.status.damaged_topics(self.shards) {
+                break d;
+            }
+            glommio::timer::sleep(Duration::from_millis(20)).await;
+        };
+        if !damaged.is_empty() {
+            warn!(
+                topics = ?damaged,
+                "replication: registering with topics whose log here may miss a suffix; they \
+                 leave their in-sync sets until this broker has caught up"
+            );
+        }
+        *self.damaged.borrow_mut() = damaged;
     }
 
     /// Carries one shard's request to the controller leader and answers the shard.
@@ -333,7 +360,7 @@ impl Session {
             incarnation: self.status.identity.incarnation,
             addresses: self.addresses.clone(),
             known,
-            damaged: Vec::new(),
+            damaged: self.damaged.borrow().clone(),
         };
         // A request of plain data always serialises; an empty body would be refused, not panic.
         Bytes::from(serde_json::to_vec(&req).unwrap_or_default())
@@ -431,6 +458,17 @@ impl Session {
                 Some(v) => (Some(v.version), v.is_live()),
                 None => (None, false),
             };
+            let incarnation = self.status.identity.incarnation;
+            let registered = view.as_ref().is_some_and(|v| {
+                v.brokers
+                    .get(&v.broker)
+                    .is_some_and(|b| b.incarnation == incarnation && !b.fenced)
+            });
+            if registered {
+                // Applied: named again, they would leave their in-sync sets at every
+                // re-registration after a fence, however far this broker has caught up.
+                self.damaged.borrow_mut().clear();
+            }
             self.status.heard(self.leader_id.get(), version, live);
             if brokers_changed {
                 if let Some(v) = view.as_ref() {

@@ -5,8 +5,9 @@
 //! acknowledged message its channel had not finished (and none it had); the killed
 //! broker comes back as a follower and catches up; once the leader released what its channel
 //! finished, a wiped replica comes back under a new id, begins its log at the leader's start
-//! and is back in sync; `POST /topic/config?replicas=` shrinks and grows the topic. Every wait
-//! is bounded.
+//! and is back in sync; `POST /topic/config?replicas=` shrinks and grows the topic. A follower
+//! whose log may miss a suffix (a reboot without `--durable`, a torn tail) says so when it
+//! registers and leaves the in-sync set until it has caught up. Every wait is bounded.
 
 mod support;
 
@@ -346,6 +347,148 @@ fn a_replicated_topic_is_acknowledged_by_a_majority_and_survives_its_leader() {
                     .then_some(())
             },
             || logs(&members),
+        );
+    }
+}
+
+/// How a test stops a follower, and what it does to its data path before starting it again.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Damage {
+    /// A clean stop (SIGTERM): nothing may be missing.
+    CleanStop,
+    /// SIGKILL: what the follower had not written yet is gone (no `--durable`).
+    Kill,
+    /// A clean stop, then the host "rebooted": the identity file names another boot id, so what
+    /// was written but not fsynced may be gone.
+    Reboot,
+    /// SIGKILL, then bytes that are no record after the newest segment's last one: recovery
+    /// cuts a torn tail.
+    TornTail,
+}
+
+impl Damage {
+    fn stop(self, m: &mut Member) {
+        match self {
+            Damage::CleanStop | Damage::Reboot => {
+                if let Some(b) = m.broker.as_mut() {
+                    b.stop();
+                }
+            }
+            Damage::Kill | Damage::TornTail => {}
+        }
+        m.broker = None;
+        let data = &m.data;
+        match self {
+            Damage::CleanStop | Damage::Kill => {}
+            Damage::Reboot => {
+                let path = data.join("broker-identity");
+                let text = std::fs::read_to_string(&path).expect("the identity file");
+                let body: String = text
+                    .lines()
+                    .filter(|l| !l.starts_with("crc32 "))
+                    .map(|l| match l.strip_prefix("boot-id ") {
+                        Some(_) => "boot-id another-boot\n".to_owned(),
+                        None => format!("{l}\n"),
+                    })
+                    .collect();
+                let crc = crc32fast::hash(body.as_bytes());
+                std::fs::write(&path, format!("{body}crc32 {crc:08x}\n")).expect("rewrite");
+            }
+            Damage::TornTail => {
+                let newest = std::fs::read_dir(data.join(TOPIC))
+                    .expect("the topic's directory")
+                    .filter_map(|e| e.ok().map(|e| e.path()))
+                    .filter(|p| p.extension().is_some_and(|x| x == "seg"))
+                    .max()
+                    .expect("a segment");
+                let mut f = std::fs::OpenOptions::new()
+                    .append(true)
+                    .open(&newest)
+                    .expect("open the segment");
+                std::io::Write::write_all(&mut f, &[0xAB; 64]).expect("append");
+            }
+        }
+    }
+}
+
+/// A follower whose log may miss a suffix others hold (without `--durable`: it was killed, or its
+/// host rebooted; or recovery cut a torn tail) names the topic when it registers: it leaves the
+/// in-sync set at once (the controller would otherwise count it whole and might elect it),
+/// catches up and is back in sync. After a clean stop it names nothing.
+#[test]
+fn a_follower_that_may_miss_a_suffix_says_so_when_it_registers() {
+    let lookups = Lookups::start();
+    lookups.wait_leader("at start");
+    // A long replication timeout: a follower restarting is not dropped for lagging.
+    let extra = ["--replicas=3", "--replication-timeout=20s"];
+    let mut members: Vec<Member> = (0..3)
+        .map(|_| Member::start_with(&lookups, 1, &extra))
+        .collect();
+    let logs = |members: &[Member]| {
+        let mut s = lookups.logs();
+        for m in members.iter().filter(|m| m.broker.is_some()) {
+            s.push_str(&format!("\n--- broker {}\n{}", m.address, m.broker().log()));
+        }
+        s
+    };
+    lookups.wait_metadata("three brokers live", |md| {
+        md["brokers"]
+            .as_object()
+            .is_some_and(|b| b.values().filter(|b| b["fenced"] == false).count() == 3)
+    });
+    let _ = publish(&members[0], b"first");
+    let leader = wait(
+        "the three brokers agree on the topic's leader",
+        || agreed_leader(&members),
+        || logs(&members),
+    );
+    let follower = (leader + 1) % 3;
+    let mut published = 0u64;
+    let mut publish_some = |members: &[Member], n: usize| {
+        for i in 0..n {
+            publish(&members[leader], format!("m{published}").as_bytes())
+                .unwrap_or_else(|e| panic!("publish {i}: {e}\n{}", logs(members)));
+            published += 1;
+        }
+        published
+    };
+    publish_some(&members, 20);
+    let in_sync = |md: &Value| md["topics"][TOPIC]["isr"].as_array().map_or(0, |a| a.len()) == 3;
+    const NAMED: &str = "registering with topics whose log here may miss a suffix";
+
+    for damage in [
+        Damage::CleanStop,
+        Damage::Kill,
+        Damage::Reboot,
+        Damage::TornTail,
+    ] {
+        let before = lookups.wait_metadata("all three in sync", in_sync)["topics"][TOPIC]
+            ["isr_version"]
+            .as_u64()
+            .expect("an isr_version");
+        damage.stop(&mut members[follower]);
+        members[follower].restart(&lookups);
+        let total = publish_some(&members, 5);
+        // "first" may or may not have been acknowledged.
+        let holds = |m: &Member| depth(m).is_some_and(|d| d >= total);
+        let md = lookups.wait_metadata(&format!("after {damage:?}, all three in sync"), |md| {
+            in_sync(md) && holds(&members[follower])
+        });
+        let log = members[follower].broker().log();
+        let named = log.lines().find(|l| l.contains(NAMED)).map(str::to_owned);
+        if damage == Damage::CleanStop {
+            assert_eq!(named, None, "a clean stop names nothing");
+            continue;
+        }
+        let named = named.unwrap_or_else(|| panic!("after {damage:?}: no `{NAMED}`\n{log}"));
+        assert!(named.contains(TOPIC), "{named}");
+        let after = md["topics"][TOPIC]["isr_version"]
+            .as_u64()
+            .expect("isr_version");
+        assert!(
+            after >= before + 2,
+            "after {damage:?} the follower left the in-sync set and came back: isr_version \
+             {before} -> {after}"
         );
     }
 }

@@ -20,6 +20,7 @@ impl Shard {
     fn load_topics(&self) -> Result<(), StartError> {
         // It exists and is writable: `launch` checked it, and holds its lock.
         let data = &self.config.data_path;
+        let mut damaged = Vec::new();
         for name in storage::stored_topics(data) {
             if self.config.owner_of(&name) != self.id {
                 continue;
@@ -64,9 +65,16 @@ impl Shard {
                 let ch = ch.borrow().name.clone();
                 self.report(RegistryOp::Register, &name, Some(&ch));
             }
+            let clean = meta.as_ref().is_some_and(|m| m.clean);
             let topic = Rc::new(RefCell::new(topic));
-            self.reopen_replicated(&topic);
+            if self.reopen_replicated(&topic, clean) {
+                warn!(topic = %name, shard = self.id, "replication: this log may miss a suffix; the controller is told so at registration");
+                damaged.push(name.clone());
+            }
             self.topics.borrow_mut().insert(name, topic.clone());
+        }
+        if let Some(status) = &self.config.cluster {
+            status.shard_loaded(damaged);
         }
         Ok(())
     }

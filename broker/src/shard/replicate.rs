@@ -899,20 +899,44 @@ impl Shard {
     }
 
     /// At load: a topic with an epoch history was replicated; it is again, waiting for the
-    /// controller's state.
-    pub(super) fn reopen_replicated(&self, t: &Rc<RefCell<Topic>>) {
+    /// controller's state. `clean`: its metadata says the last stop was clean.
+    ///
+    /// True when its log here may miss a suffix the others hold: recovery cut records, the log
+    /// cannot be opened as a replica, or (without `--durable`, where a follower acknowledges
+    /// what it has not written or fsynced) the last stop was not clean or the host rebooted
+    /// since. The controller is told so at registration.
+    pub(super) fn reopen_replicated(&self, t: &Rc<RefCell<Topic>>, clean: bool) -> bool {
         let dir = t.borrow().log.borrow().dir().map(|d| d.to_path_buf());
         let Some(dir) = dir else {
-            return;
+            return false;
         };
-        if self.config.cluster.is_none()
-            || !dir.join(crate::storage::log::replica::EPOCHS_FILE).exists()
-        {
-            return;
+        let Some(status) = &self.config.cluster else {
+            return false;
+        };
+        if !dir.join(crate::storage::log::replica::EPOCHS_FILE).exists() {
+            return false;
         }
         let min_insync = self.config.min_insync_replicas;
         if let Err(e) = self.make_replicated(t, min_insync) {
             warn!(topic = %t.borrow().name, "replication: cannot reopen the replicated log: {e}");
+            return true;
         }
+        if clean {
+            // A crash before the first checkpoint must not find this stop's flag.
+            let meta = t.borrow().to_meta(false, Instant::now());
+            let written = crate::storage::meta::open_dir(&dir)
+                .and_then(|d| crate::storage::meta::write(&d, &meta));
+            if let Err(e) = written {
+                warn!(topic = %t.borrow().name, "replication: cannot mark the topic running: {e}");
+                return true;
+            }
+        }
+        let cut = t
+            .borrow()
+            .replica
+            .as_ref()
+            .is_none_or(|r| r.store.damaged());
+        let unsynced_lost = !self.config.durable && (!clean || status.identity.boot_changed);
+        cut || unsynced_lost
     }
 }

@@ -67,6 +67,23 @@ impl Broker {
         self.proc.exited()
     }
 
+    /// Stops it the clean way (SIGTERM, as systemd does) and waits, bounded, until it exits.
+    pub fn stop(&mut self) {
+        if let Some(pid) = self.proc.pid() {
+            // SAFETY: sending a signal to a child this harness started and has not reaped.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
+        }
+        let deadline = std::time::Instant::now() + PATIENCE;
+        while self.exited().is_none() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the broker did not stop on SIGTERM:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Panics (with the broker's stderr) if the broker has exited.
     pub fn assert_alive(&mut self) {
         if let Some(status) = self.proc.exited() {

@@ -625,6 +625,23 @@ impl RaftNode {
                         let outcome = self.metadata.apply(&entry);
                         if let Outcome::Applied(delta) = &outcome {
                             self.deltas.push(delta.clone());
+                            if let Entry::RegisterBroker {
+                                id,
+                                incarnation,
+                                damaged,
+                                ..
+                            } = &entry
+                            {
+                                if !damaged.is_empty() {
+                                    tracing::info!(
+                                        broker = id.0,
+                                        incarnation,
+                                        topics = ?damaged,
+                                        "controller: a broker registered with logs that may miss \
+                                         a suffix; it left their in-sync and eligible sets"
+                                    );
+                                }
+                            }
                         }
                         applied.entry = Some(entry);
                         applied.outcome = Some(outcome);
