@@ -7,7 +7,8 @@
 //! finished, a wiped replica comes back under a new id, begins its log at the leader's start
 //! and is back in sync; `POST /topic/config?replicas=` shrinks and grows the topic. A follower
 //! whose log may miss a suffix (a reboot without `--durable`, a torn tail) says so when it
-//! registers and leaves the in-sync set until it has caught up. Every wait is bounded.
+//! registers and leaves the in-sync set until it has caught up. Pauses, retention, channels and
+//! their dead-letter settings made on any replica reach every replica. Every wait is bounded.
 
 mod support;
 
@@ -17,6 +18,16 @@ use support::cluster::{wait, Lookups, Member};
 use support::{PATIENCE, V2};
 
 const TOPIC: &str = "orders";
+
+/// One cluster at a time: the lookups' Raft ports are picked free before they are bound, and
+/// two clusters starting together can pick the same one.
+static ONE_CLUSTER: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Holds [`ONE_CLUSTER`] for a test (a test that failed while holding it does not stop the
+/// others).
+fn one_cluster() -> std::sync::MutexGuard<'static, ()> {
+    ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// The broker id each member's /stats names as the topic's leader, once all running members
 /// agree on one of them.
@@ -103,6 +114,7 @@ fn depth(m: &Member) -> Option<u64> {
 
 #[test]
 fn a_replicated_topic_is_acknowledged_by_a_majority_and_survives_its_leader() {
+    let _one = one_cluster();
     let lookups = Lookups::start();
     lookups.wait_leader("at start");
     let extra = ["--replicas=3", "--replication-timeout=3s"];
@@ -417,6 +429,7 @@ impl Damage {
 /// catches up and is back in sync. After a clean stop it names nothing.
 #[test]
 fn a_follower_that_may_miss_a_suffix_says_so_when_it_registers() {
+    let _one = one_cluster();
     let lookups = Lookups::start();
     lookups.wait_leader("at start");
     // A long replication timeout: a follower restarting is not dropped for lagging.
@@ -489,6 +502,66 @@ fn a_follower_that_may_miss_a_suffix_says_so_when_it_registers() {
             after >= before + 2,
             "after {damage:?} the follower left the in-sync set and came back: isr_version \
              {before} -> {after}"
+        );
+    }
+
+    // Settings made on a follower reach the leader, and from it every replica; settings made
+    // on the leader reach the followers.
+    let other = (leader + 2) % 3;
+    let on = |i: usize, target: &str| {
+        let r = members[i].broker().post(target, b"");
+        assert_eq!(r.status, 200, "{target} on broker {i}: {}", r.text());
+    };
+    on(follower, &format!("/topic/pause?topic={TOPIC}"));
+    on(
+        follower,
+        &format!("/channel/create?topic={TOPIC}&channel=audit"),
+    );
+    on(
+        follower,
+        &format!(
+            "/channel/config?topic={TOPIC}&channel=audit&max_attempts=3&dead_letter_topic=orders-dead"
+        ),
+    );
+    on(
+        follower,
+        &format!("/channel/pause?topic={TOPIC}&channel=audit"),
+    );
+    on(
+        leader,
+        &format!("/topic/config?topic={TOPIC}&retention_time=1h"),
+    );
+    for (i, m) in members.iter().enumerate() {
+        wait(
+            &format!("broker {i} holds the settings made on a follower and on the leader"),
+            || {
+                let t = m.broker().topic_stats(TOPIC)?;
+                let c = m.broker().channel_stats(TOPIC, "audit")?;
+                (t["paused"] == true
+                    && t["retention"]["time_is_topics"] == true
+                    && t["retention"]["time_ns"] == 3_600_000_000_000u64
+                    && c["paused"] == true
+                    && c["max_attempts"] == 3
+                    && c["dead_letter_topic"] == "orders-dead")
+                    .then_some(())
+            },
+            || logs(&members),
+        );
+    }
+    on(other, &format!("/topic/unpause?topic={TOPIC}"));
+    on(
+        leader,
+        &format!("/channel/delete?topic={TOPIC}&channel=audit"),
+    );
+    for (i, m) in members.iter().enumerate() {
+        wait(
+            &format!("broker {i}: the topic unpaused, the channel gone"),
+            || {
+                let t = m.broker().topic_stats(TOPIC)?;
+                let gone = m.broker().channel_stats(TOPIC, "audit").is_none();
+                (t["paused"] == false && gone).then_some(())
+            },
+            || logs(&members),
         );
     }
 }

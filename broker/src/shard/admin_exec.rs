@@ -9,6 +9,7 @@ use crate::admin_ops::{Action, AdminOp, AdminResult, Failure, OptionChange, Refu
 use crate::channel::ConsumerKey;
 use crate::mailbox::{Mail, RegistryOp, ReplyTo};
 use crate::topic::ChannelRef;
+use replication::wire::ChannelOp;
 use std::time::Instant;
 use tracing::info;
 
@@ -137,22 +138,12 @@ impl Shard {
                 t.borrow_mut().empty();
                 self.note_meta_change(&t);
             }
-            Action::Pause => {
-                t.borrow_mut().paused = true;
+            Action::Pause | Action::Unpause => {
+                let paused = action == Action::Pause;
+                self.set_topic_paused(&t, paused);
                 self.note_meta_change(&t);
-                info!(topic = name, "topic paused");
-            }
-            Action::Unpause => {
-                let touched = {
-                    let mut tb = t.borrow_mut();
-                    tb.paused = false;
-                    tb.release_held(Instant::now(), &self.timers)
-                };
-                for ch in &touched {
-                    self.dispatch(ch);
-                }
-                self.note_meta_change(&t);
-                info!(topic = name, "topic unpaused");
+                self.tell_leader(&t, None);
+                info!(topic = name, paused, "topic pause state set");
             }
         }
         Some(AdminResult::Done)
@@ -179,6 +170,7 @@ impl Shard {
             tb.set_retention(default, time_ns, bytes);
             info!(topic = name, ?time_ns, ?bytes, "topic retention set");
         }
+        self.tell_leader(&t, None);
         // The next checkpoint writes it, and releases what the retention no longer keeps.
         self.note_meta_change(&t);
         self.answer_when_meta_saved(&t, reply)
@@ -204,6 +196,7 @@ impl Shard {
                 for ch in &touched {
                     self.dispatch(ch);
                 }
+                self.tell_leader(&t, Some((name, ChannelOp::Created)));
             }
             return Some(AdminResult::Done);
         }
@@ -215,6 +208,7 @@ impl Shard {
             Action::Delete => {
                 t.borrow_mut().remove_channel(name);
                 self.close_consumers(&ch);
+                self.tell_leader(&t, Some((name, ChannelOp::Deleted)));
                 info!(topic, channel = name, "channel deleted");
                 self.report(RegistryOp::Unregister, topic, Some(name));
                 // Answered once meta.json no longer lists it; the checkpoint that writes it
@@ -223,14 +217,11 @@ impl Shard {
                 return self.answer_when_meta_saved(&t, reply);
             }
             Action::Empty => ch.borrow_mut().empty(),
-            Action::Pause => {
-                ch.borrow_mut().paused = true;
-                info!(topic, channel = name, "channel paused");
-            }
-            Action::Unpause => {
-                ch.borrow_mut().paused = false;
-                self.dispatch(&ch);
-                info!(topic, channel = name, "channel unpaused");
+            Action::Pause | Action::Unpause => {
+                let paused = action == Action::Pause;
+                self.set_channel_paused(&ch, paused);
+                self.tell_leader(&t, Some((name, ChannelOp::Paused(paused))));
+                info!(topic, channel = name, paused, "channel pause state set");
             }
         }
         // Emptying lets the next checkpoint free the segments no channel needs.

@@ -24,6 +24,7 @@ use crate::storage::log::{DiskHint, Read};
 use crate::topic::{ChannelRef, DeadOrigin, Topic};
 use bytes::Bytes;
 use protocol::MessageId;
+use replication::wire::ChannelOp;
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -123,20 +124,22 @@ impl Shard {
         let Some(ch) = t.borrow().channel(name) else {
             return Some(AdminResult::ChannelNotFound);
         };
-        {
-            let default = t.borrow().max_attempts;
-            let mut c = ch.borrow_mut();
+        let (own, to) = {
+            let c = ch.borrow();
             let own = max_attempts.unwrap_or(c.dead_letters().own_max);
             let to = match dead_letter_topic {
                 Some(to) => to.map(|s| Arc::from(s.as_str())),
                 None => c.dead_letters().topic.clone(),
             };
-            info!(topic, channel = name, max_attempts = ?own, dead_letter_topic = ?to, "channel dead letters set");
-            c.configure_dead_letters(default, own, to);
-        }
-        // What a lower limit set aside goes now, as after a REQ.
-        self.send_dead_letters(&ch);
-        self.note_meta_change(&t);
+            (own, to)
+        };
+        info!(topic, channel = name, max_attempts = ?own, dead_letter_topic = ?to, "channel dead letters set");
+        self.set_channel_dead_letters(&t, &ch, own, to.clone());
+        let op = ChannelOp::Config {
+            max_attempts: own,
+            dead_letter_topic: to.as_deref().map(str::to_owned),
+        };
+        self.tell_leader(&t, Some((name, op)));
         self.answer_when_meta_saved(&t, reply)
     }
 

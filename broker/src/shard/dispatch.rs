@@ -12,6 +12,7 @@ use crate::channel::{Batch, ConsumerKey, ConsumerSpec, Deliveries};
 use crate::mailbox::{ChannelOp, Mail, RegistryOp};
 use crate::topic::{ChannelRef, Topic};
 use protocol::{ErrorCode, ProtocolError};
+use replication::wire::ChannelOp as ReplicaChannelOp;
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Instant;
@@ -32,6 +33,7 @@ impl Shard {
             self.note_meta_change(&t);
             info!(topic, channel, shard = self.id, "channel created");
             self.report(RegistryOp::Register, topic, Some(channel));
+            self.tell_leader(&t, Some((channel, ReplicaChannelOp::Created)));
         }
         let added = ch
             .borrow_mut()

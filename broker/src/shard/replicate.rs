@@ -611,7 +611,9 @@ impl Shard {
     /// or a channel operation goes to its topic's owner shard first.
     pub(super) fn forward_inbound(&self, from: BrokerId, f: Forward) {
         let topic = match &f {
-            Forward::Publish { topic, .. } | Forward::Channel { topic, .. } => Some(topic),
+            Forward::Publish { topic, .. }
+            | Forward::Channel { topic, .. }
+            | Forward::Topic { topic, .. } => Some(topic),
             Forward::Answer { .. } => None,
         };
         if let Some(owner) = topic
@@ -656,6 +658,9 @@ impl Shard {
             }
             Forward::Channel { topic, channel, op } => {
                 self.apply_channel_op(from, &topic, &channel, op);
+            }
+            Forward::Topic { topic, config } => {
+                self.apply_topic_config(from, &topic, config);
             }
         }
     }

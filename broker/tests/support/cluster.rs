@@ -153,9 +153,12 @@ impl Lookups {
 
 impl Drop for Lookups {
     fn drop(&mut self) {
-        for i in 0..3 {
+        // A start that failed part way holds fewer than three.
+        for i in 0..self.procs.len() {
             self.kill(i);
-            let _ = std::fs::remove_dir_all(&self.data[i]);
+        }
+        for d in &self.data {
+            let _ = std::fs::remove_dir_all(d);
         }
     }
 }

@@ -13,7 +13,8 @@
 //!   a frame allocates at most a small multiple of its size;
 //! - a frame decodes to exactly one [`Frame`] and every byte of it is used: trailing bytes,
 //!   unknown kinds, flags or versions are errors naming what was wrong;
-//! - a `Forwards` frame's channel names are never ephemeral, a position's owed seqs are
+//! - a `Forwards` frame's channel names are never ephemeral, its dead-letter topic names are
+//!   valid topic names, a position's owed seqs are
 //!   strictly increasing below its cursor and at most [`MAX_OWED`], an answer's text is UTF-8
 //!   of at most [`MAX_ANSWER_TEXT`] bytes: checked when encoding and when decoding;
 //! - `encode` then `Decoder::feed` gives back the same frame, in any chunking.
@@ -53,12 +54,20 @@ const MSG_START_AT: u8 = 5;
 const FWD_PUBLISH: u8 = 1;
 const FWD_ANSWER: u8 = 2;
 const FWD_CHANNEL: u8 = 3;
+const FWD_TOPIC: u8 = 4;
 
 const OP_CREATED: u8 = 1;
 const OP_DELETED: u8 = 2;
 const OP_PAUSED: u8 = 3;
 const OP_POSITION: u8 = 4;
 const OP_REWOUND: u8 = 5;
+const OP_CONFIG: u8 = 6;
+
+const TOPIC_PAUSED: u8 = 1;
+const TOPIC_RETENTION_TIME: u8 = 2;
+const TOPIC_RETENTION_BYTES: u8 = 4;
+const CHANNEL_MAX_ATTEMPTS: u8 = 1;
+const CHANNEL_DEAD_LETTER_TOPIC: u8 = 2;
 
 const ACK_CLEAN: u8 = 1;
 const ACK_RESEND: u8 = 2;
@@ -114,7 +123,16 @@ pub enum Forward {
         /// Stored and acknowledged, or why not.
         result: Result<(), String>,
     },
-    /// Leader -> followers: a channel operation, applied in order.
+    /// Leader -> followers: the topic's settings that carry over (sent when they change, and
+    /// again every second); follower -> leader: an operator changed them there.
+    Topic {
+        /// The topic.
+        topic: String,
+        /// Its settings.
+        config: TopicConfig,
+    },
+    /// Leader -> followers: a channel operation, applied in order; follower -> leader: an
+    /// operator created, deleted, paused or configured the channel there.
     Channel {
         /// The channel's topic.
         topic: String,
@@ -148,6 +166,24 @@ pub enum ChannelOp {
         /// The first seq delivered again.
         to: u64,
     },
+    /// The channel's own dead-letter settings.
+    Config {
+        /// Its own max attempts (`None`: the topic's, from the flag).
+        max_attempts: Option<u16>,
+        /// Where it sends what runs out of attempts (`None`: nowhere).
+        dead_letter_topic: Option<String>,
+    },
+}
+
+/// A topic's settings that carry over from its leader to its followers.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TopicConfig {
+    /// Paused: its channels deliver nothing.
+    pub paused: bool,
+    /// Its own retention by age, in nanoseconds (`None`: the flag's).
+    pub retention_time_ns: Option<u64>,
+    /// Its own retention by size, in bytes (`None`: the flag's).
+    pub retention_bytes: Option<u64>,
 }
 
 /// A frame of the replication connection.
@@ -285,8 +321,18 @@ pub fn check_forward(f: &Forward) -> Result<(), WireError> {
             if !valid_channel(channel) {
                 return Err(WireError::ChannelName);
             }
-            if let ChannelOp::Position { cursor, owed } = op {
-                check_owed(*cursor, owed)?;
+            match op {
+                ChannelOp::Position { cursor, owed } => check_owed(*cursor, owed)?,
+                ChannelOp::Config {
+                    dead_letter_topic: Some(to),
+                    ..
+                } if !valid_topic(to) => return Err(WireError::TopicName),
+                _ => {}
+            }
+        }
+        Forward::Topic { topic, .. } => {
+            if !valid_topic(topic) {
+                return Err(WireError::TopicName);
             }
         }
     }
@@ -321,8 +367,12 @@ pub fn forward_len(f: &Forward) -> usize {
                     ChannelOp::Paused(_) => 1,
                     ChannelOp::Position { owed, .. } => 8 + 4 + 8 * owed.len(),
                     ChannelOp::Rewound { .. } => 8,
+                    ChannelOp::Config {
+                        dead_letter_topic, ..
+                    } => 1 + 2 + dead_letter_topic.as_ref().map_or(0, |t| 1 + t.len()),
                 }
         }
+        Forward::Topic { topic, .. } => 1 + topic.len() + 1 + 8 + 8,
     }
 }
 
@@ -382,7 +432,42 @@ fn put_forward(out: &mut Vec<u8>, f: &Forward) -> Result<(), WireError> {
                     out.push(OP_REWOUND);
                     out.extend_from_slice(&to.to_be_bytes());
                 }
+                ChannelOp::Config {
+                    max_attempts,
+                    dead_letter_topic,
+                } => {
+                    out.push(OP_CONFIG);
+                    let mut flags = 0;
+                    if max_attempts.is_some() {
+                        flags |= CHANNEL_MAX_ATTEMPTS;
+                    }
+                    if dead_letter_topic.is_some() {
+                        flags |= CHANNEL_DEAD_LETTER_TOPIC;
+                    }
+                    out.push(flags);
+                    out.extend_from_slice(&max_attempts.unwrap_or(0).to_be_bytes());
+                    if let Some(to) = dead_letter_topic {
+                        put_str(out, to);
+                    }
+                }
             }
+        }
+        Forward::Topic { topic, config } => {
+            out.push(FWD_TOPIC);
+            put_str(out, topic);
+            let mut flags = 0;
+            if config.paused {
+                flags |= TOPIC_PAUSED;
+            }
+            if config.retention_time_ns.is_some() {
+                flags |= TOPIC_RETENTION_TIME;
+            }
+            if config.retention_bytes.is_some() {
+                flags |= TOPIC_RETENTION_BYTES;
+            }
+            out.push(flags);
+            out.extend_from_slice(&config.retention_time_ns.unwrap_or(0).to_be_bytes());
+            out.extend_from_slice(&config.retention_bytes.unwrap_or(0).to_be_bytes());
         }
     }
     Ok(())
@@ -713,9 +798,49 @@ impl<'a> Reader<'a> {
                     OP_REWOUND => ChannelOp::Rewound {
                         to: self.u64("a rewind's seq")?,
                     },
+                    OP_CONFIG => {
+                        let flags = self.u8("a channel config's flags")?;
+                        if flags & !(CHANNEL_MAX_ATTEMPTS | CHANNEL_DEAD_LETTER_TOPIC) != 0 {
+                            return Err(WireError::Choice {
+                                what: "a channel config's flags",
+                                byte: flags,
+                            });
+                        }
+                        let b = self.take(2, "a channel's max attempts")?;
+                        let attempts = u16::from_be_bytes([b[0], b[1]]);
+                        let max_attempts = (flags & CHANNEL_MAX_ATTEMPTS != 0).then_some(attempts);
+                        let dead_letter_topic = if flags & CHANNEL_DEAD_LETTER_TOPIC != 0 {
+                            Some(self.topic()?)
+                        } else {
+                            None
+                        };
+                        ChannelOp::Config {
+                            max_attempts,
+                            dead_letter_topic,
+                        }
+                    }
                     k => return Err(WireError::ChannelOpKind(k)),
                 };
                 Ok(Forward::Channel { topic, channel, op })
+            }
+            FWD_TOPIC => {
+                let topic = self.topic()?;
+                let flags = self.u8("a topic config's flags")?;
+                let known = TOPIC_PAUSED | TOPIC_RETENTION_TIME | TOPIC_RETENTION_BYTES;
+                if flags & !known != 0 {
+                    return Err(WireError::Choice {
+                        what: "a topic config's flags",
+                        byte: flags,
+                    });
+                }
+                let time = self.u64("a topic's retention time")?;
+                let bytes = self.u64("a topic's retention bytes")?;
+                let config = TopicConfig {
+                    paused: flags & TOPIC_PAUSED != 0,
+                    retention_time_ns: (flags & TOPIC_RETENTION_TIME != 0).then_some(time),
+                    retention_bytes: (flags & TOPIC_RETENTION_BYTES != 0).then_some(bytes),
+                };
+                Ok(Forward::Topic { topic, config })
             }
             k => Err(WireError::ForwardKind(k)),
         }

@@ -96,6 +96,12 @@ fn forward() -> impl Strategy<Value = Forward> {
                 ChannelOp::Position { cursor, owed }
             }),
         any::<u64>().prop_map(|to| ChannelOp::Rewound { to }),
+        (prop::option::of(any::<u16>()), prop::option::of(topic())).prop_map(
+            |(max_attempts, dead_letter_topic)| ChannelOp::Config {
+                max_attempts,
+                dead_letter_topic
+            }
+        ),
     ];
     prop_oneof![
         (
@@ -119,6 +125,20 @@ fn forward() -> impl Strategy<Value = Forward> {
             channel,
             op
         }),
+        (
+            topic(),
+            any::<bool>(),
+            prop::option::of(any::<u64>()),
+            prop::option::of(any::<u64>())
+        )
+            .prop_map(|(topic, paused, time, bytes)| Forward::Topic {
+                topic,
+                config: TopicConfig {
+                    paused,
+                    retention_time_ns: time,
+                    retention_bytes: bytes,
+                },
+            }),
     ]
 }
 
@@ -1005,7 +1025,7 @@ fn bad_forwards_name_what_was_wrong() {
             forwards_body(&[9, 0, 0, 0, 0, 0]),
             WireError::ForwardKind(9),
         ),
-        (channel(b"t", b"c", &[6]), WireError::ChannelOpKind(6)),
+        (channel(b"t", b"c", &[7]), WireError::ChannelOpKind(7)),
         (channel(b"t", b"c#ephemeral", &[1]), WireError::ChannelName),
         (channel(b"t", b"", &[1, 0]), WireError::ChannelName),
         (channel(b"t#x", b"c", &[1]), WireError::TopicName),
@@ -1028,6 +1048,30 @@ fn bad_forwards_name_what_was_wrong() {
         (
             answer(&[1, 0, 3, b'a']),
             WireError::Truncated("an answer's text"),
+        ),
+        (
+            channel(b"t", b"c", &[6, 4, 0, 1]),
+            WireError::Choice {
+                what: "a channel config's flags",
+                byte: 4,
+            },
+        ),
+        (
+            channel(b"t", b"c", &[6, 2, 0, 1, 2, b'#', b'x']),
+            WireError::TopicName,
+        ),
+        (
+            forwards_body(&[
+                4, 1, b't', 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+            ]),
+            WireError::Choice {
+                what: "a topic config's flags",
+                byte: 8,
+            },
+        ),
+        (
+            forwards_body(&[4, 1, b't', 1, 0, 0]),
+            WireError::Truncated("a topic's retention time"),
         ),
         (position(5, &[5]), WireError::OwedOrder),
         (position(5, &[3, 3]), WireError::OwedOrder),
