@@ -341,12 +341,15 @@ impl Shard {
         ids.iter().filter_map(|id| waiters.remove(id)).collect()
     }
 
-    /// This broker stopped being a replica of `name`: its waiting publishes fail; the topic
-    /// and its files stay.
+    /// This broker stopped being a replica of `name`: its waiting publishes fail, its channels
+    /// stand by; the topic and its files stay.
     fn stop_replica(&self, name: &str) {
         let Some(t) = self.repl.topics.borrow_mut().remove(name) else {
             return;
         };
+        // Its replicas elsewhere deliver now: its channels here hand out nothing more.
+        t.borrow_mut().stand_by();
+        info!(topic = name, shard = self.id, "replication: no longer a replica of the topic here; its channels stand by");
         let waiting = self.take_waiters(&t);
         for w in waiting {
             let e = pub_failed(format!("this broker is no longer a replica of {name}"));
