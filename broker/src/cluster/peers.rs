@@ -36,6 +36,11 @@ pub fn shard_addresses(address: &str, shards: usize) -> Result<Vec<String>, Stri
 /// For each shard index `0..shards`, every other registered broker (fenced ones included:
 /// they may come back) and the address that shard dials for it. Also the brokers with no
 /// address, which are left out.
+///
+/// A fenced broker whose first address another broker registered is left out too: that is a
+/// retired id (its data path was wiped and a new id took its address), and dialling it
+/// reaches the new broker, whose answer under another id ends the connection; the new broker
+/// may meanwhile have taken that dial as this broker's and dropped the good connection for it.
 pub fn by_shard(
     brokers: &BTreeMap<BrokerId, BrokerInfo>,
     me: BrokerId,
@@ -43,6 +48,11 @@ pub fn by_shard(
 ) -> (Vec<BTreeMap<u64, String>>, Vec<u64>) {
     let mut maps = vec![BTreeMap::new(); shards];
     let mut without = Vec::new();
+    let taken_by_another = |id: BrokerId, first: &String| {
+        brokers
+            .iter()
+            .any(|(other, b)| *other != id && b.addresses.first() == Some(first))
+    };
     for (id, info) in brokers {
         if *id == me {
             continue;
@@ -50,6 +60,9 @@ pub fn by_shard(
         let n = info.addresses.len();
         if n == 0 {
             without.push(id.0);
+            continue;
+        }
+        if info.fenced && taken_by_another(*id, &info.addresses[0]) {
             continue;
         }
         for (i, map) in maps.iter_mut().enumerate() {
@@ -108,5 +121,19 @@ mod tests {
             maps,
             [want("a:1", "c:1"), want("a:2", "c:2"), want("a:1", "c:3")]
         );
+    }
+
+    #[test]
+    fn a_retired_id_is_not_dialled_at_the_address_its_successor_took() {
+        let brokers = BTreeMap::from([
+            (BrokerId(1), info(&["a:1"], true)),
+            (BrokerId(2), info(&["me:1"], false)),
+            (BrokerId(5), info(&["a:1"], false)),
+            // Fenced, alone at its address: it may come back, and is dialled.
+            (BrokerId(6), info(&["b:1"], true)),
+        ]);
+        let (maps, _) = by_shard(&brokers, BrokerId(2), 1);
+        let want = BTreeMap::from([(5u64, "a:1".to_string()), (6u64, "b:1".to_string())]);
+        assert_eq!(maps, [want]);
     }
 }
