@@ -349,7 +349,11 @@ impl Shard {
         };
         // Its replicas elsewhere deliver now: its channels here hand out nothing more.
         t.borrow_mut().stand_by();
-        info!(topic = name, shard = self.id, "replication: no longer a replica of the topic here; its channels stand by");
+        info!(
+            topic = name,
+            shard = self.id,
+            "replication: no longer a replica of the topic here; its channels stand by"
+        );
         let waiting = self.take_waiters(&t);
         for w in waiting {
             let e = pub_failed(format!("this broker is no longer a replica of {name}"));
