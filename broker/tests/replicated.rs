@@ -29,6 +29,32 @@ fn one_cluster() -> std::sync::MutexGuard<'static, ()> {
     ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Three lookups running the controller and three brokers with `--replicas=3` and
+/// `replication_timeout`, once the controller has all three live.
+fn start_cluster(replication_timeout: &str) -> (Lookups, Vec<Member>) {
+    let lookups = Lookups::start();
+    lookups.wait_leader("at start");
+    let extra = ["--replicas=3", replication_timeout];
+    let members: Vec<Member> = (0..3)
+        .map(|_| Member::start_with(&lookups, 1, &extra))
+        .collect();
+    lookups.wait_metadata("three brokers live", |md| {
+        md["brokers"]
+            .as_object()
+            .is_some_and(|b| b.values().filter(|b| b["fenced"] == false).count() == 3)
+    });
+    (lookups, members)
+}
+
+/// The lookups' state and every running broker's log, for a failed wait.
+fn cluster_logs(lookups: &Lookups, members: &[Member]) -> String {
+    let mut s = lookups.logs();
+    for m in members.iter().filter(|m| m.broker.is_some()) {
+        s.push_str(&format!("\n--- broker {}\n{}", m.address, m.broker().log()));
+    }
+    s
+}
+
 /// The broker id each member's /stats names as the topic's leader, once all running members
 /// agree on one of them.
 fn agreed_leader(members: &[Member]) -> Option<usize> {
@@ -115,24 +141,8 @@ fn depth(m: &Member) -> Option<u64> {
 #[test]
 fn a_replicated_topic_is_acknowledged_by_a_majority_and_survives_its_leader() {
     let _one = one_cluster();
-    let lookups = Lookups::start();
-    lookups.wait_leader("at start");
-    let extra = ["--replicas=3", "--replication-timeout=3s"];
-    let mut members: Vec<Member> = (0..3)
-        .map(|_| Member::start_with(&lookups, 1, &extra))
-        .collect();
-    let logs = |members: &[Member]| {
-        let mut s = lookups.logs();
-        for m in members.iter().filter(|m| m.broker.is_some()) {
-            s.push_str(&format!("\n--- broker {}\n{}", m.address, m.broker().log()));
-        }
-        s
-    };
-    lookups.wait_metadata("three brokers live", |md| {
-        md["brokers"]
-            .as_object()
-            .is_some_and(|b| b.values().filter(|b| b["fenced"] == false).count() == 3)
-    });
+    let (lookups, mut members) = start_cluster("--replication-timeout=3s");
+    let logs = |members: &[Member]| cluster_logs(&lookups, members);
 
     // The first publish asks the controller to create the topic on all three.
     let mut acked: Vec<Vec<u8>> = Vec::new();
@@ -430,25 +440,9 @@ impl Damage {
 #[test]
 fn a_follower_that_may_miss_a_suffix_says_so_when_it_registers() {
     let _one = one_cluster();
-    let lookups = Lookups::start();
-    lookups.wait_leader("at start");
     // A long replication timeout: a follower restarting is not dropped for lagging.
-    let extra = ["--replicas=3", "--replication-timeout=20s"];
-    let mut members: Vec<Member> = (0..3)
-        .map(|_| Member::start_with(&lookups, 1, &extra))
-        .collect();
-    let logs = |members: &[Member]| {
-        let mut s = lookups.logs();
-        for m in members.iter().filter(|m| m.broker.is_some()) {
-            s.push_str(&format!("\n--- broker {}\n{}", m.address, m.broker().log()));
-        }
-        s
-    };
-    lookups.wait_metadata("three brokers live", |md| {
-        md["brokers"]
-            .as_object()
-            .is_some_and(|b| b.values().filter(|b| b["fenced"] == false).count() == 3)
-    });
+    let (lookups, mut members) = start_cluster("--replication-timeout=20s");
+    let logs = |members: &[Member]| cluster_logs(&lookups, members);
     let _ = publish(&members[0], b"first");
     let leader = wait(
         "the three brokers agree on the topic's leader",
