@@ -8,7 +8,9 @@
 //! and is back in sync; `POST /topic/config?replicas=` shrinks and grows the topic. A follower
 //! whose log may miss a suffix (a reboot without `--durable`, a torn tail) says so when it
 //! registers and leaves the in-sync set until it has caught up. Pauses, retention, channels and
-//! their dead-letter settings made on any replica reach every replica. Every wait is bounded.
+//! their dead-letter settings made on any replica reach every replica; a replicated
+//! dead-letter topic's origin records are on every replica, so its next leader lists and
+//! redrives them. Every wait is bounded.
 
 mod support;
 
@@ -58,10 +60,15 @@ fn cluster_logs(lookups: &Lookups, members: &[Member]) -> String {
 /// The broker id each member's /stats names as the topic's leader, once all running members
 /// agree on one of them.
 fn agreed_leader(members: &[Member]) -> Option<usize> {
+    agreed_leader_of(members, TOPIC)
+}
+
+/// [`agreed_leader`] of `topic`.
+fn agreed_leader_of(members: &[Member], topic: &str) -> Option<usize> {
     let ids: Vec<u64> = members
         .iter()
         .filter(|m| m.broker.is_some())
-        .map(|m| m.cluster()["topics"][TOPIC]["leader"].as_u64())
+        .map(|m| m.cluster()["topics"][topic]["leader"].as_u64())
         .collect::<Option<_>>()?;
     let first = *ids.first()?;
     if ids.iter().any(|&i| i != first) {
@@ -558,4 +565,115 @@ fn a_follower_that_may_miss_a_suffix_says_so_when_it_registers() {
             || logs(&members),
         );
     }
+
+    // Dead letters: a channel of the topic gives up on messages after one attempt and sends
+    // them to a replicated dead-letter topic. Every replica of that topic holds their origin
+    // records; its leader dies, the next one lists them and redrives them to their origin.
+    const DEAD: &str = "orders-dead";
+    let lead = wait(
+        "the topic's leader",
+        || agreed_leader(&members),
+        || logs(&members),
+    );
+    on(lead, &format!("/channel/create?topic={TOPIC}&channel=work"));
+    on(
+        lead,
+        &format!(
+            "/channel/config?topic={TOPIC}&channel=work&max_attempts=1&dead_letter_topic={DEAD}"
+        ),
+    );
+    let bodies: Vec<String> = (0..5).map(|i| format!("poison{i}")).collect();
+    for b in &bodies {
+        publish(&members[lead], b.as_bytes())
+            .unwrap_or_else(|e| panic!("publish {b}: {e}\n{}", logs(&members)));
+    }
+    let mut c = V2::connect(members[lead].broker().tcp);
+    c.subscribe(TOPIC, "work", 10);
+    let mut given_up = 0;
+    while let Some(msg) = c.message(Duration::from_secs(2)) {
+        c.command(&format!("REQ {} 0", msg.id));
+        given_up += 1;
+    }
+    drop(c);
+    assert!(given_up >= bodies.len(), "{given_up} messages given up on");
+    let records = |m: &Member| -> Option<Vec<Value>> {
+        let r = m.broker().get(&format!("/dead_letters?topic={DEAD}"));
+        (r.status == 200).then(|| r.json()["dead_letters"].as_array().cloned())?
+    };
+    let previews = |rs: &[Value]| -> Vec<String> {
+        let mut p: Vec<String> = rs
+            .iter()
+            .filter(|r| r["origin_topic"] == TOPIC && r["origin_channel"] == "work")
+            .filter_map(|r| r["preview"].as_str().map(str::to_owned))
+            .filter(|p| p.starts_with("poison"))
+            .collect();
+        p.sort();
+        p
+    };
+    for (i, m) in members.iter().enumerate() {
+        wait(
+            &format!(
+                "broker {i} holds the origin records of the {} dead letters",
+                bodies.len()
+            ),
+            || (records(m).is_some_and(|rs| previews(&rs) == bodies)).then_some(()),
+            || logs(&members),
+        );
+    }
+    let dead_leader = wait(
+        "the brokers agree on the dead-letter topic's leader",
+        || agreed_leader_of(&members, DEAD),
+        || logs(&members),
+    );
+    members[dead_leader].broker = None;
+    let next = wait(
+        "another replica leads the dead-letter topic",
+        || agreed_leader_of(&members, DEAD).filter(|&l| l != dead_leader),
+        || logs(&members),
+    );
+    let listed = records(&members[next]).unwrap_or_default();
+    assert_eq!(
+        previews(&listed),
+        bodies,
+        "the new leader's records: {listed:?}"
+    );
+    let r = members[next]
+        .broker()
+        .post(&format!("/topic/redrive?topic={DEAD}"), b"");
+    assert_eq!(r.status, 200, "redrive: {}", r.text());
+    assert_eq!(
+        r.json()["redriven"].as_u64(),
+        Some(listed.len() as u64),
+        "{}",
+        r.text()
+    );
+    for (i, m) in members
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| m.broker.is_some())
+    {
+        wait(
+            &format!("broker {i}: the redriven records are forgotten"),
+            || {
+                records(m)
+                    .is_some_and(|rs| previews(&rs).is_empty())
+                    .then_some(())
+            },
+            || logs(&members),
+        );
+    }
+    // They are back in their origin topic: its channel delivers them again.
+    let origin_leader = wait(
+        "the topic's leader after the kill",
+        || agreed_leader(&members),
+        || logs(&members),
+    );
+    let mut again: Vec<String> = drain(&members[origin_leader], "work")
+        .into_iter()
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .filter(|b| b.starts_with("poison"))
+        .collect();
+    again.sort();
+    again.dedup();
+    assert_eq!(again, bodies, "redriven messages delivered again");
 }

@@ -10,13 +10,22 @@
 //! operation or timer that gave it back: with a dead-letter topic it is published there
 //! (`shard::dead_letter_routing`), without one it is dropped, as if the broker had FINished it.
 //!
+//! A message taken for a dead-letter topic stays owed ([`DeadLetters::sending`]) until that
+//! topic's owner answers that it stored it (for a replicated one: on a majority of its
+//! replicas; [`Channel::dead_stored`]): the channel's floor, its replicated position and its
+//! clean-stop metadata keep it, so a crash, a failover or an answer that never comes does not
+//! lose it. The owner sends it again while unanswered (`shard::dead_letter_routing`); one
+//! restored at start with its attempts at the limit is set aside again rather than delivered.
+//!
 //! Invariants: with no limit in force (`max == 0`, the default) nothing here changes what the
-//! channel does; a message set aside is no longer owed by the channel (it is in none of its
-//! queues), so it is never delivered by this channel again.
+//! channel does; a message set aside is in none of the channel's delivery queues, so it is
+//! never delivered by this channel again (unless a restart finds it still unconfirmed and the
+//! limit since raised).
 
 use super::{Channel, Requeued};
 use crate::storage::segment::Stored;
 use protocol::MessageId;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// A channel's dead-letter settings and what they set aside.
@@ -30,6 +39,8 @@ pub struct DeadLetters {
     pub topic: Option<Arc<str>>,
     /// Messages over the limit, for the owner to take.
     pub out: Vec<Stored>,
+    /// Messages taken for the dead-letter topic and not yet stored there, by seq.
+    pub sending: BTreeMap<u64, Stored>,
     /// Messages that reached the limit since start (published to `topic` or dropped).
     pub count: u64,
 }
@@ -107,19 +118,50 @@ impl Channel {
         None
     }
 
-    fn set_aside(&mut self, msg: Stored) {
+    pub(super) fn set_aside(&mut self, msg: Stored) {
         tracing::debug!(topic = %self.topic, channel = %self.name, id = %msg.msg.id,
             attempts = msg.msg.attempts, "message reached max attempts");
         self.dead.count += 1;
         self.dead.out.push(msg);
     }
 
-    /// The messages set aside since the last call, and the dead-letter topic they go to.
+    /// The messages set aside since the last call, and the dead-letter topic they go to;
+    /// with one, they stay owed until [`Channel::dead_stored`].
     pub fn take_dead(&mut self) -> Option<(Vec<Stored>, Option<Arc<str>>)> {
         if self.dead.out.is_empty() {
             return None;
         }
-        Some((std::mem::take(&mut self.dead.out), self.dead.topic.clone()))
+        let out = std::mem::take(&mut self.dead.out);
+        if self.dead.topic.is_some() {
+            for m in &out {
+                self.dead.sending.insert(m.seq, m.clone());
+            }
+        }
+        Some((out, self.dead.topic.clone()))
+    }
+
+    /// The dead-letter topic stored the messages at these seqs: no longer owed here. Returns
+    /// how many were still waiting.
+    pub fn dead_stored(&mut self, seqs: &[u64]) -> usize {
+        seqs.iter()
+            .filter(|s| self.dead.sending.remove(s).is_some())
+            .count()
+    }
+
+    /// The messages at these seqs still waiting for the dead-letter topic, and where they go
+    /// now (`None`: the channel no longer sends them anywhere; they are no longer owed).
+    pub fn dead_unstored(&mut self, seqs: &[u64]) -> (Vec<Stored>, Option<Arc<str>>) {
+        let Some(to) = self.dead.topic.clone() else {
+            for s in seqs {
+                self.dead.sending.remove(s);
+            }
+            return (Vec::new(), None);
+        };
+        let msgs = seqs
+            .iter()
+            .filter_map(|s| self.dead.sending.get(s).cloned())
+            .collect();
+        (msgs, Some(to))
     }
 }
 
@@ -188,7 +230,55 @@ mod tests {
         assert_eq!(msgs[0].msg.attempts, 3);
         assert_eq!(&msgs[0].msg.body[..], b"poison");
         assert!(c.take_dead().is_none());
+        // Owed until the dead-letter topic stored it: the floor, the replicated position and
+        // a clean stop's metadata keep it.
+        assert_eq!(c.floor(), 0, "owed until stored");
+        assert_eq!(c.replicated_position(10), (1, vec![0]));
+        let meta = c.to_meta(true, now);
+        assert_eq!(meta.pending.len(), 1);
+        assert_eq!((meta.pending[0].seq, meta.pending[0].attempts), (0, 3));
+        assert_eq!(
+            c.dead_unstored(&[0]).0.len(),
+            1,
+            "sent again while unanswered"
+        );
+        assert_eq!(c.dead_stored(&[0]), 1);
+        assert_eq!(c.dead_stored(&[0]), 0, "answered once");
         assert_eq!(c.floor(), 1, "nothing owed any more");
+        assert!(c.to_meta(true, now).pending.is_empty());
+    }
+
+    #[test]
+    fn one_unstored_at_a_clean_stop_is_set_aside_again_at_start() {
+        let timers = TimerQueue::default();
+        let (log, ch, key) = setup(1);
+        let now = Instant::now();
+        let meta = {
+            let mut c = ch.borrow_mut();
+            assert_eq!(deliver(&mut c, &log, now, &timers), Some(1));
+            c.requeue(key, MessageId::from_u64(7), Duration::ZERO, now, &timers)
+                .unwrap();
+            assert_eq!(c.take_dead().map(|(m, _)| m.len()), Some(1));
+            c.to_meta(true, now)
+        };
+        let again = Channel::new(Arc::from("t"), "c", 100, 0, log.head());
+        let mut a = again.borrow_mut();
+        a.set_dead_letters(1, None, None);
+        assert_eq!(a.restore(&meta, true, &log, now, &timers), 1);
+        let (msgs, to) = a.take_dead().expect("set aside again, not delivered");
+        assert_eq!((msgs.len(), to.as_deref()), (1, Some("t.dead")));
+        a.add_consumer(
+            ConsumerSpec {
+                key,
+                msg_timeout: Duration::from_secs(1),
+                info: Arc::new(ClientInfo::default()),
+                output_window: u64::MAX,
+            },
+            0,
+        )
+        .unwrap();
+        a.set_rdy(key, 1);
+        assert_eq!(deliver(&mut a, &log, now, &timers), None);
     }
 
     #[test]
@@ -216,6 +306,7 @@ mod tests {
         assert_eq!(deliver(&mut c, &log, now, &timers), Some(1));
         c.remove_consumer(key);
         assert_eq!(c.take_dead().map(|(m, _)| m.len()), Some(1));
+        assert_eq!(c.dead_stored(&[0]), 1);
         assert_eq!(c.floor(), 1);
     }
 

@@ -109,7 +109,8 @@ impl Channel {
                     .filter(|f| self.owed_by(f).is_some())
                     .map(|f| f.msg.seq),
             )
-            .chain(self.deferred.values().map(|d| d.msg.seq));
+            .chain(self.deferred.values().map(|d| d.msg.seq))
+            .chain(self.dead.sending.keys().copied());
         let mut floor = self.cursor;
         for seq in owed {
             if seq <= bound {

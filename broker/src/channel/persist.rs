@@ -50,6 +50,13 @@ impl Channel {
                 delay_ms: 0,
             })
         }));
+        // What the dead-letter topic has not stored yet, with its attempts (set aside again at
+        // start while they reach the limit).
+        pending.extend(self.dead.sending.values().map(|s| PendingMeta {
+            seq: s.seq,
+            attempts: s.msg.attempts,
+            delay_ms: 0,
+        }));
         pending.sort_by_key(|p| p.seq);
         ChannelMeta {
             name: self.name.to_string(),
@@ -112,7 +119,10 @@ impl Channel {
                 continue;
             }
             s.msg.attempts = p.attempts;
-            if p.delay_ms > 0 {
+            if self.dead.in_force() && s.msg.attempts >= self.dead.max {
+                // Taken for the dead-letter topic and not stored there by the stop.
+                self.set_aside(s);
+            } else if p.delay_ms > 0 {
                 s.detach_body();
                 self.defer(s, now + Duration::from_millis(p.delay_ms), timers);
             } else {

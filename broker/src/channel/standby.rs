@@ -35,6 +35,7 @@ impl Channel {
             .iter()
             .map(|r| r.msg.seq)
             .chain(self.deferred.values().map(|d| d.msg.seq))
+            .chain(self.dead.sending.keys().copied())
             .chain(in_flight)
             .filter(|&s| s < self.cursor)
             .collect();

@@ -58,6 +58,9 @@ struct Sent {
 pub(super) struct TopicPositions {
     topic: Option<TopicConfig>,
     channels: HashMap<String, Sent>,
+    /// The last dead-letter record's seq sent (`None` inside: there was none); `None`: not
+    /// sent since this replica took the lead.
+    dead_letters: Option<Option<u64>>,
     sent_at: Millis,
     resent_at: Millis,
 }
@@ -111,6 +114,7 @@ impl Shard {
                 }
                 sent.topic = Some(config);
             }
+            self.send_dead_letter_records(&tb, &followers, &mut sent.dead_letters, all);
             let mut ops: Vec<(String, ChannelOp)> = Vec::new();
             for ch in tb.channels() {
                 let c = ch.borrow();

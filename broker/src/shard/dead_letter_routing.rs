@@ -3,11 +3,14 @@
 //! - Sending: after an operation or a timer that gave messages back, the owner of their
 //!   topic takes what its channels set aside over max attempts ([`Shard::send_dead_letters`])
 //!   and publishes it to the channel's dead-letter topic through the ordinary publish path
-//!   (`Mail::Publish` to that topic's owner, here or on another shard), with each message's
-//!   origin (`Mail::Publish::origins`), already acknowledged (`acked`: stored even while the
-//!   owner's storage fails) and with no one waiting for the answer (token 0). Without a
-//!   dead-letter topic the messages are dropped, as a FIN would. Either way the origin topic
-//!   is checkpointed promptly, so a crash does not deliver them again.
+//!   (`Mail::Publish` to that topic's owner, here or on another shard; for a replicated one,
+//!   on to its leader), with each message's origin (`Mail::Publish::origins`), already
+//!   acknowledged (`acked`: stored even while the owner's storage fails). The channel owes
+//!   them until the answer says they are stored ([`Shard::dead_letters_answered`]); a refusal,
+//!   or no answer within [`DEAD_LETTER_RETRY`], sends them again
+//!   ([`Shard::resend_dead_letters`], every second): a dead letter may be stored twice, never
+//!   lost. Without a dead-letter topic the messages are dropped, as a FIN would. Either way
+//!   the origin topic is checkpointed promptly, so a crash does not deliver them again.
 //! - Receiving: the dead-letter topic's owner stores the bodies as new messages (new IDs,
 //!   attempts 0: IDs are unique per topic, and two channels may give up on the same message)
 //!   and records each one's origin with the topic ([`Shard::record_dead_letters`]), persisted
@@ -19,7 +22,7 @@
 
 use super::Shard;
 use crate::admin_ops::{AdminResult, RedriveBatch};
-use crate::mailbox::{Mail, ReplyTo};
+use crate::mailbox::{Mail, Reply, ReplyTo};
 use crate::storage::log::{DiskHint, Read};
 use crate::topic::{ChannelRef, DeadOrigin, Topic};
 use bytes::Bytes;
@@ -28,8 +31,22 @@ use replication::wire::ChannelOp;
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::Duration;
-use tracing::{debug, info};
+use std::time::{Duration, Instant};
+use tracing::{debug, info, warn};
+
+/// How long dead letters wait for their topic's answer before they are sent again.
+pub(super) const DEAD_LETTER_RETRY: Duration = Duration::from_secs(10);
+
+/// Dead letters sent to their topic's owner and not answered yet.
+#[derive(Debug)]
+pub(crate) struct DeadSend {
+    topic: Arc<str>,
+    channel: Arc<str>,
+    /// Their seqs in `topic`.
+    seqs: Vec<u64>,
+    /// When they were sent; `None`: refused, to send again.
+    sent: Option<Instant>,
+}
 
 /// Dead letters one redrive read returns at most (and about this many bytes of bodies).
 const REDRIVE_BATCH: usize = 256;
@@ -57,8 +74,20 @@ impl Shard {
                 "messages over max attempts dropped (no dead-letter topic)");
             return;
         };
+        self.publish_dead_letters(topic, channel, msgs, to);
+    }
+
+    /// Publishes dead letters of `channel` of `topic` to `to`, answered to this shard.
+    fn publish_dead_letters(
+        &self,
+        topic: Arc<str>,
+        channel: Arc<str>,
+        msgs: Vec<crate::storage::segment::Stored>,
+        to: Arc<str>,
+    ) {
         let mut bodies = Vec::with_capacity(msgs.len());
         let mut origins = Vec::with_capacity(msgs.len());
+        let seqs = msgs.iter().map(|s| s.seq).collect();
         for s in msgs {
             origins.push(DeadOrigin {
                 topic: topic.to_string(),
@@ -70,8 +99,17 @@ impl Shard {
             bodies.push(s.msg.body);
         }
         let owner = self.config.owner_of(&to);
-        // Token 0 is never a waiter's: the answer is dropped. A refusal is logged by the
-        // owner (`publish_refused`, as for any acknowledged publish).
+        let token = self.next_token.get().wrapping_add(1);
+        self.next_token.set(token);
+        self.dead_sends.borrow_mut().insert(
+            token,
+            DeadSend {
+                topic,
+                channel,
+                seqs,
+                sent: Some(Instant::now()),
+            },
+        );
         self.route(
             owner,
             Mail::Publish {
@@ -81,11 +119,63 @@ impl Shard {
                 acked: true,
                 reply: ReplyTo {
                     shard: self.id,
-                    token: 0,
+                    token,
                 },
                 origins,
             },
         );
+    }
+
+    /// The dead-letter topic's answer to the dead letters sent with `token`: stored, they
+    /// are no longer owed by their channel; refused, they go again at the next resend.
+    pub(super) fn dead_letters_answered(&self, token: u64, reply: Reply) {
+        let Some(mut d) = self.dead_sends.borrow_mut().remove(&token) else {
+            return;
+        };
+        if let Reply::Publish(Err(e)) = &reply {
+            warn!(topic = %d.topic, channel = %d.channel, messages = d.seqs.len(),
+                "dead letters not stored ({}); sent again within a second", e.description);
+            d.sent = None;
+            self.dead_sends.borrow_mut().insert(token, d);
+            return;
+        }
+        let t = self.topics.borrow().get(&*d.topic).cloned();
+        let Some(t) = t else {
+            return;
+        };
+        let ch = t.borrow().channel(&d.channel);
+        if let Some(ch) = ch {
+            if ch.borrow_mut().dead_stored(&d.seqs) > 0 {
+                self.note_meta_change(&t);
+            }
+        }
+    }
+
+    /// Sends again the dead letters refused, or unanswered for [`DEAD_LETTER_RETRY`] (their
+    /// owner or its leader may have died); from a timer every second.
+    pub(super) fn resend_dead_letters(&self) {
+        let now = Instant::now();
+        let due: Vec<DeadSend> = {
+            let mut sends = self.dead_sends.borrow_mut();
+            let tokens: Vec<u64> = sends
+                .iter()
+                .filter(|(_, d)| d.sent.is_none_or(|at| now - at >= DEAD_LETTER_RETRY))
+                .map(|(&t, _)| t)
+                .collect();
+            tokens.iter().filter_map(|t| sends.remove(t)).collect()
+        };
+        for d in due {
+            let t = self.topics.borrow().get(&*d.topic).cloned();
+            let Some(ch) = t.and_then(|t| t.borrow().channel(&d.channel)) else {
+                continue;
+            };
+            let (msgs, to) = ch.borrow_mut().dead_unstored(&d.seqs);
+            if let (false, Some(to)) = (msgs.is_empty(), to) {
+                debug!(topic = %d.topic, channel = %d.channel, messages = msgs.len(), to = %to,
+                    "dead letters sent again");
+                self.publish_dead_letters(d.topic, d.channel, msgs, to);
+            }
+        }
     }
 
     /// Records the origin of dead letters just stored in `t` (their IDs and bodies, in order;
@@ -214,6 +304,7 @@ impl Shard {
         };
         let gone = t.borrow_mut().forget_dead_letters(ids);
         info!(topic, redriven = gone, "dead letters redriven");
+        self.share_forgotten(&t, ids);
         self.note_meta_change(&t);
         self.answer_when_meta_saved(&t, reply)
     }

@@ -111,7 +111,7 @@ impl Shard {
             return Answer::refused(reason.clone());
         }
         if let Some(leader) = self.routed_leader(topic) {
-            return self.publish_to_leader(leader, topic, bodies, defer, reply);
+            return self.publish_to_leader(leader, topic, bodies, defer, origins, reply);
         }
         if self.publish_waits_for_controller(topic) {
             return self.park_for_controller(
@@ -158,7 +158,7 @@ impl Shard {
         origins: Vec<DeadOrigin>,
     ) -> Answer {
         if t.borrow().replica.is_some() {
-            return self.store_replicated(t, bodies, defer, reply);
+            return self.store_replicated(t, bodies, defer, reply, origins);
         }
         let timestamp = now_nanos();
         let msgs: Vec<Message> = t.borrow_mut().stamp(bodies, timestamp);

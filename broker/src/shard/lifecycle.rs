@@ -214,6 +214,21 @@ pub async fn run(
     }
     spawn_pumps(&shard, &senders, peers);
     glommio::spawn_local(shard.clone().confirm_http_publishes()).detach();
+    // Dead letters the last stop left unstored go now; unanswered ones again every second.
+    for t in &loaded {
+        let channels: Vec<_> = t.borrow().channels().cloned().collect();
+        for ch in &channels {
+            shard.send_dead_letters(ch);
+        }
+    }
+    let resender = shard.clone();
+    glommio::spawn_local(async move {
+        loop {
+            glommio::timer::sleep(Duration::from_secs(1)).await;
+            resender.resend_dead_letters();
+        }
+    })
+    .detach();
     let dispatcher = shard.clone();
     glommio::spawn_local(async move {
         loop {

@@ -42,6 +42,7 @@
 mod admin_exec;
 mod channel_sync;
 mod controller;
+mod dead_letter_replicas;
 mod dead_letter_routing;
 mod dispatch;
 mod durable;
@@ -108,6 +109,8 @@ pub struct Shard {
     pub(crate) outboxes: Vec<Outbox>,
     pub(crate) timers: TimerQueue,
     pub(crate) waiters: RefCell<HashMap<u64, Sender<Reply>>>,
+    /// Dead letters sent to their topic's owner and not answered yet, by reply token.
+    pub(crate) dead_sends: RefCell<HashMap<u64, dead_letter_routing::DeadSend>>,
     pub(crate) next_token: Cell<u64>,
     pub(crate) next_conn: Cell<u64>,
     pub(crate) stopping: Cell<bool>,
@@ -179,6 +182,7 @@ impl Shard {
             outboxes: (0..peers).map(|_| Outbox::default()).collect(),
             timers: TimerQueue::default(),
             waiters: RefCell::new(HashMap::new()),
+            dead_sends: RefCell::new(HashMap::new()),
             next_token: Cell::new(0),
             next_conn: Cell::new(0),
             stopping: Cell::new(false),
@@ -349,6 +353,9 @@ impl Shard {
                 token,
                 reply: Reply::TopicChannels(channels),
             } => self.topic_channels_known(token, channels),
+            Mail::Reply { token, reply } if self.dead_sends.borrow().contains_key(&token) => {
+                self.dead_letters_answered(token, reply)
+            }
             Mail::Reply { token, reply } => {
                 let waiter = self.waiters.borrow_mut().remove(&token);
                 if let Some(w) = waiter {

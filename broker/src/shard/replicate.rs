@@ -27,7 +27,7 @@ use crate::replication::replicas::{now_ms, replica_config, TopicReplica};
 use crate::replication::transport::config::TransportConfig;
 use crate::replication::transport::peers::Peers;
 use crate::storage::log::ReplicaStore;
-use crate::topic::Topic;
+use crate::topic::{DeadOrigin, Topic};
 use bytes::Bytes;
 use protocol::{ErrorCode, Message, ProtocolError};
 use replication::controller::{BrokerReply, BrokerRequest, TopicState as ControllerState};
@@ -457,8 +457,9 @@ impl Shard {
         bodies: Vec<Bytes>,
         defer: Duration,
         reply: ReplyTo,
+        origins: Vec<DeadOrigin>,
     ) -> Answer {
-        match self.replicate_publish(t, bodies, defer, Waiter::Local(reply)) {
+        match self.replicate_publish(t, bodies, defer, origins, Waiter::Local(reply)) {
             Ok(()) => Answer::Later,
             Err(reason) => Answer::refused(reason),
         }
@@ -472,6 +473,7 @@ impl Shard {
         t: &Rc<RefCell<Topic>>,
         bodies: Vec<Bytes>,
         defer: Duration,
+        origins: Vec<DeadOrigin>,
         waiter: Waiter,
     ) -> Result<(), String> {
         let (epoch, name, leader) = {
@@ -488,7 +490,7 @@ impl Shard {
         let Some(epoch) = epoch else {
             return match (leader, waiter) {
                 (Some(l), Waiter::Local(reply)) => {
-                    self.forward_publish(l, &name, bodies, defer, reply)
+                    self.forward_publish(l, &name, bodies, defer, origins, reply)
                 }
                 (l, _) => Err(format!(
                     "topic {name} is replicated and this broker does not lead it ({})",
@@ -512,10 +514,19 @@ impl Shard {
             tb.ids.resume_after(held);
             tb.stamp(bodies, timestamp)
         };
+        // Dead letters: the IDs and bodies their origin records describe.
+        let dead = (!origins.is_empty()).then(|| {
+            msgs.iter()
+                .map(|m| (m.id, m.body.clone()))
+                .collect::<Vec<_>>()
+        });
         let end = t
             .borrow_mut()
             .publish_replicated(epoch, msgs, defer_until)
             .map_err(|e| format!("topic {name}: {e}"))?;
+        if let Some(dead) = dead {
+            self.record_dead_letters(t, dead, origins, end);
+        }
         let id = self.repl.next_publish.get() + 1;
         self.repl.next_publish.set(id);
         let mut out = Vec::new();
@@ -555,6 +566,7 @@ impl Shard {
         name: &str,
         bodies: Vec<Bytes>,
         defer: Duration,
+        origins: Vec<DeadOrigin>,
         reply: ReplyTo,
     ) -> Result<(), String> {
         let Some(peers) = self.repl.peers() else {
@@ -567,6 +579,10 @@ impl Shard {
             topic: name.to_owned(),
             defer_ms: u64::try_from(defer.as_millis()).unwrap_or(u64::MAX),
             bodies,
+            origins: origins
+                .iter()
+                .map(super::dead_letter_replicas::to_wire)
+                .collect(),
         };
         peers.send_forward(leader, f).map_err(|e| {
             format!(
@@ -606,9 +622,10 @@ impl Shard {
         name: &str,
         bodies: Vec<Bytes>,
         defer: Duration,
+        origins: Vec<DeadOrigin>,
         reply: ReplyTo,
     ) -> Answer {
-        match self.forward_publish(leader, name, bodies, defer, reply) {
+        match self.forward_publish(leader, name, bodies, defer, origins, reply) {
             Ok(()) => Answer::Later,
             Err(reason) => Answer::refused(reason),
         }
@@ -619,6 +636,7 @@ impl Shard {
     pub(super) fn forward_inbound(&self, from: BrokerId, f: Forward) {
         let topic = match &f {
             Forward::Publish { topic, .. }
+            | Forward::DeadLetters { topic, .. }
             | Forward::Channel { topic, .. }
             | Forward::Topic { topic, .. } => Some(topic),
             Forward::Answer { .. } => None,
@@ -642,13 +660,17 @@ impl Shard {
                 topic,
                 defer_ms,
                 bodies,
+                origins,
             } => {
                 let t = self.repl.topics.borrow().get(&topic).cloned();
                 let waiter = Waiter::Peer { broker: from, id };
+                let origins = origins
+                    .into_iter()
+                    .map(super::dead_letter_replicas::from_wire)
+                    .collect();
+                let defer = Duration::from_millis(defer_ms);
                 let result = match t {
-                    Some(t) => {
-                        self.replicate_publish(&t, bodies, Duration::from_millis(defer_ms), waiter)
-                    }
+                    Some(t) => self.replicate_publish(&t, bodies, defer, origins, waiter),
                     None => Err(format!("topic {topic}: not replicated on this broker")),
                 };
                 if let Err(reason) = result {
@@ -668,6 +690,9 @@ impl Shard {
             }
             Forward::Topic { topic, config } => {
                 self.apply_topic_config(from, &topic, config);
+            }
+            Forward::DeadLetters { topic, op } => {
+                self.apply_dead_letter_op(from, &topic, op);
             }
         }
     }

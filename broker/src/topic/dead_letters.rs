@@ -60,6 +60,28 @@ impl Topic {
         self.dead_letters.iter()
     }
 
+    /// Takes a record from this topic's leader: appended when it follows the last one held
+    /// (records stay in seq order), ignored otherwise; true when taken.
+    pub fn append_dead_letter_record(&mut self, record: DeadLetterMeta) -> bool {
+        if self
+            .dead_letters
+            .back()
+            .is_some_and(|r| r.seq >= record.seq)
+        {
+            return false;
+        }
+        self.dead_letters.push_back(record);
+        while self.dead_letters.len() > DEAD_LETTER_RECORDS {
+            self.dead_letters.pop_front();
+        }
+        true
+    }
+
+    /// Drops every record (the leader's replace them).
+    pub fn clear_dead_letter_records(&mut self) {
+        self.dead_letters.clear();
+    }
+
     /// Forgets the records of these IDs (redriven); returns how many went.
     pub fn forget_dead_letters(&mut self, ids: &[String]) -> usize {
         let before = self.dead_letters.len();

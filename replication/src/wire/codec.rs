@@ -24,6 +24,11 @@ use bytes::Bytes;
 use crate::ids::{BrokerId, Epoch, Seq};
 use crate::replica::{Batch, Msg, Record};
 
+mod dead_letters;
+pub use dead_letters::{
+    digest, DeadLetter, DeadLetterOp, DeadOrigin, Id, MAX_DEAD_LETTERS, MAX_PREVIEW,
+};
+
 /// The protocol version this build speaks (the byte every frame starts with).
 pub const PROTOCOL_VERSION: u8 = 1;
 /// The longest topic name (NSQ's limit).
@@ -55,6 +60,7 @@ const FWD_PUBLISH: u8 = 1;
 const FWD_ANSWER: u8 = 2;
 const FWD_CHANNEL: u8 = 3;
 const FWD_TOPIC: u8 = 4;
+const FWD_DEAD_LETTERS: u8 = 5;
 
 const OP_CREATED: u8 = 1;
 const OP_DELETED: u8 = 2;
@@ -78,8 +84,8 @@ const MIN_TOPIC: usize = 2;
 const MIN_TOPIC_MSG: usize = MIN_TOPIC + 1 + 16;
 /// A record's fixed part: seq, crc, length.
 const RECORD_HEAD: usize = 8 + 4 + 4;
-/// The least a forward takes: a channel operation without arguments (kind, two names, op).
-const MIN_FORWARD: usize = 1 + MIN_TOPIC + MIN_TOPIC + 1;
+/// The least a forward takes: a dead-letter operation without arguments (kind, a topic, op).
+const MIN_FORWARD: usize = 1 + MIN_TOPIC + 1;
 
 /// The handshake each side sends first on a new connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -114,6 +120,8 @@ pub enum Forward {
         defer_ms: u64,
         /// The messages' bodies, one for a PUB or DPUB, several for an MPUB.
         bodies: Vec<Bytes>,
+        /// For dead letters, where each body came from (one per body); empty otherwise.
+        origins: Vec<DeadOrigin>,
     },
     /// Leader -> follower: the outcome of the publish `id` (Err: the error text, the follower
     /// answers its client E_PUB_FAILED with it).
@@ -140,6 +148,13 @@ pub enum Forward {
         channel: String,
         /// What happened to it.
         op: ChannelOp,
+    },
+    /// Between a dead-letter topic's replicas: its origin records.
+    DeadLetters {
+        /// The dead-letter topic.
+        topic: String,
+        /// What the sender tells.
+        op: DeadLetterOp,
     },
 }
 
@@ -282,6 +297,20 @@ pub enum WireError {
     /// A channel position with more owed seqs than one may carry.
     #[error("a channel position of {0} owed seqs is over the maximum of {MAX_OWED}")]
     OwedTooMany(usize),
+    /// A forwarded publish whose origins are neither none nor one per body.
+    #[error("a publish of {bodies} bodies with {origins} dead-letter origins")]
+    OriginCount {
+        /// The bodies.
+        bodies: usize,
+        /// The origins.
+        origins: usize,
+    },
+    /// A dead-letter operation with more records or IDs than one may carry.
+    #[error("a dead-letter operation of {0} records is over the maximum of {MAX_DEAD_LETTERS}")]
+    DeadLettersTooMany(usize),
+    /// A dead letter's preview that is too long or not UTF-8.
+    #[error("invalid dead-letter preview (not UTF-8, or over {MAX_PREVIEW} bytes)")]
+    Preview,
     /// Bytes left after a frame's last field.
     #[error("{0} bytes after the end of the frame's fields")]
     TrailingBytes(usize),
@@ -304,10 +333,30 @@ pub fn valid_channel(name: &str) -> bool {
 /// Whether `f` can be encoded: its names valid, its text and owed seqs within bounds.
 pub fn check_forward(f: &Forward) -> Result<(), WireError> {
     match f {
-        Forward::Publish { topic, .. } => {
+        Forward::Publish {
+            topic,
+            bodies,
+            origins,
+            ..
+        } => {
             if !valid_topic(topic) {
                 return Err(WireError::TopicName);
             }
+            if !origins.is_empty() && origins.len() != bodies.len() {
+                return Err(WireError::OriginCount {
+                    bodies: bodies.len(),
+                    origins: origins.len(),
+                });
+            }
+            for o in origins {
+                dead_letters::check_origin(o)?;
+            }
+        }
+        Forward::DeadLetters { topic, op } => {
+            if !valid_topic(topic) {
+                return Err(WireError::TopicName);
+            }
+            dead_letters::check_op(op)?;
         }
         Forward::Answer { result, .. } => {
             if result.as_ref().is_err_and(|e| e.len() > MAX_ANSWER_TEXT) {
@@ -353,9 +402,21 @@ fn check_owed(cursor: u64, owed: &[u64]) -> Result<(), WireError> {
 /// The bytes a forward takes inside a `Forwards` frame.
 pub fn forward_len(f: &Forward) -> usize {
     1 + match f {
-        Forward::Publish { topic, bodies, .. } => {
-            8 + 1 + topic.len() + 8 + 4 + bodies.iter().map(|b| 4 + b.len()).sum::<usize>()
+        Forward::Publish {
+            topic,
+            bodies,
+            origins,
+            ..
+        } => {
+            8 + 1
+                + topic.len()
+                + 8
+                + 4
+                + bodies.iter().map(|b| 4 + b.len()).sum::<usize>()
+                + 4
+                + origins.iter().map(dead_letters::origin_len).sum::<usize>()
         }
+        Forward::DeadLetters { topic, op } => 1 + topic.len() + dead_letters::op_len(op),
         Forward::Answer { result, .. } => 8 + 1 + result.as_ref().err().map_or(0, |e| 2 + e.len()),
         Forward::Channel { topic, channel, op } => {
             1 + topic.len()
@@ -384,6 +445,7 @@ fn put_forward(out: &mut Vec<u8>, f: &Forward) -> Result<(), WireError> {
             topic,
             defer_ms,
             bodies,
+            origins,
         } => {
             out.push(FWD_PUBLISH);
             out.extend_from_slice(&id.to_be_bytes());
@@ -394,6 +456,15 @@ fn put_forward(out: &mut Vec<u8>, f: &Forward) -> Result<(), WireError> {
                 put_u32_len(out, b.len())?;
                 out.extend_from_slice(b);
             }
+            put_u32_len(out, origins.len())?;
+            for o in origins {
+                dead_letters::put_origin(out, o);
+            }
+        }
+        Forward::DeadLetters { topic, op } => {
+            out.push(FWD_DEAD_LETTERS);
+            put_str(out, topic);
+            dead_letters::put_op(out, op)?;
         }
         Forward::Answer { id, result } => {
             out.push(FWD_ANSWER);
@@ -736,12 +807,29 @@ impl<'a> Reader<'a> {
                     let len = self.count(1, "a publish body's length")?;
                     bodies.push(Bytes::copy_from_slice(self.take(len, "a publish's body")?));
                 }
+                let n = self.count(2 + 2 + 16 + 2 + 8, "a publish's origin count")?;
+                if n != 0 && n != bodies.len() {
+                    return Err(WireError::OriginCount {
+                        bodies: bodies.len(),
+                        origins: n,
+                    });
+                }
+                let mut origins = Vec::with_capacity(n);
+                for _ in 0..n {
+                    origins.push(self.dead_origin()?);
+                }
                 Ok(Forward::Publish {
                     id,
                     topic,
                     defer_ms,
                     bodies,
+                    origins,
                 })
+            }
+            FWD_DEAD_LETTERS => {
+                let topic = self.topic()?;
+                let op = self.dead_letter_op()?;
+                Ok(Forward::DeadLetters { topic, op })
             }
             FWD_ANSWER => {
                 let id = self.u64("an answer's id")?;

@@ -18,7 +18,8 @@ pub mod link;
 mod tests;
 
 pub use codec::{
-    encode, ChannelOp, Decoder, Forward, Frame, Hello, TopicConfig, TopicMsg, WireError,
-    MAX_ANSWER_TEXT, MAX_CHANNEL_NAME, MAX_CLUSTER_ID, MAX_OWED, MAX_TOPIC_NAME, PROTOCOL_VERSION,
+    digest, encode, ChannelOp, DeadLetter, DeadLetterOp, DeadOrigin, Decoder, Forward, Frame,
+    Hello, Id, TopicConfig, TopicMsg, WireError, MAX_ANSWER_TEXT, MAX_CHANNEL_NAME, MAX_CLUSTER_ID,
+    MAX_DEAD_LETTERS, MAX_OWED, MAX_TOPIC_NAME, PROTOCOL_VERSION,
 };
 pub use link::{Delivery, Inbound, Link, LinkConfig, LinkError, SendError};

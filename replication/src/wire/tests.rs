@@ -80,6 +80,44 @@ fn msg() -> impl Strategy<Value = Msg> {
     ]
 }
 
+fn dead_origin() -> impl Strategy<Value = DeadOrigin> {
+    (
+        topic(),
+        topic(),
+        any::<[u8; 16]>(),
+        any::<u16>(),
+        any::<i64>(),
+    )
+        .prop_map(|(topic, channel, id, attempts, timestamp)| DeadOrigin {
+            topic,
+            channel,
+            id,
+            attempts,
+            timestamp,
+        })
+}
+
+fn dead_letter() -> impl Strategy<Value = DeadLetter> {
+    (
+        any::<[u8; 16]>(),
+        any::<u64>(),
+        dead_origin(),
+        any::<i64>(),
+        any::<u64>(),
+        "\\PC{0,20}",
+    )
+        .prop_map(
+            |(id, seq, origin, dead_lettered_at, body_size, preview)| DeadLetter {
+                id,
+                seq,
+                origin,
+                dead_lettered_at,
+                body_size,
+                preview,
+            },
+        )
+}
+
 fn forward() -> impl Strategy<Value = Forward> {
     let op = prop_oneof![
         Just(ChannelOp::Created),
@@ -103,19 +141,36 @@ fn forward() -> impl Strategy<Value = Forward> {
             }
         ),
     ];
+    let dead_op = prop_oneof![
+        prop::collection::vec(dead_letter(), 0..4).prop_map(DeadLetterOp::Records),
+        prop::collection::vec(dead_letter(), 0..4).prop_map(DeadLetterOp::Replace),
+        prop::collection::vec(any::<[u8; 16]>(), 0..4).prop_map(DeadLetterOp::Forgotten),
+        (any::<u32>(), any::<u32>()).prop_map(|(count, crc)| DeadLetterOp::Digest { count, crc }),
+        Just(DeadLetterOp::Wanted),
+    ];
     prop_oneof![
         (
             any::<u64>(),
             topic(),
             any::<u64>(),
-            prop::collection::vec(prop::collection::vec(any::<u8>(), 0..40), 0..5)
+            prop::collection::vec(prop::collection::vec(any::<u8>(), 0..40), 0..5),
+            any::<bool>(),
+            dead_origin(),
         )
-            .prop_map(|(id, topic, defer_ms, bodies)| Forward::Publish {
-                id,
-                topic,
-                defer_ms,
-                bodies: bodies.into_iter().map(bytes::Bytes::from).collect(),
-            }),
+            .prop_map(
+                |(id, topic, defer_ms, bodies, dead, origin)| Forward::Publish {
+                    id,
+                    topic,
+                    defer_ms,
+                    origins: if dead {
+                        vec![origin; bodies.len()]
+                    } else {
+                        Vec::new()
+                    },
+                    bodies: bodies.into_iter().map(bytes::Bytes::from).collect(),
+                }
+            ),
+        (topic(), dead_op).prop_map(|(topic, op)| Forward::DeadLetters { topic, op }),
         (any::<u64>(), prop::option::of("\\PC{0,40}")).prop_map(|(id, err)| Forward::Answer {
             id,
             result: err.map_or(Ok(()), Err),
@@ -1134,6 +1189,7 @@ fn counts_inside_forwards_over_the_frame_are_refused() {
         topic: "t".into(),
         defer_ms: 0,
         bodies: vec![bytes::Bytes::from_static(b"abc")],
+        origins: Vec::new(),
     };
     let mut bytes = Vec::new();
     assert_eq!(
@@ -1192,6 +1248,7 @@ fn send_forward_checks_and_bounds_what_it_queues() {
         topic: "t".into(),
         defer_ms: 0,
         bodies: vec![bytes::Bytes::from(vec![1u8; size])],
+        origins: Vec::new(),
     };
     // Publish bodies are bounded by the frame.
     assert!(matches!(
@@ -1298,4 +1355,102 @@ fn forwards_before_the_handshake_are_refused_and_after_it_arrive() {
     let mut got = Vec::new();
     assert_eq!(ok.receive(&wire, &mut got), Ok(()));
     assert_eq!(got, vec![Inbound::Forward(f)]);
+}
+
+#[test]
+fn dead_letter_forwards_out_of_bounds_are_refused_both_ways() {
+    let origin = DeadOrigin {
+        topic: "t".into(),
+        channel: "c".into(),
+        id: [b'a'; 16],
+        attempts: 3,
+        timestamp: 1,
+    };
+    let record = DeadLetter {
+        id: [b'b'; 16],
+        seq: 1,
+        origin: origin.clone(),
+        dead_lettered_at: 2,
+        body_size: 3,
+        preview: "abc".into(),
+    };
+    let cases = [
+        (
+            Forward::Publish {
+                id: 1,
+                topic: "t".into(),
+                defer_ms: 0,
+                bodies: vec![bytes::Bytes::from_static(b"x"); 2],
+                origins: vec![origin.clone()],
+            },
+            WireError::OriginCount {
+                bodies: 2,
+                origins: 1,
+            },
+        ),
+        (
+            Forward::DeadLetters {
+                topic: "t".into(),
+                op: DeadLetterOp::Records(vec![record.clone(); MAX_DEAD_LETTERS + 1]),
+            },
+            WireError::DeadLettersTooMany(MAX_DEAD_LETTERS + 1),
+        ),
+        (
+            Forward::DeadLetters {
+                topic: "t".into(),
+                op: DeadLetterOp::Forgotten(vec![[0; 16]; MAX_DEAD_LETTERS + 1]),
+            },
+            WireError::DeadLettersTooMany(MAX_DEAD_LETTERS + 1),
+        ),
+        (
+            Forward::DeadLetters {
+                topic: "t".into(),
+                op: DeadLetterOp::Replace(vec![DeadLetter {
+                    preview: "x".repeat(2000),
+                    ..record.clone()
+                }]),
+            },
+            WireError::Preview,
+        ),
+        (
+            Forward::DeadLetters {
+                topic: "t".into(),
+                op: DeadLetterOp::Records(vec![DeadLetter {
+                    origin: DeadOrigin {
+                        channel: "c#ephemeral".into(),
+                        ..origin.clone()
+                    },
+                    ..record.clone()
+                }]),
+            },
+            WireError::ChannelName,
+        ),
+    ];
+    for (f, want) in cases {
+        let mut out = Vec::new();
+        assert_eq!(
+            encode(&Frame::Forwards(vec![f.clone()]), MAX, &mut out),
+            Err(want.clone()),
+            "encoding {f:?}"
+        );
+        assert!(out.is_empty(), "nothing written for a refused frame");
+    }
+    // Decoding checks the same bounds: a publish whose origin count is not its body count.
+    let good = Forward::Publish {
+        id: 1,
+        topic: "t".into(),
+        defer_ms: 0,
+        bodies: vec![bytes::Bytes::from_static(b"x")],
+        origins: vec![origin],
+    };
+    let mut bytes = Vec::new();
+    encode(&Frame::Forwards(vec![good.clone()]), MAX, &mut bytes).expect("encodes");
+    assert_eq!(decode_frame(&bytes[4..]), Ok(Frame::Forwards(vec![good])));
+    // Bodies: 1 -> 2 would need another body; instead the origin count says 2.
+    let origins_at = 4 + 2 + 4 + 1 + 8 + 2 + 8 + 4 + 4 + 1;
+    bytes[origins_at..origins_at + 4].copy_from_slice(&2u32.to_be_bytes());
+    assert!(
+        decode_frame(&bytes[4..]).is_err(),
+        "an origin count above the body count is refused"
+    );
 }

@@ -608,6 +608,7 @@ fn forwarded_publishes_answers_and_channel_ops_arrive_in_order_with_replica_mess
                 .iter()
                 .map(|b| bytes::Bytes::from_static(b))
                 .collect(),
+            origins: Vec::new(),
         };
         let channel = |op: ChannelOp| Forward::Channel {
             topic: "orders".into(),
@@ -758,6 +759,7 @@ fn a_full_queue_refuses_a_forward_without_growing() {
             topic: "t".into(),
             defer_ms: 0,
             bodies: vec![body.clone()],
+            origins: Vec::new(),
         };
         let mut refused = None;
         for id in 0..4000u64 {
