@@ -72,7 +72,8 @@ pub struct ConsumerStats {
 
 /// A subscription to one topic and channel. Clone it to share; clones are the same consumer.
 ///
-/// Must be used from inside a glommio executor (it spawns tasks and uses glommio timers).
+/// Must be used from inside a glommio executor or a tokio `LocalSet` (it spawns local tasks and
+/// uses the runtime's timers).
 #[derive(Clone)]
 pub struct Consumer {
     inner: Rc<Inner>,

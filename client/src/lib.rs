@@ -4,9 +4,11 @@
 //!
 //! The wire format comes from the [`protocol`] crate; this crate adds the behaviour. The
 //! connection code ([`conn`]) is written against futures-lite's `AsyncRead + AsyncWrite` and
-//! names no runtime; the producer, the consumer and the lookup poller run on glommio (TCP,
-//! timers and task spawning all live in one private module), so they must be used from inside
-//! a glommio executor.
+//! names no runtime; the producer, the consumer and the lookup poller run on glommio or on
+//! tokio (features `glommio` and `tokio`, both on by default; TCP, timers and task spawning
+//! all live in one private module, which asks per call which runtime runs the thread). Their
+//! state is single-threaded (`Rc`): on glommio use them inside an executor; on tokio inside a
+//! `tokio::task::LocalSet` (see "On tokio" below).
 //!
 //! # Publishing
 //!
@@ -92,6 +94,29 @@
 //!     Ok::<(), client::Error>(())
 //! })
 //! .expect("consume failed");
+//! ```
+//!
+//! # On tokio
+//!
+//! The same types and calls, inside a `LocalSet` (its tasks are `spawn_local` ones). On a
+//! multi-thread runtime, give the client one thread of its own: a `LocalSet` there, fed by a
+//! `tokio::sync::mpsc` channel from the service's `Send` tasks.
+//!
+//! ```no_run
+//! use client::{Consumer, ConsumerConfig, HandlerResult, Message, Producer};
+//!
+//! let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+//! tokio::task::LocalSet::new().block_on(&rt, async {
+//!     let producer = Producer::connect("127.0.0.1:4150").await?;
+//!     producer.publish("events", "hello").await?;
+//!     let consumer = Consumer::new(ConsumerConfig::new("events", "archive"), |msg: Message| async move {
+//!         println!("{:?}", msg.body());
+//!         HandlerResult::Finish
+//!     })?;
+//!     consumer.connect_to_lookupd("127.0.0.1:4161").await?;
+//!     Ok::<(), client::Error>(())
+//! })?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
 //! # Modules

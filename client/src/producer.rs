@@ -38,8 +38,10 @@ struct Inner {
     conn: RefCell<Option<Conn>>,
     /// What the current connection negotiated.
     negotiated: RefCell<Negotiated>,
-    /// One connection attempt at a time; the others wait for its outcome.
-    connecting: glommio::sync::Semaphore,
+    /// One connection attempt at a time: set while one runs; the others wait for
+    /// `connected` and look again.
+    connecting: std::cell::Cell<bool>,
+    connected: nsq_common::local_sync::Notify,
     stopped: std::cell::Cell<bool>,
 }
 
@@ -61,7 +63,8 @@ impl Producer {
                 tls,
                 conn: RefCell::new(None),
                 negotiated: RefCell::default(),
-                connecting: glommio::sync::Semaphore::new(1),
+                connecting: std::cell::Cell::new(false),
+                connected: nsq_common::local_sync::Notify::new(),
                 stopped: std::cell::Cell::new(false),
             }),
         };
@@ -158,16 +161,17 @@ impl Producer {
         if let Some(conn) = self.current() {
             return Ok(conn);
         }
-        let _permit = self
-            .inner
-            .connecting
-            .acquire_permit(1)
-            .await
-            .map_err(|_| Error::Closed)?;
-        // Someone else may have connected while we waited.
-        if let Some(conn) = self.current() {
-            return Ok(conn);
+        while self.inner.connecting.get() {
+            self.inner.connected.changed().await;
+            // Someone else may have connected while we waited.
+            if let Some(conn) = self.current() {
+                return Ok(conn);
+            }
+            if self.inner.stopped.get() {
+                return Err(Error::Closed);
+            }
         }
+        let _attempt = Attempt::start(&self.inner);
         let (conn, negotiated) = open(
             &self.inner.addr,
             &self.inner.config,
@@ -189,6 +193,24 @@ impl Producer {
             .as_ref()
             .filter(|c| !c.is_closed())
             .cloned()
+    }
+}
+
+/// The one connection attempt running: ends (waking those who wait) when dropped, also when
+/// the attempt's future is dropped half-way.
+struct Attempt<'a>(&'a Inner);
+
+impl<'a> Attempt<'a> {
+    fn start(inner: &'a Inner) -> Attempt<'a> {
+        inner.connecting.set(true);
+        Attempt(inner)
+    }
+}
+
+impl Drop for Attempt<'_> {
+    fn drop(&mut self) {
+        self.0.connecting.set(false);
+        self.0.connected.notify();
     }
 }
 
