@@ -30,6 +30,8 @@
 #                           unit tests (tests/faults/test_checker.py)
 #   SKIP_CLUSTER=1          skip the cluster test (tests/cluster)
 #   SKIP_FAULTS=1           skip the fault run's short form (tests/faults/test_fault_run.py)
+#   SKIP_MONITORING=1       skip tests/monitoring (alert rules via promtool; the Grafana
+#                           dashboard's queries against a real Prometheus scraping a broker)
 #   e.g. the cluster test alone, binaries already built:
 #     SKIP_LINT=1 SKIP_BUILD=1 SKIP_CARGO_TEST=1 SKIP_WIRE=1 SKIP_NODE=1 SKIP_ADMIN=1 tests/run.sh
 #   BROKER_BIN=path         test another broker binary
@@ -48,7 +50,7 @@ CARGO_TEST_NAME="cargo test --workspace"
 case "$TIER" in
   full) ;;
   quick)
-    : "${SKIP_BUILD:=1}" "${SKIP_WIRE:=1}" "${SKIP_NODE:=1}" "${SKIP_ADMIN:=1}" "${SKIP_CLUSTER:=1}" "${SKIP_FAULTS:=1}"
+    : "${SKIP_BUILD:=1}" "${SKIP_WIRE:=1}" "${SKIP_NODE:=1}" "${SKIP_ADMIN:=1}" "${SKIP_CLUSTER:=1}" "${SKIP_FAULTS:=1}" "${SKIP_MONITORING:=1}"
     # Plus the integration tests that start nothing: the codec's property and allocation
     # tests and the broker's layering check (one `--workspace` build, so no feature re-build).
     CARGO_TEST_TARGETS=(--workspace --lib --bins --test layering --test roundtrip
@@ -101,7 +103,7 @@ fi
 # Python serves the wire, admin-ui and cluster tests; the quick tier needs none of them.
 NEEDS_PYTHON=0
 if [ "${SKIP_WIRE:-0}" != "1" ] || [ "${SKIP_ADMIN:-0}" != "1" ] || [ "${SKIP_CLUSTER:-0}" != "1" ] \
-  || [ "${SKIP_FAULTS:-0}" != "1" ]; then
+  || [ "${SKIP_FAULTS:-0}" != "1" ] || [ "${SKIP_MONITORING:-0}" != "1" ]; then
   NEEDS_PYTHON=1
 fi
 if [ "$NEEDS_PYTHON" = "1" ]; then
@@ -266,6 +268,29 @@ if [ "${SKIP_ADMIN:-0}" != "1" ]; then
   set -e
   cat "$LOGDIR/admin.log"
   record "admin-ui" "$(pytest_status "$rc")"
+fi
+
+# ---- monitoring ----------------------------------------------------------------------------
+# deploy/monitoring: the alert rules through promtool (check, unit tests) and the Grafana
+# dashboard's every query against a release broker scraped by a real Prometheus on 127.0.0.1
+# (tests/monitoring, about 15 s). promtool and prometheus come from Debian's prometheus package;
+# its service is not used.
+if [ "${SKIP_MONITORING:-0}" != "1" ] && { [ ! -x /usr/bin/promtool ] || [ ! -x /usr/bin/prometheus ]; }; then
+  step "apt-get install prometheus"
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then SUDO="sudo"; fi
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -q &&
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus ||
+    echo "run.sh: could not install prometheus (the monitoring tests will fail)" >&2
+fi
+if [ "${SKIP_MONITORING:-0}" != "1" ]; then
+  step "monitoring: pytest tests/monitoring (promtool; Prometheus scraping a broker)"
+  set +e
+  "$VENV/bin/python" -m pytest "$TESTS_DIR/monitoring" -rfE -q > "$LOGDIR/monitoring.log" 2>&1
+  rc=$?
+  set -e
+  cat "$LOGDIR/monitoring.log"
+  record "monitoring" "$(pytest_status "$rc")"
 fi
 
 # ---- network-namespace suites ------------------------------------------------------------

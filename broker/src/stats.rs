@@ -1,6 +1,7 @@
 //! What `/stats` reports, in nsqd's words: the structs serialised to its JSON (fields in nsqd's
-//! order, nsqd's names and JSON types), its text layout, the process start time, and the
-//! process figures reported under nsqd's `memory` keys.
+//! order, nsqd's names and JSON types), its text layout, the process start time, the
+//! process figures reported under nsqd's `memory` keys, and the data path's file system space
+//! (for `/metrics`).
 //!
 //! Each shard fills [`TopicStats`] for the topics it owns and [`ClientStats`] for the
 //! producers connected to it ([`crate::admin_ops`]); the HTTP side merges the shards' answers into
@@ -300,6 +301,33 @@ impl MemStats {
     }
 }
 
+/// The file system holding the data path, for `/metrics`: its size and the bytes an
+/// unprivileged writer (the broker's user) may still use, as `statvfs` gives them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DiskSpace {
+    pub size_bytes: u64,
+    pub available_bytes: u64,
+}
+
+impl DiskSpace {
+    /// `None` when the path cannot be asked (gone, or not a C string).
+    pub fn of(path: &std::path::Path) -> Option<DiskSpace> {
+        use std::os::unix::ffi::OsStrExt;
+        let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+        let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+        // SAFETY: `c` is a NUL-terminated path and `st` a buffer of the struct's size.
+        if unsafe { libc::statvfs(c.as_ptr(), st.as_mut_ptr()) } != 0 {
+            return None;
+        }
+        // SAFETY: statvfs filled it (it returned 0).
+        let st = unsafe { st.assume_init() };
+        Some(DiskSpace {
+            size_bytes: st.f_blocks.saturating_mul(st.f_frsize),
+            available_bytes: st.f_bavail.saturating_mul(st.f_frsize),
+        })
+    }
+}
+
 fn page_size() -> u64 {
     // SAFETY: sysconf has no preconditions.
     let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
@@ -493,6 +521,15 @@ mod tests {
     fn rfc3339_utc() {
         assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
         assert_eq!(rfc3339(1_795_322_090), "2026-11-22T04:34:50Z");
+    }
+
+    #[test]
+    fn disk_space_of_a_path() {
+        let root = DiskSpace::of(std::path::Path::new("/")).unwrap_or_default();
+        assert!(root.size_bytes > 0, "{root:?}");
+        assert!(root.available_bytes <= root.size_bytes, "{root:?}");
+        assert_eq!(DiskSpace::of(std::path::Path::new("/no/such/dir")), None);
+        assert_eq!(DiskSpace::of(std::path::Path::new("a\0b")), None);
     }
 
     #[test]

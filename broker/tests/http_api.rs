@@ -1065,9 +1065,23 @@ fn http_metrics_report_topics_channels_and_shards() {
         "nsq_shard_outbox_depth{shard=\"1\",peer=\"0\"} ",
         "nsq_shard_http_requests_total{shard=\"1\"} ",
         "nsq_channel_e2e_processing_latency_seconds_count{topic=\"m\",channel=\"mc\"} 0\n",
+        "nsq_channel_e2e_processing_latency_seconds_sum{topic=\"m\",channel=\"mc\"} 0\n",
+        "nsq_topic_e2e_processing_latency_seconds_sum{topic=\"m\"} 0\n",
+        "# TYPE nsq_data_path_size_bytes gauge\n",
+        "# TYPE nsq_data_path_available_bytes gauge\n",
     ] {
         assert!(text.contains(want), "missing {want:?} in\n{text}");
     }
+    let gauge = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+    };
+    let (size, available) = (
+        gauge("nsq_data_path_size_bytes"),
+        gauge("nsq_data_path_available_bytes"),
+    );
+    assert!(0 < size && available <= size, "{size} {available}");
     for line in text.lines().filter(|l| !l.starts_with('#')) {
         let (_, value) = line.rsplit_once(' ').expect("name value");
         assert!(value.parse::<f64>().is_ok(), "{line}");

@@ -9,7 +9,7 @@ use super::ask;
 use super::routes::{query, Handled};
 use crate::admin_ops::{AdminOp, AdminResult, ShardStats, StatsQuery};
 use crate::shard::Shard;
-use crate::stats::{self, ClusterStats, Latency, MemStats, StatsDoc};
+use crate::stats::{self, ClusterStats, DiskSpace, Latency, MemStats, StatsDoc};
 use http1::{Request, Response};
 use std::fmt::Write as _;
 use std::rc::Rc;
@@ -139,7 +139,7 @@ pub async fn metrics(shard: &Rc<Shard>) -> Handled {
         },
     )
     .await;
-    let body = render_metrics(&parts);
+    let body = render_metrics(&parts, DiskSpace::of(&shard.config.data_path));
     Ok(Response::empty(200)
         .with_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
         .with_body(body)
@@ -178,7 +178,7 @@ fn escape_label(v: &str) -> String {
         .replace('\n', "\\n")
 }
 
-fn render_metrics(parts: &[ShardStats]) -> String {
+fn render_metrics(parts: &[ShardStats], disk: Option<DiskSpace>) -> String {
     let mut out = String::with_capacity(4096);
     let mut f = Family { out: &mut out };
     let topics: Vec<&stats::TopicStats> = parts.iter().flat_map(|p| &p.topics).collect();
@@ -508,6 +508,26 @@ fn render_metrics(parts: &[ShardStats]) -> String {
         }
     }
 
+    // Omitted when statvfs fails, so that an alert on a ratio sees no series rather than 0.
+    if let Some(d) = disk {
+        let disk_families = [
+            (
+                "nsq_data_path_size_bytes",
+                "Size of the file system holding --data-path.",
+                d.size_bytes,
+            ),
+            (
+                "nsq_data_path_available_bytes",
+                "Bytes of that file system the broker's user may still write.",
+                d.available_bytes,
+            ),
+        ];
+        for (name, help, value) in disk_families {
+            f.head(name, "gauge", help);
+            f.sample(name, &[], value);
+        }
+    }
+
     let mem = MemStats::of_process(0);
     f.head(
         "process_resident_memory_bytes",
@@ -547,14 +567,107 @@ mod tests {
             outbox_depth: vec![3, 0],
             ..ShardStats::default()
         };
-        let text = render_metrics(&[part]);
+        let text = render_metrics(&[part], None);
         assert!(text.contains("# TYPE nsq_topic_depth gauge\n"));
+        assert!(!text.contains("nsq_data_path_"), "{text}");
         assert!(text.contains("nsq_shard_outbox_depth{shard=\"1\",peer=\"0\"} 3\n"));
         assert!(text.contains("nsq_healthy 1\n"));
         for line in text.lines().filter(|l| !l.starts_with('#')) {
             assert_eq!(line.split(' ').count(), 2, "{line}");
         }
         assert_eq!(escape_label("a\"b\\c"), "a\\\"b\\\\c");
+    }
+
+    fn topic_with_channel(latency: Latency) -> stats::TopicStats {
+        let channel = stats::ChannelStats {
+            channel_name: "c".into(),
+            depth: 0,
+            backend_depth: 0,
+            in_flight_count: 0,
+            deferred_count: 0,
+            message_count: 0,
+            requeue_count: 0,
+            timeout_count: 0,
+            client_count: 0,
+            clients: None,
+            paused: false,
+            e2e_processing_latency: latency.clone(),
+            position: None,
+            dead_letters: None,
+        };
+        stats::TopicStats {
+            topic_name: "t".into(),
+            channels: vec![channel],
+            depth: 0,
+            backend_depth: 0,
+            message_count: 0,
+            message_bytes: 0,
+            paused: false,
+            e2e_processing_latency: latency,
+            retention: None,
+            file_bytes: 0,
+            replication: None,
+        }
+    }
+
+    #[test]
+    fn summaries_have_sum_in_seconds_and_count() {
+        let latency = Latency {
+            count: 2,
+            percentiles: Some(vec![crate::latency::Percentile {
+                quantile: 0.99,
+                value: 2_000_000_000.0,
+            }]),
+            totals: crate::latency::E2eTotals {
+                count: 3,
+                sum_ns: 4_500_000_000,
+            },
+        };
+        let part = ShardStats {
+            topics: vec![topic_with_channel(latency)],
+            ..ShardStats::default()
+        };
+        let text = render_metrics(&[part], None);
+        let c = "nsq_channel_e2e_processing_latency_seconds";
+        let t = "nsq_topic_e2e_processing_latency_seconds";
+        for want in [
+            format!("# TYPE {c} summary\n"),
+            format!("{c}{{topic=\"t\",channel=\"c\",quantile=\"0.99\"}} 2\n"),
+            format!("{c}_sum{{topic=\"t\",channel=\"c\"}} 4.5\n"),
+            format!("{c}_count{{topic=\"t\",channel=\"c\"}} 3\n"),
+            format!("# TYPE {t} summary\n"),
+            format!("{t}{{topic=\"t\",quantile=\"0.99\"}} 2\n"),
+            format!("{t}_sum{{topic=\"t\"}} 4.5\n"),
+            format!("{t}_count{{topic=\"t\"}} 3\n"),
+        ] {
+            assert!(text.contains(&want), "no {want:?} in\n{text}");
+        }
+        // One _sum and one _count per series, whether or not quantiles are configured.
+        let without = ShardStats {
+            topics: vec![topic_with_channel(Latency::default())],
+            ..ShardStats::default()
+        };
+        let text = render_metrics(&[without], None);
+        assert!(text.contains(&format!("{c}_sum{{topic=\"t\",channel=\"c\"}} 0\n")));
+        assert!(text.contains(&format!("{t}_count{{topic=\"t\"}} 0\n")));
+        assert!(!text.contains("quantile="), "{text}");
+        assert_eq!(text.matches("_sum{").count(), 2, "{text}");
+        assert_eq!(text.matches("_count{").count(), 2, "{text}");
+    }
+
+    #[test]
+    fn data_path_space_when_known() {
+        let disk = DiskSpace {
+            size_bytes: 1000,
+            available_bytes: 250,
+        };
+        let text = render_metrics(&[ShardStats::default()], Some(disk));
+        assert!(
+            text.contains("# TYPE nsq_data_path_size_bytes gauge\nnsq_data_path_size_bytes 1000\n")
+        );
+        assert!(text.contains(
+            "# TYPE nsq_data_path_available_bytes gauge\nnsq_data_path_available_bytes 250\n"
+        ));
     }
 
     #[test]
