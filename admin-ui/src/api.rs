@@ -178,8 +178,12 @@ fn handle_api(app: &App, req: &Request, parts: &[&str], peer: &str) -> Response 
         Ok(a) => a,
         Err(r) => return r,
     };
+    let (topic, channel, node) = action.subject();
+    let who = user.clone().unwrap_or_else(|| "-".to_owned());
     match perform(&action, cluster) {
         Ok((warnings, extra)) => {
+            tracing::info!(action = %action.name(), topic, channel, node, user = who, client = peer,
+                warnings = warnings.len(), "action done");
             for w in &warnings {
                 tracing::warn!("{}: {w}", action.name());
             }
@@ -195,7 +199,11 @@ fn handle_api(app: &App, req: &Request, parts: &[&str], peer: &str) -> Response 
             answer.extend(extra);
             ok(Value::Object(answer))
         }
-        Err(f) => failure(f),
+        Err(f) => {
+            tracing::warn!(action = %action.name(), topic, channel, node, user = who, client = peer,
+                "action failed: {f:?}");
+            failure(f)
+        }
     }
 }
 

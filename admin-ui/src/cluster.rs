@@ -29,8 +29,20 @@ pub fn gather<T: Send, E: std::fmt::Display + Send>(
     addrs: &[String],
     ask: impl Fn(&str) -> Result<T, E> + Sync,
 ) -> Gathered<T> {
+    // The asking thread's logging of upstream requests holds on the threads asking for it.
+    let quiet = crate::upstream::quiet_here();
     let results: Vec<(String, Result<T, String>)> = std::thread::scope(|s| {
-        let handles: Vec<_> = addrs.iter().map(|a| (a, s.spawn(|| ask(a)))).collect();
+        let handles: Vec<_> = addrs
+            .iter()
+            .map(|a| {
+                let ask = &ask;
+                let h = s.spawn(move || {
+                    crate::upstream::set_quiet_here(quiet);
+                    ask(a)
+                });
+                (a, h)
+            })
+            .collect();
         handles
             .into_iter()
             .map(|(a, h)| {
@@ -399,7 +411,8 @@ impl Cluster {
         (by_name.into_values().collect(), warnings)
     }
 
-    /// `GET /api/nodes`: nsqadmin's `Producer` for each node, plus its `node` name.
+    /// `GET /api/nodes`: nsqadmin's `Producer` for each node, plus its `node` name, and the
+    /// lookups asked (`lookups`).
     pub fn nodes(&self) -> Result<Value, Failure> {
         let (nodes, warnings) = self.nodes_list();
         self.nothing_answered(&warnings)?;
@@ -409,7 +422,12 @@ impl Cluster {
             .max()
             .unwrap_or_default();
         let nodes: Vec<Value> = nodes.iter().map(|n| n.to_json(&newest)).collect();
-        Ok(with_warnings(json!({ "nodes": nodes }), warnings))
+        // Beside nsqadmin's answer: the lookups asked, for the page's "Lookup conns" column.
+        let lookups = self.lookup_addrs();
+        Ok(with_warnings(
+            json!({ "nodes": nodes, "lookups": lookups }),
+            warnings,
+        ))
     }
 
     /// `GET /api/nodes/{node}`: its topics (nsqadmin's `TopicStats`, channels and clients

@@ -28,6 +28,8 @@ pub fn start(cluster: Arc<Cluster>, interval: Duration) -> Result<Arc<Mutex<Stor
 }
 
 fn run(cluster: &Cluster, store: &Mutex<Store>, interval: Duration) {
+    // Its requests (every node's /stats each interval) are logged at debug only.
+    crate::upstream::set_quiet_here(true);
     let origin = Instant::now();
     let mut next = origin;
     loop {

@@ -9,6 +9,10 @@
 //! `https://host:N` with the TLS settings of [`crate::tls`]. Nothing is remembered between
 //! requests, so a broker that changes its mind is followed at once.
 //!
+//! Every request is logged as nsqadmin logs its upstream calls (`querying GET http://...`), at
+//! info, or at debug on a thread marked quiet ([`set_quiet_here`]: the rates sampler's, which
+//! asks every node each interval).
+//!
 //! Invariants: a request never waits longer than the connect timeout to connect, the request
 //! timeout for any one read or write (TLS handshake included), and [`DEADLINE_FACTOR`] request
 //! timeouts for the whole answer; an answer is never
@@ -26,6 +30,20 @@ use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+thread_local! {
+    static QUIET: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Logs this thread's requests at debug (true) or info (false, the default).
+pub fn set_quiet_here(quiet: bool) {
+    QUIET.with(|q| q.set(quiet));
+}
+
+/// Whether this thread's requests are logged at debug only.
+pub fn quiet_here() -> bool {
+    QUIET.with(std::cell::Cell::get)
+}
 
 /// How many request timeouts a whole answer may take, however its bytes trickle in (15 s at
 /// nsqadmin's default 5 s: a busy broker's `/stats` is large).
@@ -261,6 +279,11 @@ impl Upstream {
         let timeouts = self.timeouts;
         let until = Instant::now() + timeouts.request * DEADLINE_FACTOR;
         let scheme = if tls { "https" } else { "http" };
+        if quiet_here() {
+            tracing::debug!("querying {method} {scheme}://{addr}{path}");
+        } else {
+            tracing::info!("querying {method} {scheme}://{addr}{path}");
+        }
         let fail = |what: &str| UpstreamError::Unreachable {
             request: format!("{method} {scheme}://{addr}{path}"),
             what: what.to_owned(),

@@ -78,8 +78,8 @@ function el(tag, attrs = {}, ...children) {
   return node;
 }
 
-function link(href, text) {
-  return el('a', { href }, text);
+function link(href, text, attrs = {}) {
+  return el('a', { href, ...attrs }, text);
 }
 
 const num = (n) => numberFormat.format(n ?? 0);
@@ -479,19 +479,42 @@ function renderChannel(data, topic, channel) {
   ];
 }
 
+/* A node's registrations: how many lookups it is registered with (all of them, or fewer: a
+ * warning), each one listed in the title. */
+function lookupConnsCell(n, lookups) {
+  const conns = n.remote_addresses || [];
+  const partial = lookups.length > 0 && conns.length < lookups.length;
+  return el('td', { class: partial ? 'num lookup-conns partial' : 'num lookup-conns', title: conns.join('\n') },
+    String(conns.length));
+}
+
+/* A node's topics, each a link; a tombstoned one marked (as nsqadmin's labels). */
+function nodeTopicsCell(n) {
+  return el('td', { class: 'node-topics' },
+    el('span', { class: 'badge' }, String(n.topics.length)),
+    n.topics.flatMap((t) => [' ', link(href(`/topics/${enc(t.topic)}`), t.topic, {
+      class: t.tombstoned ? 'topic-label tombstoned' : 'topic-label',
+      title: t.tombstoned ? 'this topic is currently tombstoned on this node' : null,
+    })]));
+}
+
 function renderNodes(data) {
-  const rows = data.nodes.map((n) => el('tr', { 'data-node': n.node },
+  const lookups = data.lookups || [];
+  const rows = data.nodes.map((n) => el('tr', { 'data-node': n.node, class: n.out_of_date ? 'out-of-date' : null },
     el('td', {}, link(href(`/nodes/${enc(n.node)}`), n.node)),
     el('td', {}, n.hostname ?? ''),
-    el('td', {}, n.version ?? ''),
+    el('td', { class: 'broadcast' }, n.broadcast_address ?? ''),
     plainCell(n.tcp_port),
     plainCell(n.http_port),
-    numCell(n.topics.length),
+    el('td', {}, n.version ?? ''),
+    lookups.length ? lookupConnsCell(n, lookups) : null,
+    nodeTopicsCell(n),
     rateCells()));
-  const nodes = table('nodes', ['Node', 'Hostname', 'Version', 'TCP port', 'HTTP port', 'Topics',
-    ...RATE_HEADINGS], rows, 'No nodes.');
+  const headings = ['Node', 'Hostname', 'Broadcast address', 'TCP port', 'HTTP port', 'Version',
+    ...(lookups.length ? ['Lookup conns'] : []), 'Topics', ...RATE_HEADINGS];
+  const nodes = table('nodes', headings, rows, 'No nodes.');
   fillRateCells(nodes, 'node', (rates, name) => rates.nodes[name]);
-  return [el('h1', {}, 'Nodes'), nodes];
+  return [el('h1', {}, `Nodes (${data.nodes.length})`), nodes];
 }
 
 function renderNode(data, node) {
@@ -532,28 +555,41 @@ function renderNode(data, node) {
   ];
 }
 
-function counterTopics(topics) {
-  const rows = topics.map((t) => el('tr', { 'data-topic': t.topic_name },
+/* nsqadmin's "Messages Processed": every channel's message count on every node, summed (a
+ * message counts once per channel it reached). */
+function processed(data) {
+  return Object.values(data.stats || {}).reduce((n, s) => n + (s.message_count || 0), 0);
+}
+
+function counterTopics(data) {
+  const perTopic = {};
+  for (const s of Object.values(data.stats || {})) {
+    perTopic[s.topic_name] = (perTopic[s.topic_name] || 0) + (s.message_count || 0);
+  }
+  const rows = (data.topics || []).map((t) => el('tr', { 'data-topic': t.topic_name },
     el('td', {}, link(href(`/topics/${enc(t.topic_name)}`), t.topic_name)),
+    numCell(perTopic[t.topic_name] || 0),
     numCell(t.message_count)));
-  return table('counter-topics', ['Topic', 'Messages'], rows, 'No topics.');
+  return table('counter-topics', ['Topic', 'Processed (over its channels)', 'Published'], rows, 'No topics.');
 }
 
 function renderCounter(data) {
-  const counter = el('div', { id: 'counter' }, String(data.message_count));
+  const count = processed(data);
+  const counter = el('div', { id: 'counter' }, String(count));
   const rate = el('div', { id: 'rate' }, '0 msg/s');
-  const perTopic = el('div', {}, counterTopics(data.topics));
-  startCounter(data.message_count, counter, rate, perTopic);
+  const published = el('div', { id: 'published' }, `${num(data.message_count)} published`);
+  const perTopic = el('div', {}, counterTopics(data));
+  startCounter(count, counter, rate, published, perTopic);
   return [
     el('h1', {}, 'Counter'),
-    el('section', { class: 'counter' }, kicker('messages published'), counter, rate),
+    el('section', { class: 'counter' }, kicker('messages processed'), counter, rate, published),
     el('h2', {}, 'Per topic'),
     perTopic,
   ];
 }
 
 /* Polls /api/counter every second while this page is shown (route() clears the timer). */
-function startCounter(count, counterEl, rateEl, perTopicEl) {
+function startCounter(count, counterEl, rateEl, publishedEl, perTopicEl) {
   const gen = generation;
   let last = { count, at: performance.now() };
   let busy = false;
@@ -564,11 +600,13 @@ function startCounter(count, counterEl, rateEl, perTopicEl) {
       const data = await api('GET', '/api/counter');
       if (gen !== generation) return;
       const now = performance.now();
-      const perSecond = Math.max(0, ((data.message_count - last.count) * 1000) / (now - last.at));
-      last = { count: data.message_count, at: now };
-      counterEl.textContent = String(data.message_count);
+      const total = processed(data);
+      const perSecond = Math.max(0, ((total - last.count) * 1000) / (now - last.at));
+      last = { count: total, at: now };
+      counterEl.textContent = String(total);
       rateEl.textContent = `${Math.round(perSecond * 10) / 10} msg/s`;
-      perTopicEl.replaceChildren(counterTopics(data.topics));
+      publishedEl.textContent = `${num(data.message_count)} published`;
+      perTopicEl.replaceChildren(counterTopics(data));
       clearError();
       showWarnings(data.warnings);
     } catch (err) {

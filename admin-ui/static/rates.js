@@ -209,10 +209,20 @@ function inactiveTopics() {
   const gen = generation;
   api('GET', '/api/topics?inactive=true').then((data) => {
     if (gen !== generation) return;
+    // As nsqadmin's lookup page: each inactive topic and channel with its delete action.
     const rows = Object.entries(data.topics || {}).map(([t, channels]) =>
-      el('tr', { 'data-topic': t }, el('td', {}, t), el('td', {}, channels.join(', ') || '—')));
+      el('tr', { 'data-topic': t },
+        el('td', {}, actionButton('delete-topic', '✘', () => runAction({
+          confirm: `Delete topic "${t}" at every lookup and broker?`,
+          method: 'DELETE', path: `/api/topics/${enc(t)}`,
+        })), ' ', link(href(`/topics/${enc(t)}`), t)),
+        el('td', {}, channels.length ? el('ul', { class: 'plain' }, channels.map((c) =>
+          el('li', { 'data-channel': c }, actionButton('delete-channel', '✘', () => runAction({
+            confirm: `Delete channel "${c}" of topic "${t}"?`,
+            method: 'DELETE', path: `/api/topics/${enc(t)}/${enc(c)}`,
+          })), ' ', link(href(`/topics/${enc(t)}/${enc(c)}`), c)))) : '—')));
     box.replaceChildren(table('inactive-topics', ['Topic', 'Channels'], rows,
-      'Every topic the lookups know has a producer.'));
+      'No inactive topics: every topic the lookups know has a producer.'));
     box.dataset.loaded = 'true';
   }).catch((err) => {
     if (gen !== generation) return;

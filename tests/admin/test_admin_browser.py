@@ -7,8 +7,9 @@ connected consumer in `#clients` (also for an `#ephemeral` channel reached by it
 empty asks window.confirm first (nothing is sent when it answers false) and then drops the
 depth to 0 on the brokers; delete of a channel / topic navigates back; the lookup page's create
 form creates a topic + channel at the lookup and shows a failed action's message in `#error`;
-the counter page shows the published count and a rate; the nodes page lists both brokers and a
-node's page lists its topics and channels; `#error` and `#warnings` show API errors and warnings.
+the counter page shows the messages processed (nsqadmin's sum over channels) and a rate; the
+nodes page lists both brokers with their broadcast address, lookup registrations and topics, and
+a node's page lists its topics and channels; `#error` and `#warnings` show API errors and warnings.
 With a broker that serves HTTPS only (fakebroker.FakeTlsBroker): the channel and node pages show
 each client's TLS version and cipher suite, snappy / deflate and auth identity (linked to its
 URL only when that is http(s)); a broker certificate admin-ui does not trust is named in
@@ -210,15 +211,27 @@ def test_lookup_page_create_form(cluster, page):
               "#error to show INVALID_TOPIC")
 
 
-def test_counter_page_shows_published_count(fresh_cluster, driver):
+def test_counter_page_shows_messages_processed(fresh_cluster, driver):
+    """nsqadmin's counter: "Messages Processed", every channel's message count on every node
+    summed (its counter.js over `/api/counter`'s `stats`): a message counts once per channel
+    it reached, and a topic without channels counts nothing."""
     c = fresh_cluster
     page = Page(driver, c.admin)
+    c.b1.create_channel("cnt_x", "a")
+    c.b1.create_channel("cnt_x", "b")
+    c.b2.create_channel("cnt_y", "a")
     c.b1.publish("cnt_x", 4)
     c.b2.publish("cnt_y", 2)
+    c.b2.publish("cnt_none", 3)
     page.open("/counter", "counter")
-    page.wait(lambda: page.text("#counter") == "6", "#counter to read 6")
-    c.b2.publish("cnt_x", 5)
-    page.wait(lambda: page.text("#counter") == "11", "#counter to read 11 (refreshed)")
+    page.wait(lambda: page.text("#counter") == "10", "#counter to read 4 x 2 + 2 = 10")
+    api = c.admin.get("/api/counter")
+    assert sum(s["message_count"] for s in api["stats"].values()) == 10, api
+    assert "9 published" in page.text("#published"), page.text("#published")
+    row = page.one('#counter-topics tr[data-topic="cnt_x"]')
+    assert row.text.split()[1:] == ["8", "4"], row.text
+    c.b1.publish("cnt_x", 5)
+    page.wait(lambda: page.text("#counter") == "20", "#counter to read 20 (refreshed)")
     page.wait(lambda: re.fullmatch(r"\d+(\.\d+)? msg/s", page.text("#rate")),
               "#rate to read '<number> msg/s'")
 
@@ -230,11 +243,25 @@ def test_nodes_page_and_node_page(cluster, page):
     wait_registered(cluster.lookup, [cluster.b1], "br_n1", "nc")
     wait_registered(cluster.lookup, [cluster.b2], "br_n2")
     page.open("/nodes", "nodes")
+    # As nsqadmin's nodes page (nodes.hbs): broadcast address, lookup registrations and the
+    # node's topics, each a link, from /api/nodes (nsqadmin's `Producer`).
+    api = {n["node"]: n for n in cluster.admin.get("/api/nodes")["nodes"]}
     for b in cluster.brokers:
         row = page.one('#nodes tr[data-node="%s"]' % b.node)
         assert row.find_elements(page.By.CSS_SELECTOR, 'a[href="/nodes/%s"]' % q(b.node)), (
             row.get_attribute("outerHTML"))
         assert str(b.tcp_port) in row.text and str(b.http_port) in row.text, row.text
+        n = api[b.node]
+        assert row.find_element(page.By.CSS_SELECTOR, "td.broadcast").text == n["broadcast_address"]
+        conns = row.find_element(page.By.CSS_SELECTOR, "td.lookup-conns")
+        assert conns.text == str(len(n["remote_addresses"])) == "1", conns.text
+        assert "partial" not in conns.get_attribute("class")
+        for t in n["topics"]:
+            assert row.find_elements(page.By.CSS_SELECTOR, 'td.node-topics a[href="/topics/%s"]'
+                                     % q(t["topic"])), (t, row.get_attribute("outerHTML"))
+    row1 = page.one('#nodes tr[data-node="%s"]' % cluster.b1.node)
+    assert row1.find_elements(page.By.CSS_SELECTOR, 'td.node-topics a[href="/topics/br_n1"]')
+    assert not row1.find_elements(page.By.CSS_SELECTOR, 'td.node-topics a[href="/topics/br_n2"]')
     page.one('#nodes tr[data-node="%s"] a[href="/nodes/%s"]'
              % (cluster.b1.node, q(cluster.b1.node))).click()
     page.wait_loaded("node")

@@ -16,6 +16,7 @@ import http.client
 import json
 import subprocess
 import threading
+import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -435,3 +436,27 @@ def test_inactive_topics_as_nsqadmin(cluster):
     assert data["topics"].get("in_t") == ["ic"], data
     assert data["message"] == ""
     assert all(t["topic_name"] not in data["topics"] for t in cluster.b1.stats()["topics"]), data
+
+
+def test_actions_and_upstream_calls_are_logged(cluster, start_admin):
+    """As nsqadmin logs every upstream call (clusterinfo's `CI: querying ...`), admin-ui logs
+    each request it sends at info, and each action it takes with who asked."""
+    admin = start_admin(lookups=[cluster.lookup.http_address])
+    r = admin.act("POST", "/api/topics", {"topic": "logged_t", "channel": "logged_c"})
+    assert r.status == 200, r
+    admin.get("/api/nodes")
+    want = [
+        "action done",
+        "action=create_channel",
+        "topic=\"logged_t\"",
+        "querying POST http://%s/topic/create?topic=logged_t" % cluster.lookup.http_address,
+        "querying GET http://%s/nodes" % cluster.lookup.http_address,
+    ]
+    text = ""
+    for _ in range(50):
+        text = admin.stderr(limit=200000)
+        if all(w in text for w in want):
+            break
+        time.sleep(0.1)
+    missing = [w for w in want if w not in text]
+    assert not missing, (missing, text[-3000:])

@@ -221,6 +221,19 @@ def test_lookup_page_lists_inactive_topics(cluster, page):
     page.wait(lambda: page.all('#inactive[data-loaded="true"]'), "the inactive topics")
     row = page.one('#inactive-topics tr[data-topic="rates_idle"]')
     assert "ic" in row.text, row.text
+    # As nsqadmin's lookup page: each inactive topic and channel has its delete action. The
+    # channel goes first, then the topic, at the lookup.
+    page.answer_confirm(True)
+    row.find_element(page.By.CSS_SELECTOR, 'li[data-channel="ic"] button[data-action="delete-channel"]').click()
+    wait_until(lambda: cluster.lookup.channels("rates_idle") == [], "ic gone from the lookup")
+    page.wait(lambda: page.all('#inactive[data-loaded="true"]')
+              and page.all('#inactive-topics tr[data-topic="rates_idle"]')
+              and not page.all('#inactive-topics li[data-channel="ic"]'), "the row without ic")
+    page.one('#inactive-topics tr[data-topic="rates_idle"] button[data-action="delete-topic"]').click()
+    wait_until(lambda: "rates_idle" not in cluster.lookup.topics(), "rates_idle gone from the lookup")
+    page.wait(lambda: page.all('#inactive[data-loaded="true"]')
+              and not page.all('#inactive-topics tr[data-topic="rates_idle"]'), "the row gone")
+    assert any("rates_idle" in c for c in page.confirms()), page.confirms()
 
 
 def test_sampler_off(cluster, driver, start_admin):
