@@ -322,7 +322,13 @@ impl Cluster {
             for (_, a) in channels.answers {
                 names.extend(a.channels);
             }
-            inactive.insert(t, names.into_iter().collect::<Vec<_>>().into());
+            // As nsqadmin: a topic without channels has `null` (Go's nil slice), not `[]`.
+            let channels = if names.is_empty() {
+                Value::Null
+            } else {
+                names.into_iter().collect::<Vec<_>>().into()
+            };
+            inactive.insert(t, channels);
         }
         with_warnings(json!({ "topics": inactive }), warnings)
     }

@@ -210,7 +210,7 @@ function inactiveTopics() {
   api('GET', '/api/topics?inactive=true').then((data) => {
     if (gen !== generation) return;
     // As nsqadmin's lookup page: each inactive topic and channel with its delete action.
-    const rows = Object.entries(data.topics || {}).map(([t, channels]) =>
+    const rows = Object.entries(data.topics || {}).map(([t, known]) => [t, known || []]).map(([t, channels]) =>
       el('tr', { 'data-topic': t },
         el('td', {}, actionButton('delete-topic', '✘', () => runAction({
           confirm: `Delete topic "${t}" at every lookup and broker?`,
