@@ -32,6 +32,9 @@
 #   SKIP_FAULTS=1           skip the fault run's short form (tests/faults/test_fault_run.py)
 #   SKIP_MONITORING=1       skip tests/monitoring (alert rules via promtool; the Grafana
 #                           dashboard's queries against a real Prometheus scraping a broker)
+#   SKIP_DEPLOY=1           skip tests/deploy (the Debian package: build, lintian, dpkg into a
+#                           scratch root and under a booted systemd; install.sh; the units'
+#                           hardening)
 #   e.g. the cluster test alone, binaries already built:
 #     SKIP_LINT=1 SKIP_BUILD=1 SKIP_CARGO_TEST=1 SKIP_WIRE=1 SKIP_NODE=1 SKIP_ADMIN=1 tests/run.sh
 #   BROKER_BIN=path         test another broker binary
@@ -50,7 +53,7 @@ CARGO_TEST_NAME="cargo test --workspace"
 case "$TIER" in
   full) ;;
   quick)
-    : "${SKIP_BUILD:=1}" "${SKIP_WIRE:=1}" "${SKIP_NODE:=1}" "${SKIP_ADMIN:=1}" "${SKIP_CLUSTER:=1}" "${SKIP_FAULTS:=1}" "${SKIP_MONITORING:=1}"
+    : "${SKIP_BUILD:=1}" "${SKIP_WIRE:=1}" "${SKIP_NODE:=1}" "${SKIP_ADMIN:=1}" "${SKIP_CLUSTER:=1}" "${SKIP_FAULTS:=1}" "${SKIP_MONITORING:=1}" "${SKIP_DEPLOY:=1}"
     # Plus the integration tests that start nothing: the codec's property and allocation
     # tests and the broker's layering check (one `--workspace` build, so no feature re-build).
     CARGO_TEST_TARGETS=(--workspace --lib --bins --test layering --test roundtrip
@@ -59,7 +62,7 @@ case "$TIER" in
     CARGO_TEST_NAME="cargo test (unit tests, simulation, codec, layering)"
     ;;
   wire)
-    : "${SKIP_LINT:=1}" "${SKIP_CARGO_TEST:=1}" "${SKIP_NODE:=1}" "${SKIP_ADMIN:=1}" "${SKIP_CLUSTER:=1}" "${SKIP_FAULTS:=1}"
+    : "${SKIP_LINT:=1}" "${SKIP_CARGO_TEST:=1}" "${SKIP_NODE:=1}" "${SKIP_ADMIN:=1}" "${SKIP_CLUSTER:=1}" "${SKIP_FAULTS:=1}" "${SKIP_DEPLOY:=1}"
     : "${SHARDS:=2}"
     PYTEST_TIER_ARGS=(-m "not slow")
     ;;
@@ -103,7 +106,7 @@ fi
 # Python serves the wire, admin-ui and cluster tests; the quick tier needs none of them.
 NEEDS_PYTHON=0
 if [ "${SKIP_WIRE:-0}" != "1" ] || [ "${SKIP_ADMIN:-0}" != "1" ] || [ "${SKIP_CLUSTER:-0}" != "1" ] \
-  || [ "${SKIP_FAULTS:-0}" != "1" ] || [ "${SKIP_MONITORING:-0}" != "1" ]; then
+  || [ "${SKIP_FAULTS:-0}" != "1" ] || [ "${SKIP_MONITORING:-0}" != "1" ] || [ "${SKIP_DEPLOY:-0}" != "1" ]; then
   NEEDS_PYTHON=1
 fi
 if [ "$NEEDS_PYTHON" = "1" ]; then
@@ -291,6 +294,31 @@ if [ "${SKIP_MONITORING:-0}" != "1" ]; then
   set -e
   cat "$LOGDIR/monitoring.log"
   record "monitoring" "$(pytest_status "$rc")"
+fi
+
+# ---- deploy --------------------------------------------------------------------------------
+# tests/deploy builds the Debian package from the release binaries and checks it with lintian,
+# installs it with dpkg (a scratch root, and a copy of this host booted with systemd-nspawn),
+# runs install.sh under a DESTDIR, and checks the units' hardening (about 35 s, root for the
+# dpkg and systemd parts). Debian's lintian, shellcheck and systemd-container packages.
+if [ "${SKIP_DEPLOY:-0}" != "1" ] && { ! command -v lintian >/dev/null 2>&1 ||
+     ! command -v shellcheck >/dev/null 2>&1 || ! command -v systemd-nspawn >/dev/null 2>&1; }; then
+  step "apt-get install lintian shellcheck systemd-container"
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then SUDO="sudo"; fi
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -q &&
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+      lintian shellcheck systemd-container ||
+    echo "run.sh: could not install lintian/shellcheck/systemd-container (those tests skip, saying so)" >&2
+fi
+if [ "${SKIP_DEPLOY:-0}" != "1" ]; then
+  step "deploy: pytest tests/deploy (Debian package, lintian, dpkg, install.sh, units under systemd)"
+  set +e
+  "$VENV/bin/python" -m pytest "$TESTS_DIR/deploy" -rfEs -q > "$LOGDIR/deploy.log" 2>&1
+  rc=$?
+  set -e
+  cat "$LOGDIR/deploy.log"
+  record "deploy" "$(pytest_status "$rc")"
 fi
 
 # ---- network-namespace suites ------------------------------------------------------------
