@@ -11,11 +11,9 @@ use client::{
     TlsConfig,
 };
 use std::cell::Cell;
-use std::io::{Read, Write};
-use std::net::TcpListener;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
-use support::real::{sleep, BrokerProc, ClientStats};
+use support::real::{auth_server, sleep, BrokerProc, ClientStats};
 use support::run;
 use test_harness::certs::Pki;
 
@@ -228,41 +226,6 @@ fn tls_required_refuses_a_plaintext_client_and_the_refusal_is_no_fallback() {
         .expect("no TLS there");
         assert!(matches!(err, Error::TlsRefused), "{err:?}");
     });
-}
-
-/// An auth server on a thread: `secret=s3cret` may publish and subscribe on topic `allowed`
-/// (channels `.*`), any other secret is refused with 403. Answers `count` requests at most.
-fn auth_server(count: usize) -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let addr = listener.local_addr().expect("addr").to_string();
-    std::thread::spawn(move || {
-        for stream in listener.incoming().take(count) {
-            let Ok(mut s) = stream else { return };
-            let mut req = Vec::new();
-            let mut chunk = [0u8; 4096];
-            while !req.windows(4).any(|w| w == b"\r\n\r\n") {
-                match s.read(&mut chunk) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => req.extend_from_slice(&chunk[..n]),
-                }
-            }
-            let line = String::from_utf8_lossy(&req);
-            let (status, body) = if line.contains("secret=s3cret") {
-                (
-                    "200 OK",
-                    r#"{"ttl":3600,"identity":"alice","identity_url":"https://auth.example/alice","authorizations":[{"permissions":["publish","subscribe"],"topic":"allowed","channels":[".*"]}]}"#,
-                )
-            } else {
-                ("403 Forbidden", r#"{"message":"NOT_AUTHORIZED"}"#)
-            };
-            let _ = write!(
-                s,
-                "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-        }
-    });
-    addr
 }
 
 #[test]

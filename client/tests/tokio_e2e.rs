@@ -1,7 +1,8 @@
 //! The client on tokio (a current-thread runtime with a `LocalSet`, as a tokio service runs it)
-//! against the real `broker` and `lookup`: a producer publishes 100,000 messages over TLS with
-//! snappy; a consumer that finds the broker through the lookup, over TLS with snappy, receives
-//! every one, backs off after the failures its handler reports, and recovers. The same crate
+//! against the real `broker` and `lookup`, the broker requiring AUTH from an auth server the
+//! test runs: a producer publishes 100,000 messages over TLS with snappy, authenticated; a
+//! consumer that finds the broker through the lookup, over TLS with snappy, authenticated,
+//! receives every one, backs off after the failures its handler reports, and recovers. The same crate
 //! and API as the glommio tests (`broker_e2e.rs`, `broker_security.rs`), which run unchanged.
 
 mod support;
@@ -14,7 +15,7 @@ use std::collections::HashSet;
 use std::future::Future;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
-use support::real::{BrokerProc, LookupProc};
+use support::real::{auth_server, BrokerProc, LookupProc};
 use test_harness::certs::Pki;
 
 const MESSAGES: usize = 100_000;
@@ -43,19 +44,22 @@ fn tls_flags(pki: &Pki) -> Vec<String> {
 }
 
 #[test]
-fn a_tokio_service_publishes_and_consumes_100000_over_tls_and_snappy_through_lookup() {
+fn a_tokio_service_publishes_and_consumes_100000_over_tls_snappy_and_auth_through_lookup() {
     let pki = Pki::new();
     let lookup = LookupProc::start();
-    let flags = tls_flags(&pki);
+    let mut flags = tls_flags(&pki);
+    flags.extend(["--auth-http-address".to_string(), auth_server(64)]);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let broker = BrokerProc::start_registered(&lookup.tcp, &flags);
     let tls = TlsConfig::default().root_ca_file(&pki.ca_pem);
-    let topic = "tokio_e2e";
+    // The topic the auth server lets secret "s3cret" publish to and subscribe on.
+    let topic = "allowed";
     on_tokio(async {
         let pcfg = ProducerConfig::new()
             .tls_v1(true)
             .tls_config(tls.clone())
-            .snappy(true);
+            .snappy(true)
+            .auth_secret("s3cret");
         let producer = Producer::connect_with(broker.tcp.clone(), pcfg)
             .await
             .unwrap_or_else(|e| panic!("connect: {e}\n{}", broker.log()));
@@ -65,6 +69,11 @@ fn a_tokio_service_publishes_and_consumes_100000_over_tls_and_snappy_through_loo
             "the producer's TLS: {negotiated:?}"
         );
         assert!(negotiated.compression.is_some(), "the producer's snappy");
+        let auth = negotiated
+            .auth
+            .as_ref()
+            .expect("the producer's AUTH answered");
+        assert_eq!(auth.identity, "alice", "{auth:?}");
         for start in (0..MESSAGES).step_by(BATCH) {
             let bodies = (start..start + BATCH)
                 .map(|i| bytes::Bytes::from(format!("m{i}")))
@@ -85,6 +94,7 @@ fn a_tokio_service_publishes_and_consumes_100000_over_tls_and_snappy_through_loo
             .tls_v1(true)
             .tls_config(tls.clone())
             .snappy(true)
+            .auth_secret("s3cret")
             .lookupd_poll_interval(Duration::from_millis(500))
             .backoff_multiplier(Duration::from_millis(50))
             .max_backoff_duration(Duration::from_millis(200));
@@ -134,8 +144,11 @@ fn a_tokio_service_publishes_and_consumes_100000_over_tls_and_snappy_through_loo
         assert!(backed_off, "the consumer never backed off: {stats:?}");
         let conns = consumer.negotiated();
         assert_eq!(conns.len(), 1, "one broker found through the lookup");
-        assert!(
-            conns[0].1.tls.is_some() && conns[0].1.compression.is_some(),
+        let n = &conns[0].1;
+        assert!(n.tls.is_some() && n.compression.is_some(), "{conns:?}");
+        assert_eq!(
+            n.auth.as_ref().map(|a| a.identity.as_str()),
+            Some("alice"),
             "{conns:?}"
         );
         consumer.stop().await;
