@@ -58,9 +58,9 @@ struct Sent {
 pub(super) struct TopicPositions {
     topic: Option<TopicConfig>,
     channels: HashMap<String, Sent>,
-    /// The last dead-letter record's seq sent (`None` inside: there was none); `None`: not
-    /// sent since this replica took the lead.
-    dead_letters: Option<Option<u64>>,
+    /// The seq the next dead-letter records sent start from; `None`: none sent since this
+    /// replica took the lead.
+    dead_letters: Option<u64>,
     sent_at: Millis,
     resent_at: Millis,
 }

@@ -101,19 +101,19 @@ fn digest_of(t: &Topic) -> (u32, u32) {
     wire::digest(t.dead_letter_records().map(|r| (r.seq, r.id.as_bytes())))
 }
 
-/// `t`'s records after `after` (all with `None`), as operations of at most
-/// [`MAX_DEAD_LETTERS`]; the first one replaces when `after` is `None`.
-fn record_ops(t: &Topic, after: Option<u64>) -> Vec<DeadLetterOp> {
+/// `t`'s records from seq `from` on (all with `None`), as operations of at most
+/// [`MAX_DEAD_LETTERS`]; the first one replaces when `from` is `None`.
+fn record_ops(t: &Topic, from: Option<u64>) -> Vec<DeadLetterOp> {
     let records: Vec<DeadLetter> = t
         .dead_letter_records()
-        .filter(|r| after.is_none_or(|a| r.seq > a))
+        .filter(|r| from.is_none_or(|f| r.seq >= f))
         .filter_map(record_to_wire)
         .collect();
     let mut ops: Vec<DeadLetterOp> = records
         .chunks(MAX_DEAD_LETTERS)
         .map(|c| DeadLetterOp::Records(c.to_vec()))
         .collect();
-    if after.is_none() {
+    if from.is_none() {
         match ops.first_mut() {
             Some(first) => {
                 if let DeadLetterOp::Records(rs) = first {
@@ -127,31 +127,27 @@ fn record_ops(t: &Topic, after: Option<u64>) -> Vec<DeadLetterOp> {
 }
 
 impl Shard {
-    /// The leader's side, from `send_channel_positions`: the records after `sent` (the last
-    /// seq sent; `None`: everything, replacing), and the digest when `digest` is set.
+    /// The leader's side, from `send_channel_positions`: the records from seq `next` on
+    /// (`None`: not sent since this replica took the lead, so everything, replacing), and the
+    /// digest when `digest` is set. Moves `next` past what it sent.
     pub(super) fn send_dead_letter_records(
         &self,
         t: &Topic,
         followers: &[BrokerId],
-        sent: &mut Option<Option<u64>>,
+        next: &mut Option<u64>,
         digest: bool,
     ) {
         let Some(peers) = self.repl.peers() else {
             return;
         };
-        let last = t.dead_letter_records().last().map(|r| r.seq);
-        let after = match *sent {
-            // Nothing new since the last send.
-            Some(s) if s == last || last.is_none() => None,
-            Some(s) => Some(record_ops(t, s)),
-            // Just took the lead: a topic that never had a record sends nothing but digests.
-            None if last.is_none() => None,
-            None => Some(record_ops(t, None)),
+        let end = t.dead_letter_records().last().map_or(0, |r| r.seq + 1);
+        let mut ops = match *next {
+            // Holding none on taking the lead, it replaces nothing: the digest settles it.
+            None if end > 0 => record_ops(t, None),
+            Some(n) if end > n => record_ops(t, Some(n)),
+            _ => Vec::new(),
         };
-        let mut ops = after.unwrap_or_default();
-        if last.is_some() || sent.is_some() {
-            *sent = Some(last);
-        }
+        *next = Some(next.map_or(end, |n| n.max(end)));
         if digest {
             let (count, crc) = digest_of(t);
             ops.push(DeadLetterOp::Digest { count, crc });

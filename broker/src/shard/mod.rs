@@ -353,13 +353,12 @@ impl Shard {
                 token,
                 reply: Reply::TopicChannels(channels),
             } => self.topic_channels_known(token, channels),
-            Mail::Reply { token, reply } if self.dead_sends.borrow().contains_key(&token) => {
-                self.dead_letters_answered(token, reply)
-            }
             Mail::Reply { token, reply } => {
                 let waiter = self.waiters.borrow_mut().remove(&token);
-                if let Some(w) = waiter {
-                    w.send(reply);
+                match waiter {
+                    Some(w) => w.send(reply),
+                    // Not a waiter's: the answer to dead letters, or to no one.
+                    None => self.dead_letters_answered(token, reply),
                 }
             }
             Mail::Admin { op, reply } => {
