@@ -474,9 +474,7 @@ fn put_forward(out: &mut Vec<u8>, f: &Forward) -> Result<(), WireError> {
                 Err(text) => {
                     out.push(1);
                     // `check_forward` bounded the text to MAX_ANSWER_TEXT bytes.
-                    let len = u16::try_from(text.len()).map_err(|_| WireError::AnswerText)?;
-                    out.extend_from_slice(&len.to_be_bytes());
-                    out.extend_from_slice(text.as_bytes());
+                    put_short_text(out, text, WireError::AnswerText)?;
                 }
             }
         }
@@ -548,6 +546,14 @@ fn put_str(out: &mut Vec<u8>, s: &str) {
     // Callers check the length first (a topic or cluster id is at most 64 bytes).
     out.push(u8::try_from(s.len()).unwrap_or(u8::MAX));
     out.extend_from_slice(s.as_bytes());
+}
+
+/// A text of at most `u16::MAX` bytes, after its length (`too_long` otherwise).
+fn put_short_text(out: &mut Vec<u8>, text: &str, too_long: WireError) -> Result<(), WireError> {
+    let len = u16::try_from(text.len()).map_err(|_| too_long)?;
+    out.extend_from_slice(&len.to_be_bytes());
+    out.extend_from_slice(text.as_bytes());
+    Ok(())
 }
 
 fn put_u32_len(out: &mut Vec<u8>, n: usize) -> Result<(), WireError> {
@@ -748,6 +754,27 @@ impl<'a> Reader<'a> {
         Ok(self.take(1, what)?[0])
     }
 
+    fn u16(&mut self, what: &'static str) -> Result<u16, WireError> {
+        let b = self.take(2, what)?;
+        Ok(u16::from_be_bytes([b[0], b[1]]))
+    }
+
+    /// A text after its `u16` length: at most `max` bytes of UTF-8, `bad` otherwise.
+    fn short_text(
+        &mut self,
+        max: usize,
+        what: &'static str,
+        bad: WireError,
+    ) -> Result<String, WireError> {
+        let len = usize::from(self.u16(what)?);
+        if len > max {
+            return Err(bad);
+        }
+        let b = self.take(len, what)?;
+        let text = std::str::from_utf8(b).map_err(|_| bad)?;
+        Ok(text.to_owned())
+    }
+
     fn u32(&mut self, what: &'static str) -> Result<u32, WireError> {
         let b = self.take(4, what)?;
         Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
@@ -836,14 +863,12 @@ impl<'a> Reader<'a> {
                 let result = match self.u8("an answer's outcome")? {
                     0 => Ok(()),
                     1 => {
-                        let b = self.take(2, "an answer's text length")?;
-                        let len = usize::from(u16::from_be_bytes([b[0], b[1]]));
-                        if len > MAX_ANSWER_TEXT {
-                            return Err(WireError::AnswerText);
-                        }
-                        let b = self.take(len, "an answer's text")?;
-                        let text = std::str::from_utf8(b).map_err(|_| WireError::AnswerText)?;
-                        Err(text.to_owned())
+                        let text = self.short_text(
+                            MAX_ANSWER_TEXT,
+                            "an answer's text",
+                            WireError::AnswerText,
+                        )?;
+                        Err(text)
                     }
                     byte => {
                         return Err(WireError::Choice {
@@ -894,8 +919,7 @@ impl<'a> Reader<'a> {
                                 byte: flags,
                             });
                         }
-                        let b = self.take(2, "a channel's max attempts")?;
-                        let attempts = u16::from_be_bytes([b[0], b[1]]);
+                        let attempts = self.u16("a channel's max attempts")?;
                         let max_attempts = (flags & CHANNEL_MAX_ATTEMPTS != 0).then_some(attempts);
                         let dead_letter_topic = if flags & CHANNEL_DEAD_LETTER_TOPIC != 0 {
                             Some(self.topic()?)

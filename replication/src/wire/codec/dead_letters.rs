@@ -6,7 +6,7 @@
 //! preview is UTF-8 of at most [`MAX_PREVIEW`] bytes, and one operation carries at most
 //! [`MAX_DEAD_LETTERS`] records or IDs: checked when encoding and when decoding.
 
-use super::{put_str, put_u32_len, valid_channel, valid_topic, Reader, WireError};
+use super::{put_short_text, put_str, put_u32_len, valid_channel, valid_topic, Reader, WireError};
 
 /// The most records or IDs one dead-letter operation carries (a leader sends more in several).
 pub const MAX_DEAD_LETTERS: usize = 256;
@@ -167,9 +167,7 @@ pub(super) fn put_op(out: &mut Vec<u8>, op: &DeadLetterOp) -> Result<(), WireErr
                 out.extend_from_slice(&r.dead_lettered_at.to_be_bytes());
                 out.extend_from_slice(&r.body_size.to_be_bytes());
                 // `check_op` bounded the preview to MAX_PREVIEW bytes.
-                let len = u16::try_from(r.preview.len()).map_err(|_| WireError::Preview)?;
-                out.extend_from_slice(&len.to_be_bytes());
-                out.extend_from_slice(r.preview.as_bytes());
+                put_short_text(out, &r.preview, WireError::Preview)?;
             }
         }
         DeadLetterOp::Forgotten(ids) => {
@@ -204,8 +202,7 @@ impl Reader<'_> {
         let topic = self.topic()?;
         let channel = self.channel()?;
         let id = self.id("a dead letter's origin ID")?;
-        let b = self.take(2, "a dead letter's attempts")?;
-        let attempts = u16::from_be_bytes([b[0], b[1]]);
+        let attempts = self.u16("a dead letter's attempts")?;
         let timestamp = self.i64("a dead letter's timestamp")?;
         Ok(DeadOrigin {
             topic,
@@ -236,20 +233,18 @@ impl Reader<'_> {
                     let origin = self.dead_origin()?;
                     let dead_lettered_at = self.i64("a dead letter's time")?;
                     let body_size = self.u64("a dead letter's body size")?;
-                    let b = self.take(2, "a dead letter's preview length")?;
-                    let len = usize::from(u16::from_be_bytes([b[0], b[1]]));
-                    if len > MAX_PREVIEW {
-                        return Err(WireError::Preview);
-                    }
-                    let b = self.take(len, "a dead letter's preview")?;
-                    let preview = std::str::from_utf8(b).map_err(|_| WireError::Preview)?;
+                    let preview = self.short_text(
+                        MAX_PREVIEW,
+                        "a dead letter's preview",
+                        WireError::Preview,
+                    )?;
                     rs.push(DeadLetter {
                         id,
                         seq,
                         origin,
                         dead_lettered_at,
                         body_size,
-                        preview: preview.to_owned(),
+                        preview,
                     });
                 }
                 Ok(if kind == DL_RECORDS {
