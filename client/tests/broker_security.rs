@@ -13,7 +13,7 @@ use client::{
 use std::cell::Cell;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
-use support::real::{auth_server, sleep, BrokerProc, ClientStats};
+use support::real::{auth_server, sleep, tls_flags, BrokerProc, ClientStats};
 use support::run;
 use test_harness::certs::Pki;
 
@@ -57,18 +57,6 @@ const LAYERS: [Layers; 5] = [
 
 fn tls_config(pki: &Pki) -> TlsConfig {
     TlsConfig::default().root_ca_file(&pki.ca_pem)
-}
-
-fn tls_flags(pki: &Pki) -> Vec<String> {
-    vec![
-        "--tls-cert".into(),
-        pki.server_cert_pem.display().to_string(),
-        "--tls-key".into(),
-        pki.server_key_pem.display().to_string(),
-        // With a certificate the broker also serves HTTPS, by default on 0.0.0.0:4152 (as
-        // nsqd): a port of its own for each test's broker.
-        "--https-address=127.0.0.1:0".into(),
-    ]
 }
 
 fn start(flags: &[String]) -> BrokerProc {

@@ -15,7 +15,7 @@ use std::collections::HashSet;
 use std::future::Future;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
-use support::real::{auth_server, BrokerProc, LookupProc};
+use support::real::{auth_server, tls_flags, BrokerProc, LookupProc};
 use test_harness::certs::Pki;
 
 const MESSAGES: usize = 100_000;
@@ -31,16 +31,6 @@ fn on_tokio<F: Future<Output = ()>>(f: F) {
         .build()
         .expect("a tokio runtime");
     tokio::task::LocalSet::new().block_on(&rt, f);
-}
-
-fn tls_flags(pki: &Pki) -> Vec<String> {
-    vec![
-        "--tls-cert".into(),
-        pki.server_cert_pem.display().to_string(),
-        "--tls-key".into(),
-        pki.server_key_pem.display().to_string(),
-        "--https-address=127.0.0.1:0".into(),
-    ]
 }
 
 #[test]

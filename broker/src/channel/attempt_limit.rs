@@ -187,19 +187,21 @@ mod tests {
         {
             let mut c = ch.borrow_mut();
             c.set_dead_letters(max, None, Some(Arc::from("t.dead")));
-            c.add_consumer(
-                ConsumerSpec {
-                    key,
-                    msg_timeout: Duration::from_secs(1),
-                    info: Arc::new(ClientInfo::default()),
-                    output_window: u64::MAX,
-                },
-                0,
-            )
-            .unwrap();
-            c.set_rdy(key, 1);
+            subscribe(&mut c, key);
         }
         (log, ch, key)
+    }
+
+    /// Connects consumer `key` (1 s message timeout) with RDY 1.
+    fn subscribe(c: &mut Channel, key: ConsumerKey) {
+        let spec = ConsumerSpec {
+            key,
+            msg_timeout: Duration::from_secs(1),
+            info: Arc::new(ClientInfo::default()),
+            output_window: u64::MAX,
+        };
+        c.add_consumer(spec, 0).unwrap();
+        c.set_rdy(key, 1);
     }
 
     /// Delivers what the channel has; the attempts of the delivered message, if any.
@@ -267,17 +269,7 @@ mod tests {
         assert_eq!(a.restore(&meta, true, &log, now, &timers), 1);
         let (msgs, to) = a.take_dead().expect("set aside again, not delivered");
         assert_eq!((msgs.len(), to.as_deref()), (1, Some("t.dead")));
-        a.add_consumer(
-            ConsumerSpec {
-                key,
-                msg_timeout: Duration::from_secs(1),
-                info: Arc::new(ClientInfo::default()),
-                output_window: u64::MAX,
-            },
-            0,
-        )
-        .unwrap();
-        a.set_rdy(key, 1);
+        subscribe(&mut a, key);
         assert_eq!(deliver(&mut a, &log, now, &timers), None);
     }
 

@@ -317,3 +317,16 @@ pub fn auth_server(count: usize) -> String {
     });
     addr
 }
+
+/// The broker flags of a TLS listener with `pki`'s server certificate.
+pub fn tls_flags(pki: &test_harness::certs::Pki) -> Vec<String> {
+    vec![
+        "--tls-cert".into(),
+        pki.server_cert_pem.display().to_string(),
+        "--tls-key".into(),
+        pki.server_key_pem.display().to_string(),
+        // With a certificate the broker also serves HTTPS, by default on 0.0.0.0:4152 (as
+        // nsqd): a port of its own for each test's broker.
+        "--https-address=127.0.0.1:0".into(),
+    ]
+}
