@@ -90,6 +90,30 @@ record() { # name status ("ok", or "ok (...)" for a suite that passed or was ski
   esac
 }
 
+# Installs Debian packages (sudo when not root). A failed install does not stop the run: the
+# suites that need them then fail or skip, saying so, after `why` here.
+apt_install() { # why package...
+  local why="$1" sudo=""
+  shift
+  step "apt-get install $*"
+  if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then sudo="sudo"; fi
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -q &&
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$@" ||
+    echo "run.sh: could not install $* ($why)" >&2
+}
+
+# Runs one pytest suite into its own log, prints the log, records the outcome.
+pytest_suite() { # record-name log-name pytest-arguments...
+  local name="$1" log="$LOGDIR/$2.log" rc
+  shift 2
+  set +e
+  "$VENV/bin/python" -m pytest "$@" -q > "$log" 2>&1
+  rc=$?
+  set -e
+  cat "$log"
+  record "$name" "$(pytest_status "$rc")"
+}
+
 # ---- formatting and lints ------------------------------------------------------------------
 # First, and recorded like a suite: unformatted code or a clippy warning fails the run.
 if [ "${SKIP_LINT:-0}" != "1" ]; then
@@ -135,12 +159,7 @@ fi
 # The TLS wire tests (tests/python/test_tls_compression.py, tests/node/tls_compression.test.js)
 # make their certificates with the openssl command.
 if { [ "$NEEDS_PYTHON" = "1" ] || [ "${SKIP_NODE:-0}" != "1" ]; } && ! command -v openssl >/dev/null 2>&1; then
-  step "apt-get install openssl"
-  SUDO=""
-  if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then SUDO="sudo"; fi
-  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -q &&
-    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends openssl ||
-    echo "run.sh: could not install openssl (the TLS wire tests will fail)" >&2
+  apt_install "the TLS wire tests will fail" openssl
 fi
 
 # ---- build and unit tests ---------------------------------------------------------------
@@ -166,15 +185,7 @@ fi
 # tests make certificates with the openssl CLI.
 if [ "${SKIP_ADMIN:-0}" != "1" ] && { ! command -v chromium >/dev/null 2>&1 ||
      ! command -v chromedriver >/dev/null 2>&1 || ! command -v openssl >/dev/null 2>&1; }; then
-  step "apt-get install chromium chromium-driver openssl"
-  SUDO=""
-  if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then SUDO="sudo"; fi
-  # A failed install does not stop the run: the admin-ui tests then fail, saying so.
-  if ! { $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -q &&
-         $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
-           --no-install-recommends chromium chromium-driver openssl; }; then
-    echo "run.sh: could not install chromium/chromium-driver/openssl" >&2
-  fi
+  apt_install "the admin-ui tests will fail" chromium chromium-driver openssl
 fi
 
 # ---- wire tests ----------------------------------------------------------------------------
@@ -265,12 +276,7 @@ fi
 # Once, after the shard suites (its brokers run with --shards 2 whatever SHARDS says).
 if [ "${SKIP_ADMIN:-0}" != "1" ]; then
   step "admin-ui: pytest tests/admin (JSON API, headless Chromium)"
-  set +e
-  "$VENV/bin/python" -m pytest "$TESTS_DIR/admin" -rfE -q > "$LOGDIR/admin.log" 2>&1
-  rc=$?
-  set -e
-  cat "$LOGDIR/admin.log"
-  record "admin-ui" "$(pytest_status "$rc")"
+  pytest_suite "admin-ui" admin "$TESTS_DIR/admin" -rfE
 fi
 
 # ---- monitoring ----------------------------------------------------------------------------
@@ -279,21 +285,11 @@ fi
 # (tests/monitoring, about 15 s). promtool and prometheus come from Debian's prometheus package;
 # its service is not used.
 if [ "${SKIP_MONITORING:-0}" != "1" ] && { [ ! -x /usr/bin/promtool ] || [ ! -x /usr/bin/prometheus ]; }; then
-  step "apt-get install prometheus"
-  SUDO=""
-  if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then SUDO="sudo"; fi
-  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -q &&
-    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus ||
-    echo "run.sh: could not install prometheus (the monitoring tests will fail)" >&2
+  apt_install "the monitoring tests will fail" prometheus
 fi
 if [ "${SKIP_MONITORING:-0}" != "1" ]; then
   step "monitoring: pytest tests/monitoring (promtool; Prometheus scraping a broker)"
-  set +e
-  "$VENV/bin/python" -m pytest "$TESTS_DIR/monitoring" -rfE -q > "$LOGDIR/monitoring.log" 2>&1
-  rc=$?
-  set -e
-  cat "$LOGDIR/monitoring.log"
-  record "monitoring" "$(pytest_status "$rc")"
+  pytest_suite "monitoring" monitoring "$TESTS_DIR/monitoring" -rfE
 fi
 
 # ---- deploy --------------------------------------------------------------------------------
@@ -303,22 +299,11 @@ fi
 # dpkg and systemd parts). Debian's lintian, shellcheck and systemd-container packages.
 if [ "${SKIP_DEPLOY:-0}" != "1" ] && { ! command -v lintian >/dev/null 2>&1 ||
      ! command -v shellcheck >/dev/null 2>&1 || ! command -v systemd-nspawn >/dev/null 2>&1; }; then
-  step "apt-get install lintian shellcheck systemd-container"
-  SUDO=""
-  if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then SUDO="sudo"; fi
-  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -q &&
-    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
-      lintian shellcheck systemd-container ||
-    echo "run.sh: could not install lintian/shellcheck/systemd-container (those tests skip, saying so)" >&2
+  apt_install "those tests skip, saying so" lintian shellcheck systemd-container
 fi
 if [ "${SKIP_DEPLOY:-0}" != "1" ]; then
   step "deploy: pytest tests/deploy (Debian package, lintian, dpkg, install.sh, units under systemd)"
-  set +e
-  "$VENV/bin/python" -m pytest "$TESTS_DIR/deploy" -rfEs -q > "$LOGDIR/deploy.log" 2>&1
-  rc=$?
-  set -e
-  cat "$LOGDIR/deploy.log"
-  record "deploy" "$(pytest_status "$rc")"
+  pytest_suite "deploy" deploy "$TESTS_DIR/deploy" -rfEs
 fi
 
 # ---- network-namespace suites ------------------------------------------------------------
