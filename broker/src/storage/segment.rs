@@ -276,23 +276,88 @@ pub fn encode_record(out: &mut Vec<u8>, s: &Stored) -> usize {
 /// Writes one version-2 record for `s` at the start of `out`, which must hold at least
 /// [`record_len`] bytes (a write buffer filled in place); returns its length in bytes.
 pub fn encode_record_at(out: &mut [u8], s: &Stored) -> usize {
+    let len = encode_unsealed_at(out, s);
+    seal_record_at(out);
+    len
+}
+
+/// [`encode_record_at`] without the two crcs (left zero): [`seal_record_at`] fills them.
+/// A writer filling a buffer with many records seals each a few records later
+/// ([`RecordSealer`]).
+pub fn encode_unsealed_at(out: &mut [u8], s: &Stored) -> usize {
     let payload_len = PAYLOAD_FIXED + s.msg.body.len();
     let len = FRAME_LEN + payload_len;
-    let rec = &mut out[..len];
-    let mut w = &mut rec[..];
+    let mut w = &mut out[..len];
     w.put_slice(&RECORD_MARK);
     w.put_u32(payload_len as u32);
     w.put_u64(s.seq);
-    w.put_u64(0); // the two crcs, filled below
+    w.put_u64(0); // the two crcs, filled by seal_record_at
     w.put_i64(s.msg.timestamp);
     w.put_i64(s.defer_until);
     w.put_slice(&s.msg.id.0);
     w.put_slice(&s.msg.body);
-    let crc = crc32fast::hash(&rec[FRAME_LEN..]);
+    len
+}
+
+/// Fills the two crcs of the version-2 record at the start of `rec`, whose frame holds its
+/// length ([`encode_unsealed_at`] wrote it).
+pub fn seal_record_at(rec: &mut [u8]) {
+    let payload_len = u32::from_be_bytes([rec[4], rec[5], rec[6], rec[7]]) as usize;
+    let crc = crc32fast::hash(&rec[FRAME_LEN..FRAME_LEN + payload_len]);
     rec[16..20].copy_from_slice(&crc.to_be_bytes());
     let frame_crc = crc32fast::hash(&rec[4..16]);
     rec[20..24].copy_from_slice(&frame_crc.to_be_bytes());
-    len
+}
+
+/// Seals the records of a buffer being filled [`SEAL_LAG`] records behind the one just
+/// encoded. The crc of a record read back right after its copy waits on the copy's stores
+/// (the write buffer's lines are not in the cache; their loads cannot be served until the
+/// stores land); a few records later the stores are in the cache and the crc runs at its
+/// speed. Every record handed to [`RecordSealer::encoded`] is sealed once [`RecordSealer::finish`]
+/// returns.
+pub struct RecordSealer {
+    starts: [usize; SEAL_LAG],
+    pending: usize,
+    next: usize,
+}
+
+/// How many records behind the copy their crcs are taken (about 2 KiB of 200-byte messages).
+pub const SEAL_LAG: usize = 8;
+
+impl RecordSealer {
+    pub fn new() -> RecordSealer {
+        RecordSealer {
+            starts: [0; SEAL_LAG],
+            pending: 0,
+            next: 0,
+        }
+    }
+
+    /// A record was encoded unsealed at `start` of `buf`; seals the one [`SEAL_LAG`] before it.
+    pub fn encoded(&mut self, buf: &mut [u8], start: usize) {
+        if self.pending == SEAL_LAG {
+            seal_record_at(&mut buf[self.starts[self.next]..]);
+        } else {
+            self.pending += 1;
+        }
+        self.starts[self.next] = start;
+        self.next = (self.next + 1) % SEAL_LAG;
+    }
+
+    /// Seals every record not sealed yet.
+    pub fn finish(&mut self, buf: &mut [u8]) {
+        let first = (self.next + SEAL_LAG - self.pending) % SEAL_LAG;
+        for i in 0..self.pending {
+            seal_record_at(&mut buf[self.starts[(first + i) % SEAL_LAG]..]);
+        }
+        self.pending = 0;
+    }
+}
+
+impl Default for RecordSealer {
+    fn default() -> Self {
+        RecordSealer::new()
+    }
 }
 
 /// What is at an offset of a segment.

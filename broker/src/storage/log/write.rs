@@ -174,12 +174,16 @@ async fn write_piece(
             b[pos..pos + chunk.head.len()].copy_from_slice(&chunk.head);
             pos += chunk.head.len();
             let l = log.borrow();
+            let mut sealer = segment::RecordSealer::new();
             for seq in chunk.seqs.iter().flat_map(|r| r.clone()) {
                 // Checked above, and nothing evicts unwritten records meanwhile.
                 if let Some(s) = l.in_window(seq) {
-                    pos += segment::encode_record_at(&mut b[pos..], s);
+                    let start = pos;
+                    pos += segment::encode_unsealed_at(&mut b[pos..], s);
+                    sealer.encoded(b, start);
                 }
             }
+            sealer.finish(b);
         }
         b[pos..].fill(0);
         new_tail.extend_from_slice(&b[(tail_from - start) as usize..(data_end - start) as usize]);
