@@ -101,6 +101,22 @@ fn main() {
         },
     );
 
+    // The ID of every message published.
+    let numbers: Vec<u64> = (0..BATCH as u64)
+        .map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+        .collect();
+    bench(
+        "message ID from its number",
+        || numbers.clone(),
+        |numbers| {
+            let mut last = 0u8;
+            for &n in &numbers {
+                last ^= black_box(MessageId::from_u64(black_box(n))).0[15];
+            }
+            black_box(last);
+        },
+    );
+
     // One MPUB of 200 bodies counts as 200 operations here: BATCH / 200 commands.
     let mpub = commands(|i, out| {
         if i % 200 == 0 {
