@@ -14,14 +14,13 @@ import tempfile
 
 import pytest
 
+from install_host import BINARIES, INSTALL  # noqa: F401 (the deploy tests take them from here)
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
 DEPLOY = os.path.join(REPO, "deploy")
 BUILD_DEB = os.path.join(DEPLOY, "debian", "build-deb.sh")
-INSTALL = os.path.join(DEPLOY, "install.sh")
 BUILD_DIR = os.environ.get("DEPLOY_BUILD_DIR", os.path.join(REPO, "target", "release"))
-BINARIES = ["broker", "lookup", "admin-ui", "nsq_to_file", "nsq_tail", "to_nsq", "nsq_stat",
-            "nsq_to_nsq", "nsq_to_http"]
 UNITS = ["broker.service", "lookup.service", "admin-ui.service", "nsq_to_file@.service",
          "nsq_to_nsq@.service", "nsq_to_http@.service"]
 SETTINGS = ["broker", "lookup", "admin-ui", "nsq_to_file", "nsq_to_nsq", "nsq_to_http"]

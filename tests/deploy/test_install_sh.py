@@ -18,6 +18,7 @@ import tempfile
 import pytest
 
 from conftest import BINARIES, DEPLOY, INSTALL, REPO, SETTINGS, UNITS, snapshot
+from install_host import recorded_calls, run_install, write
 
 MANIFEST = "usr/local/share/nsq-broker/install-manifest"
 SYSTEMCTL = """#!/bin/sh
@@ -28,13 +29,6 @@ if [ "$1" = show-environment ] && [ "${STUB_NO_SYSTEMD:-0}" = 1 ]; then
 fi
 exit 0
 """
-
-
-def write(path, text, mode=0o644):
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
-        f.write(text)
-    os.chmod(path, mode)
 
 
 class Host:
@@ -53,18 +47,12 @@ class Host:
         open(self.log, "w").close()
 
     def run(self, *args, systemd=True, env=None):
-        e = dict(os.environ)
-        e.update({"DESTDIR": self.root, "BUILD_DIR": self.build, "STUB_LOG": self.log,
-                  "STUB_NO_SYSTEMD": "0" if systemd else "1",
-                  "PATH": self.stubs + os.pathsep + e["PATH"]})
+        e = {"STUB_NO_SYSTEMD": "0" if systemd else "1"}
         e.update(env or {})
-        p = subprocess.run(["bash", INSTALL] + list(args), env=e, stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, timeout=60)
-        return p.returncode, p.stdout.decode(errors="replace")
+        return run_install(args, self.root, self.build, self.stubs, self.log, e)
 
     def calls(self):
-        with open(self.log) as f:
-            return [line.rstrip("\n") for line in f]
+        return recorded_calls(self.log)
 
     def path(self, rel):
         return os.path.join(self.root, rel)

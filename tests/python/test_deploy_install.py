@@ -14,15 +14,15 @@ import os
 import shutil
 import struct
 import subprocess
+import sys
 import tempfile
 
 import pytest
 
 from conftest import REPO, broker_bin
 
-INSTALL = os.path.join(REPO, "deploy", "install.sh")
-BINARIES = ["broker", "lookup", "admin-ui", "nsq_to_file", "nsq_tail", "to_nsq", "nsq_stat",
-            "nsq_to_nsq", "nsq_to_http"]
+sys.path.insert(0, os.path.join(REPO, "tests", "deploy"))
+from install_host import BINARIES, INSTALL, recorded_calls, run_install, write  # noqa: E402
 DROPIN = "etc/systemd/system/broker.service.d/nsqd.conf"
 FAKE_SUMMARY = ("imported nsqd 1.3.0 data from DIR: 1 topics, 2 channels, 4 messages, "
                 "120 bytes, 0 damaged records skipped")
@@ -64,13 +64,6 @@ exit "${FAKE_BROKER_RC:-0}"
 """ % FAKE_SUMMARY
 
 
-def write(path, text, mode=0o644):
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
-        f.write(text)
-    os.chmod(path, mode)
-
-
 class Host:
     """A DESTDIR with nsqd's config file and data path, stand-in commands and binaries."""
 
@@ -101,17 +94,12 @@ class Host:
         with open(INSTALL) as f:
             if "DESTDIR" not in f.read():
                 pytest.fail("deploy/install.sh takes no DESTDIR: not run, it would install on this host")
-        e = dict(os.environ)
-        e.update({"DESTDIR": self.root, "BUILD_DIR": self.build, "STUB_LOG": self.log,
-                  "STUB_UNITS": self.units, "PATH": self.stubs + os.pathsep + e["PATH"]})
+        e = {"STUB_UNITS": self.units}
         e.update(env or {})
-        p = subprocess.run(["bash", INSTALL] + list(args), env=e, stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, timeout=30)
-        return p.returncode, p.stdout.decode(errors="replace")
+        return run_install(args, self.root, self.build, self.stubs, self.log, e, timeout=30)
 
     def calls(self):
-        with open(self.log) as f:
-            return [line.rstrip("\n") for line in f]
+        return recorded_calls(self.log)
 
     def file(self, rel):
         with open(os.path.join(self.root, rel)) as f:
