@@ -85,10 +85,13 @@ fn main() {
     let fins = commands(|i, out| Command::Fin(MessageId::from_u64(i as u64)).encode(out));
     decode_all("decode FIN", &fins, ConnPhase::Subscribed);
 
-    // The number behind a FIN's ID (the broker's in-flight lookup key).
-    let ids: Vec<MessageId> = (0..BATCH as u64)
-        .map(|i| MessageId::from_u64(i.wrapping_mul(0x9e37_79b9_7f4a_7c15)))
+    // Numbers spread over the whole range, and their IDs.
+    let numbers: Vec<u64> = (0..BATCH as u64)
+        .map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15))
         .collect();
+    let ids: Vec<MessageId> = numbers.iter().map(|&n| MessageId::from_u64(n)).collect();
+
+    // The number behind a FIN's ID (the broker's in-flight lookup key).
     bench(
         "message ID to its number",
         || ids.clone(),
@@ -102,9 +105,6 @@ fn main() {
     );
 
     // The ID of every message published.
-    let numbers: Vec<u64> = (0..BATCH as u64)
-        .map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15))
-        .collect();
     bench(
         "message ID from its number",
         || numbers.clone(),

@@ -270,20 +270,15 @@ pub fn record_len(body_len: usize) -> usize {
 pub fn encode_record(out: &mut Vec<u8>, s: &Stored) -> usize {
     let start = out.len();
     out.resize(start + record_len(s.msg.body.len()), 0);
-    encode_record_at(&mut out[start..], s)
-}
-
-/// Writes one version-2 record for `s` at the start of `out`, which must hold at least
-/// [`record_len`] bytes (a write buffer filled in place); returns its length in bytes.
-pub fn encode_record_at(out: &mut [u8], s: &Stored) -> usize {
-    let len = encode_unsealed_at(out, s);
-    seal_record_at(out);
+    let len = encode_unsealed_at(&mut out[start..], s);
+    seal_record_at(&mut out[start..]);
     len
 }
 
-/// [`encode_record_at`] without the two crcs (left zero): [`seal_record_at`] fills them.
-/// A writer filling a buffer with many records seals each a few records later
-/// ([`RecordSealer`]).
+/// Writes one version-2 record for `s` at the start of `out`, which must hold at least
+/// [`record_len`] bytes (a write buffer filled in place), with its two crcs left zero:
+/// [`seal_record_at`] fills them. A writer filling a buffer with many records seals each a
+/// few records later ([`RecordSealer`]). Returns the record's length in bytes.
 pub fn encode_unsealed_at(out: &mut [u8], s: &Stored) -> usize {
     let payload_len = PAYLOAD_FIXED + s.msg.body.len();
     let len = FRAME_LEN + payload_len;
