@@ -9,6 +9,12 @@ Rows (a fresh broker and data directory per run, medians over --runs):
 Per run it also reads the broker's CPU (utime + stime from /proc over its life, per message
 published for pub rows, per message delivered for pubsub) and its peak RSS (VmHWM).
 
+--split adds where the host's CPU goes in the middle half of each run (from a quarter of
+--runfor to three quarters), as ns a message counted as above at the run's rate: the server's
+(all its threads, io_uring workers included), bench_writer's and softirq's (loopback TCP,
+block completions); and the share of the host's CPUs and of CPU 0 idle or in iowait. --topic
+names the topic (`te#ephemeral` keeps nothing on disk).
+
 A COMMAND may take {port} (the TCP port alone) instead of {tcp}, as tests/perf/pub_sink.c and
 tests/perf/uring_sink.c do: the ceilings of a publish per round trip on this host.
 
@@ -100,16 +106,67 @@ def ops(out):
     return float(m.group(1))
 
 
-def run_tool(cmd, env, args):
-    """Runs one bench tool to its end; returns its stderr (where it reports)."""
-    if args.connect_cpu is None:
-        return subprocess.run(cmd, stderr=subprocess.PIPE, text=True, env=env, check=True).stderr
-    proc = subprocess.Popen(["taskset", "-c", str(args.connect_cpu), *cmd],
-                            stderr=subprocess.PIPE, text=True, env=env)
-    time.sleep(0.25)
-    every_cpu = f"0-{os.cpu_count() - 1}"
-    subprocess.run(["taskset", "-a", "-p", "-c", every_cpu, str(proc.pid)],
-                   stdout=subprocess.DEVNULL, check=True)
+def cpu_line(name):
+    """The fields of /proc/stat's line NAME (`cpu` for the host, `cpu0`), in ticks."""
+    with open("/proc/stat") as f:
+        for line in f:
+            fields = line.split()
+            if fields[0] == name:
+                return [int(x) for x in fields[1:]]
+    raise RuntimeError(f"no {name} in /proc/stat")
+
+
+class Split:
+    """Samples the server, the client and /proc/stat at the start and the end of the middle
+    half of a run (`during`, called with the client's pid while the client runs)."""
+
+    def __init__(self, server_pid, runfor):
+        self.server_pid, self.runfor = server_pid, runfor
+        self.starts_at = None  # the run's start (epoch seconds) when the tools wait for it
+        self.at = []
+
+    def sample(self, client_pid):
+        self.at.append((cpu_seconds(self.server_pid), cpu_seconds(client_pid),
+                        cpu_line("cpu"), cpu_line("cpu0"), time.monotonic()))
+
+    def during(self, client_pid):
+        if self.starts_at is not None:
+            time.sleep(max(self.starts_at - time.time(), 0))
+        time.sleep(self.runfor / 4)
+        self.sample(client_pid)
+        time.sleep(self.runfor / 2)
+        self.sample(client_pid)
+
+    def figures(self, rate):
+        (s0, c0, h0, z0, t0), (s1, c1, h1, z1, t1) = self.at
+        msgs = max(rate * (t1 - t0), 1)
+        def idle(a, b):  # /proc/stat: user nice system idle iowait irq softirq ...
+            return (b[3] - a[3]) + (b[4] - a[4])
+
+        ticks = (t1 - t0) * CLK
+        return {
+            "server_ns": (s1 - s0) * 1e9 / msgs,
+            "client_ns": (c1 - c0) * 1e9 / msgs,
+            "softirq_ns": (h1[6] - h0[6]) / CLK * 1e9 / msgs,
+            "idle": idle(h0, h1) / (ticks * os.cpu_count()),
+            "idle_cpu0": idle(z0, z1) / ticks,
+        }
+
+
+def run_tool(cmd, env, args, during=None):
+    """Runs one bench tool to its end; returns its stderr (where it reports). `during`, if
+    given, is called with the tool's pid while it runs."""
+    pinned = args.connect_cpu is not None
+    if pinned:
+        cmd = ["taskset", "-c", str(args.connect_cpu), *cmd]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
+    if pinned:
+        time.sleep(0.25)
+        every_cpu = f"0-{os.cpu_count() - 1}"
+        subprocess.run(["taskset", "-a", "-p", "-c", every_cpu, str(proc.pid)],
+                       stdout=subprocess.DEVNULL, check=True)
+    if during:
+        during(proc.pid)
     _, err = proc.communicate(timeout=120)
     if proc.returncode:
         raise RuntimeError(f"{cmd[0]} failed: {err}")
@@ -121,19 +178,25 @@ def run_row(row, template, args):
     try:
         tools = args.tools
         addr = f"--nsqd-tcp-address={b.tcp}"
-        common = [f"--runfor={args.runfor}", f"--size={args.size}"]
+        common = [f"--runfor={args.runfor}", f"--size={args.size}", f"--topic={args.topic}"]
+        runfor = float(args.runfor.rstrip("s"))
+        split = Split(b.proc.pid, runfor) if args.split else None
+        during = split.during if split else None
         env = dict(os.environ, GOMAXPROCS=str(args.gomaxprocs))
         cpu0 = cpu_seconds(b.proc.pid)
         result = {}
         if row == "pubsub":
             # Both start at the same second (the tools' --deadline, in UTC), so in and
             # out are measured over the same window.
-            start = time.gmtime(time.time() + 2)
+            starts_at = int(time.time() + 2)
+            start = time.gmtime(starts_at)
+            if split:
+                split.starts_at = starts_at
             at = f"--deadline={time.strftime('%Y-%m-%d %H:%M:%S', start)}"
             reader = subprocess.Popen(
                 [f"{tools}/bench_reader", addr, *common, at],
                 stderr=subprocess.PIPE, text=True, env=env)
-            werr = run_tool([f"{tools}/bench_writer", addr, *common, at], env, args)
+            werr = run_tool([f"{tools}/bench_writer", addr, *common, at], env, args, during)
             _, rerr = reader.communicate(timeout=120)
             result["in"] = ops(werr)
             result["out"] = ops(rerr)
@@ -142,13 +205,15 @@ def run_row(row, template, args):
         else:
             batch = "1" if row == "pub1" else str(args.batch)
             werr = run_tool([f"{tools}/bench_writer", addr, *common, f"--batch-size={batch}"],
-                            env, args)
+                            env, args, during)
             result["in"] = ops(werr)
             counted = result["in"]
         # Per message delivered (pubsub) or published, over the run.
         cpu = cpu_seconds(b.proc.pid) - cpu0
-        result["cpu_us"] = cpu * 1e6 / max(counted * float(args.runfor.rstrip("s")), 1)
+        result["cpu_us"] = cpu * 1e6 / max(counted * runfor, 1)
         result["rss"] = peak_rss_mib(b.proc.pid)
+        if split:
+            result.update(split.figures(counted))
         return result
     finally:
         b.stop()
@@ -165,6 +230,9 @@ def main():
     p.add_argument("--batch", type=int, default=200)
     p.add_argument("--gomaxprocs", type=int, default=2)
     p.add_argument("--connect-cpu", type=int, help="make bench_writer's connections from this CPU")
+    p.add_argument("--topic", default="sub_bench", help="the tools' topic (theirs by default)")
+    p.add_argument("--split", action="store_true",
+                   help="where the host's CPU goes in the middle half of each run")
     args = p.parse_args()
     brokers = [b.split("=", 1) for b in args.broker]
     for row in args.rows.split(","):
