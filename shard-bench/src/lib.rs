@@ -9,6 +9,7 @@
 //! - [`publisher`], [`subscriber`]: the two sides of the load, on `client::Producer` and
 //!   `client::Consumer`; [`blocking_pub`]: `--blocking` publishers on plain threads;
 //! - [`sink`]: the trivial in-process broker `raw` measures against (the ceiling);
+//!   [`keep`]: its disk, the ceiling of a broker that keeps a topic on disk;
 //! - [`payload`]: message bodies stamped with their send time;
 //! - [`metrics`]: counters and histograms while running; [`procstat`]: the broker's CPU and RSS;
 //! - [`result`]: the result (JSON, summary, targets); [`report`]: markdown table and SVG charts;
@@ -17,6 +18,7 @@
 pub mod blocking_pub;
 pub mod compare;
 pub mod error;
+pub mod keep;
 pub mod metrics;
 pub mod options;
 pub mod payload;

@@ -36,7 +36,7 @@ fn run(cli: Cli) -> Result<ExitCode, BenchError> {
                 1 => sink::Placement::One(s.cpu),
                 n => sink::Placement::PerCpu(n as usize),
             };
-            let sink = sink::start_at(s.tcp_address, placement, s.size as usize)?;
+            let sink = sink::start_at(s.tcp_address, placement, s.size as usize, s.data_path)?;
             eprintln!("shard-bench: sink listening on {} until killed", sink.addr);
             loop {
                 std::thread::park();

@@ -268,6 +268,11 @@ pub struct SinkArgs {
     /// Body size of the messages it sends to a subscriber.
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(MIN_MESSAGE_SIZE as u64..))]
     pub size: u64,
+    /// Keep every published body in files in this directory (created if missing), written
+    /// 1 MiB at a time with direct I/O and fdatasynced after each write, before its OK: the
+    /// ceiling of a broker that keeps a topic on disk. Default: keep nothing.
+    #[arg(long, value_name = "DIR")]
+    pub data_path: Option<PathBuf>,
 }
 
 #[derive(Args, Debug, Clone)]

@@ -7,12 +7,16 @@
 //! it sends stamped messages as fast as the consumer's RDY allows and counts FINs back. One
 //! task per connection reads, answers, writes, and reads again: no queues, no storage.
 //!
+//! With a data path ([`start_at`]'s `keep`), every published body is also kept on disk
+//! ([`crate::keep`]) before its `OK`: the ceiling of a broker that keeps a topic on disk.
+//!
 //! It runs on one executor, or ([`Placement::PerCpu`]) on one pinned executor per CPU, the
 //! first accepting and giving connection i to executor i mod N (a duplicate of the socket,
 //! through a channel): what a runtime of that many executors makes when every
 //! connection has an executor of its own, independent of where the kernel would steer it.
 
 use crate::error::{BenchError, Result};
+use crate::keep::Keeper;
 use crate::payload;
 use bytes::{Bytes, BytesMut};
 use client::conn::read_more;
@@ -26,6 +30,8 @@ use protocol::identify::{IdentifyLimits, IdentifyRequest, IdentifyResponse};
 use protocol::{decode_command, Command, ConnPhase, DecodeContext, FrameType, Message, MessageId};
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
@@ -67,14 +73,26 @@ pub enum Placement {
 
 /// Starts a sink on 127.0.0.1 (an ephemeral port), sending message bodies of `size` bytes.
 pub fn start(placement: Placement, size: usize) -> Result<Sink> {
-    start_at(SocketAddr::from(([127, 0, 0, 1], 0)), placement, size)
+    start_at(SocketAddr::from(([127, 0, 0, 1], 0)), placement, size, None)
 }
 
 /// How many connections may wait for an executor that has not taken them yet.
 const HANDOVER_DEPTH: usize = 64;
 
-/// [`start`] on `addr`.
-pub fn start_at(addr: SocketAddr, placement: Placement, size: usize) -> Result<Sink> {
+/// [`start`] on `addr`; with `keep`, each executor keeps what it is sent in files in that
+/// directory (created if missing).
+pub fn start_at(
+    addr: SocketAddr,
+    placement: Placement,
+    size: usize,
+    keep: Option<PathBuf>,
+) -> Result<Sink> {
+    if let Some(dir) = &keep {
+        std::fs::create_dir_all(dir).map_err(|source| BenchError::File {
+            path: dir.clone(),
+            source,
+        })?;
+    }
     let stop = Arc::new(AtomicBool::new(false));
     let (first_cpu, executors) = match placement {
         Placement::One(cpu) => (cpu, 1),
@@ -84,9 +102,13 @@ pub fn start_at(addr: SocketAddr, placement: Placement, size: usize) -> Result<S
     for cpu in 1..executors {
         let (tx, rx) = shared_channel::new_bounded::<RawFd>(HANDOVER_DEPTH);
         peers.push(tx);
+        let keep = keep.clone();
         LocalExecutorBuilder::new(GlommioPlacement::Fixed(cpu))
             .name("bench-sink")
-            .spawn(move || serve_handed_over(rx, size))
+            .spawn(move || async move {
+                let keeper = keeper_for(keep.as_deref(), cpu);
+                serve_handed_over(rx, size, keeper).await
+            })
             .map_err(|e| BenchError::Executor(e.to_string()))?;
     }
     let (tx, rx) = std::sync::mpsc::channel();
@@ -106,7 +128,8 @@ pub fn start_at(addr: SocketAddr, placement: Placement, size: usize) -> Result<S
             for peer in peers {
                 connected.push(peer.connect().await);
             }
-            accept_until_stopped(listener, stop_flag, size, connected).await;
+            let keeper = keeper_for(keep.as_deref(), 0);
+            accept_until_stopped(listener, stop_flag, size, connected, keeper).await;
         })
         .map_err(|e| BenchError::Executor(e.to_string()))?;
     let addr = rx
@@ -116,15 +139,21 @@ pub fn start_at(addr: SocketAddr, placement: Placement, size: usize) -> Result<S
     Ok(Sink { addr, stop })
 }
 
+/// The disk of executor `executor`, when the sink keeps what it is sent.
+fn keeper_for(keep: Option<&Path>, executor: usize) -> Option<Rc<Keeper>> {
+    keep.map(|dir| Keeper::start(dir, executor))
+}
+
 /// An executor other than the first: serves the connections the first hands it, until the
 /// first stops (and with it the channel).
-async fn serve_handed_over(rx: SharedReceiver<RawFd>, size: usize) {
+async fn serve_handed_over(rx: SharedReceiver<RawFd>, size: usize, keeper: Option<Rc<Keeper>>) {
     let rx = rx.connect().await;
     while let Some(fd) = rx.recv().await {
         // SAFETY: the first executor made this duplicate for us alone and kept no copy.
         let stream = unsafe { TcpStream::from_raw_fd(fd) };
+        let keeper = keeper.clone();
         glommio::spawn_local(async move {
-            let _ = serve(stream, size).await;
+            let _ = serve(stream, size, keeper).await;
         })
         .detach();
     }
@@ -135,6 +164,7 @@ async fn accept_until_stopped(
     stop: Arc<AtomicBool>,
     size: usize,
     peers: Vec<shared_channel::ConnectedSender<RawFd>>,
+    keeper: Option<Rc<Keeper>>,
 ) {
     let mut next = 0usize;
     loop {
@@ -152,8 +182,9 @@ async fn accept_until_stopped(
                 let turn = next % (peers.len() + 1);
                 next = next.wrapping_add(1);
                 if turn == 0 {
+                    let keeper = keeper.clone();
                     glommio::spawn_local(async move {
-                        let _ = serve(stream, size).await;
+                        let _ = serve(stream, size, keeper).await;
                     })
                     .detach();
                 } else {
@@ -182,7 +213,11 @@ struct Delivery {
     next_id: u64,
 }
 
-async fn serve(mut stream: TcpStream, size: usize) -> std::io::Result<()> {
+async fn serve(
+    mut stream: TcpStream,
+    size: usize,
+    keeper: Option<Rc<Keeper>>,
+) -> std::io::Result<()> {
     let mut buf = BytesMut::with_capacity(READ_CHUNK);
     let mut scratch = vec![0u8; READ_CHUNK];
     while buf.len() < 4 {
@@ -197,7 +232,12 @@ async fn serve(mut stream: TcpStream, size: usize) -> std::io::Result<()> {
     loop {
         loop {
             match decode_command(&mut buf, &ctx) {
-                Ok(Some(cmd)) => answer(cmd, &mut ctx, &mut delivery, &mut out),
+                Ok(Some(cmd)) => {
+                    if let (Some(keeper), Some(bodies)) = (&keeper, published(&cmd)) {
+                        keeper.keep(bodies).await?;
+                    }
+                    answer(cmd, &mut ctx, &mut delivery, &mut out)
+                }
                 Ok(None) => break,
                 Err(e) => {
                     write_frame(&mut out, FrameType::Error, e.to_string().as_bytes());
@@ -214,6 +254,15 @@ async fn serve(mut stream: TcpStream, size: usize) -> std::io::Result<()> {
         if read_more(&mut stream, &mut buf, &mut scratch).await? == 0 {
             return Ok(());
         }
+    }
+}
+
+/// The bodies a command publishes.
+fn published(cmd: &Command) -> Option<&[Bytes]> {
+    match cmd {
+        Command::Pub { body, .. } | Command::Dpub { body, .. } => Some(std::slice::from_ref(body)),
+        Command::Mpub { bodies, .. } => Some(bodies),
+        _ => None,
     }
 }
 

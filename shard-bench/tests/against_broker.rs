@@ -508,3 +508,63 @@ fn a_sink_of_several_executors_serves_the_connections_it_hands_over() {
         assert_sink_answers_publishes(conn);
     }
 }
+
+/// The bodies in the files of a keeping sink's executor 0, in the order kept: each after its
+/// length; a length of 0 is the padding of a write that was not full (to the next block).
+fn kept_bodies(dir: &std::path::Path) -> Vec<Vec<u8>> {
+    let mut bodies = Vec::new();
+    for n in 1.. {
+        let Ok(data) = std::fs::read(dir.join(format!("sink-0-{n}.dat"))) else {
+            break;
+        };
+        let mut pos = 0;
+        while pos + 4 <= data.len() {
+            let len = u32::from_be_bytes(data[pos..pos + 4].try_into().expect("4 bytes")) as usize;
+            if len == 0 {
+                pos = (pos / 4096 + 1) * 4096;
+                continue;
+            }
+            let body = data.get(pos + 4..pos + 4 + len).expect("a whole body");
+            bodies.push(body.to_vec());
+            pos += 4 + len;
+        }
+    }
+    bodies
+}
+
+#[test]
+fn a_keeping_sink_writes_every_body_it_answers_to_its_files_in_order() {
+    use std::io::{Read, Write};
+    let dir = std::env::temp_dir().join(format!("shard-bench-keep-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let (_sink, port) = start_sink(&["--data-path", dir.to_str().expect("utf-8 path")]);
+    let mut conn = connect_to_sink(port);
+    assert_sink_answers_publishes(&mut conn);
+    // Then an MPUB of 6 bodies of 200,000 bytes: more than one 1 MiB write, so one write is
+    // full and a body straddles two.
+    let big: Vec<Vec<u8>> = (0..6u8).map(|i| vec![b'k' + i; 200_000]).collect();
+    let mut body = (big.len() as u32).to_be_bytes().to_vec();
+    for m in &big {
+        body.extend_from_slice(&(m.len() as u32).to_be_bytes());
+        body.extend_from_slice(m);
+    }
+    let mut request = b"MPUB t\n".to_vec();
+    request.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    request.extend_from_slice(&body);
+    conn.write_all(&request).expect("write");
+    let mut answer = [0u8; 10];
+    conn.read_exact(&mut answer).expect("an answer");
+    assert_eq!(answer, [0, 0, 0, 6, 0, 0, 0, 0, b'O', b'K']);
+    let mut want: Vec<Vec<u8>> = vec![b"hello".to_vec(), b"a".to_vec(), b"bc".to_vec()];
+    want.extend(big);
+    // What is not a full write is written once nothing has come for 10 ms.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut kept = kept_bodies(&dir);
+    while kept != want && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+        kept = kept_bodies(&dir);
+    }
+    assert_eq!(kept.len(), want.len(), "bodies kept");
+    assert!(kept == want, "the bodies kept differ from those sent");
+    let _ = std::fs::remove_dir_all(&dir);
+}
