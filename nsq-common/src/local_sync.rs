@@ -171,6 +171,18 @@ impl<T> Drop for Sender<T> {
     }
 }
 
+impl<T> Receiver<T> {
+    /// The value, if it was sent already and `wanted` takes it; else it stays to be awaited.
+    pub fn take_now_if(&self, wanted: impl FnOnce(&T) -> bool) -> Option<T> {
+        let mut slot = self.0.borrow_mut();
+        if slot.value.as_ref().is_some_and(wanted) {
+            slot.value.take()
+        } else {
+            None
+        }
+    }
+}
+
 impl<T> Future for Receiver<T> {
     type Output = Option<T>;
 

@@ -2,7 +2,8 @@
 //! heartbeats, the message frames delivered to it), when they are due, and the writer's
 //! wake-up.
 //!
-//! Invariants: frames stay in the order they were buffered. A frame that is not a message is
+//! Invariants: frames stay in the order they were buffered: the reader sends due frames
+//! itself ([`Output::send_now`]) only while the writer has taken nothing it has not written. A frame that is not a message is
 //! due at once and takes every frame buffered before it along. Message frames are due at once
 //! when the consumer can take no more, when holding is off or when the buffer reached its
 //! size; else they are held, and due [`OutputBuffer::timeout`] after the first of them was
@@ -49,6 +50,8 @@ pub(super) struct Output {
     /// Bytes of message frames in `buf`, not yet taken by the writer.
     unsent_deliveries: Cell<u64>,
     wake_writer: Notify,
+    /// The writer has taken bytes it has not finished writing.
+    writing: Cell<bool>,
 }
 
 impl Output {
@@ -60,6 +63,7 @@ impl Output {
             held_since: Cell::new(None),
             unsent_deliveries: Cell::new(0),
             wake_writer: Notify::new(),
+            writing: Cell::new(false),
         }
     }
 
@@ -157,6 +161,46 @@ impl Output {
         taken
     }
 
+    /// The writer took bytes and is writing them (`true`), or is done (`false`).
+    pub(super) fn set_writing(&self, writing: bool) {
+        self.writing.set(writing);
+    }
+
+    /// Sends what is due straight to the socket `fd` with one non-blocking `send`, when the
+    /// writer is not writing and no message frame is buffered: what the socket does not take
+    /// stays for the writer (already woken by the frame that made it due). Whether all of it
+    /// went.
+    pub(super) fn send_now(&self, fd: std::os::fd::RawFd) -> bool {
+        if self.writing.get() || !self.flush_now.get() || self.unsent_deliveries.get() > 0 {
+            return false;
+        }
+        let mut buf = self.buf.borrow_mut();
+        if buf.is_empty() {
+            return false;
+        }
+        // SAFETY: `buf` is valid for `buf.len()` bytes during the call.
+        let sent = unsafe {
+            libc::send(
+                fd,
+                buf.as_ptr().cast(),
+                buf.len(),
+                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+            )
+        };
+        let Ok(sent) = usize::try_from(sent) else {
+            return false;
+        };
+        if sent == buf.len() {
+            buf.clear();
+            self.flush_now.set(false);
+            self.held_since.set(None);
+            true
+        } else {
+            bytes::Buf::advance(&mut *buf, sent);
+            false
+        }
+    }
+
     /// Bytes of message frames the writer took since it last asked.
     pub(super) fn take_unsent_deliveries(&self) -> u64 {
         self.unsent_deliveries.replace(0)
@@ -166,5 +210,104 @@ impl Output {
     /// plaintext).
     pub(super) fn take_all(&self) -> BytesMut {
         std::mem::take(&mut *self.buf.borrow_mut())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::net::UnixStream;
+
+    fn output() -> Output {
+        Output::new(OutputBuffer::new(16 * 1024, 250))
+    }
+
+    fn ok_frame() -> Vec<u8> {
+        let mut b = BytesMut::new();
+        write_frame(&mut b, FrameType::Response, b"OK");
+        b.to_vec()
+    }
+
+    fn received(peer: &mut UnixStream) -> Vec<u8> {
+        peer.set_nonblocking(true).expect("nonblocking");
+        let mut got = vec![0u8; 4096];
+        match peer.read(&mut got) {
+            Ok(n) => got[..n].to_vec(),
+            Err(_) => Vec::new(),
+        }
+    }
+
+    #[test]
+    fn send_now_sends_a_due_response_and_leaves_nothing_due() {
+        let (ours, mut peer) = UnixStream::pair().expect("socket pair");
+        let out = output();
+        out.push_frame(FrameType::Response, b"OK");
+        assert!(out.send_now(ours.as_raw_fd()));
+        assert!(out.is_empty());
+        assert!(!out.due(Instant::now(), || false));
+        assert_eq!(received(&mut peer), ok_frame());
+    }
+
+    #[test]
+    fn send_now_leaves_the_buffer_to_a_writer_that_is_writing() {
+        let (ours, mut peer) = UnixStream::pair().expect("socket pair");
+        let out = output();
+        out.set_writing(true);
+        out.push_frame(FrameType::Response, b"OK");
+        assert!(!out.send_now(ours.as_raw_fd()));
+        assert!(received(&mut peer).is_empty(), "sent past the writer");
+        out.set_writing(false);
+        assert!(out.send_now(ours.as_raw_fd()));
+        assert_eq!(received(&mut peer), ok_frame());
+    }
+
+    #[test]
+    fn send_now_never_sends_message_frames() {
+        let (ours, mut peer) = UnixStream::pair().expect("socket pair");
+        let out = output();
+        let mut frames = BytesMut::new();
+        write_frame(&mut frames, FrameType::Message, b"a message");
+        out.deliver(frames, true);
+        out.push_frame(FrameType::Response, b"OK");
+        assert!(!out.send_now(ours.as_raw_fd()));
+        assert!(received(&mut peer).is_empty());
+        assert!(
+            out.due(Instant::now(), || false),
+            "still due for the writer"
+        );
+    }
+
+    #[test]
+    fn what_the_socket_does_not_take_stays_in_order_for_the_writer() {
+        let (ours, mut peer) = UnixStream::pair().expect("socket pair");
+        // Fill the socket until it takes nothing more.
+        ours.set_nonblocking(true).expect("nonblocking");
+        let chunk = vec![7u8; 64 * 1024];
+        let mut queued = 0usize;
+        while let Ok(n) = std::io::Write::write(&mut &ours, &chunk) {
+            queued += n;
+        }
+        let out = output();
+        out.push_frame(FrameType::Response, b"OK");
+        assert!(!out.send_now(ours.as_raw_fd()));
+        assert_eq!(
+            out.drain(|b| b.to_vec()),
+            ok_frame(),
+            "kept whole for the writer"
+        );
+        // The bytes before are untouched: the peer reads exactly what was queued.
+        peer.set_nonblocking(true).expect("nonblocking");
+        let mut read = 0usize;
+        let mut buf = vec![0u8; 64 * 1024];
+        while let Ok(n) = peer.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            assert!(buf[..n].iter().all(|&b| b == 7));
+            read += n;
+        }
+        assert_eq!(read, queued);
     }
 }

@@ -5,7 +5,10 @@
 //! Invariants: at most [`MAX_PIPELINED`] publishes are outstanding. An early answer (the OK
 //! written before the owner confirms, see [`Shard::can_ack_early`]) is given only when every
 //! earlier answer on the connection is written, and its publish stays outstanding until the
-//! owner confirms it. A failed publish writes its fatal error frame and closes the connection.
+//! owner confirms it. A publish whose owner (this shard) took it at once, with no earlier
+//! publish unanswered, is answered by [`publish`] itself and is never outstanding: the OK is
+//! in the output buffer before the reader reads on, and the reader may send it at once
+//! ([`super::output::Output::send_now`]). A failed publish writes its fatal error frame and closes the connection.
 
 use super::Conn;
 use crate::mailbox::Reply;
@@ -194,6 +197,17 @@ pub(super) async fn publish(
         pipeline.unanswered.set(pipeline.unanswered.get() + 1);
     }
     let reply = shard.send_publish(owner, topic, bodies, defer, acked);
+    // Answered already (its owner is this shard and took it at once), and nothing before it
+    // waits for an answer: OK now, without a turn of the replier.
+    if !acked && pipeline.unanswered.get() == 1 && pipeline.pending.borrow().is_empty() {
+        if let Some(answer) = reply.take_now_if(|r| matches!(r, Reply::Publish(Ok(())))) {
+            shard.note_publish_answer(owner, &Some(answer), false, &counted_topic);
+            pipeline.unanswered.set(0);
+            pipeline.count_published(&counted_topic, count);
+            conn.push_response(protocol::OK);
+            return Ok(());
+        }
+    }
     pipeline.outstanding.set(pipeline.outstanding.get() + 1);
     pipeline.pending.borrow_mut().push_back(PendingPublish {
         reply,

@@ -135,6 +135,8 @@ struct Input {
     scratch: Vec<u8>,
     small_reads: u8,
     eager: EagerRead,
+    /// The reader itself sent the answer the client waits for ([`Conn::send_now`]).
+    answer_sent: bool,
 }
 
 impl Input {
@@ -146,6 +148,7 @@ impl Input {
             scratch: vec![0u8; READ_MIN],
             small_reads: 0,
             eager: EagerRead::default(),
+            answer_sent: false,
         }
     }
 
@@ -153,7 +156,17 @@ impl Input {
     /// ([`crate::sys::eager_read`]), else when it is readable. `None`: woken by a stop or a
     /// close.
     async fn read(&mut self, conn: &Conn) -> Option<std::io::Result<usize>> {
-        if conn.answer_pending() && self.eager.wanted() {
+        let sent = std::mem::take(&mut self.answer_sent) && !conn.answer_pending();
+        if sent && self.eager.wanted() {
+            // The answer is out already: the next command may be here.
+            let read = self
+                .eager
+                .read(self.stream.as_raw_fd(), &mut self.scratch)
+                .await;
+            if read.is_some() {
+                return read;
+            }
+        } else if conn.answer_pending() && self.eager.wanted() {
             // Let the replier and the writer send the answer; a client on this CPU runs as
             // that send wakes it, and its next command is then already here.
             for _ in 0..EAGER_YIELDS {
@@ -321,6 +334,9 @@ async fn run_command(
         if e.fatal {
             return Step::End;
         }
+    }
+    if publishes && conn.send_now(input.stream.as_raw_fd()) {
+        input.answer_sent = true;
     }
     if session.take_upgraded() {
         return input.hand_rest_to_layers(conn, session);

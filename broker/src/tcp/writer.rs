@@ -73,6 +73,16 @@ impl Conn {
         })
     }
 
+    /// Sends what is due straight from the reader, with one non-blocking `send` on `fd` (see
+    /// [`super::output::Output::send_now`]); not once closed or with TLS or compression on.
+    /// Whether the client has every answer buffered so far.
+    pub(super) fn send_now(&self, fd: std::os::fd::RawFd) -> bool {
+        if self.is_closed() || self.layers.borrow().is_some() {
+            return false;
+        }
+        self.out.send_now(fd)
+    }
+
     pub fn push_response(&self, data: &[u8]) {
         self.push_frame(FrameType::Response, data);
     }
@@ -184,7 +194,10 @@ pub(super) async fn write_loop(shard: Rc<Shard>, conn: Rc<Conn>, mut stream: Wri
             };
             let deliveries = conn.out.take_unsent_deliveries();
             stream.set_write_timeout(Some(conn.write_deadline()));
-            if let Err(e) = stream.write_all(bytes).await {
+            conn.out.set_writing(true);
+            let written = stream.write_all(bytes).await;
+            conn.out.set_writing(false);
+            if let Err(e) = written {
                 if e.kind() == std::io::ErrorKind::TimedOut {
                     info!(
                         shard = shard.id,
