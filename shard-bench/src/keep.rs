@@ -6,8 +6,8 @@
 //! with `O_DIRECT` on the executor's io_uring (glommio `DmaFile`, as the broker's segment
 //! files) and fdatasyncs the file after each write, as the broker does after each flush round
 //! under nsqd's default `--sync-every`. When no full buffer has come for [`IDLE_WRITE`], the
-//! one being filled is written as it is, padded to a block. Files are `sink-E-N.dat` (executor E, the Nth file), a new one
-//! every [`FILE_BYTES`].
+//! one being filled is written as it is, padded to a block. Files are `sink-E-N.dat`
+//! (executor E, the Nth file), a new one every [`FILE_BYTES`].
 //!
 //! It does less than any broker must: no record header, id, timestamp or crc, no index, no
 //! window of unwritten messages to deliver from. So a broker's rate on a topic kept on disk is

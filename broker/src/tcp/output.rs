@@ -3,11 +3,11 @@
 //! wake-up.
 //!
 //! Invariants: frames stay in the order they were buffered: the reader sends due frames
-//! itself ([`Output::send_now`]) only while the writer has taken nothing it has not written. A frame that is not a message is
-//! due at once and takes every frame buffered before it along. Message frames are due at once
-//! when the consumer can take no more, when holding is off or when the buffer reached its
-//! size; else they are held, and due [`OutputBuffer::timeout`] after the first of them was
-//! buffered. Taking the buffer ([`Output::drain`]) leaves nothing held or due.
+//! itself ([`Output::send_now`]) only while the writer has taken nothing it has not written.
+//! A frame that is not a message is due at once and takes every frame buffered before it
+//! along. Message frames are due at once when the consumer can take no more, when holding is
+//! off or when the buffer reached its size; else they are held, and due
+//! [`OutputBuffer::timeout`] after the first of them was buffered. Taking the buffer ([`Output::drain`]) leaves nothing held or due.
 
 use bytes::BytesMut;
 use nsq_common::local_sync::{Notified, Notify};

@@ -8,7 +8,8 @@
 //! owner confirms it. A publish whose owner (this shard) took it at once, with no earlier
 //! publish unanswered, is answered by [`publish`] itself and is never outstanding: the OK is
 //! in the output buffer before the reader reads on, and the reader may send it at once
-//! ([`super::output::Output::send_now`]). A failed publish writes its fatal error frame and closes the connection.
+//! ([`super::output::Output::send_now`]). A failed publish writes its fatal error frame and
+//! closes the connection.
 
 use super::Conn;
 use crate::mailbox::Reply;

@@ -156,31 +156,16 @@ impl Input {
     /// ([`crate::sys::eager_read`]), else when it is readable. `None`: woken by a stop or a
     /// close.
     async fn read(&mut self, conn: &Conn) -> Option<std::io::Result<usize>> {
+        // Sent by the reader itself, or about to be sent by the replier and the writer.
         let sent = std::mem::take(&mut self.answer_sent) && !conn.answer_pending();
-        if sent && self.eager.wanted() {
-            // The answer is out already: the next command may be here.
+        let sending = !sent && conn.answer_pending();
+        if (sent || sending) && self.eager.wanted() && (sent || answer_goes_out(conn).await) {
             let read = self
                 .eager
                 .read(self.stream.as_raw_fd(), &mut self.scratch)
                 .await;
             if read.is_some() {
                 return read;
-            }
-        } else if conn.answer_pending() && self.eager.wanted() {
-            // Let the replier and the writer send the answer; a client on this CPU runs as
-            // that send wakes it, and its next command is then already here.
-            for _ in 0..EAGER_YIELDS {
-                futures_lite::future::yield_now().await;
-                if !conn.answer_pending() {
-                    let read = self
-                        .eager
-                        .read(self.stream.as_raw_fd(), &mut self.scratch)
-                        .await;
-                    if read.is_some() {
-                        return read;
-                    }
-                    break;
-                }
             }
         }
         let (stream, scratch) = (&mut self.stream, &mut self.scratch);
@@ -228,6 +213,19 @@ impl Input {
             Ok(true) | Err(()) => Step::End,
         }
     }
+}
+
+/// Gives the replier and the writer up to [`EAGER_YIELDS`] turns of the shard to send the
+/// answer the client waits for; whether it went. A client on this CPU runs as that send wakes
+/// it, and its next command is then already here.
+async fn answer_goes_out(conn: &Conn) -> bool {
+    for _ in 0..EAGER_YIELDS {
+        futures_lite::future::yield_now().await;
+        if !conn.answer_pending() {
+            return true;
+        }
+    }
+    false
 }
 
 /// Decodes and executes the commands of a connection past its magic, reading as it needs.
