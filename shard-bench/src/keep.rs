@@ -168,23 +168,24 @@ impl Writer {
     /// Writes `f` (padded with zeros to a block) at the end of the current file, then
     /// fdatasyncs it; starts a new file first when the current one is full.
     async fn write(&mut self, mut f: Filled) -> io::Result<()> {
-        if self.file.is_none() || self.pos >= FILE_BYTES {
+        if self.pos >= FILE_BYTES {
             if let Some(old) = self.file.take() {
                 old.close().await?;
             }
-            self.files += 1;
-            let path = self
-                .dir
-                .join(format!("sink-{}-{}.dat", self.executor, self.files));
-            self.file = Some(DmaFile::create(&path).await?);
-            self.pos = 0;
         }
+        let file = match self.file.take() {
+            Some(file) => file,
+            None => {
+                self.files += 1;
+                self.pos = 0;
+                let name = format!("sink-{}-{}.dat", self.executor, self.files);
+                DmaFile::create(self.dir.join(name)).await?
+            }
+        };
+        let file = self.file.insert(file);
         let size = f.len.div_ceil(ALIGN) * ALIGN;
         f.buf.as_bytes_mut()[f.len..size].fill(0);
         f.buf.trim_to_size(size);
-        let Some(file) = &self.file else {
-            return Err(io::Error::other("no file to write"));
-        };
         let written = file.write_at(f.buf, self.pos).await?;
         if written != size {
             return Err(io::Error::other(format!(

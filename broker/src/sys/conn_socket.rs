@@ -77,6 +77,28 @@ impl ReadHalf {
     pub fn set_read_timeout(&self, dur: Option<Duration>) {
         self.0.set_timeout(true, dur);
     }
+
+    /// One non-blocking `send` of `bytes` by the reader, for an answer it gives itself while
+    /// the writer has nothing under way (`tcp::output::Output::send_now`): the bytes that
+    /// went, `None` when none could (the writer then sends them, and meets any error).
+    pub fn send_now(&self, bytes: &[u8]) -> Option<usize> {
+        send_now(self.0.fd, bytes)
+    }
+}
+
+/// `send(fd, MSG_DONTWAIT | MSG_NOSIGNAL)`: the bytes sent, `None` if it would block or failed.
+fn send_now(fd: RawFd, bytes: &[u8]) -> Option<usize> {
+    // SAFETY: `bytes` is valid for `bytes.len()` bytes for the whole call; `fd` is a socket
+    // the caller keeps open across the call.
+    let sent = unsafe {
+        libc::send(
+            fd,
+            bytes.as_ptr().cast(),
+            bytes.len(),
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+        )
+    };
+    usize::try_from(sent).ok()
 }
 
 impl WriteHalf {
@@ -127,5 +149,29 @@ impl AsyncWrite for WriteHalf {
 
     fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         self.0.poll_with(|s| s.poll_close(cx))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::send_now;
+    use std::io::Read;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::net::UnixStream;
+
+    #[test]
+    fn send_now_sends_what_the_socket_takes_and_never_waits() {
+        let (ours, mut peer) = UnixStream::pair().expect("socket pair");
+        assert_eq!(send_now(ours.as_raw_fd(), b"OK"), Some(2));
+        let mut got = [0u8; 2];
+        peer.read_exact(&mut got).expect("read");
+        assert_eq!(&got, b"OK");
+        // Filled until it takes nothing more: then `None` at once, not a wait.
+        let chunk = vec![7u8; 64 * 1024];
+        while send_now(ours.as_raw_fd(), &chunk).is_some() {}
+        assert_eq!(send_now(ours.as_raw_fd(), b"OK"), None);
+        // A closed peer: `None` (and no SIGPIPE to kill the process).
+        drop(peer);
+        assert_eq!(send_now(ours.as_raw_fd(), b"OK"), None);
     }
 }

@@ -7,7 +7,8 @@
 //! A frame that is not a message is due at once and takes every frame buffered before it
 //! along. Message frames are due at once when the consumer can take no more, when holding is
 //! off or when the buffer reached its size; else they are held, and due
-//! [`OutputBuffer::timeout`] after the first of them was buffered. Taking the buffer ([`Output::drain`]) leaves nothing held or due.
+//! [`OutputBuffer::timeout`] after the first of them was buffered. Taking the buffer
+//! ([`Output::drain`]) leaves nothing held or due.
 
 use bytes::BytesMut;
 use nsq_common::local_sync::{Notified, Notify};
@@ -166,39 +167,27 @@ impl Output {
         self.writing.set(writing);
     }
 
-    /// Sends what is due straight to the socket `fd` with one non-blocking `send`, when the
-    /// writer is not writing and no message frame is buffered: what the socket does not take
-    /// stays for the writer (already woken by the frame that made it due). Whether all of it
-    /// went.
-    pub(super) fn send_now(&self, fd: std::os::fd::RawFd) -> bool {
+    /// Gives what is due to `send` (one non-blocking send, which returns the bytes that went)
+    /// when the writer is not writing and no message frame is buffered: what `send` does not
+    /// take stays, in order, for the writer (already woken by the frame that made it due).
+    /// Whether all of it went.
+    pub(super) fn send_now(&self, send: impl FnOnce(&[u8]) -> Option<usize>) -> bool {
         if self.writing.get() || !self.flush_now.get() || self.unsent_deliveries.get() > 0 {
             return false;
         }
-        let mut buf = self.buf.borrow_mut();
-        if buf.is_empty() {
-            return false;
-        }
-        // SAFETY: `buf` is valid for `buf.len()` bytes during the call.
-        let sent = unsafe {
-            libc::send(
-                fd,
-                buf.as_ptr().cast(),
-                buf.len(),
-                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
-            )
+        let (sent, len) = {
+            let buf = self.buf.borrow();
+            if buf.is_empty() {
+                return false;
+            }
+            (send(&buf).unwrap_or(0), buf.len())
         };
-        let Ok(sent) = usize::try_from(sent) else {
-            return false;
-        };
-        if sent == buf.len() {
-            buf.clear();
-            self.flush_now.set(false);
-            self.held_since.set(None);
-            true
-        } else {
-            bytes::Buf::advance(&mut *buf, sent);
-            false
+        if sent >= len {
+            self.drain(|buf| buf.clear());
+            return true;
         }
+        bytes::Buf::advance(&mut *self.buf.borrow_mut(), sent);
+        false
     }
 
     /// Bytes of message frames the writer took since it last asked.
@@ -216,63 +205,61 @@ impl Output {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::Read;
-    use std::os::fd::AsRawFd;
-    use std::os::unix::net::UnixStream;
 
     fn output() -> Output {
         Output::new(OutputBuffer::new(16 * 1024, 250))
     }
 
-    fn ok_frame() -> Vec<u8> {
+    fn frame(kind: FrameType, data: &[u8]) -> Vec<u8> {
         let mut b = BytesMut::new();
-        write_frame(&mut b, FrameType::Response, b"OK");
+        write_frame(&mut b, kind, data);
         b.to_vec()
     }
 
-    fn received(peer: &mut UnixStream) -> Vec<u8> {
-        peer.set_nonblocking(true).expect("nonblocking");
-        let mut got = vec![0u8; 4096];
-        match peer.read(&mut got) {
-            Ok(n) => got[..n].to_vec(),
-            Err(_) => Vec::new(),
+    /// A send that takes at most `room` bytes and records them in `sent`.
+    fn socket<'a>(sent: &'a mut Vec<u8>, room: usize) -> impl FnOnce(&[u8]) -> Option<usize> + 'a {
+        move |bytes| {
+            let n = bytes.len().min(room);
+            sent.extend_from_slice(&bytes[..n]);
+            (n > 0).then_some(n)
         }
     }
 
     #[test]
     fn send_now_sends_a_due_response_and_leaves_nothing_due() {
-        let (ours, mut peer) = UnixStream::pair().expect("socket pair");
         let out = output();
         out.push_frame(FrameType::Response, b"OK");
-        assert!(out.send_now(ours.as_raw_fd()));
+        let mut sent = Vec::new();
+        assert!(out.send_now(socket(&mut sent, usize::MAX)));
+        assert_eq!(sent, frame(FrameType::Response, b"OK"));
         assert!(out.is_empty());
         assert!(!out.due(Instant::now(), || false));
-        assert_eq!(received(&mut peer), ok_frame());
     }
 
     #[test]
     fn send_now_leaves_the_buffer_to_a_writer_that_is_writing() {
-        let (ours, mut peer) = UnixStream::pair().expect("socket pair");
         let out = output();
         out.set_writing(true);
         out.push_frame(FrameType::Response, b"OK");
-        assert!(!out.send_now(ours.as_raw_fd()));
-        assert!(received(&mut peer).is_empty(), "sent past the writer");
+        let mut sent = Vec::new();
+        assert!(!out.send_now(socket(&mut sent, usize::MAX)));
+        assert!(sent.is_empty(), "sent past the writer");
         out.set_writing(false);
-        assert!(out.send_now(ours.as_raw_fd()));
-        assert_eq!(received(&mut peer), ok_frame());
+        assert!(out.send_now(socket(&mut sent, usize::MAX)));
+        assert_eq!(sent, frame(FrameType::Response, b"OK"));
     }
 
     #[test]
     fn send_now_never_sends_message_frames() {
-        let (ours, mut peer) = UnixStream::pair().expect("socket pair");
         let out = output();
-        let mut frames = BytesMut::new();
-        write_frame(&mut frames, FrameType::Message, b"a message");
-        out.deliver(frames, true);
+        out.deliver(
+            BytesMut::from(&frame(FrameType::Message, b"a message")[..]),
+            true,
+        );
         out.push_frame(FrameType::Response, b"OK");
-        assert!(!out.send_now(ours.as_raw_fd()));
-        assert!(received(&mut peer).is_empty());
+        let mut sent = Vec::new();
+        assert!(!out.send_now(socket(&mut sent, usize::MAX)));
+        assert!(sent.is_empty());
         assert!(
             out.due(Instant::now(), || false),
             "still due for the writer"
@@ -281,33 +268,22 @@ mod tests {
 
     #[test]
     fn what_the_socket_does_not_take_stays_in_order_for_the_writer() {
-        let (ours, mut peer) = UnixStream::pair().expect("socket pair");
-        // Fill the socket until it takes nothing more.
-        ours.set_nonblocking(true).expect("nonblocking");
-        let chunk = vec![7u8; 64 * 1024];
-        let mut queued = 0usize;
-        while let Ok(n) = std::io::Write::write(&mut &ours, &chunk) {
-            queued += n;
-        }
         let out = output();
         out.push_frame(FrameType::Response, b"OK");
-        assert!(!out.send_now(ours.as_raw_fd()));
-        assert_eq!(
-            out.drain(|b| b.to_vec()),
-            ok_frame(),
-            "kept whole for the writer"
-        );
-        // The bytes before are untouched: the peer reads exactly what was queued.
-        peer.set_nonblocking(true).expect("nonblocking");
-        let mut read = 0usize;
-        let mut buf = vec![0u8; 64 * 1024];
-        while let Ok(n) = peer.read(&mut buf) {
-            if n == 0 {
-                break;
-            }
-            assert!(buf[..n].iter().all(|&b| b == 7));
-            read += n;
-        }
-        assert_eq!(read, queued);
+        out.push_frame(FrameType::Error, b"E_INVALID x");
+        let whole = [
+            frame(FrameType::Response, b"OK"),
+            frame(FrameType::Error, b"E_INVALID x"),
+        ]
+        .concat();
+        // Nothing taken: all of it stays.
+        let mut sent = Vec::new();
+        assert!(!out.send_now(socket(&mut sent, 0)));
+        assert!(sent.is_empty());
+        // Part taken: the rest stays, due, in order.
+        assert!(!out.send_now(socket(&mut sent, 7)));
+        assert!(out.due(Instant::now(), || false), "the rest is due");
+        let rest = out.drain(|b| b.to_vec());
+        assert_eq!([sent, rest].concat(), whole);
     }
 }

@@ -156,10 +156,10 @@ impl Input {
     /// ([`crate::sys::eager_read`]), else when it is readable. `None`: woken by a stop or a
     /// close.
     async fn read(&mut self, conn: &Conn) -> Option<std::io::Result<usize>> {
-        // Sent by the reader itself, or about to be sent by the replier and the writer.
-        let sent = std::mem::take(&mut self.answer_sent) && !conn.answer_pending();
-        let sending = !sent && conn.answer_pending();
-        if (sent || sending) && self.eager.wanted() && (sent || answer_goes_out(conn).await) {
+        // Sent by the reader itself, or still to be sent by the replier and the writer.
+        let sent = std::mem::take(&mut self.answer_sent);
+        let pending = conn.answer_pending();
+        if (sent || pending) && self.eager.wanted() && (!pending || answer_goes_out(conn).await) {
             let read = self
                 .eager
                 .read(self.stream.as_raw_fd(), &mut self.scratch)
@@ -333,7 +333,7 @@ async fn run_command(
             return Step::End;
         }
     }
-    if publishes && conn.send_now(input.stream.as_raw_fd()) {
+    if publishes && conn.send_now(&input.stream) {
         input.answer_sent = true;
     }
     if session.take_upgraded() {

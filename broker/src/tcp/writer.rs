@@ -25,7 +25,7 @@
 
 use super::Conn;
 use crate::shard::Shard;
-use crate::sys::conn_socket::WriteHalf;
+use crate::sys::conn_socket::{ReadHalf, WriteHalf};
 use bytes::BytesMut;
 use futures_lite::AsyncWriteExt;
 use glommio::timer::Timer;
@@ -73,14 +73,14 @@ impl Conn {
         })
     }
 
-    /// Sends what is due straight from the reader, with one non-blocking `send` on `fd` (see
-    /// [`super::output::Output::send_now`]); not once closed or with TLS or compression on.
-    /// Whether the client has every answer buffered so far.
-    pub(super) fn send_now(&self, fd: std::os::fd::RawFd) -> bool {
+    /// Sends what is due straight from the reader, with one non-blocking `send` on its half
+    /// of the socket (see [`super::output::Output::send_now`]); not once closed or with TLS or
+    /// compression on. Whether the client has every answer buffered so far.
+    pub(super) fn send_now(&self, socket: &ReadHalf) -> bool {
         if self.is_closed() || self.layers.borrow().is_some() {
             return false;
         }
-        self.out.send_now(fd)
+        self.out.send_now(|bytes| socket.send_now(bytes))
     }
 
     pub fn push_response(&self, data: &[u8]) {
