@@ -78,12 +78,13 @@ fn a_repeated_flag_takes_its_last_value_as_gos_flag_package() {
     assert!(!log.contains(&taken), "{log}");
 }
 
-/// Two ports free now (bound and released at once).
+/// Two ports free now, from below the ephemeral range (see `test_harness::free_port`).
 fn free_ports() -> (String, String) {
-    let a = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let b = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let addr = |l: &std::net::TcpListener| l.local_addr().expect("addr").to_string();
-    (addr(&a), addr(&b))
+    let addr = |p: u16| format!("127.0.0.1:{p}");
+    (
+        addr(test_harness::free_port()),
+        addr(test_harness::free_port()),
+    )
 }
 
 #[test]

@@ -127,23 +127,52 @@ pub fn binary(name: &str) -> PathBuf {
     path
 }
 
-/// A TCP port free on 127.0.0.1 a moment ago.
+/// A TCP port on 127.0.0.1, free a moment ago, for a process that must be told its port before
+/// it starts (a Raft peer list names every peer's).
+///
+/// It comes from below the kernel's ephemeral range (`ip_local_port_range`), so no process that
+/// binds port 0 or connects out, in this test or one running beside it, can take it before its
+/// owner binds it. The ports are handed out in turn from a place set by the process ID, so two
+/// tests of one process never get the same port and two test processes rarely start at one.
+/// Where the range leaves no room below it, it falls back to an ephemeral port.
 pub fn free_port() -> u16 {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    const FLOOR: usize = 10_000;
+    let low = ephemeral_low();
+    if low > FLOOR + 1_000 {
+        let span = low - FLOOR;
+        let start = std::process::id() as usize * 7_919;
+        for _ in 0..span {
+            let port = FLOOR + (start + NEXT.fetch_add(1, Ordering::Relaxed)) % span;
+            if let Ok(port) = u16::try_from(port) {
+                if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                    return port;
+                }
+            }
+        }
+    }
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("an ephemeral port on 127.0.0.1")
 }
 
+/// The first port of the kernel's ephemeral range (Linux's default when it cannot be read).
+fn ephemeral_low() -> usize {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32_768)
+}
+
 /// A new empty directory under the system's temp dir, unique to this process and call.
 pub fn scratch_dir(prefix: &str) -> PathBuf {
     static SEQ: AtomicUsize = AtomicUsize::new(0);
     let n = SEQ.fetch_add(1, Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!(
-        "{prefix}-{}-{n}-{}",
-        std::process::id(),
-        free_port()
-    ));
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let dir = std::env::temp_dir().join(format!("{prefix}-{}-{n}-{nanos}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("a scratch directory");
     dir
