@@ -60,7 +60,36 @@ def broker_bin():
     return os.environ.get("BROKER_BIN") or os.path.join(REPO, "target", "release", "broker")
 
 
+_PORT_FLOOR = 10_000
+_next_port = [os.getpid() * 7_919]
+
+
+def _ephemeral_low():
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768
+
+
 def free_port():
+    """A port free on 127.0.0.1 a moment ago, for a process that is told its port.
+
+    It comes from below the kernel's ephemeral range, in turn, so no connection made out and
+    no process binding port 0 can take it before its owner binds it (as test_harness's
+    free_port in Rust)."""
+    span = _ephemeral_low() - _PORT_FLOOR
+    for _ in range(max(span, 0)):
+        port = _PORT_FLOOR + _next_port[0] % span
+        _next_port[0] += 1
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            s.bind(("127.0.0.1", port))
+            return port
+        except OSError:
+            continue
+        finally:
+            s.close()
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
         s.bind(("127.0.0.1", 0))
