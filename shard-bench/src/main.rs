@@ -1,6 +1,6 @@
 use clap::Parser;
 use shard_bench::options::{Cli, Command, Mode, RawWorkload};
-use shard_bench::{compare, report, runner, sink, BenchError};
+use shard_bench::{compare, keep, report, runner, sink, BenchError};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -36,7 +36,15 @@ fn run(cli: Cli) -> Result<ExitCode, BenchError> {
                 1 => sink::Placement::One(s.cpu),
                 n => sink::Placement::PerCpu(n as usize),
             };
-            let sink = sink::start_at(s.tcp_address, placement, s.size as usize, s.data_path)?;
+            let keep = s.data_path.map(|dir| keep::KeepTo {
+                dir,
+                ack: if s.ack_after_write {
+                    keep::AckAt::Written
+                } else {
+                    keep::AckAt::Kept
+                },
+            });
+            let sink = sink::start_at(s.tcp_address, placement, s.size as usize, keep)?;
             eprintln!("shard-bench: sink listening on {} until killed", sink.addr);
             loop {
                 std::thread::park();

@@ -273,6 +273,11 @@ pub struct SinkArgs {
     /// ceiling of a broker that keeps a topic on disk. Default: keep nothing.
     #[arg(long, value_name = "DIR")]
     pub data_path: Option<PathBuf>,
+    /// With --data-path: answer a publish only once the write holding it is done (the next
+    /// write starts as soon as the last ends, with whatever came meanwhile), as the broker
+    /// does under --mem-queue-size 0; an fdatasync once 1 MiB is written since the last.
+    #[arg(long, requires = "data_path")]
+    pub ack_after_write: bool,
 }
 
 #[derive(Args, Debug, Clone)]

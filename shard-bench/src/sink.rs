@@ -8,7 +8,8 @@
 //! task per connection reads, answers, writes, and reads again: no queues, no storage.
 //!
 //! With a data path ([`start_at`]'s `keep`), every published body is also kept on disk
-//! ([`crate::keep`]) before its `OK`: the ceiling of a broker that keeps a topic on disk.
+//! ([`crate::keep`]) before its `OK`: the ceiling of a broker that keeps a topic on disk
+//! (and, answering after the write, of one under `--mem-queue-size 0`).
 //!
 //! It runs on one executor, or ([`Placement::PerCpu`]) on one pinned executor per CPU, the
 //! first accepting and giving connection i to executor i mod N (a duplicate of the socket,
@@ -16,7 +17,7 @@
 //! connection has an executor of its own, independent of where the kernel would steer it.
 
 use crate::error::{BenchError, Result};
-use crate::keep::Keeper;
+use crate::keep::{KeepTo, Keeper};
 use crate::payload;
 use bytes::{Bytes, BytesMut};
 use client::conn::read_more;
@@ -30,7 +31,7 @@ use protocol::identify::{IdentifyLimits, IdentifyRequest, IdentifyResponse};
 use protocol::{decode_command, Command, ConnPhase, DecodeContext, FrameType, Message, MessageId};
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, FromRawFd, RawFd};
-use std::path::{Path, PathBuf};
+
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
@@ -79,17 +80,17 @@ pub fn start(placement: Placement, size: usize) -> Result<Sink> {
 /// How many connections may wait for an executor that has not taken them yet.
 const HANDOVER_DEPTH: usize = 64;
 
-/// [`start`] on `addr`; with `keep`, each executor keeps what it is sent in files in that
-/// directory (created if missing).
+/// [`start`] on `addr`; with `keep`, each executor keeps what it is sent in files in its
+/// directory (created if missing), answering as it says.
 pub fn start_at(
     addr: SocketAddr,
     placement: Placement,
     size: usize,
-    keep: Option<PathBuf>,
+    keep: Option<KeepTo>,
 ) -> Result<Sink> {
-    if let Some(dir) = &keep {
-        std::fs::create_dir_all(dir).map_err(|source| BenchError::File {
-            path: dir.clone(),
+    if let Some(k) = &keep {
+        std::fs::create_dir_all(&k.dir).map_err(|source| BenchError::File {
+            path: k.dir.clone(),
             source,
         })?;
     }
@@ -106,7 +107,7 @@ pub fn start_at(
         LocalExecutorBuilder::new(GlommioPlacement::Fixed(cpu))
             .name("bench-sink")
             .spawn(move || async move {
-                let keeper = keeper_for(keep.as_deref(), cpu);
+                let keeper = keeper_for(keep.as_ref(), cpu);
                 serve_handed_over(rx, size, keeper).await
             })
             .map_err(|e| BenchError::Executor(e.to_string()))?;
@@ -128,7 +129,7 @@ pub fn start_at(
             for peer in peers {
                 connected.push(peer.connect().await);
             }
-            let keeper = keeper_for(keep.as_deref(), 0);
+            let keeper = keeper_for(keep.as_ref(), 0);
             accept_until_stopped(listener, stop_flag, size, connected, keeper).await;
         })
         .map_err(|e| BenchError::Executor(e.to_string()))?;
@@ -140,8 +141,8 @@ pub fn start_at(
 }
 
 /// The disk of executor `executor`, when the sink keeps what it is sent.
-fn keeper_for(keep: Option<&Path>, executor: usize) -> Option<Rc<Keeper>> {
-    keep.map(|dir| Keeper::start(dir, executor))
+fn keeper_for(keep: Option<&KeepTo>, executor: usize) -> Option<Rc<Keeper>> {
+    keep.map(|k| Keeper::start(&k.dir, executor, k.ack))
 }
 
 /// An executor other than the first: serves the connections the first hands it, until the

@@ -568,3 +568,66 @@ fn a_keeping_sink_writes_every_body_it_answers_to_its_files_in_order() {
     assert!(kept == want, "the bodies kept differ from those sent");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_sink_that_answers_after_the_write_has_each_body_in_its_files_at_its_ok() {
+    use std::io::{Read, Write};
+    let dir = std::env::temp_dir().join(format!("shard-bench-written-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let (_sink, port) = start_sink(&[
+        "--data-path",
+        dir.to_str().expect("utf-8 path"),
+        "--ack-after-write",
+    ]);
+    let mut conn = connect_to_sink(port);
+    conn.write_all(b"  V2").expect("magic");
+    let ok = [0, 0, 0, 6, 0, 0, 0, 0, b'O', b'K'];
+    let mut want: Vec<Vec<u8>> = Vec::new();
+    // Each OK comes after the write: the files hold the body when it arrives, where a sink
+    // that answers first writes a buffer that is not full only after 10 ms.
+    for i in 0..5u8 {
+        let body = vec![b'a' + i; 100 + usize::from(i)];
+        let mut request = b"PUB t\n".to_vec();
+        request.extend_from_slice(&(body.len() as u32).to_be_bytes());
+        request.extend_from_slice(&body);
+        conn.write_all(&request).expect("write");
+        let mut answer = [0u8; 10];
+        conn.read_exact(&mut answer).expect("an answer");
+        assert_eq!(answer, ok);
+        want.push(body);
+        assert!(
+            kept_bodies(&dir) == want,
+            "PUB {i}: not in the files at its OK"
+        );
+    }
+    // An MPUB over 1 MiB: a full write, then the rest at once.
+    let big: Vec<Vec<u8>> = (0..6u8).map(|i| vec![b'k' + i; 200_000]).collect();
+    let mut body = (big.len() as u32).to_be_bytes().to_vec();
+    for m in &big {
+        body.extend_from_slice(&(m.len() as u32).to_be_bytes());
+        body.extend_from_slice(m);
+    }
+    let mut request = b"MPUB t\n".to_vec();
+    request.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    request.extend_from_slice(&body);
+    conn.write_all(&request).expect("write");
+    let mut answer = [0u8; 10];
+    conn.read_exact(&mut answer).expect("an answer");
+    assert_eq!(answer, ok);
+    want.extend(big);
+    let kept = kept_bodies(&dir);
+    assert_eq!(kept.len(), want.len(), "bodies kept at the MPUB's OK");
+    assert!(kept == want, "the bodies kept differ from those sent");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn ack_after_write_needs_a_data_path() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_shard-bench"))
+        .args(["sink", "--ack-after-write"])
+        .output()
+        .expect("shard-bench runs");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--data-path"), "{err}");
+}
