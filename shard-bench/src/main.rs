@@ -44,7 +44,7 @@ fn run(cli: Cli) -> Result<ExitCode, BenchError> {
                     keep::AckAt::Kept
                 },
             });
-            let sink = sink::start_at(s.tcp_address, placement, s.size as usize, keep)?;
+            let sink = sink::start_at(s.tcp_address, placement, s.size as usize, keep, s.relay)?;
             eprintln!("shard-bench: sink listening on {} until killed", sink.addr);
             loop {
                 std::thread::park();

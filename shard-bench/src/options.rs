@@ -278,6 +278,11 @@ pub struct SinkArgs {
     /// does under --mem-queue-size 0; an fdatasync once 1 MiB is written since the last.
     #[arg(long, requires = "data_path")]
     pub ack_after_write: bool,
+    /// Deliver to subscribers no more messages than were published (on the same executor)
+    /// and not yet delivered, as a broker delivers what it is sent; default: as many as
+    /// their RDY allows.
+    #[arg(long)]
+    pub relay: bool,
 }
 
 #[derive(Args, Debug, Clone)]

@@ -11,6 +11,10 @@
 //! ([`crate::keep`]) before its `OK`: the ceiling of a broker that keeps a topic on disk
 //! (and, answering after the write, of one under `--mem-queue-size 0`).
 //!
+//! With `relay`, a subscriber gets no more messages than were published on its executor and
+//! not yet delivered (what a broker can deliver: what it is sent), instead of as many as its
+//! RDY allows.
+//!
 //! It runs on one executor, or ([`Placement::PerCpu`]) on one pinned executor per CPU, the
 //! first accepting and giving connection i to executor i mod N (a duplicate of the socket,
 //! through a channel): what a runtime of that many executors makes when every
@@ -32,6 +36,8 @@ use protocol::{decode_command, Command, ConnPhase, DecodeContext, FrameType, Mes
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 
+use nsq_common::local_sync::Notify;
+use std::cell::Cell;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
@@ -74,19 +80,27 @@ pub enum Placement {
 
 /// Starts a sink on 127.0.0.1 (an ephemeral port), sending message bodies of `size` bytes.
 pub fn start(placement: Placement, size: usize) -> Result<Sink> {
-    start_at(SocketAddr::from(([127, 0, 0, 1], 0)), placement, size, None)
+    start_at(
+        SocketAddr::from(([127, 0, 0, 1], 0)),
+        placement,
+        size,
+        None,
+        false,
+    )
 }
 
 /// How many connections may wait for an executor that has not taken them yet.
 const HANDOVER_DEPTH: usize = 64;
 
 /// [`start`] on `addr`; with `keep`, each executor keeps what it is sent in files in its
-/// directory (created if missing), answering as it says.
+/// directory (created if missing), answering as it says; with `relay`, it delivers only what
+/// was published.
 pub fn start_at(
     addr: SocketAddr,
     placement: Placement,
     size: usize,
     keep: Option<KeepTo>,
+    relay: bool,
 ) -> Result<Sink> {
     if let Some(k) = &keep {
         std::fs::create_dir_all(&k.dir).map_err(|source| BenchError::File {
@@ -107,8 +121,8 @@ pub fn start_at(
         LocalExecutorBuilder::new(GlommioPlacement::Fixed(cpu))
             .name("bench-sink")
             .spawn(move || async move {
-                let keeper = keeper_for(keep.as_ref(), cpu);
-                serve_handed_over(rx, size, keeper).await
+                let shared = Shared::of(keep.as_ref(), relay, cpu);
+                serve_handed_over(rx, size, shared).await
             })
             .map_err(|e| BenchError::Executor(e.to_string()))?;
     }
@@ -129,8 +143,8 @@ pub fn start_at(
             for peer in peers {
                 connected.push(peer.connect().await);
             }
-            let keeper = keeper_for(keep.as_ref(), 0);
-            accept_until_stopped(listener, stop_flag, size, connected, keeper).await;
+            let shared = Shared::of(keep.as_ref(), relay, 0);
+            accept_until_stopped(listener, stop_flag, size, connected, shared).await;
         })
         .map_err(|e| BenchError::Executor(e.to_string()))?;
     let addr = rx
@@ -140,21 +154,42 @@ pub fn start_at(
     Ok(Sink { addr, stop })
 }
 
-/// The disk of executor `executor`, when the sink keeps what it is sent.
-fn keeper_for(keep: Option<&KeepTo>, executor: usize) -> Option<Rc<Keeper>> {
-    keep.map(|k| Keeper::start(&k.dir, executor, k.ack))
+/// What the connections of one executor share.
+#[derive(Clone, Default)]
+struct Shared {
+    /// Its disk, when the sink keeps what it is sent.
+    keeper: Option<Rc<Keeper>>,
+    /// What its publishers sent and its subscribers did not get yet, when it relays.
+    relay: Option<Rc<Relay>>,
+}
+
+impl Shared {
+    fn of(keep: Option<&KeepTo>, relay: bool, executor: usize) -> Shared {
+        Shared {
+            keeper: keep.map(|k| Keeper::start(&k.dir, executor, k.ack)),
+            relay: relay.then(|| Rc::new(Relay::default())),
+        }
+    }
+}
+
+/// Messages published on an executor and not yet delivered.
+#[derive(Default)]
+struct Relay {
+    owed: Cell<u64>,
+    /// Notified at each publish.
+    published: Notify,
 }
 
 /// An executor other than the first: serves the connections the first hands it, until the
 /// first stops (and with it the channel).
-async fn serve_handed_over(rx: SharedReceiver<RawFd>, size: usize, keeper: Option<Rc<Keeper>>) {
+async fn serve_handed_over(rx: SharedReceiver<RawFd>, size: usize, shared: Shared) {
     let rx = rx.connect().await;
     while let Some(fd) = rx.recv().await {
         // SAFETY: the first executor made this duplicate for us alone and kept no copy.
         let stream = unsafe { TcpStream::from_raw_fd(fd) };
-        let keeper = keeper.clone();
+        let shared = shared.clone();
         glommio::spawn_local(async move {
-            let _ = serve(stream, size, keeper).await;
+            let _ = serve(stream, size, shared).await;
         })
         .detach();
     }
@@ -165,7 +200,7 @@ async fn accept_until_stopped(
     stop: Arc<AtomicBool>,
     size: usize,
     peers: Vec<shared_channel::ConnectedSender<RawFd>>,
-    keeper: Option<Rc<Keeper>>,
+    shared: Shared,
 ) {
     let mut next = 0usize;
     loop {
@@ -183,9 +218,9 @@ async fn accept_until_stopped(
                 let turn = next % (peers.len() + 1);
                 next = next.wrapping_add(1);
                 if turn == 0 {
-                    let keeper = keeper.clone();
+                    let shared = shared.clone();
                     glommio::spawn_local(async move {
-                        let _ = serve(stream, size, keeper).await;
+                        let _ = serve(stream, size, shared).await;
                     })
                     .detach();
                 } else {
@@ -214,11 +249,7 @@ struct Delivery {
     next_id: u64,
 }
 
-async fn serve(
-    mut stream: TcpStream,
-    size: usize,
-    keeper: Option<Rc<Keeper>>,
-) -> std::io::Result<()> {
+async fn serve(mut stream: TcpStream, size: usize, shared: Shared) -> std::io::Result<()> {
     let mut buf = BytesMut::with_capacity(READ_CHUNK);
     let mut scratch = vec![0u8; READ_CHUNK];
     while buf.len() < 4 {
@@ -234,8 +265,14 @@ async fn serve(
         loop {
             match decode_command(&mut buf, &ctx) {
                 Ok(Some(cmd)) => {
-                    if let (Some(keeper), Some(bodies)) = (&keeper, published(&cmd)) {
-                        keeper.keep(bodies).await?;
+                    if let Some(bodies) = published(&cmd) {
+                        if let Some(keeper) = &shared.keeper {
+                            keeper.keep(bodies).await?;
+                        }
+                        if let Some(relay) = &shared.relay {
+                            relay.owed.set(relay.owed.get() + bodies.len() as u64);
+                            relay.published.notify();
+                        }
                     }
                     answer(cmd, &mut ctx, &mut delivery, &mut out)
                 }
@@ -247,12 +284,31 @@ async fn serve(
                 }
             }
         }
-        deliver(&mut delivery, size, &mut out);
+        deliver(&mut delivery, size, shared.relay.as_deref(), &mut out);
         if !out.is_empty() {
             stream.write_all(&out).await?;
             out.clear();
         }
-        if read_more(&mut stream, &mut buf, &mut scratch).await? == 0 {
+        // A relay's subscriber with room gets what is published meanwhile, whether or not it
+        // sends anything (bench_reader holds its FINs until most of its RDY has come). The
+        // read only waits for the socket to be readable, so giving it up loses nothing.
+        let room = delivery.subscribed && delivery.rdy > delivery.in_flight;
+        let read = match &shared.relay {
+            Some(relay) if room => {
+                future::or(
+                    async { Some(read_more(&mut stream, &mut buf, &mut scratch).await) },
+                    async {
+                        while relay.owed.get() == 0 {
+                            relay.published.changed().await;
+                        }
+                        None
+                    },
+                )
+                .await
+            }
+            _ => Some(read_more(&mut stream, &mut buf, &mut scratch).await),
+        };
+        if read.transpose()? == Some(0) {
             return Ok(());
         }
     }
@@ -289,14 +345,23 @@ fn answer(cmd: Command, ctx: &mut DecodeContext, d: &mut Delivery, out: &mut Byt
     }
 }
 
-/// Fills the consumer's RDY with messages stamped now (one body shared by the whole burst).
-fn deliver(d: &mut Delivery, size: usize, out: &mut BytesMut) {
+/// Fills the consumer's RDY with messages stamped now (one body shared by the whole burst);
+/// with a relay, with no more than it is owed.
+fn deliver(d: &mut Delivery, size: usize, relay: Option<&Relay>, out: &mut BytesMut) {
     if !d.subscribed || d.in_flight >= d.rdy {
+        return;
+    }
+    let mut room = d.rdy - d.in_flight;
+    if let Some(relay) = relay {
+        room = room.min(relay.owed.get());
+        relay.owed.set(relay.owed.get() - room);
+    }
+    if room == 0 {
         return;
     }
     let now = payload::now_ns();
     let body: Bytes = payload::bodies(size, 1, now).pop().expect("one body");
-    while d.in_flight < d.rdy {
+    for _ in 0..room {
         d.next_id += 1;
         let msg = Message {
             id: MessageId::from_u64(d.next_id),

@@ -631,3 +631,77 @@ fn ack_after_write_needs_a_data_path() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--data-path"), "{err}");
 }
+
+/// Reads frames from `conn` until `n` messages came; panics on an error frame or a timeout.
+fn read_messages(conn: &mut TcpStream, n: usize) {
+    use std::io::Read;
+    let mut got = 0;
+    while got < n {
+        let mut head = [0u8; 8];
+        conn.read_exact(&mut head).expect("a frame");
+        let size = u32::from_be_bytes(head[..4].try_into().expect("4 bytes")) as usize;
+        let kind = u32::from_be_bytes(head[4..].try_into().expect("4 bytes"));
+        let mut rest = vec![0u8; size - 4];
+        conn.read_exact(&mut rest).expect("the frame's data");
+        assert_ne!(kind, 1, "{}", String::from_utf8_lossy(&rest));
+        if kind == 2 {
+            got += 1;
+        }
+    }
+}
+
+#[test]
+fn a_relaying_sink_delivers_what_was_published_and_no_more() {
+    use std::io::{Read, Write};
+    let (_sink, port) = start_sink(&["--relay"]);
+    let mut publisher = connect_to_sink(port);
+    publisher.write_all(b"  V2").expect("magic");
+    let mut subscriber = connect_to_sink(port);
+    subscriber
+        .write_all(b"  V2SUB t c\nRDY 100\n")
+        .expect("SUB");
+    let mut ok = [0u8; 10];
+    subscriber.read_exact(&mut ok).expect("SUB answered");
+    let publish = |conn: &mut TcpStream, n: u32| {
+        let mut body = n.to_be_bytes().to_vec();
+        for _ in 0..n {
+            body.extend_from_slice(&5u32.to_be_bytes());
+            body.extend_from_slice(b"hello");
+        }
+        let mut request = b"MPUB t\n".to_vec();
+        request.extend_from_slice(&(body.len() as u32).to_be_bytes());
+        request.extend_from_slice(&body);
+        conn.write_all(&request).expect("MPUB");
+        let mut answer = [0u8; 10];
+        conn.read_exact(&mut answer).expect("an answer");
+        assert_eq!(answer, [0, 0, 0, 6, 0, 0, 0, 0, b'O', b'K']);
+    };
+    // Nothing published, nothing delivered, for all its RDY.
+    subscriber
+        .set_read_timeout(Some(Duration::from_millis(300)))
+        .expect("timeout");
+    let mut byte = [0u8; 1];
+    assert!(
+        subscriber.read(&mut byte).is_err(),
+        "a message before any publish"
+    );
+    subscriber
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    publish(&mut publisher, 3);
+    read_messages(&mut subscriber, 3);
+    subscriber
+        .set_read_timeout(Some(Duration::from_millis(300)))
+        .expect("timeout");
+    assert!(
+        subscriber.read(&mut byte).is_err(),
+        "more than was published"
+    );
+    subscriber
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    // Two more published come as two while the three are still in flight (no FIN sent:
+    // bench_reader holds its FINs until most of its RDY has come).
+    publish(&mut publisher, 2);
+    read_messages(&mut subscriber, 2);
+}
