@@ -261,6 +261,10 @@ impl Writer {
     async fn write(&mut self, mut f: Filled, ack: AckAt) -> io::Result<()> {
         if self.pos >= FILE_BYTES {
             if let Some(old) = self.file.take() {
+                if self.unsynced > 0 {
+                    old.fdatasync().await?;
+                    self.unsynced = 0;
+                }
                 old.close().await?;
             }
         }

@@ -509,6 +509,23 @@ fn a_sink_of_several_executors_serves_the_connections_it_hands_over() {
     }
 }
 
+/// Sends an MPUB of `bodies` to topic `t` and checks it is answered OK.
+fn mpub_answered_ok(conn: &mut TcpStream, bodies: &[Vec<u8>]) {
+    use std::io::{Read, Write};
+    let mut body = (bodies.len() as u32).to_be_bytes().to_vec();
+    for m in bodies {
+        body.extend_from_slice(&(m.len() as u32).to_be_bytes());
+        body.extend_from_slice(m);
+    }
+    let mut request = b"MPUB t\n".to_vec();
+    request.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    request.extend_from_slice(&body);
+    conn.write_all(&request).expect("MPUB");
+    let mut answer = [0u8; 10];
+    conn.read_exact(&mut answer).expect("an answer");
+    assert_eq!(answer, [0, 0, 0, 6, 0, 0, 0, 0, b'O', b'K']);
+}
+
 /// The bodies in the files of a keeping sink's executor 0, in the order kept: each after its
 /// length; a length of 0 is the padding of a write that was not full (to the next block).
 fn kept_bodies(dir: &std::path::Path) -> Vec<Vec<u8>> {
@@ -534,7 +551,6 @@ fn kept_bodies(dir: &std::path::Path) -> Vec<Vec<u8>> {
 
 #[test]
 fn a_keeping_sink_writes_every_body_it_answers_to_its_files_in_order() {
-    use std::io::{Read, Write};
     let dir = std::env::temp_dir().join(format!("shard-bench-keep-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let (_sink, port) = start_sink(&["--data-path", dir.to_str().expect("utf-8 path")]);
@@ -543,18 +559,7 @@ fn a_keeping_sink_writes_every_body_it_answers_to_its_files_in_order() {
     // Then an MPUB of 6 bodies of 200,000 bytes: more than one 1 MiB write, so one write is
     // full and a body straddles two.
     let big: Vec<Vec<u8>> = (0..6u8).map(|i| vec![b'k' + i; 200_000]).collect();
-    let mut body = (big.len() as u32).to_be_bytes().to_vec();
-    for m in &big {
-        body.extend_from_slice(&(m.len() as u32).to_be_bytes());
-        body.extend_from_slice(m);
-    }
-    let mut request = b"MPUB t\n".to_vec();
-    request.extend_from_slice(&(body.len() as u32).to_be_bytes());
-    request.extend_from_slice(&body);
-    conn.write_all(&request).expect("write");
-    let mut answer = [0u8; 10];
-    conn.read_exact(&mut answer).expect("an answer");
-    assert_eq!(answer, [0, 0, 0, 6, 0, 0, 0, 0, b'O', b'K']);
+    mpub_answered_ok(&mut conn, &big);
     let mut want: Vec<Vec<u8>> = vec![b"hello".to_vec(), b"a".to_vec(), b"bc".to_vec()];
     want.extend(big);
     // What is not a full write is written once nothing has come for 10 ms.
@@ -602,18 +607,7 @@ fn a_sink_that_answers_after_the_write_has_each_body_in_its_files_at_its_ok() {
     }
     // An MPUB over 1 MiB: a full write, then the rest at once.
     let big: Vec<Vec<u8>> = (0..6u8).map(|i| vec![b'k' + i; 200_000]).collect();
-    let mut body = (big.len() as u32).to_be_bytes().to_vec();
-    for m in &big {
-        body.extend_from_slice(&(m.len() as u32).to_be_bytes());
-        body.extend_from_slice(m);
-    }
-    let mut request = b"MPUB t\n".to_vec();
-    request.extend_from_slice(&(body.len() as u32).to_be_bytes());
-    request.extend_from_slice(&body);
-    conn.write_all(&request).expect("write");
-    let mut answer = [0u8; 10];
-    conn.read_exact(&mut answer).expect("an answer");
-    assert_eq!(answer, ok);
+    mpub_answered_ok(&mut conn, &big);
     want.extend(big);
     let kept = kept_bodies(&dir);
     assert_eq!(kept.len(), want.len(), "bodies kept at the MPUB's OK");
@@ -650,6 +644,17 @@ fn read_messages(conn: &mut TcpStream, n: usize) {
     }
 }
 
+/// Checks that nothing arrives on `conn` for 300 ms.
+fn assert_nothing_comes(conn: &mut TcpStream, what: &str) {
+    use std::io::Read;
+    conn.set_read_timeout(Some(Duration::from_millis(300)))
+        .expect("timeout");
+    let mut byte = [0u8; 1];
+    assert!(conn.read(&mut byte).is_err(), "{what}");
+    conn.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+}
+
 #[test]
 fn a_relaying_sink_delivers_what_was_published_and_no_more() {
     use std::io::{Read, Write};
@@ -662,44 +667,13 @@ fn a_relaying_sink_delivers_what_was_published_and_no_more() {
         .expect("SUB");
     let mut ok = [0u8; 10];
     subscriber.read_exact(&mut ok).expect("SUB answered");
-    let publish = |conn: &mut TcpStream, n: u32| {
-        let mut body = n.to_be_bytes().to_vec();
-        for _ in 0..n {
-            body.extend_from_slice(&5u32.to_be_bytes());
-            body.extend_from_slice(b"hello");
-        }
-        let mut request = b"MPUB t\n".to_vec();
-        request.extend_from_slice(&(body.len() as u32).to_be_bytes());
-        request.extend_from_slice(&body);
-        conn.write_all(&request).expect("MPUB");
-        let mut answer = [0u8; 10];
-        conn.read_exact(&mut answer).expect("an answer");
-        assert_eq!(answer, [0, 0, 0, 6, 0, 0, 0, 0, b'O', b'K']);
-    };
+    let publish =
+        |conn: &mut TcpStream, n: usize| mpub_answered_ok(conn, &vec![b"hello".to_vec(); n]);
     // Nothing published, nothing delivered, for all its RDY.
-    subscriber
-        .set_read_timeout(Some(Duration::from_millis(300)))
-        .expect("timeout");
-    let mut byte = [0u8; 1];
-    assert!(
-        subscriber.read(&mut byte).is_err(),
-        "a message before any publish"
-    );
-    subscriber
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .expect("timeout");
+    assert_nothing_comes(&mut subscriber, "a message before any publish");
     publish(&mut publisher, 3);
     read_messages(&mut subscriber, 3);
-    subscriber
-        .set_read_timeout(Some(Duration::from_millis(300)))
-        .expect("timeout");
-    assert!(
-        subscriber.read(&mut byte).is_err(),
-        "more than was published"
-    );
-    subscriber
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .expect("timeout");
+    assert_nothing_comes(&mut subscriber, "more than was published");
     // Two more published come as two while the three are still in flight (no FIN sent:
     // bench_reader holds its FINs until most of its RDY has come).
     publish(&mut publisher, 2);
