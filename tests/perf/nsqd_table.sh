@@ -2,7 +2,8 @@
 # The table "against nsqd" of docs/benchmarks.md in one sitting: every row with NSQ's own
 # bench tools (bench_writer, bench_reader) or wrk, ours (--shards 2) against nsqd with its
 # defaults, alternating, a fresh broker and data directory per run; the ingest and pub + sub
-# rows also against `shard-bench sink` (what a server doing nothing makes with these clients).
+# rows also against `shard-bench sink` (what a server doing nothing, or only keeping what it
+# is sent, makes with these clients).
 #
 #   TOOLS=DIR NSQD=PATH tests/perf/nsqd_table.sh [BROKER [BASE]]
 #
@@ -24,11 +25,18 @@ bench=${BENCH_BIN:-target/release/shard-bench}
 ours="--shards 2 --tcp-address={tcp} --http-address={http} --data-path={data}"
 theirs="--tcp-address={tcp} --http-address={http} --data-path={data}"
 
-# row NAME ROWS RUNS OURS_FLAGS NSQD_FLAGS [sink]
+# row NAME ROWS RUNS OURS_FLAGS NSQD_FLAGS [SINK_FLAGS...]: each SINK_FLAGS adds a
+# `shard-bench sink` with those flags (sink, sink2, ...)
 row() {
-    local name=$1 rows=$2 n=$3 our_flags=$4 nsqd_flags=$5 sink=${6:-}
+    local name=$1 rows=$2 n=$3 our_flags=$4 nsqd_flags=$5
+    shift 5
     local brokers=(--broker "ours=$broker $ours $our_flags" --broker "nsqd=$NSQD $theirs $nsqd_flags")
-    [[ -n $sink ]] && brokers+=(--broker "sink=$bench sink --tcp-address {tcp}")
+    local i=0 sink_flags sink_name
+    for sink_flags in "$@"; do
+        i=$((i + 1))
+        sink_name=sink; ((i > 1)) && sink_name=sink$i
+        brokers+=(--broker "$sink_name=$bench sink --tcp-address {tcp} $sink_flags")
+    done
     [[ -n $base ]] && brokers+=(--broker "base=$base $ours $our_flags")
     echo "== ROW $name"
     "$python" tests/perf/bench_tools_vs.py --tools "$TOOLS" "${brokers[@]}" --rows "$rows" \
@@ -36,9 +44,12 @@ row() {
 }
 
 echo "### $(date -u '+%F %T UTC') $(lscpu | sed -n 's/^Model name: *//p'), load $(cut -d' ' -f1-3 /proc/loadavg)"
-row "MPUB ingest (bench_writer)" ingest "$runs" "" "" sink
-row "pub + sub (bench_writer + bench_reader)" pubsub "$runs" "" "" sink
-row "pub + sub, --mem-queue-size 0 on both" pubsub "$runs" "--mem-queue-size 0" "--mem-queue-size 0"
+# The sinks: doing nothing; keeping what it is sent on disk; delivering only what was
+# published; and that, answering each publish after its write (--mem-queue-size 0's ceiling).
+row "MPUB ingest (bench_writer)" ingest "$runs" "" "" "" "--data-path {data}"
+row "pub + sub (bench_writer + bench_reader)" pubsub "$runs" "" "" "--relay"
+row "pub + sub, --mem-queue-size 0 on both" pubsub "$runs" "--mem-queue-size 0" \
+    "--mem-queue-size 0" "--relay --data-path {data} --ack-after-write"
 row "--durable against nsqd --mem-queue-size 0 --sync-every 1" ingest 5 "--durable" \
     "--mem-queue-size 0 --sync-every 1"
 row "one PUB per round trip (bench_writer --batch-size 1)" pub1 "$runs" "" ""
