@@ -30,14 +30,13 @@ use futures_lite::io::AsyncWriteExt;
 use glommio::channels::shared_channel::{self, SharedReceiver};
 use glommio::net::{TcpListener, TcpStream};
 use glommio::{LocalExecutorBuilder, Placement as GlommioPlacement};
+use nsq_common::local_sync::Notify;
 use protocol::frame::{write_frame, write_message_frame};
 use protocol::identify::{IdentifyLimits, IdentifyRequest, IdentifyResponse};
 use protocol::{decode_command, Command, ConnPhase, DecodeContext, FrameType, Message, MessageId};
+use std::cell::Cell;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, FromRawFd, RawFd};
-
-use nsq_common::local_sync::Notify;
-use std::cell::Cell;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
