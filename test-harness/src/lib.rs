@@ -6,8 +6,8 @@
 //!   and takes `target/release/<name>`; so `cargo test` on a fresh clone builds what it needs.
 //!   A build that fails fails the test, saying what to build: a test that cannot run must not
 //!   pass.
-//! - [`free_port`] and [`scratch_dir`] give every process its own ports and files, so tests run
-//!   side by side.
+//! - [`free_port`], [`free_ports`] and [`scratch_dir`] give every process its own ports and
+//!   files, so tests run side by side.
 //! - [`start_broker`] and [`start_lookup`] start one on ephemeral ports it binds itself and
 //!   names in its log (and, for a broker, a data directory of its own), with the test's flags
 //!   after the addresses.
@@ -128,34 +128,57 @@ pub fn binary(name: &str) -> PathBuf {
 }
 
 /// A TCP port on 127.0.0.1, free a moment ago, for a process that must be told its port before
-/// it starts (a Raft peer list names every peer's).
-///
-/// It comes from below the kernel's ephemeral range (`ip_local_port_range`), so no process that
-/// binds port 0 or connects out, in this test or one running beside it, can take it before its
-/// owner binds it. The ports are handed out in turn from a place set by the process ID, so two
-/// tests of one process never get the same port and two test processes rarely start at one.
-/// Where the range leaves no room below it, it falls back to an ephemeral port.
+/// it starts (a Raft peer list names every peer's); [`free_ports`] of one.
 pub fn free_port() -> u16 {
+    free_ports(1)
+}
+
+/// The first of `n` consecutive TCP ports on 127.0.0.1, all free a moment ago (a broker's
+/// shard i listens on its `--replication-address` port + i).
+///
+/// They come from below the kernel's ephemeral range (`ip_local_port_range`), so no process
+/// that binds port 0 or connects out, in this test or one running beside it, can take them
+/// before their owner binds them. Ports are handed out in turn, in blocks of [`PORT_BLOCK`]
+/// from a place set by the process ID, so a later call in this process never gets a port
+/// within [`PORT_BLOCK`] above an earlier one (`port + i` stays the caller's) and two test
+/// processes rarely start at one place. Where the range leaves no room below it, it falls
+/// back to ephemeral ports.
+pub fn free_ports(n: usize) -> u16 {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     const FLOOR: usize = 10_000;
+    let n = n.max(1);
+    let blocks = n.div_ceil(PORT_BLOCK);
     let low = ephemeral_low();
+    let all_free = |first: usize| {
+        (first..first + n).all(|p| {
+            u16::try_from(p).is_ok_and(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok())
+        })
+    };
     if low > FLOOR + 1_000 {
-        let span = low - FLOOR;
+        let span = (low - FLOOR) / PORT_BLOCK;
         let start = std::process::id() as usize * 7_919;
         for _ in 0..span {
-            let port = FLOOR + (start + NEXT.fetch_add(1, Ordering::Relaxed)) % span;
-            if let Ok(port) = u16::try_from(port) {
-                if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
-                    return port;
-                }
+            let block = (start + NEXT.fetch_add(blocks, Ordering::Relaxed)) % span;
+            let first = FLOOR + block * PORT_BLOCK;
+            if first + n <= low && all_free(first) {
+                return first as u16;
             }
         }
     }
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("an ephemeral port on 127.0.0.1")
+    for _ in 0..200 {
+        let first = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| usize::from(a.port()))
+            .expect("an ephemeral port on 127.0.0.1");
+        if all_free(first) {
+            return first as u16;
+        }
+    }
+    panic!("no {n} consecutive free ports on 127.0.0.1");
 }
+
+/// How many ports [`free_ports`] sets aside at each call, at least.
+pub const PORT_BLOCK: usize = 8;
 
 /// The first port of the kernel's ephemeral range (Linux's default when it cannot be read).
 fn ephemeral_low() -> usize {
@@ -428,6 +451,20 @@ mod tests {
         assert!(std::net::TcpListener::bind(("127.0.0.1", port)).is_ok());
         let _ = std::fs::remove_dir_all(a);
         let _ = std::fs::remove_dir_all(b);
+    }
+
+    #[test]
+    fn a_block_of_ports_is_free_and_not_handed_out_again() {
+        let first = free_ports(3);
+        for p in first..first + 3 {
+            assert!(std::net::TcpListener::bind(("127.0.0.1", p)).is_ok(), "{p}");
+        }
+        // Later ports stay clear of the block and of the ports above it its caller may use.
+        for _ in 0..20 {
+            let p = usize::from(free_port());
+            let block = usize::from(first)..usize::from(first) + PORT_BLOCK;
+            assert!(!block.contains(&p), "{p} within {block:?}");
+        }
     }
 
     #[test]

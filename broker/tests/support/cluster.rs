@@ -10,7 +10,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-use test_harness::{binary, free_port, scratch_dir, start_lookup, Proc, Started};
+use test_harness::{binary, free_port, free_ports, scratch_dir, start_lookup, Proc, Started};
 
 /// How long the cluster may take to agree on something.
 pub const AGREE: Duration = Duration::from_secs(20);
@@ -269,21 +269,6 @@ impl Drop for Member {
         self.broker = None;
         let _ = std::fs::remove_dir_all(&self.data);
     }
-}
-
-/// A port `p` with `p + 1 .. p + n - 1` free too (shard i listens on the replication port + i).
-pub fn free_ports(n: usize) -> u16 {
-    for _ in 0..200 {
-        let p = free_port();
-        let free = (1..n as u32).all(|i| {
-            u16::try_from(u32::from(p) + i)
-                .is_ok_and(|q| std::net::TcpListener::bind(("127.0.0.1", q)).is_ok())
-        });
-        if free {
-            return p;
-        }
-    }
-    panic!("no {n} consecutive free ports");
 }
 
 /// `host:port` with the port moved up by `i`.
