@@ -527,7 +527,9 @@ fn mpub_answered_ok(conn: &mut TcpStream, bodies: &[Vec<u8>]) {
 }
 
 /// The bodies in the files of a keeping sink's executor 0, in the order kept: each after its
-/// length; a length of 0 is the padding of a write that was not full (to the next block).
+/// length; a length of 0 is the padding of a write that was not full (to the next block). A
+/// body cut off by the end of the file is not written whole yet (a write ends inside it and
+/// the next is still to come) and ends the list.
 fn kept_bodies(dir: &std::path::Path) -> Vec<Vec<u8>> {
     let mut bodies = Vec::new();
     for n in 1.. {
@@ -541,7 +543,9 @@ fn kept_bodies(dir: &std::path::Path) -> Vec<Vec<u8>> {
                 pos = (pos / 4096 + 1) * 4096;
                 continue;
             }
-            let body = data.get(pos + 4..pos + 4 + len).expect("a whole body");
+            let Some(body) = data.get(pos + 4..pos + 4 + len) else {
+                return bodies;
+            };
             bodies.push(body.to_vec());
             pos += 4 + len;
         }
