@@ -120,6 +120,7 @@ impl Keeper {
             files: 0,
             pos: 0,
             unsynced: 0,
+            ack,
         };
         glommio::spawn_local(writer.run(from_keepers, Rc::downgrade(&keeper), progress)).detach();
         keeper
@@ -206,6 +207,7 @@ struct Writer {
     pos: u64,
     /// Bytes written since the last fdatasync ([`AckAt::Written`]).
     unsynced: usize,
+    ack: AckAt,
 }
 
 impl Writer {
@@ -215,20 +217,14 @@ impl Writer {
         keeper: Weak<Keeper>,
         progress: Rc<Progress>,
     ) {
-        let ack = keeper.upgrade().map_or(AckAt::Kept, |k| k.ack);
         loop {
             // A full buffer first; else the one being filled: at once when a publish waits
-            // for its write, after IDLE_WRITE otherwise.
+            // for its write (only `AckAt::Written` notifies `waiting`), else after IDLE_WRITE.
             let next = future::or(async { Some(from_keepers.recv().await) }, async {
-                match ack {
-                    AckAt::Kept => glommio::timer::sleep(IDLE_WRITE).await,
-                    AckAt::Written => {
-                        future::or(progress.waiting.notified(), async {
-                            glommio::timer::sleep(IDLE_WRITE).await;
-                        })
-                        .await;
-                    }
-                }
+                future::or(progress.waiting.notified(), async {
+                    glommio::timer::sleep(IDLE_WRITE).await;
+                })
+                .await;
                 None
             })
             .await;
@@ -241,7 +237,7 @@ impl Writer {
                     None => continue,
                 },
             };
-            if let Err(e) = self.write(buf, ack).await {
+            if let Err(e) = self.write(buf).await {
                 eprintln!(
                     "shard-bench: the sink stops keeping: {}: {e}",
                     self.dir.display()
@@ -258,7 +254,7 @@ impl Writer {
     /// Writes `f` (padded with zeros to a block) at the end of the current file, then
     /// fdatasyncs it (with [`AckAt::Written`], once [`WRITE`] bytes are unsynced); starts a new
     /// file first when the current one is full.
-    async fn write(&mut self, mut f: Filled, ack: AckAt) -> io::Result<()> {
+    async fn write(&mut self, mut f: Filled) -> io::Result<()> {
         if self.pos >= FILE_BYTES {
             if let Some(old) = self.file.take() {
                 if self.unsynced > 0 {
@@ -289,7 +285,7 @@ impl Writer {
         }
         self.pos += size as u64;
         self.unsynced += size;
-        if ack == AckAt::Kept || self.unsynced >= WRITE {
+        if self.ack == AckAt::Kept || self.unsynced >= WRITE {
             file.fdatasync().await?;
             self.unsynced = 0;
         }

@@ -509,21 +509,27 @@ fn a_sink_of_several_executors_serves_the_connections_it_hands_over() {
     }
 }
 
+/// Sends `head` (`PUB t\n` or `MPUB t\n`) with `body` after its size, and checks the
+/// answer is OK.
+fn published_ok(conn: &mut TcpStream, head: &[u8], body: &[u8]) {
+    use std::io::{Read, Write};
+    let mut request = head.to_vec();
+    request.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    request.extend_from_slice(body);
+    conn.write_all(&request).expect("publish");
+    let mut answer = [0u8; 10];
+    conn.read_exact(&mut answer).expect("an answer");
+    assert_eq!(answer, [0, 0, 0, 6, 0, 0, 0, 0, b'O', b'K']);
+}
+
 /// Sends an MPUB of `bodies` to topic `t` and checks it is answered OK.
 fn mpub_answered_ok(conn: &mut TcpStream, bodies: &[Vec<u8>]) {
-    use std::io::{Read, Write};
     let mut body = (bodies.len() as u32).to_be_bytes().to_vec();
     for m in bodies {
         body.extend_from_slice(&(m.len() as u32).to_be_bytes());
         body.extend_from_slice(m);
     }
-    let mut request = b"MPUB t\n".to_vec();
-    request.extend_from_slice(&(body.len() as u32).to_be_bytes());
-    request.extend_from_slice(&body);
-    conn.write_all(&request).expect("MPUB");
-    let mut answer = [0u8; 10];
-    conn.read_exact(&mut answer).expect("an answer");
-    assert_eq!(answer, [0, 0, 0, 6, 0, 0, 0, 0, b'O', b'K']);
+    published_ok(conn, b"MPUB t\n", &body);
 }
 
 /// The bodies in the files of a keeping sink's executor 0, in the order kept: each after its
@@ -580,7 +586,7 @@ fn a_keeping_sink_writes_every_body_it_answers_to_its_files_in_order() {
 
 #[test]
 fn a_sink_that_answers_after_the_write_has_each_body_in_its_files_at_its_ok() {
-    use std::io::{Read, Write};
+    use std::io::Write;
     let dir = std::env::temp_dir().join(format!("shard-bench-written-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let (_sink, port) = start_sink(&[
@@ -590,19 +596,12 @@ fn a_sink_that_answers_after_the_write_has_each_body_in_its_files_at_its_ok() {
     ]);
     let mut conn = connect_to_sink(port);
     conn.write_all(b"  V2").expect("magic");
-    let ok = [0, 0, 0, 6, 0, 0, 0, 0, b'O', b'K'];
     let mut want: Vec<Vec<u8>> = Vec::new();
     // Each OK comes after the write: the files hold the body when it arrives, where a sink
     // that answers first writes a buffer that is not full only after 10 ms.
     for i in 0..5u8 {
         let body = vec![b'a' + i; 100 + usize::from(i)];
-        let mut request = b"PUB t\n".to_vec();
-        request.extend_from_slice(&(body.len() as u32).to_be_bytes());
-        request.extend_from_slice(&body);
-        conn.write_all(&request).expect("write");
-        let mut answer = [0u8; 10];
-        conn.read_exact(&mut answer).expect("an answer");
-        assert_eq!(answer, ok);
+        published_ok(&mut conn, b"PUB t\n", &body);
         want.push(body);
         assert!(
             kept_bodies(&dir) == want,
