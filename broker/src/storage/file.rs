@@ -109,7 +109,8 @@ impl SegFile {
     }
 
     /// Writes `size` bytes at `pos`, filled by `fill` straight into the buffer the kernel
-    /// reads from (a registered one for direct I/O); returns the bytes written.
+    /// reads from (for direct I/O an aligned one, from glommio's registered pool when it fits);
+    /// returns the bytes written.
     pub async fn write_with(
         &self,
         size: usize,

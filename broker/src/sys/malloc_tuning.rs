@@ -7,8 +7,9 @@
 //! that message bodies point into, 1 MiB direct-I/O write buffers, 256 KiB blocks read back),
 //! and every one that went back to the system would come back as fresh zeroed pages, a page
 //! fault and a page of zeroing per 4 KiB published. With the thresholds fixed they are
-//! reused; the peak RSS is no higher, since it is what the shard holds at once, not what it
-//! recycles (docs/benchmarks.md#mpub-ingest, "Peak memory during ingest").
+//! reused; the peak RSS is what the shard holds at once, not what it recycles, plus what the
+//! arena grew by while its first buffers found their places (up to the trim threshold; in
+//! some runs, docs/benchmarks.md#mpub-ingest, "Peak memory during ingest").
 //!
 //! [`tune`] sets the mmap threshold to [`MMAP_THRESHOLD`] (which also ends glibc's moving
 //! thresholds) and the trim threshold to [`TRIM_THRESHOLD`], unless the operator set either

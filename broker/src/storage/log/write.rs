@@ -22,10 +22,12 @@ use std::time::Instant;
 /// again on the next flush) and the error is returned, so a failure never loses a chunk.
 ///
 /// Segments are written with direct I/O (`O_DIRECT` through the shard's io_uring): the bytes
-/// go from a reused, registered buffer to the device, not through freshly allocated page
-/// cache. Each write covers whole aligned blocks: the partial block at the end of the file
-/// (`Segment::tail`) is written again, with the same bytes, in front of the new records, and
-/// the last block is padded with zeros (recovery knows such a tail; a clean stop trims it).
+/// go from the write's own buffer to the device, not through page cache. The buffer comes
+/// from glommio's registered pool (64 KiB a shard) when it fits there, from the heap
+/// otherwise, where glibc reuses the freed ones (`sys::malloc_tuning`). Each write covers
+/// whole aligned blocks: the partial block at the end of the file (`Segment::tail`) is
+/// written again, with the same bytes, in front of the new records, and the last block is
+/// padded with zeros (recovery knows such a tail; a clean stop trims it).
 pub async fn flush(log: &RefCell<TopicLog>) -> Result<(), StorageError> {
     let result = flush_pending(log).await;
     let mut l = log.borrow_mut();
