@@ -522,7 +522,7 @@ fn published_ok(conn: &mut TcpStream, head: &[u8], body: &[u8]) {
     assert_eq!(answer, [0, 0, 0, 6, 0, 0, 0, 0, b'O', b'K']);
 }
 
-/// Sends an MPUB of `bodies` to topic `t` and checks it is answered OK.
+/// Sends an MPUB of `bodies` to topic `t` and checks the answer is OK.
 fn mpub_answered_ok(conn: &mut TcpStream, bodies: &[Vec<u8>]) {
     let mut body = (bodies.len() as u32).to_be_bytes().to_vec();
     for m in bodies {
@@ -561,8 +561,7 @@ fn kept_bodies(dir: &std::path::Path) -> Vec<Vec<u8>> {
 
 #[test]
 fn a_keeping_sink_writes_every_body_it_answers_to_its_files_in_order() {
-    let dir = std::env::temp_dir().join(format!("shard-bench-keep-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = test_harness::scratch_dir("shard-bench-keep");
     let (_sink, port) = start_sink(&["--data-path", dir.to_str().expect("utf-8 path")]);
     let mut conn = connect_to_sink(port);
     assert_sink_answers_publishes(&mut conn);
@@ -587,8 +586,7 @@ fn a_keeping_sink_writes_every_body_it_answers_to_its_files_in_order() {
 #[test]
 fn a_sink_that_answers_after_the_write_has_each_body_in_its_files_at_its_ok() {
     use std::io::Write;
-    let dir = std::env::temp_dir().join(format!("shard-bench-written-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = test_harness::scratch_dir("shard-bench-written");
     let (_sink, port) = start_sink(&[
         "--data-path",
         dir.to_str().expect("utf-8 path"),
@@ -670,6 +668,7 @@ fn a_relaying_sink_delivers_what_was_published_and_no_more() {
         .expect("SUB");
     let mut ok = [0u8; 10];
     subscriber.read_exact(&mut ok).expect("SUB answered");
+    assert_eq!(ok, [0, 0, 0, 6, 0, 0, 0, 0, b'O', b'K'], "SUB answered OK");
     let publish =
         |conn: &mut TcpStream, n: usize| mpub_answered_ok(conn, &vec![b"hello".to_vec(); n]);
     // Nothing published, nothing delivered, for all its RDY.
